@@ -1,31 +1,45 @@
-// Package errdefs holds Zygo's error categories. Packages wrap one of these
-// sentinels (with %w) so that the API edge can map an error to an HTTP status
-// without knowing where it came from (the containerd errdefs pattern).
+// Package errdefs holds the category errors shared by Zygo's managers, backends and the API
+// edge. Callers test with errors.Is; only the API edge maps a category to an HTTP status
+// (containerd's errdefs, smaller).
 //
-// Only internal/api maps categories to status codes; everything else just
-// wraps and tests with errors.Is.
+// Every package wraps one of these with context ("restoring checkpoint %q: %w") rather than
+// defining its own category; a typed error that needs fields (sandbox.TransitionError) unwraps
+// to one of them.
 package errdefs
 
 import "errors"
 
 var (
-	// ErrNotFound: the named object (function, version, sandbox, checkpoint,
-	// secret) does not exist. HTTP 404.
+	// ErrNotFound: the named object (sandbox, checkpoint, file) does not exist. HTTP 404.
 	ErrNotFound = errors.New("not found")
-	// ErrExists: the object already exists and cannot be created again. HTTP 409.
+	// ErrExists: an object with that id or name already exists. HTTP 409.
 	ErrExists = errors.New("already exists")
-	// ErrInvalidArgument: the caller's input is malformed or out of range.
-	// HTTP 400.
-	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrFailedPrecondition: the request is well formed but the system is not
-	// in a state that allows it (a checkpoint still referenced, a version that
-	// failed to import). HTTP 409 or 422 depending on the call.
+	// ErrFailedPrecondition: the object exists but is in a state that forbids the operation
+	// (an illegal state transition, a checkpoint still referenced by children). HTTP 409.
 	ErrFailedPrecondition = errors.New("failed precondition")
-	// ErrUnavailable: a backing process is not ready or died (zygote
-	// restarting, sandbox engine gone). HTTP 503.
+	// ErrUnavailable: a dependency (the engine, the guest agent) did not answer or died;
+	// retrying later may succeed. HTTP 503.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrInvalidArgument: the request itself is malformed or out of range (fork N above the
+	// bound, an empty argv). HTTP 400.
+	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrTooLarge: a request or response body exceeds its limit. HTTP 413.
 	ErrTooLarge = errors.New("too large")
 	// ErrDeadlineExceeded: the operation ran past its time limit. HTTP 504.
 	ErrDeadlineExceeded = errors.New("deadline exceeded")
 )
+
+// IsNotFound reports whether err is, or wraps, ErrNotFound.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsExists reports whether err is, or wraps, ErrExists.
+func IsExists(err error) bool { return errors.Is(err, ErrExists) }
+
+// IsFailedPrecondition reports whether err is, or wraps, ErrFailedPrecondition.
+func IsFailedPrecondition(err error) bool { return errors.Is(err, ErrFailedPrecondition) }
+
+// IsUnavailable reports whether err is, or wraps, ErrUnavailable.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
+
+// IsInvalidArgument reports whether err is, or wraps, ErrInvalidArgument.
+func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgument) }

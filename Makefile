@@ -1,0 +1,27 @@
+# Zygo. `make demo` runs the main job end to end; `make test` runs every test
+# (.ci/run calls it). Both install what is missing first (scripts/deps.sh).
+GO      ?= go
+BIN     := bin
+PY      := /usr/bin/python3
+export PATH := $(PATH):/usr/local/go/bin
+
+.PHONY: all build deps test test-go test-python demo bench clean
+
+all: build
+
+deps:
+	./scripts/deps.sh
+
+build:
+	$(GO) build -o $(BIN)/zygo ./cmd/zygo
+
+test: deps build
+	cd agents/python && $(PY) -m unittest discover -s tests
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 40m ./...
+
+demo: deps build
+	./scripts/demo.sh
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,168 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/function"
+)
+
+// Client talks to a daemon over its unix socket or a TCP address.
+type Client struct {
+	base string
+	hc   *http.Client
+}
+
+// NewUnixClient returns a client for the daemon listening on socketPath.
+func NewUnixClient(socketPath string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		MaxIdleConnsPerHost: 64,
+	}
+	return &Client{base: "http://zygo", hc: &http.Client{Transport: tr}}
+}
+
+// NewTCPClient returns a client for a daemon at host:port.
+func NewTCPClient(addr string) *Client {
+	return &Client{base: "http://" + addr, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+}
+
+// Error is a failed API call: the HTTP status and the server's error body.
+type Error struct {
+	Status int
+	Body   ErrorBody
+}
+
+func (e *Error) Error() string {
+	msg := e.Body.Message
+	if e.Body.Traceback != "" {
+		msg += "\n" + e.Body.Traceback
+	}
+	return msg
+}
+
+// Unreachable wraps a transport failure: no daemon answered.
+type Unreachable struct{ Err error }
+
+func (e *Unreachable) Error() string {
+	return fmt.Sprintf("no Zygo daemon answered (is `zygo serve` running with the same --state-dir?): %v", e.Err)
+}
+
+func (e *Unreachable) Unwrap() error { return e.Err }
+
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ctype string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, &Unreachable{err}
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		var eb struct {
+			Error ErrorBody `json:"error"`
+		}
+		if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" {
+			eb.Error = ErrorBody{Code: "http", Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))}
+		}
+		return nil, &Error{Status: resp.StatusCode, Body: eb.Error}
+	}
+	return resp, nil
+}
+
+func (c *Client) getJSON(ctx context.Context, method, path string, body io.Reader, ctype string, out any) error {
+	resp, err := c.do(ctx, method, path, body, ctype)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Status returns the daemon's status.
+func (c *Client) Status(ctx context.Context) (StatusBody, error) {
+	var s StatusBody
+	return s, c.getJSON(ctx, "GET", "/v1/status", nil, "", &s)
+}
+
+// Deploy uploads a function directory (packed with function.PackDir).
+func (c *Client) Deploy(ctx context.Context, dir string) (*function.DeployResult, error) {
+	var buf bytes.Buffer
+	if err := function.PackDir(dir, &buf); err != nil {
+		return nil, err
+	}
+	var res function.DeployResult
+	return &res, c.getJSON(ctx, "POST", "/v1/functions", &buf, "application/gzip", &res)
+}
+
+// List returns every function.
+func (c *Client) List(ctx context.Context) ([]function.Status, error) {
+	var out []function.Status
+	return out, c.getJSON(ctx, "GET", "/v1/functions", nil, "", &out)
+}
+
+// Remove deletes a function.
+func (c *Client) Remove(ctx context.Context, name string) error {
+	return c.getJSON(ctx, "DELETE", "/v1/functions/"+url.PathEscape(name), nil, "", nil)
+}
+
+// InvokeResult is the handler's JSON value and the request's metadata.
+type InvokeResult struct {
+	Value     json.RawMessage
+	RequestID string
+	Elapsed   time.Duration // as measured by the client, round trip
+}
+
+// Invoke runs the function with event and returns its result. A failed
+// request is an *Error whose Body carries the handler's error.
+func (c *Client) Invoke(ctx context.Context, name string, event []byte) (*InvokeResult, error) {
+	t0 := time.Now()
+	resp, err := c.do(ctx, "POST", "/v1/functions/"+url.PathEscape(name)+"/invoke", bytes.NewReader(event), "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return &InvokeResult{Value: bytes.TrimSpace(b), RequestID: resp.Header.Get("X-Zygo-Request-Id"), Elapsed: time.Since(t0)}, nil
+}
+
+// Logs returns log lines after id `after`, optionally of one request.
+func (c *Client) Logs(ctx context.Context, name, requestID string, after int64) (*LogsBody, error) {
+	q := url.Values{}
+	if requestID != "" {
+		q.Set("request", requestID)
+	}
+	q.Set("after", strconv.FormatInt(after, 10))
+	var out LogsBody
+	return &out, c.getJSON(ctx, "GET", "/v1/functions/"+url.PathEscape(name)+"/logs?"+q.Encode(), nil, "", &out)
+}
+
+// IsNotFound reports whether err is an API 404.
+func IsNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusNotFound
+}

@@ -1,0 +1,257 @@
+// Package api is Zygo's HTTP API (JSON over a unix socket and, optionally,
+// loopback TCP) and the Go client the CLI uses. It is the only place where
+// error categories (internal/errdefs) become HTTP status codes.
+//
+// Routes (docs/ARCHITECTURE.md has the table):
+//
+//	GET    /v1/status
+//	POST   /v1/functions                   body: gzip'd tar of a function dir
+//	GET    /v1/functions
+//	GET    /v1/functions/{name}
+//	DELETE /v1/functions/{name}
+//	POST   /v1/functions/{name}/invoke     body: the event (JSON)
+//	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/function"
+	"github.com/zygo-run/zygo/internal/store"
+	"github.com/zygo-run/zygo/internal/zygote"
+)
+
+// Functions is what the server needs from the function manager.
+type Functions interface {
+	Deploy(ctx context.Context, bundle io.Reader) (*function.DeployResult, error)
+	Invoke(ctx context.Context, name string, event []byte) (*function.Invocation, error)
+	List() []function.Status
+	Get(name string) (function.Status, error)
+	Remove(ctx context.Context, name string) error
+}
+
+// Logs is what the server needs from the store for `zygo logs`.
+type Logs interface {
+	Logs(ctx context.Context, q store.LogQuery) ([]store.LogLine, error)
+}
+
+// Server serves the API.
+type Server struct {
+	fns     Functions
+	logs    Logs
+	log     *slog.Logger
+	started time.Time
+	version string
+}
+
+// NewServer returns a Server; version is the daemon's build version.
+func NewServer(fns Functions, logs Logs, log *slog.Logger, version string) *Server {
+	return &Server{fns: fns, logs: logs, log: log, started: time.Now(), version: version}
+}
+
+// Handler returns the HTTP handler with every route.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", s.status)
+	mux.HandleFunc("POST /v1/functions", s.deploy)
+	mux.HandleFunc("GET /v1/functions", s.list)
+	mux.HandleFunc("GET /v1/functions/{name}", s.get)
+	mux.HandleFunc("DELETE /v1/functions/{name}", s.remove)
+	mux.HandleFunc("POST /v1/functions/{name}/invoke", s.invoke)
+	mux.HandleFunc("GET /v1/functions/{name}/logs", s.getLogs)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path})
+	})
+	return mux
+}
+
+// StatusBody is the answer of GET /v1/status.
+type StatusBody struct {
+	Version   string `json:"version"`
+	UptimeMs  int64  `json:"uptime_ms"`
+	Functions int    `json:"functions"`
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, StatusBody{Version: s.version, UptimeMs: time.Since(s.started).Milliseconds(), Functions: len(s.fns.List())})
+}
+
+func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
+	body := http.MaxBytesReader(w, r.Body, function.MaxBundleBytes)
+	res, err := s.fns.Deploy(r.Context(), body)
+	if err != nil {
+		var ife *function.ImportFailed
+		if errors.As(err, &ife) {
+			writeError(w, http.StatusUnprocessableEntity, ErrorBody{Code: "import_failed", Type: ife.Type,
+				Message: "the new version failed to import; the previous version keeps serving: " + ife.Type + ": " + ife.Message,
+				Traceback: ife.Traceback})
+			return
+		}
+		s.fail(w, err)
+		return
+	}
+	code := http.StatusCreated
+	if res.Unchanged {
+		code = http.StatusOK
+	}
+	writeJSON(w, code, res)
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.fns.List())
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	st, err := s.fns.Get(r.PathValue("name"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
+	if err := s.fns.Remove(r.Context(), r.PathValue("name")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// failureStatus maps how a request failed to an HTTP status.
+var failureStatus = map[zygote.Failure]int{
+	zygote.FailHandler:       http.StatusInternalServerError,
+	zygote.FailTimeout:       http.StatusGatewayTimeout,
+	zygote.FailCrashed:       http.StatusBadGateway,
+	zygote.FailZygote:        http.StatusServiceUnavailable,
+	zygote.FailResponseLarge: http.StatusBadGateway,
+	zygote.FailInternal:      http.StatusInternalServerError,
+}
+
+func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, function.MaxBodyKiB<<10))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large", Message: "event exceeds the server's limit"})
+			return
+		}
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: "reading event: " + err.Error()})
+		return
+	}
+	inv, err := s.fns.Invoke(r.Context(), r.PathValue("name"), body)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.Header().Set("X-Zygo-Request-Id", inv.RequestID)
+	w.Header().Set("X-Zygo-Version", inv.Version)
+	w.Header().Set("X-Zygo-Duration-Ms", strconv.FormatFloat(float64(inv.Elapsed.Microseconds())/1000, 'f', 2, 64))
+	if inv.Failure != zygote.FailNone {
+		e := ErrorBody{Code: string(inv.Failure), RequestID: inv.RequestID}
+		if inv.Error != nil {
+			e.Type, e.Message, e.Traceback = inv.Error.Type, inv.Error.Message, inv.Error.Traceback
+		}
+		writeError(w, failureStatus[inv.Failure], e)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(inv.Value)
+	w.Write([]byte("\n"))
+}
+
+// LogsBody is the answer of GET /v1/functions/{name}/logs.
+type LogsBody struct {
+	Lines []store.LogLine `json:"lines"`
+	Next  int64           `json:"next"` // pass as ?after= to continue
+}
+
+func (s *Server) getLogs(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if _, err := s.fns.Get(name); err != nil {
+		s.fail(w, err)
+		return
+	}
+	q := store.LogQuery{Function: name, RequestID: r.URL.Query().Get("request")}
+	var err error
+	if v := r.URL.Query().Get("after"); v != "" {
+		if q.AfterID, err = strconv.ParseInt(v, 10, 64); err != nil {
+			writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: "after: not an integer"})
+			return
+		}
+	}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		if q.Limit, err = strconv.Atoi(v); err != nil || q.Limit < 1 || q.Limit > 10000 {
+			writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: "limit: must be 1..10000"})
+			return
+		}
+	}
+	lines, err := s.logs.Logs(r.Context(), q)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	next := q.AfterID
+	if len(lines) > 0 {
+		next = lines[len(lines)-1].ID
+	}
+	if lines == nil {
+		lines = []store.LogLine{}
+	}
+	writeJSON(w, http.StatusOK, LogsBody{Lines: lines, Next: next})
+}
+
+// ErrorBody is the JSON error every failing call returns, as {"error": ...}.
+type ErrorBody struct {
+	Code      string `json:"code"` // not_found, bad_request, too_large, import_failed, handler_error, timeout, ...
+	Message   string `json:"message"`
+	Type      string `json:"type,omitempty"`
+	Traceback string `json:"traceback,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	code, status := "internal", http.StatusInternalServerError
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		code, status = "not_found", http.StatusNotFound
+	case errors.Is(err, errdefs.ErrInvalidArgument):
+		code, status = "bad_request", http.StatusBadRequest
+	case errors.Is(err, errdefs.ErrTooLarge):
+		code, status = "too_large", http.StatusRequestEntityTooLarge
+	case errors.Is(err, errdefs.ErrExists):
+		code, status = "exists", http.StatusConflict
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		code, status = "failed_precondition", http.StatusConflict
+	case errors.Is(err, errdefs.ErrUnavailable):
+		code, status = "unavailable", http.StatusServiceUnavailable
+	case errors.Is(err, errdefs.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		code, status = "deadline_exceeded", http.StatusGatewayTimeout
+	case errors.Is(err, context.Canceled):
+		code, status = "cancelled", 499
+	default:
+		s.log.Error("api", "err", err)
+	}
+	writeError(w, status, ErrorBody{Code: code, Message: err.Error()})
+}
+
+func writeError(w http.ResponseWriter, status int, e ErrorBody) {
+	writeJSON(w, status, map[string]ErrorBody{"error": e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/zygo-run/zygo/internal/api"
+)
+
+func newLogsCmd(g *globals) *cobra.Command {
+	var follow bool
+	var request string
+	cmd := &cobra.Command{
+		Use:   "logs NAME",
+		Short: "Print a function's logs (stdout/stderr per request, and Zygo's warm-up reports)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := g.client()
+			var after int64
+			for {
+				body, err := c.Logs(cmd.Context(), args[0], request, after)
+				if err != nil {
+					if cmd.Context().Err() != nil {
+						return nil
+					}
+					return err
+				}
+				printLogs(cmd.OutOrStdout(), body)
+				after = body.Next
+				if !follow {
+					return nil
+				}
+				if len(body.Lines) == 0 {
+					select {
+					case <-cmd.Context().Done():
+						return nil
+					case <-time.After(300 * time.Millisecond):
+					}
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines")
+	cmd.Flags().StringVar(&request, "request", "", "only lines of this request id")
+	return cmd
+}
+
+func printLogs(w io.Writer, body *api.LogsBody) {
+	for _, l := range body.Lines {
+		req := l.RequestID
+		if req == "" {
+			req = "-"
+		}
+		fmt.Fprintf(w, "%s %s %-6s %s\n", l.At.Format("15:04:05.000"), req, l.Stream, l.Line)
+	}
+}

@@ -1,0 +1,40 @@
+package cli
+
+import (
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/zygo-run/zygo/internal/daemon"
+)
+
+func newServeCmd(g *globals) *cobra.Command {
+	var listen, bwrap string
+	var uid uint32
+	var readyTimeout time.Duration
+	var debug bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the Zygo daemon in the foreground",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level := slog.LevelInfo
+			if debug {
+				level = slog.LevelDebug
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			return daemon.Run(cmd.Context(), daemon.Config{
+				StateDir: g.resolveStateDir(), Listen: listen, Bwrap: bwrap,
+				SandboxHostUID: uid, ReadyTimeout: readyTimeout, Log: log,
+			}, nil)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this loopback TCP address (127.0.0.1:PORT)")
+	cmd.Flags().StringVar(&bwrap, "bwrap", "", "path of bwrap (default: found on PATH)")
+	cmd.Flags().Uint32Var(&uid, "sandbox-uid", 0, "host uid sandboxes run as when the daemon is root (default 65534)")
+	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")
+	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level")
+	return cmd
+}

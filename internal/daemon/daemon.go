@@ -1,0 +1,226 @@
+// Package daemon is Zygo's composition root: it wires the store, the
+// function manager and the HTTP API together and runs them until its
+// context ends. Only cmd/zygo (through internal/cli) and end-to-end tests
+// may import it; every other package receives its dependencies as
+// interfaces.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/zygo-run/zygo/agents"
+	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/internal/function"
+	"github.com/zygo-run/zygo/internal/store"
+)
+
+// Version is the daemon's build version, set by the linker or left "dev".
+var Version = "dev"
+
+// Config is the daemon's configuration, validated by Run.
+type Config struct {
+	StateDir string // holds zygo.db, zygo.sock, versions/, run/, agents/
+	// Listen is an optional loopback TCP address (127.0.0.1:PORT or
+	// [::1]:PORT) served in addition to the unix socket.
+	Listen string
+	// Bwrap is the bubblewrap binary; "" looks it up on PATH.
+	Bwrap string
+	// SandboxHostUID is the host uid sandboxes run as. When the daemon runs
+	// as root it defaults to 65534 (nobody); otherwise it is the daemon's own
+	// uid.
+	SandboxHostUID uint32
+	ReadyTimeout   time.Duration // per zygote import + warm-up; default 60 s
+	Log            *slog.Logger
+}
+
+// SocketPath returns the daemon's unix socket inside stateDir.
+func SocketPath(stateDir string) string { return filepath.Join(stateDir, "zygo.sock") }
+
+// DefaultStateDir follows the XDG base directory spec for a user
+// ($XDG_STATE_HOME/zygo, else ~/.local/state/zygo) and uses /var/lib/zygo
+// for root.
+func DefaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/zygo"
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "zygo")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "state", "zygo")
+}
+
+func (c *Config) validate() error {
+	if c.StateDir == "" {
+		return errors.New("state dir is empty")
+	}
+	abs, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return err
+	}
+	c.StateDir = abs
+	if c.Bwrap == "" {
+		p, err := exec.LookPath("bwrap")
+		if err != nil {
+			return errors.New("bwrap (bubblewrap) not found on PATH: install it with `apt-get install -y bubblewrap` or `make deps`")
+		}
+		c.Bwrap = p
+	}
+	if c.Listen != "" {
+		host, _, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return fmt.Errorf("--listen %q: %v", c.Listen, err)
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("--listen %q: only loopback addresses are allowed (127.0.0.1:PORT or [::1]:PORT)", c.Listen)
+		}
+	}
+	if c.SandboxHostUID == 0 && os.Geteuid() == 0 {
+		c.SandboxHostUID = 65534
+	}
+	if os.Geteuid() != 0 {
+		c.SandboxHostUID = 0 // keep our own uid: we cannot switch
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return nil
+}
+
+// Run starts the daemon and serves until ctx is cancelled, then shuts down:
+// it stops accepting calls, stops every zygote and closes the store. ready,
+// if not nil, is called once the API is listening.
+func Run(ctx context.Context, cfg Config, ready func()) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	log := cfg.Log
+	if err := prepareStateDir(cfg.StateDir); err != nil {
+		return err
+	}
+	unlock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := store.Open(ctx, filepath.Join(cfg.StateDir, "zygo.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	agentDir, err := agents.Extract(filepath.Join(cfg.StateDir, "agents"))
+	if err != nil {
+		return err
+	}
+	// Zygotes from an earlier run died with it (--die-with-parent); their run
+	// directories are stale.
+	os.RemoveAll(filepath.Join(cfg.StateDir, "run"))
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "run"), 0o711); err != nil {
+		return err
+	}
+	mgr := function.NewManager(function.Config{
+		StateDir: cfg.StateDir, AgentDir: agentDir, Bwrap: cfg.Bwrap,
+		SandboxHostUID: cfg.SandboxHostUID, ReadyTimeout: cfg.ReadyTimeout, Log: log,
+	}, st)
+	defer mgr.Shutdown()
+	if err := mgr.Restore(ctx); err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: api.NewServer(mgr, st, log, Version).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	listeners, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, len(listeners))
+	for _, l := range listeners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	log.Info("zygo daemon serving", "state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir), "listen", cfg.Listen, "version", Version)
+	if ready != nil {
+		ready()
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	wg.Wait()
+	os.Remove(SocketPath(cfg.StateDir))
+	log.Info("zygo daemon stopped")
+	return err
+}
+
+// prepareStateDir creates the state dir traversable (0711) by the
+// unprivileged sandbox uid, which must reach versions/, agents/ and run/
+// under it to bind them.
+func prepareStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("creating state dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	for _, sub := range []string{"versions", "agents", "etc"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return fmt.Errorf("creating state dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// lockStateDir takes an exclusive flock on STATE/zygo.lock so two daemons
+// never share a state dir. The returned func releases it.
+func lockStateDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "zygo.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("locking state dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another zygo daemon is already using %s", dir)
+	}
+	return func() { f.Close() }, nil
+}
+
+func listen(cfg Config) ([]net.Listener, error) {
+	sock := SocketPath(cfg.StateDir)
+	os.Remove(sock) // stale socket from a daemon that died; we hold the lock
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", sock, err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ul.Close()
+		return nil, err
+	}
+	ls := []net.Listener{ul}
+	if cfg.Listen != "" {
+		tl, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			ul.Close()
+			return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+		}
+		ls = append(ls, tl)
+	}
+	return ls, nil
+}

@@ -1,0 +1,211 @@
+package function
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+)
+
+// Bundle limits. A bundle is the gzip'd tar of a function directory that
+// `zygo up` uploads.
+const (
+	MaxBundleBytes   = 64 << 20  // compressed upload, bytes
+	MaxUnpackedBytes = 256 << 20 // sum of file sizes, bytes
+	MaxBundleFiles   = 10_000
+)
+
+// PackDir writes DIR as a gzip'd tar to w: regular files and directories
+// only, paths relative to DIR. Symbolic links and other special files are an
+// error naming the path (a bundle must not point outside itself). Hidden
+// directories named .git are skipped.
+func PackDir(dir string, w io.Writer) error {
+	gz := gzip.NewWriter(w)
+	tw := tar.NewWriter(gz)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".git" {
+			return filepath.SkipDir
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.Mode().IsDir():
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: filepath.ToSlash(rel) + "/", Mode: 0o755})
+		case info.Mode().IsRegular():
+			mode := int64(0o644)
+			if info.Mode()&0o111 != 0 {
+				mode = 0o755
+			}
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: filepath.ToSlash(rel), Mode: mode, Size: info.Size()}); err != nil {
+				return err
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.Copy(tw, f)
+			return err
+		default:
+			return fmt.Errorf("%w: %s is not a regular file or directory (links are not allowed in a function)", errdefs.ErrInvalidArgument, rel)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("packing %s: %w", dir, err)
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return gz.Close()
+}
+
+// File is one regular file of a bundle.
+type File struct {
+	Path string // slash-separated, relative, clean
+	Mode int64  // 0644 or 0755
+	Data []byte
+}
+
+// Unpacked is a bundle read into memory and checked.
+type Unpacked struct {
+	Files    []File // sorted by Path
+	Manifest *Manifest
+	Hash     string // "sha256:<hex>" over paths, modes and contents
+}
+
+// ReadBundle reads a gzip'd tar from r, at most MaxBundleBytes compressed and
+// MaxUnpackedBytes unpacked, parses its zygo.toml and computes its content
+// hash. Errors wrap errdefs.ErrInvalidArgument (bad archive, bad manifest,
+// unsafe path) or errdefs.ErrTooLarge.
+func ReadBundle(r io.Reader) (*Unpacked, error) {
+	lr := &io.LimitedReader{R: r, N: MaxBundleBytes + 1}
+	gz, err := gzip.NewReader(lr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bundle is not gzip: %v", errdefs.ErrInvalidArgument, err)
+	}
+	tr := tar.NewReader(gz)
+	var files []File
+	var total int64
+	seen := map[string]bool{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if lr.N <= 0 {
+				return nil, fmt.Errorf("%w: bundle exceeds %d MiB", errdefs.ErrTooLarge, MaxBundleBytes>>20)
+			}
+			return nil, fmt.Errorf("%w: reading bundle: %v", errdefs.ErrInvalidArgument, err)
+		}
+		name, err := cleanBundlePath(h.Name)
+		if err != nil {
+			return nil, err
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			continue
+		case tar.TypeReg:
+		default:
+			return nil, fmt.Errorf("%w: bundle entry %q is not a regular file", errdefs.ErrInvalidArgument, name)
+		}
+		total += h.Size
+		if total > MaxUnpackedBytes || len(files) >= MaxBundleFiles {
+			return nil, fmt.Errorf("%w: bundle exceeds %d MiB or %d files unpacked", errdefs.ErrTooLarge, MaxUnpackedBytes>>20, MaxBundleFiles)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%w: bundle has %q twice", errdefs.ErrInvalidArgument, name)
+		}
+		seen[name] = true
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading %q: %v", errdefs.ErrInvalidArgument, name, err)
+		}
+		mode := int64(0o644)
+		if h.Mode&0o111 != 0 {
+			mode = 0o755
+		}
+		files = append(files, File{Path: name, Mode: mode, Data: data})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	u := &Unpacked{Files: files, Hash: hashFiles(files)}
+	for _, f := range files {
+		if f.Path == ManifestFile {
+			m, err := ParseManifest(f.Data)
+			if err != nil {
+				return nil, err
+			}
+			u.Manifest = m
+		}
+	}
+	if u.Manifest == nil {
+		return nil, fmt.Errorf("%w: bundle has no %s at its top level", errdefs.ErrInvalidArgument, ManifestFile)
+	}
+	return u, nil
+}
+
+func cleanBundlePath(name string) (string, error) {
+	c := path.Clean(strings.TrimSuffix(name, "/"))
+	if c == "." || c == "" || path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("%w: unsafe path %q in bundle", errdefs.ErrInvalidArgument, name)
+	}
+	return c, nil
+}
+
+func hashFiles(files []File) string {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%o\x00%d\x00", f.Path, f.Mode, len(f.Data))
+		h.Write(f.Data)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// WriteTo writes the bundle's files under dir (created; must not exist),
+// files read-only (0444 or 0555) so the version stays immutable on disk.
+// On error the partial directory is removed.
+func (u *Unpacked) WriteTo(dir string) (err error) {
+	tmp := dir + ".partial"
+	_ = os.RemoveAll(tmp)
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	for _, f := range u.Files {
+		p := filepath.Join(tmp, filepath.FromSlash(f.Path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("writing bundle: %w", err)
+		}
+		if err := os.WriteFile(p, f.Data, os.FileMode(f.Mode&0o555)); err != nil {
+			return fmt.Errorf("writing bundle: %w", err)
+		}
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("writing bundle: %w", err)
+	}
+	return nil
+}

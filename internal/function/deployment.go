@@ -1,0 +1,234 @@
+package function
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/store"
+	"github.com/zygo-run/zygo/internal/zygote"
+)
+
+// deployment is one active version of a function and its zygote.
+type deployment struct {
+	m        *Manager
+	name     string
+	version  string
+	manifest *Manifest
+	codeDir  string
+	sem      chan struct{} // concurrency slots
+	served   atomic.Int64
+	inflight atomic.Int64
+
+	mu       sync.Mutex // guards the fields below
+	z        *zygote.Zygote
+	ready    zygote.Ready
+	fallback string        // non-empty: fork mode fell back to spawn, and why
+	state    string        // starting, ready, restarting, failed, stopped
+	changed  chan struct{} // closed and replaced whenever z or state changes
+	lastErr  error
+	stopped  bool
+}
+
+func newDeployment(m *Manager, name, version string, man *Manifest, codeDir string) *deployment {
+	return &deployment{m: m, name: name, version: version, manifest: man, codeDir: codeDir,
+		sem: make(chan struct{}, man.Concurrency), state: "starting", changed: make(chan struct{})}
+}
+
+func (d *deployment) setLocked(state string, z *zygote.Zygote, err error) {
+	d.state, d.z, d.lastErr = state, z, err
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// start imports the version once (in fork mode, as the long-lived zygote;
+// in spawn mode, as an import check that is then stopped) and reports the
+// warm-up findings to the logs.
+func (d *deployment) start(ctx context.Context) error {
+	mode := zygote.ModeFork
+	if d.manifest.Mode == ModeSpawn {
+		mode = zygote.ModeSpawn
+	}
+	z, err := zygote.Start(ctx, d.m.zygoteSpec(d, mode))
+	if err != nil {
+		d.mu.Lock()
+		d.setLocked("failed", nil, err)
+		d.mu.Unlock()
+		return err
+	}
+	r := z.Ready()
+	d.m.appendLogs(ctx, d.zygoLines(warmupReport(r)))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ready = r
+	switch {
+	case mode == zygote.ModeSpawn:
+		z.Stop()
+		d.setLocked("ready", nil, nil)
+	case !r.ForkSafe:
+		z.Stop()
+		d.fallback = "threads alive at warm-up (" + threadDetail(r) + "): serving each request from a fresh interpreter (spawn) instead of forking"
+		d.m.appendLogs(ctx, d.zygoLines("falling back to spawn mode: "+d.fallback))
+		d.setLocked("ready", nil, nil)
+	default:
+		d.setLocked("ready", z, nil)
+		go d.supervise(z)
+	}
+	return nil
+}
+
+func threadDetail(r zygote.Ready) string {
+	for _, c := range r.Checks {
+		if c.Name == "threads" {
+			return c.Detail
+		}
+	}
+	return "unknown threads"
+}
+
+func warmupReport(r zygote.Ready) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "zygote ready in %d ms: pid %d (host %d), python %s, %s, fork_safe=%v",
+		r.Took.Milliseconds(), r.PID, r.HostPID, r.Python, r.OpenSSL, r.ForkSafe)
+	for _, c := range r.Checks {
+		fmt.Fprintf(&b, "\nwarm-up %s [%s]: %s", c.Name, c.Level, c.Detail)
+	}
+	return b.String()
+}
+
+// supervise restarts the zygote when it dies unexpectedly, with backoff.
+func (d *deployment) supervise(z *zygote.Zygote) {
+	<-z.Done()
+	d.mu.Lock()
+	if d.stopped || d.z != z {
+		d.mu.Unlock()
+		return
+	}
+	d.setLocked("restarting", nil, z.Err())
+	d.mu.Unlock()
+	msg := fmt.Sprintf("zygote died (%v); restarting", z.Err())
+	d.m.log.Warn(msg, "function", d.name)
+	d.m.appendLogs(context.Background(), d.zygoLines(msg))
+	d.restartLoop()
+}
+
+func (d *deployment) superviseAfterFailure(err error) {
+	d.m.appendLogs(context.Background(), d.zygoLines(fmt.Sprintf("zygote failed to start (%v); retrying", err)))
+	d.restartLoop()
+}
+
+func (d *deployment) restartLoop() {
+	backoff := 200 * time.Millisecond
+	for {
+		d.mu.Lock()
+		stopped := d.stopped
+		d.mu.Unlock()
+		if stopped {
+			return
+		}
+		err := d.start(context.Background())
+		if err == nil {
+			return
+		}
+		d.m.log.Error("restarting zygote", "function", d.name, "err", err)
+		time.Sleep(backoff)
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// current waits until the deployment can take a request and returns its
+// zygote (nil means: spawn a fresh interpreter).
+func (d *deployment) current(ctx context.Context) (*zygote.Zygote, error) {
+	limit := time.NewTimer(d.m.cfg.ReadyTimeout)
+	defer limit.Stop()
+	for {
+		d.mu.Lock()
+		state, z, ch, lastErr := d.state, d.z, d.changed, d.lastErr
+		d.mu.Unlock()
+		switch state {
+		case "ready":
+			return z, nil
+		case "stopped":
+			return nil, fmt.Errorf("%w: function %q was replaced or removed", errdefs.ErrUnavailable, d.name)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-limit.C:
+			return nil, fmt.Errorf("%w: function %q is %s: %v", errdefs.ErrUnavailable, d.name, state, lastErr)
+		}
+	}
+}
+
+// drainAndStop waits for in-flight requests (up to the longest timeout) and
+// stops the zygote.
+func (d *deployment) drainAndStop() {
+	d.mu.Lock()
+	z := d.z
+	d.stopped = true
+	d.setLocked("stopped", nil, nil)
+	d.mu.Unlock()
+	if z != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond+5*time.Second)
+		defer cancel()
+		_ = z.Drain(ctx)
+		z.Stop()
+	}
+}
+
+func (d *deployment) stop() {
+	d.mu.Lock()
+	z := d.z
+	d.stopped = true
+	d.setLocked("stopped", nil, nil)
+	d.mu.Unlock()
+	if z != nil {
+		z.Stop()
+	}
+}
+
+func (d *deployment) status() Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := Status{Name: d.name, Version: d.version, Runtime: d.manifest.Runtime, Mode: d.manifest.Mode,
+		State: d.state, Fallback: d.fallback, InFlight: int(d.inflight.Load()), Served: d.served.Load(), Manifest: d.manifest}
+	if d.z != nil {
+		s.ZygotePID = d.z.Ready().HostPID
+	}
+	return s
+}
+
+func (d *deployment) result(unchanged bool) *DeployResult {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return &DeployResult{Name: d.name, Version: d.version, Unchanged: unchanged, Mode: d.manifest.Mode,
+		Fallback: d.fallback, Checks: d.ready.Checks, ReadyMs: d.ready.Took.Milliseconds()}
+}
+
+// outputSink stores what the agent prints outside requests.
+func (d *deployment) outputSink() func(stream, line string) {
+	return func(stream, line string) {
+		d.m.appendLogs(context.Background(), []store.LogLine{{Function: d.name, Version: d.version,
+			Stream: stream, At: time.Now(), Line: line}})
+	}
+}
+
+// zygoLines turns a Zygo report into log lines of stream "zygo".
+func (d *deployment) zygoLines(text string) []store.LogLine {
+	var out []store.LogLine
+	now := time.Now()
+	for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		out = append(out, store.LogLine{Function: d.name, Version: d.version, Stream: "zygo", At: now, Line: l})
+	}
+	return out
+}
+
+func sortStatus(s []Status) {
+	sort.Slice(s, func(i, j int) bool { return s[i].Name < s[j].Name })
+}

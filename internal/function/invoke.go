@@ -1,0 +1,113 @@
+package function
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/store"
+	"github.com/zygo-run/zygo/internal/zygote"
+)
+
+// Invocation is the outcome of one request.
+type Invocation struct {
+	RequestID string
+	Version   string
+	Value     json.RawMessage // set on success
+	Failure   zygote.Failure  // "" on success
+	Error     *zygote.HandlerError
+	Elapsed   time.Duration
+	Spawned   bool // served by a fresh interpreter, not a fork
+}
+
+// Invoke runs one request of function name with event (valid JSON, at most
+// max_request_kib). It returns an error only when the request could not be
+// run at all: errdefs.ErrNotFound (no such function), errdefs.ErrTooLarge
+// (event over the limit), errdefs.ErrInvalidArgument (event not JSON),
+// errdefs.ErrUnavailable (no zygote came up in time). What happens to a
+// request that ran — including handler errors, timeouts and crashes — is in
+// the Invocation.
+func (m *Manager) Invoke(ctx context.Context, name string, event []byte) (*Invocation, error) {
+	d := m.get(name)
+	if d == nil {
+		return nil, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
+	}
+	if max := d.manifest.Limits.MaxRequestKiB << 10; len(event) > max {
+		return nil, fmt.Errorf("%w: event of %d bytes exceeds max_request_kib=%d", errdefs.ErrTooLarge, len(event), d.manifest.Limits.MaxRequestKiB)
+	}
+	if len(event) == 0 {
+		event = []byte("{}")
+	}
+	if !json.Valid(event) {
+		return nil, fmt.Errorf("%w: event is not valid JSON", errdefs.ErrInvalidArgument)
+	}
+	select {
+	case d.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-d.sem }()
+	d.inflight.Add(1)
+	defer d.inflight.Add(-1)
+
+	z, err := d.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req := zygote.Request{
+		ID: newID("r"), Event: event, Function: d.name, Version: d.version, Strict: d.manifest.Strict,
+		Timeout:          time.Duration(d.manifest.Limits.TimeoutMs) * time.Millisecond,
+		MaxResponseBytes: int64(d.manifest.Limits.MaxResponseKiB) << 10,
+	}
+	inv := &Invocation{RequestID: req.ID, Version: d.version}
+	var res *zygote.Result
+	if z != nil {
+		res, err = z.Run(ctx, req)
+	} else {
+		inv.Spawned = true
+		res, err = m.spawnRun(ctx, d, req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.served.Add(1)
+	inv.Value, inv.Failure, inv.Error, inv.Elapsed = res.Value, res.Failure, res.Error, res.Elapsed
+	m.appendLogs(ctx, requestLines(d, req.ID, res))
+	return inv, nil
+}
+
+// spawnRun serves one request from a fresh interpreter: a new agent
+// imports the code and runs the request in its own process, then exits.
+func (m *Manager) spawnRun(ctx context.Context, d *deployment, req zygote.Request) (*zygote.Result, error) {
+	t0 := time.Now()
+	z, err := zygote.Start(ctx, m.zygoteSpec(d, zygote.ModeSpawn))
+	if err != nil {
+		return nil, fmt.Errorf("%w: starting a fresh interpreter: %v", errdefs.ErrUnavailable, err)
+	}
+	defer z.Stop()
+	res, err := z.Run(ctx, req)
+	if res != nil {
+		res.Elapsed = time.Since(t0)
+	}
+	return res, err
+}
+
+func requestLines(d *deployment, id string, res *zygote.Result) []store.LogLine {
+	now := time.Now()
+	out := make([]store.LogLine, 0, len(res.Stdout)+len(res.Stderr)+1)
+	for _, l := range res.Stdout {
+		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "stdout", At: now, Line: l})
+	}
+	for _, l := range res.Stderr {
+		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "stderr", At: now, Line: l})
+	}
+	status := fmt.Sprintf("request %s done in %.1f ms", id, float64(res.Elapsed.Microseconds())/1000)
+	if res.Failure != zygote.FailNone && res.Error != nil {
+		status = fmt.Sprintf("request %s failed (%s) in %.1f ms: %s: %s", id, res.Failure,
+			float64(res.Elapsed.Microseconds())/1000, res.Error.Type, res.Error.Message)
+	}
+	out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "zygo", At: now, Line: status})
+	return out
+}

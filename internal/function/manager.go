@@ -1,0 +1,294 @@
+package function
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/nsbox"
+	"github.com/zygo-run/zygo/internal/store"
+	"github.com/zygo-run/zygo/internal/zygote"
+)
+
+// Registry is what the Manager needs from the store. *store.Store
+// implements it; tests may use a fake.
+type Registry interface {
+	PutVersion(ctx context.Context, v store.Version) error
+	SetActive(ctx context.Context, function, hash string) error
+	Function(ctx context.Context, name string) (store.FunctionRecord, error)
+	Functions(ctx context.Context) ([]store.FunctionRecord, error)
+	DeleteFunction(ctx context.Context, name string) error
+	AppendLogs(ctx context.Context, lines []store.LogLine) error
+}
+
+// Config configures a Manager.
+type Config struct {
+	StateDir string // versions/ and run/ live here
+	AgentDir string // extracted agents (bound at /opt/zygo/agents)
+	Bwrap    string // path of bwrap
+	// SandboxHostUID is the host uid sandboxes run as; 0 keeps the daemon's
+	// own uid (the only choice when the daemon is not root).
+	SandboxHostUID uint32
+	ReadyTimeout   time.Duration // import + warm-up bound per zygote
+	Log            *slog.Logger
+}
+
+// Manager deploys functions and dispatches invocations. It is safe for
+// concurrent use.
+type Manager struct {
+	cfg Config
+	reg Registry
+	log *slog.Logger
+
+	deployMu sync.Mutex // serialises Deploy and Remove
+
+	mu  sync.Mutex // guards fns
+	fns map[string]*deployment
+}
+
+// NewManager returns a Manager with no functions loaded; call Restore to
+// start the ones in the registry.
+func NewManager(cfg Config, reg Registry) *Manager {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 60 * time.Second
+	}
+	return &Manager{cfg: cfg, reg: reg, log: cfg.Log, fns: map[string]*deployment{}}
+}
+
+// DeployResult describes a deployed version.
+type DeployResult struct {
+	Name      string         `json:"name"`
+	Version   string         `json:"version"`
+	Unchanged bool           `json:"unchanged"` // the same version was already active
+	Mode      Mode           `json:"mode"`
+	Fallback  string         `json:"fallback,omitempty"` // why fork mode fell back to spawn
+	Checks    []zygote.Check `json:"checks,omitempty"`
+	ReadyMs   int64          `json:"ready_ms"` // import + warm-up, milliseconds
+}
+
+// ImportFailed is returned by Deploy when the new version fails to import;
+// the previous version keeps serving.
+type ImportFailed struct{ *zygote.ImportError }
+
+// Deploy reads a bundle (see ReadBundle), stores it as an immutable version,
+// starts its zygote, waits for READY, switches traffic to it and drains the
+// old version in the background. Errors: errdefs.ErrInvalidArgument (bad
+// bundle or manifest, naming the key), *ImportFailed (wraps
+// errdefs.ErrFailedPrecondition; carries the traceback),
+// errdefs.ErrUnavailable (sandbox could not start).
+func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, error) {
+	u, err := ReadBundle(bundle)
+	if err != nil {
+		return nil, err
+	}
+	if u.Manifest.Runtime != RuntimePython {
+		return nil, fmt.Errorf("%w: zygo.toml: runtime: %q is not supported yet (python only)", errdefs.ErrInvalidArgument, u.Manifest.Runtime)
+	}
+	if _, err := os.Stat(u.Manifest.Interpreter); err != nil {
+		return nil, fmt.Errorf("%w: zygo.toml: interpreter: %s not found on this host", errdefs.ErrInvalidArgument, u.Manifest.Interpreter)
+	}
+	m.deployMu.Lock()
+	defer m.deployMu.Unlock()
+
+	name := u.Manifest.Name
+	codeDir := m.versionDir(name, u.Hash)
+	if _, err := os.Stat(codeDir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(codeDir), 0o755); err != nil {
+			return nil, fmt.Errorf("storing version: %w", err)
+		}
+		if err := u.WriteTo(codeDir); err != nil {
+			return nil, err
+		}
+	}
+	old := m.get(name)
+	if old != nil && old.version == u.Hash {
+		return old.result(true), nil
+	}
+	d := newDeployment(m, name, u.Hash, u.Manifest, codeDir)
+	if err := d.start(ctx); err != nil {
+		var ie *zygote.ImportError
+		if errors.As(err, &ie) {
+			m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Type+": "+ie.Message+"\n"+ie.Traceback))
+			return nil, &ImportFailed{ie}
+		}
+		return nil, err
+	}
+	mj, _ := json.Marshal(u.Manifest)
+	if err := m.reg.PutVersion(ctx, store.Version{Function: name, Hash: u.Hash, Manifest: mj}); err != nil {
+		d.stop()
+		return nil, err
+	}
+	if err := m.reg.SetActive(ctx, name, u.Hash); err != nil {
+		d.stop()
+		return nil, err
+	}
+	m.mu.Lock()
+	m.fns[name] = d
+	m.mu.Unlock()
+	if old != nil {
+		go old.drainAndStop()
+	}
+	return d.result(false), nil
+}
+
+func (m *Manager) versionDir(name, hash string) string {
+	return filepath.Join(m.cfg.StateDir, "versions", name, strings.TrimPrefix(hash, "sha256:")[:32])
+}
+
+func (m *Manager) get(name string) *deployment {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fns[name]
+}
+
+// Restore starts every function in the registry (in the background) so
+// they come back warm after a daemon restart. It returns once they are all
+// starting; invocations wait until their zygote is ready.
+func (m *Manager) Restore(ctx context.Context) error {
+	recs, err := m.reg.Functions(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		var man Manifest
+		if err := json.Unmarshal(r.Active.Manifest, &man); err != nil {
+			m.log.Error("restoring function: bad stored manifest", "function", r.Name, "err", err)
+			continue
+		}
+		codeDir := m.versionDir(r.Name, r.Active.Hash)
+		d := newDeployment(m, r.Name, r.Active.Hash, &man, codeDir)
+		m.mu.Lock()
+		m.fns[r.Name] = d
+		m.mu.Unlock()
+		go func() {
+			if err := d.start(context.Background()); err != nil {
+				m.log.Error("restoring function", "function", d.name, "err", err)
+				d.superviseAfterFailure(err)
+			}
+		}()
+	}
+	return nil
+}
+
+// Remove stops a function's zygote and deletes it, its versions and its
+// logs. errdefs.ErrNotFound if it does not exist.
+func (m *Manager) Remove(ctx context.Context, name string) error {
+	m.deployMu.Lock()
+	defer m.deployMu.Unlock()
+	if err := m.reg.DeleteFunction(ctx, name); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	d := m.fns[name]
+	delete(m.fns, name)
+	m.mu.Unlock()
+	if d != nil {
+		d.stop()
+	}
+	os.RemoveAll(filepath.Join(m.cfg.StateDir, "versions", name))
+	return nil
+}
+
+// Shutdown stops every zygote (in-flight requests fail). Call once.
+func (m *Manager) Shutdown() {
+	m.mu.Lock()
+	ds := make([]*deployment, 0, len(m.fns))
+	for _, d := range m.fns {
+		ds = append(ds, d)
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, d := range ds {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.stop() }()
+	}
+	wg.Wait()
+}
+
+// Status is one function as `zygo ls` shows it.
+type Status struct {
+	Name      string    `json:"name"`
+	Version   string    `json:"version"`
+	Runtime   Runtime   `json:"runtime"`
+	Mode      Mode      `json:"mode"`
+	State     string    `json:"state"` // starting, ready, restarting, failed, spawn
+	Fallback  string    `json:"fallback,omitempty"`
+	ZygotePID int       `json:"zygote_pid,omitempty"` // host pid
+	InFlight  int       `json:"in_flight"`
+	Served    int64     `json:"served"`
+	Manifest  *Manifest `json:"manifest"`
+}
+
+// List returns every loaded function, sorted by name.
+func (m *Manager) List() []Status {
+	m.mu.Lock()
+	ds := make([]*deployment, 0, len(m.fns))
+	for _, d := range m.fns {
+		ds = append(ds, d)
+	}
+	m.mu.Unlock()
+	out := make([]Status, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, d.status())
+	}
+	sortStatus(out)
+	return out
+}
+
+// Get returns one function's status; errdefs.ErrNotFound if unknown.
+func (m *Manager) Get(name string) (Status, error) {
+	d := m.get(name)
+	if d == nil {
+		return Status{}, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
+	}
+	return d.status(), nil
+}
+
+func (m *Manager) appendLogs(ctx context.Context, lines []store.LogLine) {
+	if len(lines) == 0 {
+		return
+	}
+	if err := m.reg.AppendLogs(context.WithoutCancel(ctx), lines); err != nil {
+		m.log.Error("storing logs", "err", err)
+	}
+}
+
+func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
+	id := newID("z")
+	return zygote.Spec{
+		Box: nsbox.Spec{
+			Bwrap: m.cfg.Bwrap, HostUID: m.cfg.SandboxHostUID, Interpreter: d.manifest.Interpreter,
+			CodeDir: d.codeDir, AgentDir: m.cfg.AgentDir, EtcDir: filepath.Join(m.cfg.StateDir, "etc"),
+		},
+		Runtime:      string(d.manifest.Runtime),
+		Handler:      d.manifest.Handler,
+		Mode:         mode,
+		Env:          d.manifest.SortedEnv(),
+		RunDir:       filepath.Join(m.cfg.StateDir, "run", id),
+		ReadyTimeout: m.cfg.ReadyTimeout,
+		Output:       d.outputSink(),
+		Log:          m.log.With("function", d.name, "zygote", id),
+	}
+}
+
+// newID returns prefix-<unix ms hex>-<6 random bytes hex>: unique,
+// roughly time-ordered, not a capability.
+func newID(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%x-%s", prefix, time.Now().UnixMilli(), hex.EncodeToString(b[:]))
+}

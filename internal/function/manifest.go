@@ -1,0 +1,256 @@
+// Package function holds what Zygo knows about a warm function: its manifest
+// (zygo.toml), the immutable bundle of its code (a content-hashed version),
+// and the Manager that deploys versions and dispatches requests to their
+// zygotes.
+//
+// Deploy walk-through: Manager.Deploy parses and validates the manifest,
+// stores the bundle under its content hash, starts a zygote for it and waits
+// for READY, then switches traffic to it and drains the old version. Invoke
+// picks the active version of a function and runs one request on a fresh
+// child of its zygote (or a fresh interpreter in spawn mode).
+package function
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+)
+
+// ManifestFile is the name of the manifest inside a function directory.
+const ManifestFile = "zygo.toml"
+
+// Runtime names the language agent that serves a function.
+type Runtime string
+
+const (
+	RuntimePython Runtime = "python"
+	RuntimeNode   Runtime = "node"
+)
+
+// Mode says how a request gets its process.
+type Mode string
+
+const (
+	// ModeFork serves each request from a fork of the function's zygote.
+	ModeFork Mode = "fork"
+	// ModeSpawn starts a fresh interpreter for each request (cold start).
+	ModeSpawn Mode = "spawn"
+)
+
+// Limits are the per-request limits of a function, from the [limits] table.
+// Zero means "not set" only for PIDs and CPUMs; the others get defaults.
+type Limits struct {
+	TimeoutMs      int `toml:"timeout_ms" json:"timeout_ms"`             // wall time per request, milliseconds
+	MemoryMiB      int `toml:"memory_mib" json:"memory_mib"`             // memory per request, MiB
+	PIDs           int `toml:"pids" json:"pids,omitempty"`               // processes/threads per request
+	CPUMs          int `toml:"cpu_ms" json:"cpu_ms,omitempty"`           // CPU time per request, milliseconds
+	MaxRequestKiB  int `toml:"max_request_kib" json:"max_request_kib"`   // event size, KiB
+	MaxResponseKiB int `toml:"max_response_kib" json:"max_response_kib"` // result size, KiB
+}
+
+// Manifest is a parsed and validated zygo.toml.
+type Manifest struct {
+	Name    string  `toml:"name" json:"name"`
+	Runtime Runtime `toml:"runtime" json:"runtime"`
+	// Handler is "module:function" for Python, "file.js:export" for Node.
+	Handler string `toml:"handler" json:"handler"`
+	Mode    Mode   `toml:"mode" json:"mode"`
+	// Interpreter is the absolute path of the interpreter the function runs
+	// on; default /usr/bin/python3 for Python and /usr/bin/node for Node.
+	Interpreter string            `toml:"interpreter" json:"interpreter"`
+	Secrets     []string          `toml:"secrets" json:"secrets,omitempty"`
+	Strict      bool              `toml:"strict" json:"strict"`
+	Concurrency int               `toml:"concurrency" json:"concurrency"` // requests in flight at once
+	Env         map[string]string `toml:"env" json:"env,omitempty"`
+	Limits      Limits            `toml:"limits" json:"limits"`
+}
+
+// Bounds on manifest values; the docs (README, ARCHITECTURE) repeat them.
+const (
+	DefaultTimeoutMs   = 30_000
+	MaxTimeoutMs       = 15 * 60_000
+	DefaultMemoryMiB   = 256
+	MinMemoryMiB       = 16
+	MaxMemoryMiB       = 65_536
+	DefaultBodyKiB     = 6 * 1024
+	MaxBodyKiB         = 64 * 1024
+	DefaultConcurrency = 8
+	MaxConcurrency     = 256
+)
+
+var (
+	nameRE        = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	pyHandlerRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$`)
+	nodeHandlerRE = regexp.MustCompile(`^[A-Za-z0-9_./-]+\.(js|mjs|cjs):[A-Za-z_$][A-Za-z0-9_$]*$`)
+	envKeyRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	secretRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+)
+
+// ParseManifest decodes and validates a zygo.toml. Errors wrap
+// errdefs.ErrInvalidArgument and name the offending key.
+func ParseManifest(data []byte) (*Manifest, error) {
+	var m Manifest
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&m)
+	if err != nil {
+		return nil, fmt.Errorf("%w: zygo.toml: %v", errdefs.ErrInvalidArgument, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = fmt.Sprintf("%q", k.String())
+		}
+		return nil, fmt.Errorf("%w: zygo.toml: unknown key %s", errdefs.ErrInvalidArgument, strings.Join(keys, ", "))
+	}
+	m.applyDefaults()
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// LoadManifest reads DIR/zygo.toml and parses it.
+func LoadManifest(dir string) (*Manifest, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s has no %s", errdefs.ErrInvalidArgument, dir, ManifestFile)
+		}
+		return nil, fmt.Errorf("reading manifest: %w", err)
+	}
+	return ParseManifest(data)
+}
+
+func (m *Manifest) applyDefaults() {
+	if m.Mode == "" {
+		m.Mode = ModeFork
+	}
+	if m.Interpreter == "" {
+		switch m.Runtime {
+		case RuntimeNode:
+			m.Interpreter = "/usr/bin/node"
+		default:
+			m.Interpreter = "/usr/bin/python3"
+		}
+	}
+	if m.Concurrency == 0 {
+		m.Concurrency = DefaultConcurrency
+	}
+	l := &m.Limits
+	if l.TimeoutMs == 0 {
+		l.TimeoutMs = DefaultTimeoutMs
+	}
+	if l.MemoryMiB == 0 {
+		l.MemoryMiB = DefaultMemoryMiB
+	}
+	if l.MaxRequestKiB == 0 {
+		l.MaxRequestKiB = DefaultBodyKiB
+	}
+	if l.MaxResponseKiB == 0 {
+		l.MaxResponseKiB = DefaultBodyKiB
+	}
+}
+
+// Validate checks every field and returns an error naming the first bad key,
+// wrapping errdefs.ErrInvalidArgument.
+func (m *Manifest) Validate() error {
+	bad := func(key, format string, a ...any) error {
+		return fmt.Errorf("%w: zygo.toml: %s: %s", errdefs.ErrInvalidArgument, key, fmt.Sprintf(format, a...))
+	}
+	if m.Name == "" {
+		return bad("name", "is required")
+	}
+	if !nameRE.MatchString(m.Name) {
+		return bad("name", "%q must be 1-63 of [a-z0-9-], starting with a letter or digit", m.Name)
+	}
+	switch m.Runtime {
+	case RuntimePython:
+		if !pyHandlerRE.MatchString(m.Handler) {
+			return bad("handler", "%q must be module:function (for example main:handler)", m.Handler)
+		}
+	case RuntimeNode:
+		if !nodeHandlerRE.MatchString(m.Handler) {
+			return bad("handler", "%q must be file.js:export (for example index.js:handler)", m.Handler)
+		}
+	case "":
+		return bad("runtime", "is required (python or node)")
+	default:
+		return bad("runtime", "%q is not one of python, node", m.Runtime)
+	}
+	if m.Mode != ModeFork && m.Mode != ModeSpawn {
+		return bad("mode", "%q is not one of fork, spawn", m.Mode)
+	}
+	if !filepath.IsAbs(m.Interpreter) || filepath.Clean(m.Interpreter) != m.Interpreter {
+		return bad("interpreter", "%q must be a clean absolute path", m.Interpreter)
+	}
+	if m.Concurrency < 1 || m.Concurrency > MaxConcurrency {
+		return bad("concurrency", "%d is outside 1..%d", m.Concurrency, MaxConcurrency)
+	}
+	seen := map[string]bool{}
+	for _, s := range m.Secrets {
+		if !secretRE.MatchString(s) {
+			return bad("secrets", "%q is not a valid secret name ([A-Za-z_][A-Za-z0-9_]*)", s)
+		}
+		if seen[s] {
+			return bad("secrets", "%q is listed twice", s)
+		}
+		seen[s] = true
+	}
+	for k := range m.Env {
+		if !envKeyRE.MatchString(k) {
+			return bad("env."+k, "is not a valid environment variable name")
+		}
+		if reservedEnv(k) {
+			return bad("env."+k, "is reserved by Zygo")
+		}
+	}
+	return m.Limits.validate(bad)
+}
+
+func (l *Limits) validate(bad func(key, format string, a ...any) error) error {
+	type rng struct {
+		key       string
+		v, lo, hi int
+	}
+	for _, r := range []rng{
+		{"limits.timeout_ms", l.TimeoutMs, 1, MaxTimeoutMs},
+		{"limits.memory_mib", l.MemoryMiB, MinMemoryMiB, MaxMemoryMiB},
+		{"limits.pids", l.PIDs, 0, 65_536},
+		{"limits.cpu_ms", l.CPUMs, 0, MaxTimeoutMs},
+		{"limits.max_request_kib", l.MaxRequestKiB, 1, MaxBodyKiB},
+		{"limits.max_response_kib", l.MaxResponseKiB, 1, MaxBodyKiB},
+	} {
+		if r.v < r.lo || r.v > r.hi {
+			return bad(r.key, "%d is outside %d..%d", r.v, r.lo, r.hi)
+		}
+	}
+	return nil
+}
+
+// reservedEnv reports whether an environment variable is set by Zygo itself
+// and may not be overridden by a manifest.
+func reservedEnv(k string) bool {
+	switch k {
+	case "TMPDIR", "HOME", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH":
+		return true
+	}
+	return strings.HasPrefix(k, "ZYGO_")
+}
+
+// SortedEnv returns the manifest's environment as sorted KEY=VALUE pairs.
+func (m *Manifest) SortedEnv() []string {
+	out := make([]string, 0, len(m.Env))
+	for k, v := range m.Env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}

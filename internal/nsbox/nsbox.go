@@ -1,0 +1,190 @@
+// Package nsbox is Zygo's namespace sandbox backend: it builds the
+// bubblewrap (bwrap) command line that starts a language agent in fresh
+// user, pid, mount, ipc, uts, net and cgroup namespaces, as a non-root uid
+// with every capability dropped, on a read-only root made only of what the
+// runtime needs, under the default seccomp filter (internal/seccomp).
+//
+// nsbox never forks a Go process itself: the namespaces are made by bwrap,
+// which the supervisor starts with os/exec.
+package nsbox
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/zygo-run/zygo/internal/seccomp"
+)
+
+// In-sandbox paths. docs/protocol.md and the agents use the same values.
+const (
+	CodeDir    = "/code"            // the function's version, read-only
+	AgentDir   = "/opt/zygo/agents" // the language agents, read-only
+	ReqDir     = "/run/zygo/req"    // request directories (host-backed)
+	SecretsDir = "/run/secrets"     // secret files (host-backed, read-only mount)
+	SandboxUID = 1000               // uid and gid inside the sandbox
+	Hostname   = "zygo"             // uts hostname inside the sandbox
+	passwdLine = "zygo:x:1000:1000:zygo:/tmp:/usr/sbin/nologin\n"
+)
+
+// Spec describes one sandbox.
+type Spec struct {
+	Bwrap       string   // path of the bwrap binary
+	HostUID     uint32   // host uid (and gid) bwrap runs as; 0 keeps the caller's
+	Interpreter string   // absolute path of the interpreter, run as argv[0]
+	Args        []string // arguments after the interpreter
+	Env         []string // the complete environment, KEY=VALUE
+	CodeDir     string   // host dir bound at /code, read-only
+	AgentDir    string   // host dir bound at /opt/zygo/agents, read-only
+	ReqDir      string   // host dir bound at /run/zygo/req, read-write
+	TmpDir      string   // host dir bound at /tmp, read-write (private to this sandbox)
+	SecretsDir  string   // host dir bound at /run/secrets read-only; "" for none
+	EtcDir      string   // host dir holding generated passwd, group, hosts
+}
+
+// Files the sandbox gets as inherited descriptors. The caller owns them and
+// closes its copies after Start.
+type Files struct {
+	Control *os.File // becomes fd 3 in the sandbox
+	Status  *os.File // write end for bwrap's --json-status-fd (host pid, exit code); may be nil
+}
+
+// Command returns an unstarted bwrap command for spec. Its stdin is
+// /dev/null; the caller sets Stdout and Stderr. The seccomp program is
+// passed through an unlinked temporary file that the caller must not close
+// before Start (it is in cmd.ExtraFiles; closing it after Start is the
+// caller's job, via CloseExtra).
+func Command(spec Spec, files Files) (*exec.Cmd, error) {
+	if err := WriteEtc(spec.EtcDir); err != nil {
+		return nil, err
+	}
+	prog, err := seccomp.Default()
+	if err != nil {
+		return nil, err
+	}
+	sf, err := os.CreateTemp("", "zygo-seccomp-")
+	if err != nil {
+		return nil, fmt.Errorf("writing seccomp program: %w", err)
+	}
+	os.Remove(sf.Name())
+	if _, err := sf.Write(prog); err != nil {
+		sf.Close()
+		return nil, fmt.Errorf("writing seccomp program: %w", err)
+	}
+	if _, err := sf.Seek(0, 0); err != nil {
+		sf.Close()
+		return nil, err
+	}
+	if spec.HostUID != 0 {
+		_ = sf.Chown(int(spec.HostUID), int(spec.HostUID))
+	}
+	extra := []*os.File{files.Control, sf} // fd 3, fd 4
+	args := baseArgs(spec)
+	args = append(args, "--seccomp", "4")
+	if files.Status != nil {
+		extra = append(extra, files.Status) // fd 5
+		args = append(args, "--json-status-fd", "5")
+	}
+	args = append(args, "--", spec.Interpreter)
+	args = append(args, spec.Args...)
+	cmd := exec.Command(spec.Bwrap, args...)
+	cmd.Env = spec.Env
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if spec.HostUID != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: spec.HostUID, Gid: spec.HostUID}
+	}
+	return cmd, nil
+}
+
+// CloseExtra closes the seccomp file Command created (fd 4 of cmd); call it
+// after cmd.Start.
+func CloseExtra(cmd *exec.Cmd) {
+	if len(cmd.ExtraFiles) > 1 {
+		cmd.ExtraFiles[1].Close()
+	}
+}
+
+func baseArgs(spec Spec) []string {
+	uid := fmt.Sprint(SandboxUID)
+	a := []string{
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+		"--uid", uid, "--gid", uid, "--hostname", Hostname,
+		"--cap-drop", "ALL", "--die-with-parent", "--new-session",
+		"--ro-bind", "/usr", "/usr",
+		"--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
+		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+		"--proc", "/proc", "--dev", "/dev",
+	}
+	for _, p := range []string{"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl", "/etc/localtime", "/usr/share/zoneinfo"} {
+		a = append(a, "--ro-bind-try", p, p)
+	}
+	for _, f := range []string{"passwd", "group", "hosts"} {
+		a = append(a, "--ro-bind", filepath.Join(spec.EtcDir, f), "/etc/"+f)
+	}
+	if prefix := interpreterPrefix(spec.Interpreter); prefix != "" {
+		a = append(a, "--ro-bind", prefix, prefix)
+	}
+	a = append(a,
+		"--ro-bind", spec.CodeDir, CodeDir,
+		"--ro-bind", spec.AgentDir, AgentDir,
+		"--bind", spec.TmpDir, "/tmp",
+		"--bind", spec.ReqDir, ReqDir,
+	)
+	if spec.SecretsDir != "" {
+		a = append(a, "--ro-bind", spec.SecretsDir, SecretsDir)
+	}
+	a = append(a, "--chdir", CodeDir, "--remount-ro", "/")
+	return a
+}
+
+// interpreterPrefix returns the directory to bind for an interpreter that
+// lives outside /usr (for example /opt/python3.12/bin/python3 → /opt/python3.12),
+// or "" when /usr already covers it.
+func interpreterPrefix(interp string) string {
+	if strings.HasPrefix(interp, "/usr/") {
+		return ""
+	}
+	dir := filepath.Dir(interp)
+	if filepath.Base(dir) == "bin" {
+		dir = filepath.Dir(dir)
+	}
+	if dir == "/" {
+		return ""
+	}
+	return dir
+}
+
+// WriteEtc writes the sandbox's passwd, group and hosts into dir (created
+// 0755 if missing). The files are the same for every sandbox.
+func WriteEtc(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("writing sandbox /etc: %w", err)
+	}
+	files := map[string]string{
+		"passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n" + passwdLine,
+		"group":  "root:x:0:\nzygo:x:1000:\n",
+		"hosts":  "127.0.0.1 localhost " + Hostname + "\n::1 localhost\n",
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if b, err := os.ReadFile(p); err == nil && string(b) == body {
+			continue
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			return fmt.Errorf("writing sandbox /etc/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// ThreadEnv is the environment that keeps native thread pools at one thread
+// in the zygote, so that it stays single-threaded and safe to fork (case
+// BH-12). Users may raise them per request inside the handler.
+var ThreadEnv = []string{
+	"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1",
+	"NUMEXPR_NUM_THREADS=1", "VECLIB_MAXIMUM_THREADS=1", "GOTO_NUM_THREADS=1",
+}

@@ -1,0 +1,128 @@
+// Package seccomp generates Zygo's seccomp filters as classic BPF programs
+// (struct sock_filter arrays, as loaded by seccomp(2) and by bubblewrap's
+// --seccomp FD), using github.com/elastic/go-seccomp-bpf for the syscall
+// tables and the assembler.
+//
+// Two filters exist:
+//   - Default: installed by bubblewrap on every ns sandbox, inherited by the
+//     zygote and every child. Denies the syscalls in DefaultDenied with EPERM.
+//   - Strict: installed by a child after GO under `strict = true`, on top of
+//     the default (filters stack; the kernel takes the strictest answer, see
+//     Documentation/userspace-api/seccomp_filter.rst). Denies execve,
+//     execveat, fork, vfork, clone without CLONE_THREAD, and clone3.
+//
+// Both filters start with an architecture check: a syscall made through
+// another ABI (i386 via int 0x80, x32) fails with ENOSYS, so the deny lists
+// cannot be bypassed by switching ABI.
+package seccomp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	libseccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultDenied lists the syscalls the default filter refuses with EPERM:
+// kernel module and kexec loading, mounts and namespace changes, tracing and
+// cross-process memory access, keyrings, BPF and perf, clock and host
+// settings, swap, io_uring, userfaultfd and handle-based opens. docs/ARCHITECTURE.md
+// repeats this list.
+var DefaultDenied = []string{
+	// kernel modules and kexec
+	"init_module", "finit_module", "delete_module", "create_module", "kexec_load", "kexec_file_load",
+	// mounts and namespaces (bubblewrap has set them up already)
+	"mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
+	"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+	// tracing and other processes' memory
+	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+	// kernel keyrings, BPF, perf
+	"add_key", "request_key", "keyctl", "bpf", "perf_event_open", "lookup_dcookie",
+	// host-wide settings
+	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "reboot", "swapon", "swapoff",
+	"acct", "syslog", "sethostname", "setdomainname", "quotactl", "nfsservctl", "uselib",
+	"ioperm", "iopl", "vhangup", "_sysctl", "personality",
+	// large attack surface, not needed by functions
+	"io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
+	"open_by_handle_at", "name_to_handle_at",
+}
+
+// Default returns the default filter as a raw BPF program: 8 bytes per
+// instruction in native byte order (u16 code, u8 jt, u8 jf, u32 k), the
+// format bubblewrap reads from its --seccomp file descriptor.
+func Default() ([]byte, error) {
+	p := libseccomp.Policy{
+		DefaultAction: libseccomp.ActionAllow,
+		Syscalls: []libseccomp.SyscallGroup{
+			{Action: libseccomp.ActionErrno, Names: DefaultDenied},
+		},
+	}
+	return assemble(p)
+}
+
+// StrictDenied lists what the strict filter adds; clone is denied only
+// without CLONE_THREAD, so threads keep working.
+var StrictDenied = []string{"execve", "execveat", "fork", "vfork", "clone3", "clone (without CLONE_THREAD)"}
+
+// Strict returns the strict filter in the same raw format as Default.
+func Strict() ([]byte, error) {
+	p := libseccomp.Policy{
+		DefaultAction: libseccomp.ActionAllow,
+		Syscalls: []libseccomp.SyscallGroup{
+			{Action: libseccomp.ActionErrno, Names: []string{"execve", "execveat", "fork", "vfork", "clone3"}},
+			{
+				Action: libseccomp.ActionErrno,
+				NamesWithCondtions: []libseccomp.NameWithConditions{{
+					Name: "clone",
+					Conditions: libseccomp.ArgumentConditions{
+						{Argument: 0, Operation: libseccomp.BitsNotSet, Value: unix.CLONE_THREAD},
+					},
+				}},
+			},
+		},
+	}
+	return assemble(p)
+}
+
+// archCheck refuses (ENOSYS) every syscall whose audit arch is not the
+// native one. The library's own check lets a foreign arch fall through to
+// the default action (allow), which would bypass a deny list.
+func archCheck() ([]bpf.Instruction, error) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return nil, err
+	}
+	return []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+	}, nil
+}
+
+func assemble(p libseccomp.Policy) ([]byte, error) {
+	prog, err := p.Assemble()
+	if err != nil {
+		return nil, fmt.Errorf("assembling seccomp policy: %w", err)
+	}
+	pre, err := archCheck()
+	if err != nil {
+		return nil, fmt.Errorf("assembling seccomp policy: %w", err)
+	}
+	raw, err := bpf.Assemble(append(pre, prog...))
+	if err != nil {
+		return nil, fmt.Errorf("assembling seccomp policy: %w", err)
+	}
+	var buf bytes.Buffer
+	for _, ins := range raw {
+		_ = binary.Write(&buf, binary.NativeEndian, struct {
+			Op     uint16
+			Jt, Jf uint8
+			K      uint32
+		}{ins.Op, ins.Jt, ins.Jf, ins.K})
+	}
+	return buf.Bytes(), nil
+}

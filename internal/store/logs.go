@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// LogLine is one line a function printed. RequestID is empty for lines the
+// zygote printed at import or warm-up, and for Zygo's own warm-up reports
+// (Stream "zygo").
+type LogLine struct {
+	ID        int64     `json:"id"`
+	Function  string    `json:"function"`
+	Version   string    `json:"version"`
+	RequestID string    `json:"request_id,omitempty"`
+	Stream    string    `json:"stream"` // "stdout", "stderr" or "zygo"
+	At        time.Time `json:"at"`
+	Line      string    `json:"line"`
+}
+
+// MaxLogLinesPerFunction bounds the logs kept per function; older lines are
+// pruned as new ones arrive.
+const MaxLogLinesPerFunction = 20_000
+
+// AppendLogs stores lines in one transaction.
+func (s *Store) AppendLogs(ctx context.Context, lines []LogLine) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("appending logs: %w", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO logs (function, version, request_id, stream, at, line) VALUES (?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("appending logs: %w", err)
+	}
+	defer stmt.Close()
+	fns := map[string]bool{}
+	for _, l := range lines {
+		if _, err := stmt.ExecContext(ctx, l.Function, l.Version, l.RequestID, l.Stream, l.At.UnixMilli(), l.Line); err != nil {
+			return fmt.Errorf("appending logs: %w", err)
+		}
+		fns[l.Function] = true
+	}
+	for fn := range fns {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM logs WHERE function = ? AND id <= (
+			SELECT id FROM logs WHERE function = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
+			fn, fn, MaxLogLinesPerFunction); err != nil {
+			return fmt.Errorf("pruning logs: %w", err)
+		}
+	}
+	return tx.Commit()
+}
+
+// LogQuery selects log lines.
+type LogQuery struct {
+	Function  string
+	RequestID string // optional
+	AfterID   int64  // only lines with ID > AfterID
+	Limit     int    // at most this many, oldest first; 0 means 1000
+}
+
+// Logs returns the lines matching q, oldest first.
+func (s *Store) Logs(ctx context.Context, q LogQuery) ([]LogLine, error) {
+	if q.Limit <= 0 {
+		q.Limit = 1000
+	}
+	query := `SELECT id, function, version, request_id, stream, at, line FROM logs WHERE function = ? AND id > ?`
+	args := []any{q.Function, q.AfterID}
+	if q.RequestID != "" {
+		query += ` AND request_id = ?`
+		args = append(args, q.RequestID)
+	}
+	query += ` ORDER BY id LIMIT ?`
+	args = append(args, q.Limit)
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("reading logs: %w", err)
+	}
+	defer rows.Close()
+	var out []LogLine
+	for rows.Next() {
+		var l LogLine
+		var at int64
+		if err := rows.Scan(&l.ID, &l.Function, &l.Version, &l.RequestID, &l.Stream, &at, &l.Line); err != nil {
+			return nil, err
+		}
+		l.At = time.UnixMilli(at)
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,467 @@
+// Package zygote runs one language agent in an ns sandbox and serves
+// requests from it, following docs/protocol.md.
+//
+// Lifecycle: Start launches bwrap with the agent, which imports the user's
+// code and answers ready (state Ready) or import_error (Start fails with
+// *ImportError). In fork mode, Run asks the zygote to fork a child per
+// request; in spawn mode the process serves exactly one Run and exits. Drain
+// stops new requests and waits for in-flight ones; Stop kills the sandbox.
+// Done is closed when the sandbox process has exited, for whatever reason.
+//
+// A Zygote is safe for concurrent use: many Runs may be in flight at once.
+package zygote
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/nsbox"
+)
+
+// Mode mirrors function.Mode without importing it.
+type Mode string
+
+const (
+	ModeFork  Mode = "fork"
+	ModeSpawn Mode = "spawn"
+)
+
+// Spec says what to start.
+type Spec struct {
+	Box     nsbox.Spec // Interpreter, Args and Env are filled in by Start
+	Runtime string     // "python" (later "node")
+	Handler string     // "module:function"
+	Mode    Mode
+	Env     []string // the function's environment, KEY=VALUE
+	// RunDir is a host directory private to this zygote; Start creates
+	// RunDir/req (bound at /run/zygo/req) and RunDir/tmp (bound at /tmp).
+	RunDir string
+	// ReadyTimeout bounds the import and warm-up, default 60 s.
+	ReadyTimeout time.Duration
+	// Output receives each line the agent process prints outside a request
+	// (import-time prints, agent diagnostics). May be nil.
+	Output func(stream, line string)
+	Log    *slog.Logger
+}
+
+// State is where a zygote is in its lifecycle.
+type State int
+
+const (
+	StateStarting State = iota
+	StateReady
+	StateDraining
+	StateStopped
+)
+
+func (s State) String() string {
+	return [...]string{"starting", "ready", "draining", "stopped"}[s]
+}
+
+// TransitionError is returned for an illegal state change.
+type TransitionError struct{ From, To State }
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("zygote cannot go from %s to %s", e.From, e.To)
+}
+
+func (e *TransitionError) Unwrap() error { return errdefs.ErrFailedPrecondition }
+
+// ImportError is what Start returns when the user's code fails to import.
+type ImportError struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback"`
+}
+
+func (e *ImportError) Error() string {
+	return fmt.Sprintf("importing handler: %s: %s", e.Type, e.Message)
+}
+
+func (e *ImportError) Unwrap() error { return errdefs.ErrFailedPrecondition }
+
+// Ready is what the agent reported at the end of warm-up.
+type Ready struct {
+	PID      int     // the zygote's pid inside its pid namespace
+	HostPID  int     // the zygote's pid on the host (from bwrap's status)
+	Python   string  // interpreter version
+	OpenSSL  string  // libcrypto version
+	ForkSafe bool    // false when threads were alive at warm-up
+	Checks   []Check // warm-up findings
+	Took     time.Duration
+}
+
+// Zygote is one running agent sandbox.
+type Zygote struct {
+	spec    Spec
+	log     *slog.Logger
+	cmd     *exec.Cmd
+	ctl     *net.UnixConn
+	reqRoot string // host dir bound at /run/zygo/req
+	ready   Ready
+	done    chan struct{} // closed when the process has exited
+	exitErr error         // set before done is closed
+
+	sendMu sync.Mutex // serialises writes on ctl
+
+	mu       sync.Mutex // guards the fields below
+	state    State
+	nextSeq  int
+	forks    map[int]chan message // seq → forked/fork_error
+	exits    map[int]chan message // seq → exited
+	inflight sync.WaitGroup
+}
+
+// Start launches the agent and waits until it is ready. On error nothing is
+// left running. The caller owns the returned Zygote and must Stop it.
+func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
+	if spec.ReadyTimeout == 0 {
+		spec.ReadyTimeout = 60 * time.Second
+	}
+	if spec.Log == nil {
+		spec.Log = slog.Default()
+	}
+	z := &Zygote{spec: spec, log: spec.Log, done: make(chan struct{}),
+		forks: map[int]chan message{}, exits: map[int]chan message{}}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if err := z.makeDirs(); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { os.RemoveAll(spec.RunDir) })
+
+	ctl, remote, err := seqpacketPair()
+	if err != nil {
+		return nil, err
+	}
+	z.ctl = ctl
+	undo = append(undo, func() { ctl.Close() })
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		remote.Close()
+		return nil, err
+	}
+	cmd, err := z.command(remote, statusW)
+	if err != nil {
+		remote.Close()
+		statusR.Close()
+		statusW.Close()
+		return nil, err
+	}
+	outR, errR, err := z.startWithPipes(cmd)
+	remote.Close()
+	statusW.Close()
+	nsbox.CloseExtra(cmd)
+	if err != nil {
+		statusR.Close()
+		return nil, err
+	}
+	z.cmd = cmd
+	undo = append(undo, func() { z.kill() })
+	go z.wait(outR, errR, statusR)
+
+	t0 := time.Now()
+	if err := z.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	z.ready.Took = time.Since(t0)
+	z.state = StateReady
+	go z.readLoop()
+	return z, nil
+}
+
+func (z *Zygote) makeDirs() error {
+	uid := int(z.spec.Box.HostUID)
+	z.reqRoot = filepath.Join(z.spec.RunDir, "req")
+	tmp := filepath.Join(z.spec.RunDir, "tmp")
+	if err := os.MkdirAll(z.spec.RunDir, 0o711); err != nil {
+		return fmt.Errorf("creating run dir: %w", err)
+	}
+	// req: traversable but not listable by the sandbox uid (docs/protocol.md).
+	if err := os.Mkdir(z.reqRoot, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating request root: %w", err)
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating sandbox tmp: %w", err)
+	}
+	if uid != 0 {
+		if err := os.Chown(tmp, uid, uid); err != nil {
+			return fmt.Errorf("chowning sandbox tmp: %w", err)
+		}
+	}
+	z.spec.Box.ReqDir, z.spec.Box.TmpDir = z.reqRoot, tmp
+	return nil
+}
+
+func (z *Zygote) command(remote, statusW *os.File) (*exec.Cmd, error) {
+	box := z.spec.Box
+	bootstrap := fmt.Sprintf("import sys; sys.path.insert(0, %q); from zygo_agent.__main__ import main; main()",
+		nsbox.AgentDir+"/python")
+	box.Args = []string{"-I", "-c", bootstrap, "--code", nsbox.CodeDir, "--handler", z.spec.Handler, "--mode", string(z.spec.Mode)}
+	box.Env = append([]string{
+		"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "TMPDIR=/tmp", "LANG=C.UTF-8",
+		"PYTHONUNBUFFERED=", "PYTHONDONTWRITEBYTECODE=1",
+	}, nsbox.ThreadEnv...)
+	box.Env = append(box.Env, z.spec.Env...)
+	return nsbox.Command(box, nsbox.Files{Control: remote, Status: statusW})
+}
+
+// startWithPipes starts cmd with its stdout and stderr on pipes and returns
+// their read ends (owned by the caller).
+func (z *Zygote) startWithPipes(cmd *exec.Cmd) (outR, errR *os.File, err error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, nil, err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, nil, fmt.Errorf("starting bwrap: %w", err)
+	}
+	return outR, errR, nil
+}
+
+// wait drains the process's output, records its host pid and exit, and
+// closes z.done.
+func (z *Zygote) wait(outR, errR, statusR *os.File) {
+	var wg sync.WaitGroup
+	for stream, r := range map[string]*os.File{"stdout": outR, "stderr": errR} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.Close()
+			z.pumpLines(stream, r)
+		}()
+	}
+	go func() {
+		defer statusR.Close()
+		dec := json.NewDecoder(statusR)
+		for {
+			var st struct {
+				ChildPID int `json:"child-pid"`
+			}
+			if dec.Decode(&st) != nil {
+				return
+			}
+			if st.ChildPID != 0 {
+				z.mu.Lock()
+				z.ready.HostPID = st.ChildPID
+				z.mu.Unlock()
+			}
+		}
+	}()
+	err := z.cmd.Wait()
+	wg.Wait()
+	z.mu.Lock()
+	if err == nil {
+		err = errors.New("exited with status 0")
+	}
+	z.exitErr = describeExit(err)
+	z.state = StateStopped
+	z.mu.Unlock()
+	z.ctl.Close()
+	close(z.done)
+}
+
+func (z *Zygote) pumpLines(stream string, r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if z.spec.Output != nil {
+			z.spec.Output(stream, sc.Text())
+		}
+	}
+}
+
+// describeExit turns bwrap's exit into words; bwrap reports a signal N that
+// killed the agent as status 128+N.
+func describeExit(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			if ws.Signaled() {
+				return fmt.Errorf("sandbox killed by signal %s", signalName(int(ws.Signal())))
+			}
+			if c := ws.ExitStatus(); c > 128 {
+				return fmt.Errorf("agent killed by signal %s", signalName(c-128))
+			}
+			return fmt.Errorf("agent exited with status %d", ws.ExitStatus())
+		}
+	}
+	return err
+}
+
+func signalName(n int) string {
+	return fmt.Sprintf("%s (%d)", strings.ToUpper(unixSignalName(n)), n)
+}
+
+func (z *Zygote) awaitReady(ctx context.Context) error {
+	type res struct {
+		m   message
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		m, _, err := recv(z.ctl)
+		ch <- res{m, err}
+	}()
+	timer := time.NewTimer(z.spec.ReadyTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			<-z.done
+			return fmt.Errorf("%w: agent exited before ready: %v", errdefs.ErrUnavailable, z.exitErr)
+		}
+		return z.handleFirst(r.m)
+	case <-timer.C:
+		return fmt.Errorf("%w: agent not ready after %s (import too slow or stuck)", errdefs.ErrDeadlineExceeded, z.spec.ReadyTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (z *Zygote) handleFirst(m message) error {
+	switch m.Type {
+	case "ready":
+		z.mu.Lock()
+		z.ready.PID, z.ready.Python, z.ready.OpenSSL, z.ready.Checks = m.PID, m.Python, m.OpenSSL, m.Checks
+		z.ready.ForkSafe = m.ForkSafe == nil || *m.ForkSafe
+		z.mu.Unlock()
+		return nil
+	case "import_error":
+		ie := &ImportError{}
+		if err := json.Unmarshal(m.Error, ie); err != nil || ie.Type == "" {
+			ie = &ImportError{Type: "ImportError", Message: string(m.Error)}
+		}
+		return ie
+	default:
+		return fmt.Errorf("%w: agent sent %q before ready", errdefs.ErrUnavailable, m.Type)
+	}
+}
+
+// readLoop dispatches control messages until the socket closes.
+func (z *Zygote) readLoop() {
+	for {
+		m, _, err := recv(z.ctl)
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "peer closed") {
+				z.log.Debug("zygote control socket", "err", err)
+			}
+			return
+		}
+		z.mu.Lock()
+		var ch chan message
+		switch m.Type {
+		case "forked", "fork_error":
+			ch = z.forks[m.Seq]
+			delete(z.forks, m.Seq)
+		case "exited":
+			ch = z.exits[m.Seq]
+			delete(z.exits, m.Seq)
+		default:
+			z.log.Warn("zygote sent an unknown message", "type", m.Type)
+		}
+		z.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+	}
+}
+
+// Ready returns the warm-up report.
+func (z *Zygote) Ready() Ready {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.ready
+}
+
+// State returns the current state.
+func (z *Zygote) State() State {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.state
+}
+
+// Done is closed when the sandbox process has exited.
+func (z *Zygote) Done() <-chan struct{} { return z.done }
+
+// Err says why the process exited; nil while it runs.
+func (z *Zygote) Err() error {
+	select {
+	case <-z.done:
+		return z.exitErr
+	default:
+		return nil
+	}
+}
+
+// Drain refuses new requests and waits until in-flight ones finish or ctx
+// ends. It does not stop the process; call Stop after.
+func (z *Zygote) Drain(ctx context.Context) error {
+	z.mu.Lock()
+	if z.state == StateReady {
+		z.state = StateDraining
+	}
+	z.mu.Unlock()
+	idle := make(chan struct{})
+	go func() { z.inflight.Wait(); close(idle) }()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stop asks the agent to exit, kills the sandbox if it has not within a
+// second, and removes its run directory. It is idempotent.
+func (z *Zygote) Stop() {
+	z.sendMu.Lock()
+	_ = send(z.ctl, message{Type: "stop"}, nil)
+	z.sendMu.Unlock()
+	select {
+	case <-z.done:
+	case <-time.After(time.Second):
+		z.kill()
+		<-z.done
+	}
+	os.RemoveAll(z.spec.RunDir)
+}
+
+func (z *Zygote) kill() {
+	if z.cmd != nil && z.cmd.Process != nil {
+		_ = syscall.Kill(-z.cmd.Process.Pid, syscall.SIGKILL)
+		_ = z.cmd.Process.Kill()
+	}
+}

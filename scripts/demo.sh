@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The main job end to end: start a daemon on a temporary state dir, deploy
+# examples/hello and examples/stats (NumPy at module level), invoke each
+# repeatedly, show that draws differ per request, print warm (fork) and cold
+# (spawn: a fresh interpreter per request) latency side by side, and stop the
+# daemon cleanly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ZYGO=${ZYGO:-./bin/zygo}
+STATE=$(mktemp -d /tmp/zygo-demo.XXXXXX)
+export ZYGO_STATE_DIR=$STATE
+LOG=$STATE.log
+N=${DEMO_N:-50}
+
+cleanup() {
+	if [ -n "${DAEMON:-}" ] && kill -0 "$DAEMON" 2>/dev/null; then
+		kill -TERM "$DAEMON"; wait "$DAEMON" || true
+	fi
+	rm -rf "$STATE" "$STATE.cold"
+}
+trap cleanup EXIT
+
+echo "== starting the daemon (state dir $STATE)"
+$ZYGO serve >"$LOG" 2>&1 &
+DAEMON=$!
+for _ in $(seq 100); do $ZYGO status >/dev/null 2>&1 && break; sleep 0.1; done
+$ZYGO status
+
+echo; echo "== deploying"
+$ZYGO up examples/hello
+$ZYGO up examples/stats
+mkdir -p "$STATE.cold"; cp examples/stats/main.py "$STATE.cold/"
+sed -e 's/^name = .*/name = "stats-cold"/' -e 's/^mode = .*/mode = "spawn"/' examples/stats/zygo.toml >"$STATE.cold/zygo.toml"
+$ZYGO up "$STATE.cold"
+$ZYGO ls
+
+echo; echo "== hello, three requests: each has its own random draw, uuid and temp folder"
+for i in 1 2 3; do $ZYGO invoke hello --data "{\"name\": \"request $i\"}"; done
+
+echo; echo "== stats (NumPy imported once, in the zygote), five requests: every draw differs"
+$ZYGO invoke stats --data '{"n": 500}' --repeat 5 2>/dev/null
+
+echo; echo "== latency, measured side by side in this run ($N requests each, concurrency 1)"
+warm=$($ZYGO invoke stats --data '{"n": 100}' --repeat "$N" 2>&1 >/dev/null | tail -1)
+cold=$($ZYGO invoke stats-cold --data '{"n": 100}' --repeat "$((N / 5))" 2>&1 >/dev/null | tail -1)
+hello=$($ZYGO invoke hello --repeat "$N" 2>&1 >/dev/null | tail -1)
+printf '  %-28s %s\n' "hello, warm (fork):" "$hello" "stats, warm (fork):" "$warm" "stats, cold (spawn):" "$cold"
+p50() { sed -E 's/.*p50 ([0-9.]+) ms.*/\1/' <<<"$1"; }
+awk -v w="$(p50 "$warm")" -v c="$(p50 "$cold")" 'BEGIN { printf "  cold p50 / warm p50 = %.1fx\n", c / w }'
+
+echo; echo "== logs of the last stats request"
+$ZYGO logs stats | tail -3
+
+echo; echo "== stopping the daemon"
+kill -TERM "$DAEMON"; wait "$DAEMON"; DAEMON=""
+echo "demo done"

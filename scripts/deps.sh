@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what Zygo's build, tests and demo need, idempotently: Debian's
+# bubblewrap, python3 and python3-numpy (for /usr/bin/python3), nodejs; and
+# gVisor's runsc (scripts/install-runsc.sh) unless ZYGO_SKIP_RUNSC=1.
+# Safe to run again: it installs only what is missing.
+set -euo pipefail
+
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+[ -x /usr/bin/python3 ] || need+=(python3)
+/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || need+=(python3-numpy)
+[ -x /usr/bin/node ] || need+=(nodejs)
+
+if [ ${#need[@]} -gt 0 ]; then
+	sudo=""
+	if [ "$(id -u)" -ne 0 ]; then
+		command -v sudo >/dev/null 2>&1 || { echo "deps: need root (or sudo) to install: ${need[*]}" >&2; exit 1; }
+		sudo="sudo"
+	fi
+	echo "deps: installing ${need[*]}"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ "${ZYGO_SKIP_RUNSC:-0}" != 1 ] && [ -x "$(dirname "$0")/install-runsc.sh" ]; then
+	"$(dirname "$0")/install-runsc.sh"
+fi
+echo "deps: bubblewrap $(bwrap --version | awk '{print $2}'), $(/usr/bin/python3 --version), numpy $(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')"
