@@ -91,6 +91,9 @@ func invokeMany(cmd *cobra.Command, c *api.Client, name string, event []byte, n,
 		err   error
 		took  time.Duration
 	}
+	if _, err := c.Status(cmd.Context()); err != nil {
+		return err
+	}
 	results := make([]out, n)
 	next := make(chan int)
 	var wg sync.WaitGroup

@@ -10,8 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -294,7 +294,7 @@ func (z *Zygote) finish(req Request, deadline time.Time, dir requestDir, exitCh 
 }
 
 type exitStatus struct {
-	code, signal        int
+	code, signal         int
 	timedOut, zygoteDied bool
 }
 

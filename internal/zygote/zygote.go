@@ -28,6 +28,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/nsbox"
 )
@@ -97,7 +99,7 @@ func (e *ImportError) Unwrap() error { return errdefs.ErrFailedPrecondition }
 // Ready is what the agent reported at the end of warm-up.
 type Ready struct {
 	PID      int     // the zygote's pid inside its pid namespace
-	HostPID  int     // the zygote's pid on the host (from bwrap's status)
+	HostPID  int     // the zygote's pid on the host (SCM_CREDENTIALS of its ready message)
 	Python   string  // interpreter version
 	OpenSSL  string  // libcrypto version
 	ForkSafe bool    // false when threads were alive at warm-up
@@ -120,6 +122,7 @@ type Zygote struct {
 
 	mu       sync.Mutex // guards the fields below
 	state    State
+	initPID  int // host pid of bwrap's init in the sandbox (from --json-status-fd)
 	nextSeq  int
 	forks    map[int]chan message // seq → forked/fork_error
 	exits    map[int]chan message // seq → exited
@@ -155,6 +158,11 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 		return nil, err
 	}
 	z.ctl = ctl
+	if err := setPassCred(ctl); err != nil {
+		remote.Close()
+		ctl.Close()
+		return nil, fmt.Errorf("setting SO_PASSCRED: %w", err)
+	}
 	undo = append(undo, func() { ctl.Close() })
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
@@ -275,7 +283,7 @@ func (z *Zygote) wait(outR, errR, statusR *os.File) {
 			}
 			if st.ChildPID != 0 {
 				z.mu.Lock()
-				z.ready.HostPID = st.ChildPID
+				z.initPID = st.ChildPID
 				z.mu.Unlock()
 			}
 		}
@@ -327,13 +335,14 @@ func signalName(n int) string {
 
 func (z *Zygote) awaitReady(ctx context.Context) error {
 	type res struct {
-		m   message
-		err error
+		m     message
+		creds *unix.Ucred
+		err   error
 	}
 	ch := make(chan res, 1)
 	go func() {
-		m, _, err := recv(z.ctl)
-		ch <- res{m, err}
+		m, creds, err := recv(z.ctl)
+		ch <- res{m, creds, err}
 	}()
 	timer := time.NewTimer(z.spec.ReadyTimeout)
 	defer timer.Stop()
@@ -342,6 +351,11 @@ func (z *Zygote) awaitReady(ctx context.Context) error {
 		if r.err != nil {
 			<-z.done
 			return fmt.Errorf("%w: agent exited before ready: %v", errdefs.ErrUnavailable, z.exitErr)
+		}
+		if r.creds != nil {
+			z.mu.Lock()
+			z.ready.HostPID = int(r.creds.Pid) // the agent itself, not bwrap's init
+			z.mu.Unlock()
 		}
 		return z.handleFirst(r.m)
 	case <-timer.C:

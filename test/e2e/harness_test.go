@@ -1,0 +1,269 @@
+// Package e2e drives the real zygo binary, real bubblewrap and real Python
+// end to end: a daemon per test group on a temporary state dir, functions
+// deployed through the CLI, invoked through the CLI and the HTTP API.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/internal/daemon"
+)
+
+var zygoBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "zygo-e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	zygoBin = filepath.Join(dir, "zygo")
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	build := exec.Command("go", "build", "-o", zygoBin, "./cmd/zygo")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building zygo: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// requireTools fails the test (never skips) when a tool the e2e tests need
+// is missing, saying how to install it.
+func requireTools(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatal("bwrap not found: run `make deps` (apt-get install -y bubblewrap)")
+	}
+	if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
+		t.Fatal("/usr/bin/python3 with numpy not found: run `make deps` (apt-get install -y python3-numpy)")
+	}
+}
+
+// Daemon is a zygo serve process on its own state dir.
+type Daemon struct {
+	t        *testing.T
+	StateDir string
+	cmd      *exec.Cmd
+	log      *bytes.Buffer
+	Client   *api.Client
+}
+
+// startDaemon starts `zygo serve` on stateDir ("" for a new temp dir) and
+// waits until it answers. It is stopped when the test ends.
+func startDaemon(t *testing.T, stateDir string) *Daemon {
+	t.Helper()
+	requireTools(t)
+	if stateDir == "" {
+		var err error
+		stateDir, err = os.MkdirTemp("", "zygo-e2e-state-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(stateDir) })
+	}
+	d := &Daemon{t: t, StateDir: stateDir, log: &bytes.Buffer{}}
+	d.cmd = exec.Command(zygoBin, "serve", "--state-dir", stateDir)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.Client = api.NewUnixClient(daemon.SocketPath(stateDir))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := d.Client.Status(context.Background()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			d.Stop()
+			t.Fatalf("daemon did not answer within 20s; log:\n%s", d.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Cleanup(d.Stop)
+	return d
+}
+
+// Stop sends SIGTERM and waits for a clean exit (idempotent).
+func (d *Daemon) Stop() {
+	if d.cmd == nil || d.cmd.ProcessState != nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			d.t.Errorf("daemon exited uncleanly: %v\n%s", err, d.log)
+		}
+	case <-time.After(15 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-done
+		d.t.Errorf("daemon did not stop within 15s after SIGTERM")
+	}
+}
+
+// CLI runs `zygo ARGS...` against this daemon and returns stdout, stderr
+// and the exit code.
+func (d *Daemon) CLI(args ...string) (stdout, stderr string, code int) {
+	d.t.Helper()
+	cmd := exec.Command(zygoBin, append([]string{"--state-dir", d.StateDir}, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		d.t.Fatalf("running zygo %v: %v", args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+// Up deploys dir and fails the test on error.
+func (d *Daemon) Up(dir string) {
+	d.t.Helper()
+	out, errOut, code := d.CLI("up", dir)
+	if code != 0 {
+		d.t.Fatalf("zygo up %s: exit %d\nstdout: %s\nstderr: %s\ndaemon log:\n%s", dir, code, out, errOut, d.log)
+	}
+}
+
+// fixture returns the path of testdata/NAME.
+func fixture(name string) string {
+	p, _ := filepath.Abs(filepath.Join("testdata", name))
+	return p
+}
+
+// Invoke calls the function through the HTTP API and decodes the result
+// into out (if not nil). It fails the test on an API error.
+func (d *Daemon) Invoke(name string, event any, out any) *api.InvokeResult {
+	d.t.Helper()
+	res, err := d.TryInvoke(name, event)
+	if err != nil {
+		d.t.Fatalf("invoking %s: %v", name, err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(res.Value, out); err != nil {
+			d.t.Fatalf("decoding result %s: %v", res.Value, err)
+		}
+	}
+	return res
+}
+
+// TryInvoke calls the function and returns the API error, if any.
+func (d *Daemon) TryInvoke(name string, event any) (*api.InvokeResult, error) {
+	b, err := json.Marshal(event)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return d.Client.Invoke(ctx, name, b)
+}
+
+// InvokeMany runs n invocations with conc in flight and returns their raw
+// values in order; it fails the test if any fails.
+func (d *Daemon) InvokeMany(name string, n, conc int, event func(i int) any) []json.RawMessage {
+	d.t.Helper()
+	out := make([]json.RawMessage, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				res, err := d.TryInvoke(name, event(i))
+				if err != nil {
+					errs[i] = err
+					continue
+				}
+				out[i] = res.Value
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			d.t.Fatalf("request %d of %d failed: %v", i, n, err)
+		}
+	}
+	return out
+}
+
+// Logs returns every log line of a function as "stream line" strings.
+func (d *Daemon) Logs(name, requestID string) []string {
+	d.t.Helper()
+	var all []string
+	var after int64
+	for {
+		body, err := d.Client.Logs(context.Background(), name, requestID, after)
+		if err != nil {
+			d.t.Fatalf("logs %s: %v", name, err)
+		}
+		for _, l := range body.Lines {
+			all = append(all, l.Stream+" "+l.Line)
+		}
+		if len(body.Lines) == 0 {
+			return all
+		}
+		after = body.Next
+	}
+}
+
+// apiError returns err as *api.Error or fails the test.
+func apiError(t *testing.T, err error) *api.Error {
+	t.Helper()
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("want an API error, got %v", err)
+	}
+	return ae
+}
+
+// distinct counts distinct values.
+func distinct[T comparable](vals []T) int {
+	m := map[T]bool{}
+	for _, v := range vals {
+		m[v] = true
+	}
+	return len(m)
+}
+
+// writeFunction writes a function dir with the given files into a temp dir.
+func writeFunction(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(strings.TrimLeft(body, "\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}

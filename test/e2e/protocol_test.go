@@ -1,0 +1,210 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Each test here tries to break one rule of docs/protocol.md.
+
+func TestProtocolRule1_ChildIsCopyOfZygote(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	var first struct {
+		Before int `json:"before"`
+	}
+	d.Invoke("probe", map[string]any{"action": "set_global"}, &first)
+	var later struct {
+		Counter int     `json:"counter"`
+		Who     *string `json:"who"`
+		Random  float64 `json:"random"`
+	}
+	for i := 0; i < 3; i++ {
+		d.Invoke("probe", map[string]any{"action": "set_global"}, nil)
+	}
+	d.Invoke("probe", map[string]any{"action": "get_global"}, &later)
+	if first.Before != 0 || later.Counter != 0 || later.Who != nil {
+		t.Fatalf("a global set by earlier requests leaked: first.before=%d later=%+v", first.Before, later)
+	}
+	// random.seed(1234) in an earlier request must not pin this one.
+	var again struct{ Random float64 }
+	d.Invoke("probe", map[string]any{"action": "get_global"}, &again)
+	if again.Random == later.Random {
+		t.Fatalf("two requests drew the same random.random() %v", again.Random)
+	}
+}
+
+func TestProtocolRule2_ZygoteNeverRunsRequest(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	var pids []int
+	for i := 0; i < 5; i++ {
+		var r struct {
+			PID       int `json:"pid"`
+			PPID      int `json:"ppid"`
+			ZygotePID int `json:"zygote_pid"`
+		}
+		d.Invoke("probe", map[string]any{"action": "info"}, &r)
+		if r.PID == r.ZygotePID {
+			t.Fatalf("request ran in the zygote (pid %d)", r.PID)
+		}
+		if r.PPID != r.ZygotePID {
+			t.Fatalf("request's parent is %d, want the zygote %d", r.PPID, r.ZygotePID)
+		}
+		pids = append(pids, r.PID)
+	}
+	if distinct(pids) != len(pids) {
+		t.Fatalf("requests shared a process: pids %v", pids)
+	}
+}
+
+func TestProtocolRule3_NoChannelToSupervisor(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	var fds [][2]any
+	d.Invoke("probe", map[string]any{"action": "fds"}, &fds)
+	for _, fd := range fds {
+		target, _ := fd[1].(string)
+		if strings.HasPrefix(target, "socket:") {
+			t.Errorf("child holds a socket at fd %v: %s (all fds: %v)", fd[0], target, fds)
+		}
+	}
+	// A request that writes forged messages everywhere it can changes nothing
+	// for the requests around it.
+	var forged struct{ Wrote []int }
+	d.Invoke("probe", map[string]any{"action": "forge"}, &forged)
+	for i := 0; i < 3; i++ {
+		var r struct{ PID int }
+		d.Invoke("probe", map[string]any{"action": "rng"}, &r)
+	}
+}
+
+func TestProtocolRule5_AtexitOnlyRequestScoped(t *testing.T) {
+	// BH-18: the zygote's atexit handler (which deletes /tmp/zygote.alive)
+	// never runs in a child; the request's own handler runs exactly once.
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	var ids []string
+	for i := 0; i < 10; i++ {
+		res := d.Invoke("probe", map[string]any{"action": "say"}, nil)
+		ids = append(ids, res.RequestID)
+	}
+	var alive bool
+	d.Invoke("probe", map[string]any{"action": "alive"}, &alive)
+	if !alive {
+		t.Fatal("/tmp/zygote.alive was removed: the zygote's atexit handler ran in a child")
+	}
+	for _, id := range ids {
+		lines := d.Logs("probe", id)
+		if n := countLines(lines, "stdout child-exit "+id); n != 1 {
+			t.Errorf("request %s: child-exit line appears %d times, want 1: %v", id, n, lines)
+		}
+		if n := countLines(lines, "stdout stdout line from "+id); n != 1 {
+			t.Errorf("request %s: its stdout line appears %d times, want 1", id, n)
+		}
+		if n := countLines(lines, "stderr stderr line from "+id); n != 1 {
+			t.Errorf("request %s: its stderr line appears %d times, want 1", id, n)
+		}
+	}
+}
+
+func TestProtocolRule6_FlushBeforeFork(t *testing.T) {
+	// BH-17: a line printed unflushed at import appears once, not per request.
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	d.InvokeMany("probe", 11, 4, func(int) any { return map[string]any{"action": "say"} })
+	if n := countLines(d.Logs("probe", ""), "stdout probe-import-marker"); n != 1 {
+		t.Fatalf("import-time line appears %d times in the logs, want 1", n)
+	}
+}
+
+func TestProtocolRule8_PrivateTmpdir(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	type tmpRes struct {
+		Tmpdir  string         `json:"tmpdir"`
+		Listing map[string]any `json:"listing"`
+	}
+	var a, b tmpRes
+	d.Invoke("probe", map[string]any{"action": "tmp"}, &a)
+	d.Invoke("probe", map[string]any{"action": "tmp"}, &b)
+	if a.Tmpdir == b.Tmpdir || a.Tmpdir == "/tmp" || !strings.HasPrefix(a.Tmpdir, "/run/zygo/req/") {
+		t.Fatalf("TMPDIR not private per request: %q and %q", a.Tmpdir, b.Tmpdir)
+	}
+	if a.Listing["req_parent"] != "EACCES" {
+		t.Fatalf("a child could list the request directories: %v", a.Listing["req_parent"])
+	}
+	// A crashed child's tmp is removed too: after any request, no request
+	// directory is left on the host.
+	if _, err := d.TryInvoke("probe", map[string]any{"action": "tmp", "crash": true}); err == nil {
+		t.Fatal("a child killed by SIGKILL returned a value")
+	}
+	if left := requestDirsLeft(t, d.StateDir); len(left) != 0 {
+		t.Fatalf("request directories left after the requests ended: %v", left)
+	}
+}
+
+func TestProtocolRule11_FailureContained(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	_, err := d.TryInvoke("probe", map[string]any{"action": "forge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.TryInvoke("probe", map[string]any{"action": "unserialisable"})
+	ae := apiError(t, err)
+	if ae.Body.Code != "handler_error" || !strings.Contains(ae.Body.Message, "JSON") {
+		t.Fatalf("unserialisable result: got %+v", ae.Body)
+	}
+	var ok json.RawMessage
+	d.Invoke("probe", map[string]any{"action": "rng"}, &ok)
+}
+
+func countLines(lines []string, want string) int {
+	n := 0
+	for _, l := range lines {
+		if l == want {
+			n++
+		}
+	}
+	return n
+}
+
+// TestProtocolRule4_NoRequestDataInZygote reads the zygote's memory from the
+// host (the test runs as root) after requests ran, and looks for their
+// events and request directory tokens.
+func TestProtocolRule4_NoRequestDataInZygote(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test reads the zygote's memory and must run as root (CI does)")
+	}
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	marker := fmt.Sprintf("ZYGO-MARKER-%d", time.Now().UnixNano())
+	var tmp struct{ Tmpdir string }
+	d.Invoke("probe", map[string]any{"action": "tmp", "secret": marker}, &tmp)
+	token := strings.Split(strings.TrimPrefix(tmp.Tmpdir, "/run/zygo/req/"), "/")[0]
+	if len(token) != 32 {
+		t.Fatalf("unexpected request dir %q", tmp.Tmpdir)
+	}
+	st, err := d.Client.List(t.Context())
+	if err != nil || len(st) != 1 || st[0].ZygotePID == 0 {
+		t.Fatalf("zygote pid unknown: %+v %v", st, err)
+	}
+	mem := readProcessMemory(t, st[0].ZygotePID)
+	if len(mem) < 1<<20 {
+		t.Fatalf("read only %d bytes of the zygote's memory", len(mem))
+	}
+	if !bytes.Contains(mem, []byte("probe-import-marker")) {
+		t.Fatal("sanity check failed: the zygote's own import-time string is not in the memory read")
+	}
+	for what, needle := range map[string]string{"event": marker, "request dir token": token} {
+		if bytes.Contains(mem, []byte(needle)) {
+			t.Errorf("the zygote's memory holds a request's %s", what)
+		}
+	}
+}
