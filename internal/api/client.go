@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/zygo-run/zygo/internal/function"
+	"github.com/zygo-run/zygo/internal/secret"
 )
 
 // Client talks to a daemon over its unix socket or a TCP address.
@@ -165,4 +166,20 @@ func (c *Client) Logs(ctx context.Context, name, requestID string, after int64) 
 func IsNotFound(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Status == http.StatusNotFound
+}
+
+// SetSecret stores a secret's value.
+func (c *Client) SetSecret(ctx context.Context, name string, value []byte) error {
+	return c.getJSON(ctx, "PUT", "/v1/secrets/"+url.PathEscape(name), bytes.NewReader(value), "application/octet-stream", nil)
+}
+
+// ListSecrets returns the names and update times of every secret.
+func (c *Client) ListSecrets(ctx context.Context) ([]secret.Meta, error) {
+	var out []secret.Meta
+	return out, c.getJSON(ctx, "GET", "/v1/secrets", nil, "", &out)
+}
+
+// RemoveSecret deletes a secret.
+func (c *Client) RemoveSecret(ctx context.Context, name string) error {
+	return c.getJSON(ctx, "DELETE", "/v1/secrets/"+url.PathEscape(name), nil, "", nil)
 }

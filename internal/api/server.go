@@ -11,12 +11,16 @@
 //	DELETE /v1/functions/{name}
 //	POST   /v1/functions/{name}/invoke     body: the event (JSON)
 //	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N
+//	PUT    /v1/secrets/{name}              body: the value (raw bytes)
+//	GET    /v1/secrets                     names and update times only
+//	DELETE /v1/secrets/{name}
 package api
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,6 +29,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
+	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
@@ -43,18 +48,26 @@ type Logs interface {
 	Logs(ctx context.Context, q store.LogQuery) ([]store.LogLine, error)
 }
 
+// Secrets is what the server needs from the secret store.
+type Secrets interface {
+	Set(ctx context.Context, name string, value []byte) error
+	List(ctx context.Context) ([]secret.Meta, error)
+	Remove(ctx context.Context, name string) error
+}
+
 // Server serves the API.
 type Server struct {
 	fns     Functions
 	logs    Logs
+	secrets Secrets
 	log     *slog.Logger
 	started time.Time
 	version string
 }
 
 // NewServer returns a Server; version is the daemon's build version.
-func NewServer(fns Functions, logs Logs, log *slog.Logger, version string) *Server {
-	return &Server{fns: fns, logs: logs, log: log, started: time.Now(), version: version}
+func NewServer(fns Functions, logs Logs, secrets Secrets, log *slog.Logger, version string) *Server {
+	return &Server{fns: fns, logs: logs, secrets: secrets, log: log, started: time.Now(), version: version}
 }
 
 // Handler returns the HTTP handler with every route.
@@ -67,6 +80,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/functions/{name}", s.remove)
 	mux.HandleFunc("POST /v1/functions/{name}/invoke", s.invoke)
 	mux.HandleFunc("GET /v1/functions/{name}/logs", s.getLogs)
+	mux.HandleFunc("PUT /v1/secrets/{name}", s.setSecret)
+	mux.HandleFunc("GET /v1/secrets", s.listSecrets)
+	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path})
 	})
@@ -254,4 +270,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
+	v, err := io.ReadAll(http.MaxBytesReader(w, r.Body, secret.MaxValueBytes))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large",
+			Message: fmt.Sprintf("secret value exceeds %d KiB", secret.MaxValueBytes>>10)})
+		return
+	}
+	if err := s.secrets.Set(r.Context(), r.PathValue("name"), v); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
+	ms, err := s.secrets.List(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ms)
+}
+
+func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
+	if err := s.secrets.Remove(r.Context(), r.PathValue("name")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

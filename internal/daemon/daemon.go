@@ -22,6 +22,7 @@ import (
 	"github.com/zygo-run/zygo/agents"
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/function"
+	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
 )
 
@@ -129,15 +130,22 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "run"), 0o711); err != nil {
 		return err
 	}
-	mgr := function.NewManager(function.Config{
+	secrets, err := secret.Open(ctx, st.DB(), filepath.Join(cfg.StateDir, "secret.key"))
+	if err != nil {
+		return err
+	}
+	mgr, err := function.NewManager(function.Config{
 		StateDir: cfg.StateDir, AgentDir: agentDir, Bwrap: cfg.Bwrap,
 		SandboxHostUID: cfg.SandboxHostUID, ReadyTimeout: cfg.ReadyTimeout, Log: log,
-	}, st)
+	}, st, secrets)
+	if err != nil {
+		return err
+	}
 	defer mgr.Shutdown()
 	if err := mgr.Restore(ctx); err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: api.NewServer(mgr, st, log, Version).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: api.NewServer(mgr, st, secrets, log, Version).Handler(), ReadHeaderTimeout: 10 * time.Second}
 	listeners, err := listen(cfg)
 	if err != nil {
 		return err

@@ -33,6 +33,18 @@ type deployment struct {
 	changed  chan struct{} // closed and replaced whenever z or state changes
 	lastErr  error
 	stopped  bool
+	files    *secretFiles // the current zygote's /run/secrets
+	filesZ   *zygote.Zygote
+}
+
+// filesFor returns the secret files of zygote z.
+func (d *deployment) filesFor(z *zygote.Zygote) *secretFiles {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.filesZ != z {
+		d.files, d.filesZ = &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, z
+	}
+	return d.files
 }
 
 func newDeployment(m *Manager, name, version string, man *Manifest, codeDir string) *deployment {

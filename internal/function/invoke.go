@@ -61,17 +61,22 @@ func (m *Manager) Invoke(ctx context.Context, name string, event []byte) (*Invoc
 		Timeout:          time.Duration(d.manifest.Limits.TimeoutMs) * time.Millisecond,
 		MaxResponseBytes: int64(d.manifest.Limits.MaxResponseKiB) << 10,
 	}
+	values, err := m.secretValues(ctx, d.manifest.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err)
+	}
 	inv := &Invocation{RequestID: req.ID, Version: d.version}
 	var res *zygote.Result
 	if z != nil {
-		res, err = z.Run(ctx, req)
+		res, err = z.Run(ctx, m.prepare(req, d.filesFor(z), values))
 	} else {
 		inv.Spawned = true
-		res, err = m.spawnRun(ctx, d, req)
+		res, err = m.spawnRun(ctx, d, req, values)
 	}
 	if err != nil {
 		return nil, err
 	}
+	redactResult(res, values)
 	d.served.Add(1)
 	inv.Value, inv.Failure, inv.Error, inv.Elapsed = res.Value, res.Failure, res.Error, res.Elapsed
 	m.appendLogs(ctx, requestLines(d, req.ID, res))
@@ -80,14 +85,14 @@ func (m *Manager) Invoke(ctx context.Context, name string, event []byte) (*Invoc
 
 // spawnRun serves one request from a fresh interpreter: a new agent
 // imports the code and runs the request in its own process, then exits.
-func (m *Manager) spawnRun(ctx context.Context, d *deployment, req zygote.Request) (*zygote.Result, error) {
+func (m *Manager) spawnRun(ctx context.Context, d *deployment, req zygote.Request, values map[string][]byte) (*zygote.Result, error) {
 	t0 := time.Now()
 	z, err := zygote.Start(ctx, m.zygoteSpec(d, zygote.ModeSpawn))
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting a fresh interpreter: %v", errdefs.ErrUnavailable, err)
 	}
 	defer z.Stop()
-	res, err := z.Run(ctx, req)
+	res, err := z.Run(ctx, m.prepare(req, &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, values))
 	if res != nil {
 		res.Elapsed = time.Since(t0)
 	}
@@ -110,4 +115,26 @@ func requestLines(d *deployment, id string, res *zygote.Result) []store.LogLine 
 	}
 	out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "zygo", At: now, Line: status})
 	return out
+}
+
+// prepare sets the request's BeforeGo hook: it runs after the child exists
+// and before it is told GO, from outside the sandbox — writes the secret
+// files (released when Run returns) and places the child in its cgroup.
+func (m *Manager) prepare(req zygote.Request, files *secretFiles, values map[string][]byte) zygote.Request {
+	req.BeforeGo = func(ctx context.Context, hostPID int) (func(*zygote.Result), error) {
+		var undo []func(*zygote.Result)
+		after := func(res *zygote.Result) {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i](res)
+			}
+		}
+		if len(values) > 0 {
+			if err := files.acquire(values); err != nil {
+				return nil, err
+			}
+			undo = append(undo, func(*zygote.Result) { files.release() })
+		}
+		return after, nil
+	}
+	return req
 }

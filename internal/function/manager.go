@@ -17,6 +17,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/nsbox"
+	"github.com/zygo-run/zygo/internal/seccomp"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
@@ -47,9 +48,11 @@ type Config struct {
 // Manager deploys functions and dispatches invocations. It is safe for
 // concurrent use.
 type Manager struct {
-	cfg Config
-	reg Registry
-	log *slog.Logger
+	cfg     Config
+	reg     Registry
+	secrets Secrets // nil: functions may not name secrets
+	strict  []byte  // the strict seccomp program
+	log     *slog.Logger
 
 	deployMu sync.Mutex // serialises Deploy and Remove
 
@@ -58,15 +61,19 @@ type Manager struct {
 }
 
 // NewManager returns a Manager with no functions loaded; call Restore to
-// start the ones in the registry.
-func NewManager(cfg Config, reg Registry) *Manager {
+// start the ones in the registry. secrets may be nil.
+func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
-	return &Manager{cfg: cfg, reg: reg, log: cfg.Log, fns: map[string]*deployment{}}
+	strict, err := seccomp.Strict()
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{cfg: cfg, reg: reg, secrets: secrets, strict: strict, log: cfg.Log, fns: map[string]*deployment{}}, nil
 }
 
 // DeployResult describes a deployed version.
@@ -100,6 +107,9 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 	}
 	if _, err := os.Stat(u.Manifest.Interpreter); err != nil {
 		return nil, fmt.Errorf("%w: zygo.toml: interpreter: %s not found on this host", errdefs.ErrInvalidArgument, u.Manifest.Interpreter)
+	}
+	if err := m.checkSecrets(ctx, u.Manifest.Secrets); err != nil {
+		return nil, err
 	}
 	m.deployMu.Lock()
 	defer m.deployMu.Unlock()
@@ -143,6 +153,26 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 		go old.drainAndStop()
 	}
 	return d.result(false), nil
+}
+
+// checkSecrets fails (errdefs.ErrInvalidArgument, naming the secret) when
+// a manifest names a secret that is not stored.
+func (m *Manager) checkSecrets(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	if m.secrets == nil {
+		return fmt.Errorf("%w: zygo.toml: secrets: this daemon has no secret store", errdefs.ErrInvalidArgument)
+	}
+	missing, err := m.secrets.Missing(ctx, names)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: zygo.toml: secrets: unknown secret %q (set it with `zygo secret set %s`)",
+			errdefs.ErrInvalidArgument, missing[0], missing[0])
+	}
+	return nil
 }
 
 func (m *Manager) versionDir(name, hash string) string {
@@ -280,6 +310,8 @@ func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
 		Env:          d.manifest.SortedEnv(),
 		RunDir:       filepath.Join(m.cfg.StateDir, "run", id),
 		ReadyTimeout: m.cfg.ReadyTimeout,
+		Secrets:      len(d.manifest.Secrets) > 0,
+		StrictFilter: m.strict,
 		Output:       d.outputSink(),
 		Log:          m.log.With("function", d.name, "zygote", id),
 	}

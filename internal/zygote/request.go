@@ -33,8 +33,11 @@ type Request struct {
 	MaxResponseBytes int64
 	// BeforeGo runs after the child exists and before it is told GO, with the
 	// child's host pid (secrets, cgroup placement). An error kills the child
-	// and fails the request.
-	BeforeGo func(ctx context.Context, hostPID int) error
+	// and fails the request; the hook undoes its own partial work. On
+	// success, the returned after (if not nil) is called once the child has
+	// exited, before the result is read: it may release resources and
+	// reclassify the failure (a cgroup limit that killed the child).
+	BeforeGo func(ctx context.Context, hostPID int) (after func(*Result), err error)
 }
 
 // Failure classifies why a request did not produce a value.
@@ -143,8 +146,19 @@ func (z *Zygote) makeRequestDir(req Request) (requestDir, error) {
 	if err := os.WriteFile(filepath.Join(d.host, "event.json"), req.Event, 0o400); err != nil {
 		return d, fmt.Errorf("writing event: %w", err)
 	}
+	owned := []string{d.host, filepath.Join(d.host, "tmp"), filepath.Join(d.host, "event.json")}
+	if req.Strict {
+		if len(z.spec.StrictFilter) == 0 {
+			return d, fmt.Errorf("strict request but no strict filter configured")
+		}
+		p := filepath.Join(d.host, "strict.bpf")
+		if err := os.WriteFile(p, z.spec.StrictFilter, 0o400); err != nil {
+			return d, fmt.Errorf("writing strict filter: %w", err)
+		}
+		owned = append(owned, p)
+	}
 	if uid != 0 {
-		for _, p := range []string{d.host, filepath.Join(d.host, "tmp"), filepath.Join(d.host, "event.json")} {
+		for _, p := range owned {
 			if err := os.Chown(p, uid, uid); err != nil {
 				return d, fmt.Errorf("chowning request dir: %w", err)
 			}
@@ -196,7 +210,11 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 	defer unix.Close(pidfd)
 	res.HostPID = hostPID
 	if req.BeforeGo != nil {
-		if err := req.BeforeGo(ctx, hostPID); err != nil {
+		after, err := req.BeforeGo(ctx, hostPID)
+		if after != nil {
+			defer after(res)
+		}
+		if err != nil {
 			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
 			fail(FailInternal, "preparing child: %v", err)
 			z.awaitExit(exitCh, pidfd, time.Now().Add(5*time.Second))

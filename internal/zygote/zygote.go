@@ -52,6 +52,12 @@ type Spec struct {
 	// RunDir is a host directory private to this zygote; Start creates
 	// RunDir/req (bound at /run/zygo/req) and RunDir/tmp (bound at /tmp).
 	RunDir string
+	// Secrets asks for RunDir/secrets (mode 0500, owned by the sandbox uid),
+	// bound read-only at /run/secrets; SecretsDir returns its host path.
+	Secrets bool
+	// StrictFilter is the raw BPF program (internal/seccomp.Strict) written
+	// into the request directory as strict.bpf for requests with Strict set.
+	StrictFilter []byte
 	// ReadyTimeout bounds the import and warm-up, default 60 s.
 	ReadyTimeout time.Duration
 	// Output receives each line the agent process prints outside a request
@@ -218,6 +224,18 @@ func (z *Zygote) makeDirs() error {
 		}
 	}
 	z.spec.Box.ReqDir, z.spec.Box.TmpDir = z.reqRoot, tmp
+	if z.spec.Secrets {
+		sec := filepath.Join(z.spec.RunDir, "secrets")
+		if err := os.Mkdir(sec, 0o500); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("creating secrets dir: %w", err)
+		}
+		if uid != 0 {
+			if err := os.Chown(sec, uid, uid); err != nil {
+				return fmt.Errorf("chowning secrets dir: %w", err)
+			}
+		}
+		z.spec.Box.SecretsDir = sec
+	}
 	return nil
 }
 
@@ -412,6 +430,13 @@ func (z *Zygote) readLoop() {
 		}
 	}
 }
+
+// SecretsDir returns the host directory bound at /run/secrets, or "" when
+// the zygote was started without secrets.
+func (z *Zygote) SecretsDir() string { return z.spec.Box.SecretsDir }
+
+// HostUID returns the host uid the sandbox runs as (0: the daemon's own).
+func (z *Zygote) HostUID() int { return int(z.spec.Box.HostUID) }
 
 // Ready returns the warm-up report.
 func (z *Zygote) Ready() Ready {

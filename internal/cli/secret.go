@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/zygo-run/zygo/internal/secret"
+)
+
+func newSecretCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "secret", Short: "Manage secrets (values are encrypted at rest and never printed)"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "set NAME",
+		Short: "Set a secret; the value is read from stdin (never from the command line)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := secret.ValidName(args[0]); err != nil {
+				return err
+			}
+			v, err := readSecretValue(cmd)
+			if err != nil {
+				return err
+			}
+			if err := g.client().SetSecret(cmd.Context(), args[0], v); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "secret %s set\n", args[0])
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "ls",
+		Short: "List secret names and when they were last set",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ms, err := g.client().ListSecrets(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tUPDATED")
+			for _, m := range ms {
+				fmt.Fprintf(tw, "%s\t%s\n", m.Name, m.UpdatedAt.UTC().Format("2006-01-02 15:04:05Z"))
+			}
+			return tw.Flush()
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "rm NAME",
+		Short: "Delete a secret",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.client().RemoveSecret(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "secret %s removed\n", args[0])
+			return nil
+		},
+	})
+	return cmd
+}
+
+// readSecretValue reads the value from stdin: without echo when stdin is a
+// terminal, else all of it, with one trailing newline removed.
+func readSecretValue(cmd *cobra.Command) ([]byte, error) {
+	in := cmd.InOrStdin()
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(cmd.ErrOrStderr(), "value (not echoed): ")
+		v, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(cmd.ErrOrStderr())
+		if err != nil {
+			return nil, err
+		}
+		return v, nil
+	}
+	v, err := io.ReadAll(io.LimitReader(in, secret.MaxValueBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	v = bytes.TrimSuffix(bytes.TrimSuffix(v, []byte("\n")), []byte("\r"))
+	if len(v) == 0 {
+		return nil, errors.New("empty value on stdin (pipe it in: printf %s \"$VALUE\" | zygo secret set NAME)")
+	}
+	return v, nil
+}

@@ -1,0 +1,123 @@
+package function
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/zygo-run/zygo/internal/zygote"
+)
+
+// Secrets is what the Manager needs from the secret store.
+type Secrets interface {
+	// Missing returns the names that are not stored.
+	Missing(ctx context.Context, names []string) ([]string, error)
+	// Value decrypts one secret; the caller never logs it.
+	Value(ctx context.Context, name string) ([]byte, error)
+}
+
+// secretFiles manages the files of one sandbox's /run/secrets (a host
+// directory bound read-only into the sandbox). Files are written from
+// outside the sandbox before a request is told GO, and removed when the
+// last request that needed them ends.
+type secretFiles struct {
+	dir string // host directory
+	uid int    // host uid of the sandbox (0: keep ours)
+
+	mu    sync.Mutex // guards users and the directory's contents
+	users int
+}
+
+// acquire writes every value as dir/NAME (mode 0400, owned by the sandbox
+// uid; each file written to a temporary name and renamed, so a reader sees
+// the old or the new value, never half) and counts a user.
+func (s *secretFiles) acquire(values map[string][]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, v := range values {
+		tmp := filepath.Join(s.dir, "."+name+".new")
+		if err := os.WriteFile(tmp, v, 0o400); err != nil {
+			return fmt.Errorf("writing secret file %s: %w", name, err)
+		}
+		if s.uid != 0 {
+			if err := os.Chown(tmp, s.uid, s.uid); err != nil {
+				os.Remove(tmp)
+				return fmt.Errorf("chowning secret file %s: %w", name, err)
+			}
+		}
+		if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("placing secret file %s: %w", name, err)
+		}
+	}
+	s.users++
+	return nil
+}
+
+// release counts a user out and removes every file when none is left.
+func (s *secretFiles) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users--; s.users > 0 {
+		return
+	}
+	s.users = 0
+	entries, _ := os.ReadDir(s.dir)
+	for _, e := range entries {
+		os.Remove(filepath.Join(s.dir, e.Name()))
+	}
+}
+
+// secretValues decrypts the function's secrets for one request.
+func (m *Manager) secretValues(ctx context.Context, names []string) (map[string][]byte, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	if m.secrets == nil {
+		return nil, fmt.Errorf("secrets are not configured in this daemon")
+	}
+	out := make(map[string][]byte, len(names))
+	for _, n := range names {
+		v, err := m.secrets.Value(ctx, n)
+		if err != nil {
+			return nil, fmt.Errorf("reading secret %q: %w", n, err)
+		}
+		out[n] = v
+	}
+	return out, nil
+}
+
+// redact replaces every secret value in s with [redacted:NAME].
+func redact(s string, values map[string][]byte) string {
+	for name, v := range values {
+		if len(v) == 0 {
+			continue
+		}
+		for _, form := range []string{string(v), strings.TrimSpace(string(v))} {
+			if len(form) >= 3 && strings.Contains(s, form) {
+				s = strings.ReplaceAll(s, form, "[redacted:"+name+"]")
+			}
+		}
+	}
+	return s
+}
+
+// redactResult scrubs secret values from what a request printed and from
+// its error, before they reach the logs or the caller's error message.
+func redactResult(res *zygote.Result, values map[string][]byte) {
+	if len(values) == 0 {
+		return
+	}
+	for i := range res.Stdout {
+		res.Stdout[i] = redact(res.Stdout[i], values)
+	}
+	for i := range res.Stderr {
+		res.Stderr[i] = redact(res.Stderr[i], values)
+	}
+	if e := res.Error; e != nil {
+		e.Message, e.Traceback, e.Type = redact(e.Message, values), redact(e.Traceback, values), redact(e.Type, values)
+	}
+}
