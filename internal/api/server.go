@@ -107,7 +107,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		var ife *function.ImportFailed
 		if errors.As(err, &ife) {
 			writeError(w, http.StatusUnprocessableEntity, ErrorBody{Code: "import_failed", Type: ife.Type,
-				Message: "the new version failed to import; the previous version keeps serving: " + ife.Type + ": " + ife.Message,
+				Message:   "the new version failed to import; the previous version keeps serving: " + ife.Type + ": " + ife.Message,
 				Traceback: ife.Traceback})
 			return
 		}
@@ -150,6 +150,7 @@ var failureStatus = map[zygote.Failure]int{
 	zygote.FailZygote:        http.StatusServiceUnavailable,
 	zygote.FailResponseLarge: http.StatusBadGateway,
 	zygote.FailInternal:      http.StatusInternalServerError,
+	zygote.FailLimit:         http.StatusBadGateway,
 }
 
 func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {

@@ -7,6 +7,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/zygo-run/zygo/agents"
 	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/internal/cgroup"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
@@ -42,7 +45,9 @@ type Config struct {
 	// uid.
 	SandboxHostUID uint32
 	ReadyTimeout   time.Duration // per zygote import + warm-up; default 60 s
-	Log            *slog.Logger
+	// NoCgroups turns per-request cgroups off (limits not enforced).
+	NoCgroups bool
+	Log       *slog.Logger
 }
 
 // SocketPath returns the daemon's unix socket inside stateDir.
@@ -134,10 +139,14 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := function.NewManager(function.Config{
+	fcfg := function.Config{
 		StateDir: cfg.StateDir, AgentDir: agentDir, Bwrap: cfg.Bwrap,
 		SandboxHostUID: cfg.SandboxHostUID, ReadyTimeout: cfg.ReadyTimeout, Log: log,
-	}, st, secrets)
+	}
+	if lim := newLimiter(cfg, log); lim != nil {
+		fcfg.Limiter = lim
+	}
+	mgr, err := function.NewManager(fcfg, st, secrets)
 	if err != nil {
 		return err
 	}
@@ -231,4 +240,26 @@ func listen(cfg Config) ([]net.Listener, error) {
 		ls = append(ls, tl)
 	}
 	return ls, nil
+}
+
+// newLimiter returns the per-request cgroup manager, or nil (with a warning)
+// when cgroups cannot be managed here: then memory_mib, pids and cpu_ms are
+// not enforced.
+func newLimiter(cfg Config, log *slog.Logger) *cgroup.Manager {
+	if cfg.NoCgroups {
+		log.Warn("per-request cgroups disabled (--no-cgroups): memory_mib, pids and cpu_ms are not enforced")
+		return nil
+	}
+	// One parent per state dir, so that Cleanup never touches another
+	// daemon's groups.
+	sum := sha256.Sum256([]byte(cfg.StateDir))
+	m, err := cgroup.New(cgroup.DefaultParent + "/" + hex.EncodeToString(sum[:6]))
+	if err != nil {
+		log.Warn("per-request cgroups unavailable: memory_mib, pids and cpu_ms are not enforced", "err", err)
+		return nil
+	}
+	if err := m.Cleanup(); err != nil {
+		log.Warn("cleaning up stale cgroups", "err", err)
+	}
+	return m
 }

@@ -68,7 +68,7 @@ func (m *Manager) Invoke(ctx context.Context, name string, event []byte) (*Invoc
 	inv := &Invocation{RequestID: req.ID, Version: d.version}
 	var res *zygote.Result
 	if z != nil {
-		res, err = z.Run(ctx, m.prepare(req, d.filesFor(z), values))
+		res, err = z.Run(ctx, m.prepare(d, req, d.filesFor(z), values))
 	} else {
 		inv.Spawned = true
 		res, err = m.spawnRun(ctx, d, req, values)
@@ -92,7 +92,7 @@ func (m *Manager) spawnRun(ctx context.Context, d *deployment, req zygote.Reques
 		return nil, fmt.Errorf("%w: starting a fresh interpreter: %v", errdefs.ErrUnavailable, err)
 	}
 	defer z.Stop()
-	res, err := z.Run(ctx, m.prepare(req, &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, values))
+	res, err := z.Run(ctx, m.prepare(d, req, &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, values))
 	if res != nil {
 		res.Elapsed = time.Since(t0)
 	}
@@ -120,7 +120,7 @@ func requestLines(d *deployment, id string, res *zygote.Result) []store.LogLine 
 // prepare sets the request's BeforeGo hook: it runs after the child exists
 // and before it is told GO, from outside the sandbox — writes the secret
 // files (released when Run returns) and places the child in its cgroup.
-func (m *Manager) prepare(req zygote.Request, files *secretFiles, values map[string][]byte) zygote.Request {
+func (m *Manager) prepare(d *deployment, req zygote.Request, files *secretFiles, values map[string][]byte) zygote.Request {
 	req.BeforeGo = func(ctx context.Context, hostPID int) (func(*zygote.Result), error) {
 		var undo []func(*zygote.Result)
 		after := func(res *zygote.Result) {
@@ -133,6 +133,13 @@ func (m *Manager) prepare(req zygote.Request, files *secretFiles, values map[str
 				return nil, err
 			}
 			undo = append(undo, func(*zygote.Result) { files.release() })
+		}
+		if m.limiter != nil {
+			release, err := m.placeInCgroup(ctx, d, req.ID, hostPID)
+			if err != nil {
+				return after, err
+			}
+			undo = append(undo, release)
 		}
 		return after, nil
 	}

@@ -42,7 +42,11 @@ type Config struct {
 	// own uid (the only choice when the daemon is not root).
 	SandboxHostUID uint32
 	ReadyTimeout   time.Duration // import + warm-up bound per zygote
-	Log            *slog.Logger
+	// Limiter places each request in a cgroup (memory_mib, pids, cpu_ms);
+	// nil when the daemon cannot manage cgroups (not root): those limits are
+	// then not enforced, and the daemon says so at start.
+	Limiter Limiter
+	Log     *slog.Logger
 }
 
 // Manager deploys functions and dispatches invocations. It is safe for
@@ -52,6 +56,7 @@ type Manager struct {
 	reg     Registry
 	secrets Secrets // nil: functions may not name secrets
 	strict  []byte  // the strict seccomp program
+	limiter Limiter // nil: no per-request cgroups
 	log     *slog.Logger
 
 	deployMu sync.Mutex // serialises Deploy and Remove
@@ -73,7 +78,7 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{cfg: cfg, reg: reg, secrets: secrets, strict: strict, log: cfg.Log, fns: map[string]*deployment{}}, nil
+	return &Manager{cfg: cfg, reg: reg, secrets: secrets, strict: strict, limiter: cfg.Limiter, log: cfg.Log, fns: map[string]*deployment{}}, nil
 }
 
 // DeployResult describes a deployed version.

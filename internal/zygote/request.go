@@ -51,6 +51,7 @@ const (
 	FailZygote        Failure = "zygote_died"        // the zygote died under the request
 	FailResponseLarge Failure = "response_too_large" // result.json over the limit
 	FailInternal      Failure = "internal"           // Zygo could not run the request
+	FailLimit         Failure = "limit_exceeded"     // memory_mib, pids or cpu_ms killed it
 )
 
 // Result is the outcome of Run.

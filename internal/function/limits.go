@@ -1,0 +1,75 @@
+package function
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/cgroup"
+	"github.com/zygo-run/zygo/internal/zygote"
+)
+
+// Limiter places a request's child in a cgroup of its own. *cgroup.Manager
+// implements it.
+type Limiter interface {
+	Place(ctx context.Context, name string, hostPID int, l cgroup.Limits) (*cgroup.Group, error)
+}
+
+// limitPoll is how often a request's CPU time and pids counter are read,
+// so a request may run up to this long past cpu_ms.
+const limitPoll = 20 * time.Millisecond
+
+// placeInCgroup moves the child into d's per-request cgroup and watches its
+// CPU time and pids counter; going over either kills the whole group. The
+// returned after() reclassifies a death caused by a limit and deletes the
+// group (killing any process the request left behind).
+func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string, hostPID int) (func(*zygote.Result), error) {
+	l := d.manifest.Limits
+	g, err := m.limiter.Place(ctx, d.name+"/"+reqID, hostPID, cgroup.Limits{MemoryMiB: l.MemoryMiB, PIDs: l.PIDs, CPUMs: l.CPUMs})
+	if err != nil {
+		return nil, fmt.Errorf("placing the child in its cgroup: %w", err)
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchLimits(wctx, g, l)
+	}()
+	return func(res *zygote.Result) {
+		stop()
+		<-done
+		if limit, value := g.Exceeded(); limit != "" && res.Failure != zygote.FailNone && res.Failure != zygote.FailTimeout {
+			res.Failure = zygote.FailLimit
+			res.Error = &zygote.HandlerError{Type: "LimitExceeded",
+				Message: fmt.Sprintf("%s limit exceeded: %s (the request was killed)", limit, value)}
+		}
+		if err := g.Delete(); err != nil {
+			m.log.Warn("deleting request cgroup", "function", d.name, "request_id", reqID, "err", err)
+		}
+	}, nil
+}
+
+// watchLimits kills the group once its CPU time passes cpu_ms or it hits
+// its pids limit, and returns; it also returns when ctx ends.
+func watchLimits(ctx context.Context, g *cgroup.Group, l Limits) {
+	if l.CPUMs == 0 && l.PIDs == 0 {
+		return
+	}
+	t := time.NewTicker(limitPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		u, err := g.Usage()
+		if err != nil {
+			return
+		}
+		if (l.CPUMs > 0 && u.CPU > time.Duration(l.CPUMs)*time.Millisecond) || (l.PIDs > 0 && u.PIDsLimitHit) {
+			_ = g.Kill()
+			return
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLimits: going over a limit kills that request only, the caller gets an
+// error naming the limit and its value, and the function keeps serving.
+func TestLimits(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("limits"))
+	cases := []struct {
+		action, code, want string
+		status             int
+	}{
+		{"memory", "limit_exceeded", "memory limit exceeded: 64 MiB", 502},
+		{"forkbomb", "limit_exceeded", "pids limit exceeded: 16", 502},
+		{"sleep_loop", "timeout", "timeout_ms=2000", 504},
+		{"spin", "limit_exceeded", "cpu limit exceeded: 300 ms", 502},
+		{"big", "response_too_large", "max_response_kib=16", 502},
+	}
+	for _, c := range cases {
+		t0 := time.Now()
+		_, err := d.TryInvoke("limits", map[string]any{"action": c.action})
+		ae := apiError(t, err)
+		if ae.Status != c.status || ae.Body.Code != c.code || !strings.Contains(ae.Body.Message, c.want) {
+			t.Errorf("%s: got %d %+v, want %d %s %q", c.action, ae.Status, ae.Body, c.status, c.code, c.want)
+		}
+		if el := time.Since(t0); el > 8*time.Second {
+			t.Errorf("%s: took %s to be stopped", c.action, el)
+		}
+		var ok string
+		d.Invoke("limits", map[string]any{"action": "ok"}, &ok)
+		if ok != "ok" {
+			t.Fatalf("after %s the function answered %q", c.action, ok)
+		}
+	}
+	// An oversized request is refused before it reaches the function.
+	_, err := d.TryInvoke("limits", map[string]any{"action": "ok", "pad": strings.Repeat("x", 17<<10)})
+	if ae := apiError(t, err); ae.Status != 413 || !strings.Contains(ae.Body.Message, "max_request_kib=16") {
+		t.Errorf("oversized request: %d %+v", ae.Status, ae.Body)
+	}
+	var ok string
+	d.Invoke("limits", map[string]any{"action": "ok"}, &ok)
+}
