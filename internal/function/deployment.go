@@ -35,6 +35,7 @@ type deployment struct {
 	stopped  bool
 	files    *secretFiles // the current zygote's /run/secrets
 	filesZ   *zygote.Zygote
+	pool     *workerPool // Node functions: ready workers
 }
 
 // filesFor returns the secret files of zygote z.
@@ -63,7 +64,10 @@ func (d *deployment) setLocked(state string, z *zygote.Zygote, err error) {
 // warm-up findings to the logs.
 func (d *deployment) start(ctx context.Context) error {
 	mode := zygote.ModeFork
-	if d.manifest.Mode == ModeSpawn {
+	switch {
+	case d.manifest.Runtime == RuntimeNode:
+		mode = zygote.ModeWorker
+	case d.manifest.Mode == ModeSpawn:
 		mode = zygote.ModeSpawn
 	}
 	z, err := zygote.Start(ctx, d.m.zygoteSpec(d, mode))
@@ -79,6 +83,12 @@ func (d *deployment) start(ctx context.Context) error {
 	defer d.mu.Unlock()
 	d.ready = r
 	switch {
+	case mode == zygote.ModeWorker:
+		if d.pool != nil {
+			d.pool.close()
+		}
+		d.pool = newWorkerPool(d, d.manifest.PoolSize, z)
+		d.setLocked("ready", nil, nil)
 	case mode == zygote.ModeSpawn:
 		z.Stop()
 		d.setLocked("ready", nil, nil)
@@ -182,10 +192,13 @@ func (d *deployment) current(ctx context.Context) (*zygote.Zygote, error) {
 // stops the zygote.
 func (d *deployment) drainAndStop() {
 	d.mu.Lock()
-	z := d.z
+	z, pool := d.z, d.pool
 	d.stopped = true
 	d.setLocked("stopped", nil, nil)
 	d.mu.Unlock()
+	if pool != nil {
+		pool.close()
+	}
 	if z != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond+5*time.Second)
 		defer cancel()
@@ -196,10 +209,13 @@ func (d *deployment) drainAndStop() {
 
 func (d *deployment) stop() {
 	d.mu.Lock()
-	z := d.z
+	z, pool := d.z, d.pool
 	d.stopped = true
 	d.setLocked("stopped", nil, nil)
 	d.mu.Unlock()
+	if pool != nil {
+		pool.close()
+	}
 	if z != nil {
 		z.Stop()
 	}
@@ -212,6 +228,9 @@ func (d *deployment) status() Status {
 		State: d.state, Fallback: d.fallback, InFlight: int(d.inflight.Load()), Served: d.served.Load(), Manifest: d.manifest}
 	if d.z != nil {
 		s.ZygotePID = d.z.Ready().HostPID
+	}
+	if d.pool != nil {
+		s.IdleWorkers = d.pool.idle()
 	}
 	return s
 }

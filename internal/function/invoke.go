@@ -67,7 +67,12 @@ func (m *Manager) Invoke(ctx context.Context, name string, event []byte) (*Invoc
 	}
 	inv := &Invocation{RequestID: req.ID, Version: d.version}
 	var res *zygote.Result
-	if z != nil {
+	d.mu.Lock()
+	pool := d.pool
+	d.mu.Unlock()
+	if pool != nil {
+		res, err = m.workerRun(ctx, d, pool, req, values)
+	} else if z != nil {
 		res, err = z.Run(ctx, m.prepare(d, req, d.filesFor(z), values))
 	} else {
 		inv.Spawned = true
@@ -90,6 +95,22 @@ func (m *Manager) spawnRun(ctx context.Context, d *deployment, req zygote.Reques
 	z, err := zygote.Start(ctx, m.zygoteSpec(d, zygote.ModeSpawn))
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting a fresh interpreter: %v", errdefs.ErrUnavailable, err)
+	}
+	defer z.Stop()
+	res, err := z.Run(ctx, m.prepare(d, req, &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, values))
+	if res != nil {
+		res.Elapsed = time.Since(t0)
+	}
+	return res, err
+}
+
+// workerRun serves one request on a ready Node worker (or a fresh one when
+// none is idle), which exits after it.
+func (m *Manager) workerRun(ctx context.Context, d *deployment, pool *workerPool, req zygote.Request, values map[string][]byte) (*zygote.Result, error) {
+	t0 := time.Now()
+	z, _, err := pool.take(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: starting a worker: %v", errdefs.ErrUnavailable, err)
 	}
 	defer z.Stop()
 	res, err := z.Run(ctx, m.prepare(d, req, &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, values))

@@ -107,9 +107,6 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 	if err != nil {
 		return nil, err
 	}
-	if u.Manifest.Runtime != RuntimePython {
-		return nil, fmt.Errorf("%w: zygo.toml: runtime: %q is not supported yet (python only)", errdefs.ErrInvalidArgument, u.Manifest.Runtime)
-	}
 	if _, err := os.Stat(u.Manifest.Interpreter); err != nil {
 		return nil, fmt.Errorf("%w: zygo.toml: interpreter: %s not found on this host", errdefs.ErrInvalidArgument, u.Manifest.Interpreter)
 	}
@@ -256,16 +253,18 @@ func (m *Manager) Shutdown() {
 
 // Status is one function as `zygo ls` shows it.
 type Status struct {
-	Name      string    `json:"name"`
-	Version   string    `json:"version"`
-	Runtime   Runtime   `json:"runtime"`
-	Mode      Mode      `json:"mode"`
-	State     string    `json:"state"` // starting, ready, restarting, failed, spawn
-	Fallback  string    `json:"fallback,omitempty"`
-	ZygotePID int       `json:"zygote_pid,omitempty"` // host pid
-	InFlight  int       `json:"in_flight"`
-	Served    int64     `json:"served"`
-	Manifest  *Manifest `json:"manifest"`
+	Name      string  `json:"name"`
+	Version   string  `json:"version"`
+	Runtime   Runtime `json:"runtime"`
+	Mode      Mode    `json:"mode"`
+	State     string  `json:"state"` // starting, ready, restarting, failed, spawn
+	Fallback  string  `json:"fallback,omitempty"`
+	ZygotePID int     `json:"zygote_pid,omitempty"` // host pid
+	InFlight  int     `json:"in_flight"`
+	// IdleWorkers counts ready Node workers (runtime "node" only).
+	IdleWorkers int       `json:"idle_workers,omitempty"`
+	Served      int64     `json:"served"`
+	Manifest    *Manifest `json:"manifest"`
 }
 
 // List returns every loaded function, sorted by name.

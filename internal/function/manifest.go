@@ -66,12 +66,14 @@ type Manifest struct {
 	Mode    Mode   `toml:"mode" json:"mode"`
 	// Interpreter is the absolute path of the interpreter the function runs
 	// on; default /usr/bin/python3 for Python and /usr/bin/node for Node.
-	Interpreter string            `toml:"interpreter" json:"interpreter"`
-	Secrets     []string          `toml:"secrets" json:"secrets,omitempty"`
-	Strict      bool              `toml:"strict" json:"strict"`
-	Concurrency int               `toml:"concurrency" json:"concurrency"` // requests in flight at once
-	Env         map[string]string `toml:"env" json:"env,omitempty"`
-	Limits      Limits            `toml:"limits" json:"limits"`
+	Interpreter string   `toml:"interpreter" json:"interpreter"`
+	Secrets     []string `toml:"secrets" json:"secrets,omitempty"`
+	Strict      bool     `toml:"strict" json:"strict"`
+	Concurrency int      `toml:"concurrency" json:"concurrency"` // requests in flight at once
+	// PoolSize is how many Node workers are kept ready (runtime "node").
+	PoolSize int               `toml:"pool_size" json:"pool_size,omitempty"`
+	Env      map[string]string `toml:"env" json:"env,omitempty"`
+	Limits   Limits            `toml:"limits" json:"limits"`
 }
 
 // Bounds on manifest values; the docs (README, ARCHITECTURE) repeat them.
@@ -85,6 +87,8 @@ const (
 	MaxBodyKiB         = 64 * 1024
 	DefaultConcurrency = 8
 	MaxConcurrency     = 256
+	DefaultPoolSize    = 2
+	MaxPoolSize        = 64
 )
 
 var (
@@ -144,6 +148,9 @@ func (m *Manifest) applyDefaults() {
 	if m.Concurrency == 0 {
 		m.Concurrency = DefaultConcurrency
 	}
+	if m.PoolSize == 0 && m.Runtime == RuntimeNode {
+		m.PoolSize = DefaultPoolSize
+	}
 	l := &m.Limits
 	if l.TimeoutMs == 0 {
 		l.TimeoutMs = DefaultTimeoutMs
@@ -193,6 +200,18 @@ func (m *Manifest) Validate() error {
 	}
 	if m.Concurrency < 1 || m.Concurrency > MaxConcurrency {
 		return bad("concurrency", "%d is outside 1..%d", m.Concurrency, MaxConcurrency)
+	}
+	if m.Runtime == RuntimeNode && (m.PoolSize < 1 || m.PoolSize > MaxPoolSize) {
+		return bad("pool_size", "%d is outside 1..%d", m.PoolSize, MaxPoolSize)
+	}
+	if m.Runtime != RuntimeNode && m.PoolSize != 0 {
+		return bad("pool_size", "applies only to runtime = \"node\"")
+	}
+	if m.Runtime == RuntimeNode && m.Mode == ModeSpawn {
+		return bad("mode", "\"spawn\" does not apply to runtime = \"node\" (every Node request already gets a fresh worker)")
+	}
+	if m.Runtime == RuntimeNode && m.Strict {
+		return bad("strict", "is not supported for runtime = \"node\" yet")
 	}
 	seen := map[string]bool{}
 	for _, s := range m.Secrets {

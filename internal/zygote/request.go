@@ -92,8 +92,8 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 		z.mu.Unlock()
 		return nil, fmt.Errorf("%w: zygote is %s", errdefs.ErrUnavailable, st)
 	}
-	if z.spec.Mode == ModeSpawn {
-		z.state = StateDraining // one request per spawned agent
+	if z.spec.Mode == ModeSpawn || z.spec.Mode == ModeWorker {
+		z.state = StateDraining // one request per spawned agent or worker
 	}
 	z.nextSeq++
 	seq := z.nextSeq
@@ -176,35 +176,20 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 		res.Failure = f
 		res.Error = &HandlerError{Type: string(f), Message: fmt.Sprintf(format, a...)}
 	}
-	local, remote, err := seqpacketPair()
-	if err != nil {
-		fail(FailInternal, "%v", err)
-		return
-	}
-	defer local.Close()
-	if err := setPassCred(local); err != nil {
-		remote.Close()
-		fail(FailInternal, "setting SO_PASSCRED: %v", err)
-		return
-	}
-	kind := "fork"
-	if z.spec.Mode == ModeSpawn {
-		kind = "run"
-	}
-	z.sendMu.Lock()
-	err = send(z.ctl, message{Type: kind, Seq: seq}, remote)
-	z.sendMu.Unlock()
-	remote.Close()
-	if err != nil {
-		fail(FailZygote, "zygote unavailable: %v", err)
-		return
-	}
-	if z.spec.Mode == ModeFork {
-		if !z.awaitForked(ctx, forkCh, fail) {
-			return
+	var goCh channel // where GO is sent: the request socket, or a worker's control channel
+	var hostPID, pidfd int
+	var ok bool
+	if z.spec.Mode == ModeWorker {
+		hostPID, pidfd, ok = z.workerChild(fail)
+		goCh = z.ctl
+	} else {
+		var local *net.UnixConn
+		local, hostPID, pidfd, ok = z.newChild(ctx, seq, forkCh, fail)
+		if local != nil {
+			defer local.Close()
+			goCh = packetChannel{c: local}
 		}
 	}
-	hostPID, pidfd, ok := z.awaitHello(local, fail)
 	if !ok {
 		return
 	}
@@ -224,13 +209,66 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 	}
 	goMsg := message{Type: "go", RequestID: req.ID, Dir: dir.sandbox, DeadlineMs: deadline.UnixMilli(),
 		Function: req.Function, Version: req.Version, Strict: req.Strict}
-	if err := send(local, goMsg, nil); err != nil {
+	if err := goCh.send(goMsg, nil); err != nil {
 		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
 		fail(FailCrashed, "child went away before GO: %v", err)
 		return
 	}
-	local.Close()
+	if z.spec.Mode != ModeWorker {
+		goCh.close()
+	}
 	z.finish(req, deadline, dir, exitCh, pidfd, res)
+}
+
+// newChild asks the agent for a child (fork mode: a fork of the zygote;
+// spawn mode: the agent process itself) and waits for its hello. It
+// returns the supervisor's end of the request socket and a pidfd, both
+// owned by the caller.
+func (z *Zygote) newChild(ctx context.Context, seq int, forkCh chan message,
+	fail func(Failure, string, ...any)) (*net.UnixConn, int, int, bool) {
+	local, remote, err := seqpacketPair()
+	if err != nil {
+		fail(FailInternal, "%v", err)
+		return nil, 0, 0, false
+	}
+	if err := setPassCred(local); err != nil {
+		remote.Close()
+		fail(FailInternal, "setting SO_PASSCRED: %v", err)
+		return local, 0, 0, false
+	}
+	kind := "fork"
+	if z.spec.Mode == ModeSpawn {
+		kind = "run"
+	}
+	z.sendMu.Lock()
+	err = z.ctl.send(message{Type: kind, Seq: seq}, remote)
+	z.sendMu.Unlock()
+	remote.Close()
+	if err != nil {
+		fail(FailZygote, "zygote unavailable: %v", err)
+		return local, 0, 0, false
+	}
+	if z.spec.Mode == ModeFork && !z.awaitForked(ctx, forkCh, fail) {
+		return local, 0, 0, false
+	}
+	hostPID, pidfd, ok := z.awaitHello(local, fail)
+	return local, hostPID, pidfd, ok
+}
+
+// workerChild returns a Node worker's host pid (from its ready message's
+// credentials) and a pidfd for it.
+func (z *Zygote) workerChild(fail func(Failure, string, ...any)) (int, int, bool) {
+	pid := z.Ready().HostPID
+	if pid == 0 {
+		fail(FailInternal, "worker's host pid is unknown")
+		return 0, 0, false
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		fail(FailCrashed, "worker %d vanished: %v", pid, err)
+		return 0, 0, false
+	}
+	return pid, pidfd, true
 }
 
 func (z *Zygote) awaitForked(ctx context.Context, forkCh chan message, fail func(Failure, string, ...any)) bool {
@@ -333,7 +371,7 @@ func (z *Zygote) awaitExit(exitCh chan message, pidfd int, deadline time.Time) e
 			st.signal = m.Signal
 			return st
 		case <-z.done:
-			if z.spec.Mode == ModeSpawn {
+			if z.spec.Mode == ModeSpawn || z.spec.Mode == ModeWorker {
 				// The agent process was the child.
 				code := z.cmd.ProcessState.ExitCode()
 				if code > 128 {

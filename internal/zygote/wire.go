@@ -1,6 +1,7 @@
 package zygote
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -51,19 +52,7 @@ type Check struct {
 // seqpacketPair returns a connected AF_UNIX SOCK_SEQPACKET pair, both
 // close-on-exec. The caller owns both ends.
 func seqpacketPair() (local *net.UnixConn, remote *os.File, err error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("creating socket pair: %w", err)
-	}
-	lf := os.NewFile(uintptr(fds[0]), "zygo-local")
-	remote = os.NewFile(uintptr(fds[1]), "zygo-remote")
-	c, err := net.FileConn(lf)
-	lf.Close()
-	if err != nil {
-		remote.Close()
-		return nil, nil, fmt.Errorf("wrapping socket: %w", err)
-	}
-	return c.(*net.UnixConn), remote, nil
+	return socketPair(unix.SOCK_SEQPACKET)
 }
 
 // send writes one message, with f's descriptor attached as SCM_RIGHTS when
@@ -138,4 +127,100 @@ func setPassCred(c *net.UnixConn) error {
 		return err
 	}
 	return serr
+}
+
+// channel is one end of a supervisor–agent connection: SOCK_SEQPACKET
+// datagrams (Python agent) or newline-delimited JSON on SOCK_STREAM (Node
+// workers, whose standard library has neither SEQPACKET nor fd passing).
+type channel interface {
+	send(m message, f *os.File) error
+	recv() (message, *unix.Ucred, error)
+	setPassCred() error
+	close() error
+}
+
+type packetChannel struct{ c *net.UnixConn }
+
+func (p packetChannel) send(m message, f *os.File) error      { return send(p.c, m, f) }
+func (p packetChannel) recv() (message, *unix.Ucred, error) { return recv(p.c) }
+func (p packetChannel) setPassCred() error                  { return setPassCred(p.c) }
+func (p packetChannel) close() error                        { return p.c.Close() }
+
+// streamChannel frames messages as JSON lines. Descriptors cannot be sent
+// on it.
+type streamChannel struct {
+	c     *net.UnixConn
+	buf   []byte
+	creds *unix.Ucred // from the latest read that carried credentials
+}
+
+func (s *streamChannel) send(m message, f *os.File) error {
+	if f != nil {
+		return fmt.Errorf("sending %s: a stream channel cannot carry descriptors", m.Type)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := s.c.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("sending %s: %w", m.Type, err)
+	}
+	return nil
+}
+
+func (s *streamChannel) recv() (message, *unix.Ucred, error) {
+	var m message
+	for {
+		if i := bytes.IndexByte(s.buf, '\n'); i >= 0 {
+			line := s.buf[:i]
+			s.buf = s.buf[i+1:]
+			if err := json.Unmarshal(line, &m); err != nil {
+				return m, s.creds, fmt.Errorf("malformed message: %w", err)
+			}
+			return m, s.creds, nil
+		}
+		if len(s.buf) > maxDatagram {
+			return m, nil, fmt.Errorf("message larger than %d bytes", maxDatagram)
+		}
+		chunk := make([]byte, 16<<10)
+		oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+		n, oobn, _, _, err := s.c.ReadMsgUnix(chunk, oob)
+		if n == 0 && err == nil {
+			err = fmt.Errorf("peer closed the socket")
+		}
+		if err != nil {
+			return m, nil, err
+		}
+		if oobn > 0 {
+			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+				for _, cm := range msgs {
+					if uc, err := unix.ParseUnixCredentials(&cm); err == nil {
+						s.creds = uc
+					}
+				}
+			}
+		}
+		s.buf = append(s.buf, chunk[:n]...)
+	}
+}
+
+func (s *streamChannel) setPassCred() error { return setPassCred(s.c) }
+func (s *streamChannel) close() error       { return s.c.Close() }
+
+// socketPair returns a connected AF_UNIX pair of the given type, both ends
+// close-on-exec; the caller owns both.
+func socketPair(typ int) (*net.UnixConn, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating socket pair: %w", err)
+	}
+	lf := os.NewFile(uintptr(fds[0]), "zygo-local")
+	remote := os.NewFile(uintptr(fds[1]), "zygo-remote")
+	c, err := net.FileConn(lf)
+	lf.Close()
+	if err != nil {
+		remote.Close()
+		return nil, nil, fmt.Errorf("wrapping socket: %w", err)
+	}
+	return c.(*net.UnixConn), remote, nil
 }

@@ -40,6 +40,9 @@ type Mode string
 const (
 	ModeFork  Mode = "fork"
 	ModeSpawn Mode = "spawn"
+	// ModeWorker is a Node worker: a fresh process that serves one request
+	// it receives on its control channel (docs/protocol.md, worker protocol).
+	ModeWorker Mode = "worker"
 )
 
 // Spec says what to start.
@@ -118,7 +121,7 @@ type Zygote struct {
 	spec    Spec
 	log     *slog.Logger
 	cmd     *exec.Cmd
-	ctl     *net.UnixConn
+	ctl     channel
 	reqRoot string // host dir bound at /run/zygo/req
 	ready   Ready
 	done    chan struct{} // closed when the process has exited
@@ -159,17 +162,25 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 	}
 	undo = append(undo, func() { os.RemoveAll(spec.RunDir) })
 
-	ctl, remote, err := seqpacketPair()
+	typ := unix.SOCK_SEQPACKET
+	if spec.Mode == ModeWorker {
+		typ = unix.SOCK_STREAM
+	}
+	conn, remote, err := socketPair(typ)
 	if err != nil {
 		return nil, err
 	}
-	z.ctl = ctl
-	if err := setPassCred(ctl); err != nil {
+	if typ == unix.SOCK_STREAM {
+		z.ctl = &streamChannel{c: conn}
+	} else {
+		z.ctl = packetChannel{c: conn}
+	}
+	if err := z.ctl.setPassCred(); err != nil {
 		remote.Close()
-		ctl.Close()
+		conn.Close()
 		return nil, fmt.Errorf("setting SO_PASSCRED: %w", err)
 	}
-	undo = append(undo, func() { ctl.Close() })
+	undo = append(undo, func() { conn.Close() })
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		remote.Close()
@@ -200,7 +211,9 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 	}
 	z.ready.Took = time.Since(t0)
 	z.state = StateReady
-	go z.readLoop()
+	if spec.Mode != ModeWorker {
+		go z.readLoop()
+	}
 	return z, nil
 }
 
@@ -241,9 +254,13 @@ func (z *Zygote) makeDirs() error {
 
 func (z *Zygote) command(remote, statusW *os.File) (*exec.Cmd, error) {
 	box := z.spec.Box
-	bootstrap := fmt.Sprintf("import sys; sys.path.insert(0, %q); from zygo_agent.__main__ import main; main()",
-		nsbox.AgentDir+"/python")
-	box.Args = []string{"-I", "-c", bootstrap, "--code", nsbox.CodeDir, "--handler", z.spec.Handler, "--mode", string(z.spec.Mode)}
+	if z.spec.Mode == ModeWorker {
+		box.Args = []string{nsbox.AgentDir + "/node/zygo_worker.js", "--code", nsbox.CodeDir, "--handler", z.spec.Handler}
+	} else {
+		bootstrap := fmt.Sprintf("import sys; sys.path.insert(0, %q); from zygo_agent.__main__ import main; main()",
+			nsbox.AgentDir+"/python")
+		box.Args = []string{"-I", "-c", bootstrap, "--code", nsbox.CodeDir, "--handler", z.spec.Handler, "--mode", string(z.spec.Mode)}
+	}
 	box.Env = append([]string{
 		"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "TMPDIR=/tmp", "LANG=C.UTF-8",
 		"PYTHONUNBUFFERED=", "PYTHONDONTWRITEBYTECODE=1",
@@ -315,7 +332,7 @@ func (z *Zygote) wait(outR, errR, statusR *os.File) {
 	z.exitErr = describeExit(err)
 	z.state = StateStopped
 	z.mu.Unlock()
-	z.ctl.Close()
+	z.ctl.close()
 	close(z.done)
 }
 
@@ -359,7 +376,7 @@ func (z *Zygote) awaitReady(ctx context.Context) error {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		m, creds, err := recv(z.ctl)
+		m, creds, err := z.ctl.recv()
 		ch <- res{m, creds, err}
 	}()
 	timer := time.NewTimer(z.spec.ReadyTimeout)
@@ -405,7 +422,7 @@ func (z *Zygote) handleFirst(m message) error {
 // readLoop dispatches control messages until the socket closes.
 func (z *Zygote) readLoop() {
 	for {
-		m, _, err := recv(z.ctl)
+		m, _, err := z.ctl.recv()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "peer closed") {
 				z.log.Debug("zygote control socket", "err", err)
@@ -487,7 +504,9 @@ func (z *Zygote) Drain(ctx context.Context) error {
 // second, and removes its run directory. It is idempotent.
 func (z *Zygote) Stop() {
 	z.sendMu.Lock()
-	_ = send(z.ctl, message{Type: "stop"}, nil)
+	if z.spec.Mode != ModeWorker {
+		_ = z.ctl.send(message{Type: "stop"}, nil)
+	}
 	z.sendMu.Unlock()
 	select {
 	case <-z.done:

@@ -1,0 +1,150 @@
+"""In-process tests of agent pieces that need no supervisor: the reseed hook list (also the
+entry point after a sandbox restore), the intent recorder, the libcrypto verdict, the wire
+codec and result encoding."""
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+try:
+    import numpy as np
+except ImportError as exc:  # fail loudly, never skip
+    raise ImportError("python3-numpy is needed by these tests: apt-get install python3-numpy") \
+        from exc
+
+from zygo_agent import child, errors, recorder, reseed, warmup, wire  # noqa: E402
+
+
+class ReseedTest(unittest.TestCase):
+    """reseed_all() without any fork: what a restored sandbox runs (case BH-02)."""
+
+    def test_reseed_all_changes_every_state(self):
+        recorder.install()
+        unseeded, seeded = random.Random(), random.Random(5)
+        recorder.stop()
+        gen = np.random.default_rng()
+        reseed.register_numpy_generator(gen)
+        before = (random.getstate(), np.random.get_state()[1].tobytes(), unseeded.getstate(),
+                  seeded.getstate(), gen.bit_generator.state)
+        tempfile.gettempdir()
+        uuid.uuid1()
+        ran = reseed.reseed_all()
+        self.assertEqual(ran, ["random", "numpy_global", "torch", "openssl", "uuid1",
+                               "tempfile", "generators"])
+        self.assertNotEqual(random.getstate(), before[0])
+        self.assertNotEqual(np.random.get_state()[1].tobytes(), before[1])
+        self.assertNotEqual(unseeded.getstate(), before[2])
+        self.assertEqual(seeded.getstate(), before[3])  # explicit seed: left alone
+        self.assertNotEqual(gen.bit_generator.state, before[4])
+        self.assertIsNone(uuid._generate_time_safe)
+        self.assertIsNone(uuid._last_timestamp)
+        self.assertIsNone(tempfile._name_sequence)
+        self.assertIsNone(tempfile.tempdir)
+
+    def test_restored_copies_diverge(self):
+        """Two processes with the same NumPy state (as two restored clones would have)
+        draw different numbers once each ran reseed_all()."""
+        script = ("import sys; sys.path.insert(0, sys.argv[1]); import numpy as np; "
+                  "np.random.seed(1); from zygo_agent import reseed; reseed.reseed_all(); "
+                  "print(np.random.randint(0, 2**62))")
+        agent_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        outs = {subprocess.run(["/usr/bin/python3", "-I", "-c", script, agent_dir],
+                               capture_output=True, text=True, check=True).stdout
+                for _ in range(3)}
+        self.assertEqual(len(outs), 3)
+
+
+class RecorderTest(unittest.TestCase):
+    def test_explicitness(self):
+        recorder.install()
+        try:
+            a, b, c = random.Random(), random.Random(1), random.Random()
+            c.setstate(b.getstate())
+            d = random.Random(2)
+            d.seed()
+        finally:
+            recorder.stop()
+        late = random.Random()
+        self.assertEqual([recorder.explicit_seed(r) for r in (a, b, c, d, late)],
+                         [False, True, True, False, None])
+        self.assertIn(a, recorder.unseeded_instances())
+        self.assertNotIn(b, recorder.unseeded_instances())
+
+
+class LibcryptoTest(unittest.TestCase):
+    def test_verdicts(self):
+        cases = [
+            ("OpenSSL 1.0.2u  20 Dec 2019", (1, 0, 2, 21, 15), "warn"),
+            ("OpenSSL 1.1.1c  28 May 2019", (1, 1, 1, 3, 15), "warn"),
+            ("OpenSSL 1.1.1d  10 Sep 2019", (1, 1, 1, 4, 15), "info"),
+            ("OpenSSL 3.0.0-alpha5 30 Jul 2020", (3, 0, 0, 0, 0), "warn"),
+            ("OpenSSL 3.0.0 7 sep 2021", (3, 0, 0, 0, 15), "info"),
+            ("OpenSSL 3.0.19 27 Jan 2026", (3, 0, 0, 19, 0), "info"),
+            ("LibreSSL 3.8.2", (3, 8, 2, 0, 15), "info"),
+        ]
+        for version, info, level in cases:
+            with self.subTest(version=version):
+                self.assertEqual(warmup.libcrypto_verdict(version, info)[0], level)
+
+
+class WireTest(unittest.TestCase):
+    def setUp(self):
+        self.a, self.b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.addCleanup(self.a.close)
+        self.addCleanup(self.b.close)
+
+    def test_round_trip_with_descriptor(self):
+        r, w = os.pipe()
+        wire.send(self.a, {"type": "fork", "seq": 1}, [w])
+        os.close(w)
+        msg = wire.recv(self.b)
+        self.assertEqual((msg.type, msg.body["seq"], len(msg.fds)), ("fork", 1, 1))
+        os.write(msg.fds[0], b"x")
+        self.assertEqual(os.read(r, 1), b"x")
+        wire.close_all(msg.fds + (r,))
+
+    def test_invalid_datagrams(self):
+        for data in (b"{", b"[1]", b'{"type": 3}', b"\xff"):
+            self.a.send(data)
+            with self.assertRaises(wire.ProtocolError):
+                wire.recv(self.b)
+        self.a.close()
+        self.assertIsNone(wire.recv(self.b))
+
+    def test_oversized_message_refused(self):
+        with self.assertRaises(ValueError):
+            wire.send(self.a, {"type": "x", "pad": "a" * wire.MAX_DATAGRAM})
+
+
+class ResultTest(unittest.TestCase):
+    def test_encode_result(self):
+        self.assertEqual(child.encode_result({"ok": True, "value": ("ok", 0)}),
+                         b'{"ok": true, "value": ["ok", 0]}')
+        for value in (float("inf"), object(), {1}):
+            with self.subTest(value=value):
+                encoded = child.encode_result({"ok": True, "value": value})
+                self.assertIn(b'"ok": false', encoded)
+                self.assertIn(b"not JSON-serialisable", encoded)
+
+    def test_describe_survives_broken_str(self):
+        class Broken(Exception):
+            def __str__(self):
+                raise RuntimeError("no")
+        described = errors.describe(Broken())
+        self.assertEqual(described["type"], "Broken")
+        self.assertIn("str() failed", described["message"])
+
+    def test_describe_bounds_sizes(self):
+        described = errors.describe(ValueError("m" * 100000))
+        self.assertLess(len(described["message"]), errors.MAX_MESSAGE + 100)
+
+
+if __name__ == "__main__":
+    unittest.main()

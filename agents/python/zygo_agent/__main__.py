@@ -1,0 +1,115 @@
+"""Entry point: ``main()`` runs the start-up sequence of docs/protocol.md.
+
+The supervisor starts::
+
+    /usr/bin/python3 -I -c "import sys; sys.path.insert(0, '/opt/zygo/agents/python'); \
+        from zygo_agent.__main__ import main; main()" \
+        --code /code --handler main:handler --mode fork
+
+with the zygote end of the control socket as fd 3 (``python -c`` leaves the options in
+``sys.argv[1:]``). Start-up order: native thread pools to one thread; the intent recorder;
+the user import; the warm-up checks; ``gc.freeze()``; flush; ``ready`` (or ``import_error``
+and status 1); then the fork loop or the spawn-mode wait.
+"""
+
+import argparse
+import gc
+import os
+import socket
+import ssl
+import sys
+import uuid
+from typing import List, NoReturn, Optional
+
+from . import child, loader, recorder, reseed, warmup, wire, zygote
+from .agentlog import log
+
+CONTROL_FD = 3
+EXIT_USAGE = 2
+
+# Thread-pool sizes read by native libraries when they start their pools. The supervisor
+# sets these too; values already in the environment (from the function's manifest) win.
+_NATIVE_POOL_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                     "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """Return the parsed ``--code``, ``--handler`` and ``--mode``; exits with status 2 on a
+    usage error (argparse)."""
+    parser = argparse.ArgumentParser(prog="zygo_agent", description="Zygo Python agent")
+    parser.add_argument("--code", required=True, help="directory holding the user's code")
+    parser.add_argument("--handler", required=True, help="MODULE:FUNCTION")
+    parser.add_argument("--mode", choices=("fork", "spawn"), default="fork")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> NoReturn:
+    """Run the agent. Never returns: exits 0 after ``stop`` or end of stream, 1 after an
+    import error, 2 on a usage error or a missing control socket."""
+    args = parse_args(argv)
+    code_dir = os.path.abspath(args.code)
+    for name in _NATIVE_POOL_VARS:  # step 1
+        os.environ.setdefault(name, "1")
+    control = _open_control_socket()
+    recorder.install()  # step 2
+    try:
+        handler = loader.load_handler(code_dir, args.handler)  # step 3
+    except loader.ImportFailure as failure:
+        zygote.flush_stdio()
+        _send_or_exit(control, {"type": "import_error", "error": failure.error})
+        sys.exit(1)
+    report = warmup.run(code_dir, agent_fds=(CONTROL_FD,))  # step 4
+    _prepare_for_forks(report)
+    zygote.flush_stdio()  # step 5
+    _send_or_exit(control, {"type": "ready", "pid": os.getpid(),
+                            "python": sys.version.split()[0],
+                            "openssl": ssl.OPENSSL_VERSION, "fork_safe": report.fork_safe,
+                            "checks": report.checks})
+
+    def serve(fd: int) -> NoReturn:
+        child.serve_request(fd, handler)
+
+    if args.mode == "spawn":
+        sys.exit(zygote.serve_spawn(control, serve))
+    sys.exit(zygote.Zygote(control, serve).serve())
+
+
+def _open_control_socket() -> socket.socket:
+    """Return the control socket on fd 3, made close-on-exec so that processes started by the
+    user's import cannot inherit it. Exits with status 2 if fd 3 is not a SEQPACKET socket."""
+    try:
+        control = socket.socket(fileno=CONTROL_FD)
+    except OSError as exc:
+        log(f"fd {CONTROL_FD} is not the control socket: {exc}")
+        sys.exit(EXIT_USAGE)
+    if control.family != socket.AF_UNIX or control.type != socket.SOCK_SEQPACKET:
+        log(f"fd {CONTROL_FD} is not an AF_UNIX SOCK_SEQPACKET socket")
+        sys.exit(EXIT_USAGE)
+    control.set_inheritable(False)
+    control.setblocking(True)
+    return control
+
+
+def _prepare_for_forks(report: warmup.Report) -> None:
+    """Stop recording, register the NumPy generators to reseed, cache uuid's hardware
+    address (so a child's pure-Python ``uuid1`` need not run ``ip``), and move every object
+    into the GC's permanent generation (children neither touch their pages nor finalise the
+    zygote's garbage)."""
+    recorder.stop()
+    for generator in report.numpy_generators:
+        reseed.register_numpy_generator(generator)
+    uuid.getnode()
+    gc.collect()
+    gc.freeze()
+
+
+def _send_or_exit(control: socket.socket, msg: dict) -> None:
+    try:
+        wire.send(control, msg)
+    except (OSError, ValueError) as exc:
+        log(f"could not send {msg['type']}: {exc}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

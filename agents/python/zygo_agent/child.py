@@ -1,0 +1,244 @@
+"""One request, from ``hello`` to ``os._exit`` (protocol steps 3 to 6).
+
+:func:`serve_request` runs in a forked child (fork mode) or in the agent itself (spawn mode),
+after the caller has closed the control socket. In order:
+
+1. ``hello`` with explicit ``SCM_CREDENTIALS`` on the request socket, then wait for ``go``;
+2. before user code (:func:`_prepare`): close the request socket; point fds 1 and 2 at
+   ``dir/stdout`` and ``dir/stderr``; replace inherited kernel objects (rule 9); reseed
+   (rule 7); set ``TMPDIR=dir/tmp`` and reset ``tempfile``; ``PR_SET_DUMPABLE 0``; clear the
+   zygote's ``atexit`` handlers; read ``dir/event.json``;
+3. ``handler(event, context)``; ``dir/result.json`` written atomically; the request's own
+   ``atexit`` handlers; flush; ``os._exit``.
+
+Exit status: ``EXIT_OK`` once ``result.json`` holds the handler's outcome (success or
+exception); ``EXIT_NO_GO`` when the request socket closed or ``go`` was malformed (no
+result); ``EXIT_AGENT_ERROR`` when a step before or after the handler failed (a
+``ZygoAgentError`` result is written when the request directory allows it).
+"""
+
+import atexit
+import json
+import os
+import socket
+import sys
+import time
+from typing import NoReturn
+
+from . import errors, fdreset, libc, reseed, wire
+from .agentlog import log
+
+EXIT_OK = 0
+EXIT_NO_GO = 2
+EXIT_AGENT_ERROR = 3
+
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+_graveyard = []  # the zygote's stdio objects: never flushed or finalised in a child
+
+
+class Context:
+    """What a handler learns about its request (like AWS Lambda's context object).
+
+    ``request_id`` is the public request id, ``function`` and ``version`` name the deployed
+    function, ``deadline`` is the deadline in seconds since the epoch (float).
+    """
+
+    def __init__(self, request_id: str, function: str, version: str, deadline: float):
+        self.request_id = request_id
+        self.function = function
+        self.version = version
+        self.deadline = deadline
+
+    def remaining_ms(self) -> int:
+        """Return the milliseconds left before the deadline, never below 0."""
+        return max(0, int((self.deadline - time.time()) * 1000))
+
+    get_remaining_time_in_millis = remaining_ms
+
+    def __repr__(self) -> str:
+        return (f"Context(request_id={self.request_id!r}, function={self.function!r}, "
+                f"version={self.version!r}, remaining_ms={self.remaining_ms()})")
+
+
+class _Go:
+    """The validated ``go`` message."""
+
+    def __init__(self, body: dict):
+        self.dir = _field(body, "dir", str)
+        if not os.path.isabs(self.dir):
+            raise wire.ProtocolError(f"go: dir {self.dir!r} is not absolute")
+        deadline_ms = _field(body, "deadline_ms", int)
+        self.context = Context(_field(body, "request_id", str),
+                               str(body.get("function") or ""),
+                               str(body.get("version") or ""),
+                               time.time() + deadline_ms / 1000.0)
+
+
+class _StepFailed(Exception):
+    def __init__(self, step: str, exc: BaseException):
+        self.step, self.exc = step, exc
+        super().__init__(f"{step}: {type(exc).__name__}: {exc}")
+
+
+def serve_request(fd: int, handler) -> NoReturn:
+    """Serve the request whose socket is ``fd`` with ``handler`` and leave with ``os._exit``.
+
+    Never returns and never raises; the exit status says how far it got (see module doc).
+    """
+    code = EXIT_AGENT_ERROR
+    try:
+        code = _serve(fd, handler)
+    except BaseException as exc:  # noqa: BLE001 - nothing may unwind into the zygote's code
+        log(f"request failed in the agent: {type(exc).__name__}: {exc}")
+    finally:
+        os._exit(code)
+
+
+def _serve(fd: int, handler) -> int:
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)  # a default timeout set at import must not apply here
+    wire.send_with_credentials(sock, {"type": "hello", "pid": os.getpid()})
+    go = _wait_for_go(sock)
+    if go is None:
+        return EXIT_NO_GO
+    try:
+        event = _prepare(sock, go)
+    except _StepFailed as failure:
+        _write_result_quietly(go.dir, {"ok": False, "error": errors.error(
+            "ZygoAgentError", str(failure))})
+        _flush_stdio()
+        return EXIT_AGENT_ERROR
+    outcome = _invoke(handler, event, go.context)
+    write_result(go.dir, outcome)
+    atexit._run_exitfuncs()
+    _flush_stdio()
+    return EXIT_OK
+
+
+def _wait_for_go(sock: socket.socket):
+    """Return the validated ``go``, or ``None`` if the socket closed or ``go`` is invalid.
+    Unknown message types are logged and ignored."""
+    while True:
+        try:
+            msg = wire.recv(sock)
+        except wire.ProtocolError as exc:
+            log(f"request socket: {exc}")
+            continue
+        if msg is None:
+            return None
+        wire.close_all(msg.fds)
+        if msg.type != "go":
+            log(f"request socket: ignoring message of unknown type {msg.type!r}")
+            continue
+        try:
+            return _Go(msg.body)
+        except wire.ProtocolError as exc:
+            log(f"request socket: invalid go: {exc}")
+            return None
+
+
+def _prepare(sock: socket.socket, go: _Go):
+    """Everything between ``go`` and user code; returns the event. Raises ``_StepFailed``."""
+    steps = [
+        ("closing the request socket", sock.close),
+        ("redirecting stdout and stderr", lambda: redirect_stdio(go.dir)),
+        ("resetting inherited descriptors", fdreset.reset_inherited),
+        ("reseeding", reseed.reseed_all),
+        ("setting TMPDIR", lambda: set_tmpdir(os.path.join(go.dir, "tmp"))),
+        ("marking the process non-dumpable", lambda: libc.set_dumpable(False)),
+        ("clearing the zygote's atexit handlers", atexit._clear),
+    ]
+    for name, step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - turned into a ZygoAgentError result
+            raise _StepFailed(name, exc) from exc
+    try:
+        with open(os.path.join(go.dir, "event.json"), "rb") as f:
+            return json.load(f)
+    except Exception as exc:  # noqa: BLE001 - OSError, bad JSON, RecursionError
+        raise _StepFailed("reading event.json", exc) from exc
+
+
+def redirect_stdio(directory: str) -> None:
+    """Point fds 1 and 2 at ``directory/stdout`` and ``directory/stderr`` (append, 0600) and
+    rebuild ``sys.stdout``/``sys.stderr`` as line-buffered UTF-8 text over them.
+
+    The inherited stdio objects are kept unflushed (whatever they held was flushed by the
+    zygote before the fork). Returns nothing; raises ``OSError``.
+    """
+    for name, target in (("stdout", 1), ("stderr", 2)):
+        fd = os.open(os.path.join(directory, name), _FILE_FLAGS | os.O_APPEND, 0o600)
+        try:
+            os.dup2(fd, target)
+        finally:
+            os.close(fd)
+    _graveyard.extend([sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__])
+    sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", errors="backslashreplace",
+                                       buffering=1, closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace",
+                                       buffering=1, closefd=False)
+
+
+def set_tmpdir(path: str) -> None:
+    """Make ``path`` (created 0700 if missing) the process's ``TMPDIR`` and reset
+    ``tempfile``. Returns nothing; raises ``OSError``."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.environ["TMPDIR"] = path
+    reseed.reset_tempfile()
+
+
+def _invoke(handler, event, context: Context) -> dict:
+    try:
+        return {"ok": True, "value": handler(event, context)}
+    except BaseException as exc:  # noqa: BLE001 - SystemExit included: it is the request's
+        return {"ok": False, "error": errors.describe(exc, skip_frames=1)}
+
+
+def encode_result(outcome: dict) -> bytes:
+    """Return ``outcome`` as JSON bytes. A value that is not JSON (a set, NaN, an object)
+    becomes an error result naming the problem. Never raises."""
+    try:
+        return json.dumps(outcome, allow_nan=False).encode("ascii")
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's value
+        error = errors.error(type(exc).__name__,
+                             f"handler result is not JSON-serialisable: {exc}")
+        return json.dumps({"ok": False, "error": error}).encode("ascii")
+
+
+def write_result(directory: str, outcome: dict) -> None:
+    """Write ``directory/result.json`` atomically (a temporary name, then rename).
+    Returns nothing; raises ``OSError``."""
+    data = encode_result(outcome)
+    tmp = os.path.join(directory, ".result.json.tmp")
+    fd = os.open(tmp, _FILE_FLAGS | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.rename(tmp, os.path.join(directory, "result.json"))
+
+
+def _write_result_quietly(directory: str, outcome: dict) -> None:
+    try:
+        write_result(directory, outcome)
+    except OSError as exc:
+        log(f"could not write result.json: {exc}")
+
+
+def _flush_stdio() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - the user may have replaced or closed them
+            pass
+    libc.fflush_all()
+
+
+def _field(body: dict, name: str, kind: type):
+    value = body.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise wire.ProtocolError(f"go: {name} must be a {kind.__name__}, got {value!r}")
+    return value

@@ -1,0 +1,322 @@
+"""Warm-up checks (protocol start-up step 4), reported in ``ready``.
+
+Each check returns one ``{"name", "level", "detail", ...}`` object; ``level`` is ``info`` or
+``warn``, ``detail`` is one human-readable line, and extra keys carry the structured findings
+(``items``, ``count``). Only ``threads`` decides ``fork_safe``. Checks only observe: they change
+no state, except that :func:`run` returns the NumPy generators the children must reseed.
+"""
+
+import os
+import random
+import re
+import socket
+import ssl
+import sys
+import threading
+import uuid
+from collections import Counter
+from typing import List, NamedTuple, Optional, Tuple
+
+from . import fdreset, recorder
+
+MAX_ITEMS = 64
+
+
+class Report(NamedTuple):
+    """Result of :func:`run`: the ``checks`` list for ``ready``, whether forking is safe,
+    and the NumPy generator objects to reseed in every child."""
+    checks: List[dict]
+    fork_safe: bool
+    numpy_generators: List[object]
+
+
+def run(code_dir: str, agent_fds: Tuple[int, ...] = ()) -> Report:
+    """Run every check. ``code_dir`` selects the user's modules (those whose ``__file__`` is
+    under it); ``agent_fds`` are the agent's own descriptors, left out of ``sockets``.
+
+    Returns a ``Report``; never raises: a check that fails is reported as ``warn`` with the
+    error, and a failed ``threads`` check makes ``fork_safe`` false (fail closed).
+    """
+    numpy_generators: List[object] = []
+
+    def generators() -> dict:
+        check, found = check_generators(code_dir)
+        numpy_generators.extend(found)
+        return check
+
+    checks = [_guarded(name, fn) for name, fn in (
+        ("threads", check_threads), ("generators", generators),
+        ("sockets", lambda: check_sockets(agent_fds)), ("uuid1", check_uuid1),
+        ("numpy_global", check_numpy_global), ("libcrypto", check_libcrypto),
+        ("asyncio_loop", lambda: check_asyncio_loop(code_dir)))]
+    return Report(checks, checks[0].get("count") == 1, numpy_generators)
+
+
+def _guarded(name: str, check) -> dict:
+    try:
+        return check()
+    except Exception as exc:  # noqa: BLE001 - a broken check must not stop the zygote
+        return _check(name, "warn", f"the check failed: {type(exc).__name__}: {exc}")
+
+
+def thread_problem() -> Optional[str]:
+    """Return ``None`` if the process has one thread (``/proc/self/task``), else a sentence
+    naming the others (or saying why they cannot be counted); used right before every fork."""
+    try:
+        check = check_threads()
+    except Exception as exc:  # noqa: BLE001 - cannot tell: do not fork
+        return f"cannot count threads: {type(exc).__name__}: {exc}"
+    return None if check["count"] == 1 else check["detail"]
+
+
+def check_threads() -> dict:
+    """``threads``: the Python and native threads alive besides the main one."""
+    pid = os.getpid()
+    python_names = {t.native_id: t.name for t in threading.enumerate()
+                    if t is not threading.main_thread()}
+    items = []
+    for tid in sorted(int(t) for t in os.listdir("/proc/self/task")):
+        if tid != pid:
+            items.append({"tid": tid, "comm": _read_comm(tid), "python": python_names.get(tid)})
+    if not items:
+        return _check("threads", "info", "1 thread (the main one)", count=1, items=[])
+    named = [f"{i['python']} (Python)" for i in items if i["python"]]
+    native = Counter(i["comm"] for i in items if not i["python"])
+    named += [f"{comm} x{n} (native)" for comm, n in sorted(native.items())]
+    detail = (f"{len(items)} thread(s) alive besides the main one: {', '.join(named)}; "
+              "forking now could deadlock the children, so this function needs spawn mode")
+    return _check("threads", "warn", detail, count=len(items) + 1, items=items[:MAX_ITEMS])
+
+
+def check_generators(code_dir: str) -> Tuple[dict, List[object]]:
+    """``generators``: random generator objects in the user's module globals.
+
+    Returns the check and the NumPy generators to reseed. ``random.Random`` explicitness
+    comes from the intent recorder. For a NumPy ``Generator`` or ``BitGenerator`` the
+    heuristic is its ``SeedSequence``: an integer entropy below 2**64 (or a sequence of
+    integers) was given by the user, since OS entropy is a 128-bit draw (below 2**64 with
+    probability 2**-64); a user seed of 2**64 or more is therefore mistaken for OS entropy.
+    A NumPy ``RandomState`` keeps no trace of its seeding: it is named and left alone.
+    """
+    items, to_reseed, seen = [], [], set()
+    for module_name, module in _user_modules(code_dir):
+        for name, obj in list(vars(module).items()):
+            found = _classify_generator(obj)
+            if found is None or id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            kind, explicit, reseeded = found
+            items.append({"name": f"{module_name}.{name}", "kind": kind,
+                          "explicit_seed": explicit, "reseeded": reseeded})
+            if reseeded and kind.startswith("numpy."):
+                to_reseed.append(obj)
+    others = len([r for r in recorder.unseeded_instances() if id(r) not in seen])
+    return _generators_check(items, others), to_reseed
+
+
+def check_sockets(agent_fds: Tuple[int, ...] = ()) -> dict:
+    """``sockets``: sockets open after import (fd, family, type, local and peer address)."""
+    items = []
+    for fd, target in fdreset.open_fds():
+        if fd in agent_fds or fdreset.kind_of(target) != "socket":
+            continue
+        try:
+            info = fdreset.probe_socket(fd)
+        except OSError:
+            continue
+        items.append({"fd": fd, "family": _enum_name(info.family, socket.AddressFamily),
+                      "type": _enum_name(info.type, socket.SocketKind),
+                      "local": _address(info.local), "peer": _address(info.peer)})
+    if not items:
+        return _check("sockets", "info", "no sockets open at import", items=[])
+    listed = ", ".join(f"fd {i['fd']} {i['family']} {i['local']} -> {i['peer']}" for i in items)
+    detail = (f"{len(items)} socket(s) open at import: {listed}; each child gets an "
+              "unconnected socket in their place and must reconnect")
+    return _check("sockets", "warn", detail, items=items[:MAX_ITEMS])
+
+
+def check_uuid1() -> dict:
+    """``uuid1``: whether ``uuid.uuid1`` was called during import."""
+    calls = recorder.uuid1_calls()
+    if calls == 0 and uuid._last_timestamp is None:
+        return _check("uuid1", "info", "uuid.uuid1 was not called during import", calls=0)
+    detail = (f"uuid.uuid1 was called during import ({calls} time(s)); children reset its "
+              "state and draw a fresh clock sequence, but time-based UUIDs from siblings can "
+              "still collide in other libraries (libuuid): prefer uuid.uuid4")
+    return _check("uuid1", "warn", detail, calls=calls)
+
+
+def check_numpy_global() -> dict:
+    """``numpy_global``: whether NumPy's legacy global generator was drawn from at import.
+
+    Heuristic: a freshly seeded legacy MT19937 sits at key position 623 (seeded from the OS)
+    or 624 (seeded with a value) with no cached Gaussian; any other state means draws were
+    made (blind spot: draws that end exactly on those positions).
+    """
+    np_random = sys.modules.get("numpy.random")
+    if np_random is None:
+        return _check("numpy_global", "info", "NumPy is not imported", used=False)
+    state = np_random.get_state()
+    used = state[2] not in (623, 624) or bool(state[3])
+    if not used:
+        return _check("numpy_global", "info",
+                      "the NumPy global generator was not used during import", used=False)
+    return _check("numpy_global", "warn",
+                  "the NumPy global generator was used during import; every child reseeds it "
+                  "(np.random.seed()) before the handler runs", used=True)
+
+
+def check_libcrypto() -> dict:
+    """``libcrypto``: the OpenSSL version, ``warn`` on versions known to repeat
+    ``RAND_bytes`` across fork."""
+    level, detail = libcrypto_verdict(ssl.OPENSSL_VERSION, ssl.OPENSSL_VERSION_INFO)
+    return _check("libcrypto", level, detail, version=ssl.OPENSSL_VERSION)
+
+
+def libcrypto_verdict(version: str, info: Tuple[int, ...]) -> Tuple[str, str]:
+    """Return ``(level, detail)`` for an OpenSSL ``version`` string and its
+    ``OPENSSL_VERSION_INFO`` tuple ``(major, minor, fix, patch, status)``.
+
+    Known bad: before 1.1.1d (CVE-2019-1549, fork protection off; 1.0.x has none) and the
+    3.0.0 development releases (openssl/openssl#12377, identical ``RAND_bytes`` in children).
+    Children always mix fresh OS entropy in with ``ssl.RAND_add``.
+    """
+    if version.startswith("LibreSSL"):
+        return "info", f"{version} (children also mix in OS entropy with ssl.RAND_add)"
+    major, minor, fix, patch = info[:4]
+    if (major, minor, fix) < (1, 1, 1) or ((major, minor, fix) == (1, 1, 1) and patch < 4):
+        return "warn", (f"{version} predates 1.1.1d: no reliable fork protection "
+                        "(CVE-2019-1549); children mix in OS entropy with ssl.RAND_add, "
+                        "upgrade libcrypto")
+    if (major, minor, fix) == (3, 0, 0) and re.search(r"alpha|beta|dev", version):
+        return "warn", (f"{version} is a 3.0.0 development release whose children repeat "
+                        "RAND_bytes (openssl/openssl#12377); children mix in OS entropy "
+                        "with ssl.RAND_add, upgrade libcrypto")
+    return "info", f"{version} (children also mix in OS entropy with ssl.RAND_add)"
+
+
+def check_asyncio_loop(code_dir: str) -> dict:
+    """``asyncio_loop``: an event loop set as current at import, or held in user globals."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return _check("asyncio_loop", "info", "asyncio is not imported", items=[])
+    policy = asyncio.events._event_loop_policy
+    current = getattr(getattr(policy, "_local", None), "_loop", None) if policy else None
+    items = []
+    if current is not None:
+        items.append({"name": "current event loop", "loop": repr(current)})
+    for module_name, module in _user_modules(code_dir):
+        for name, obj in list(vars(module).items()):
+            if isinstance(obj, asyncio.AbstractEventLoop) and obj is not current:
+                items.append({"name": f"{module_name}.{name}", "loop": repr(obj)})
+    if not items:
+        return _check("asyncio_loop", "info", "no event loop set at import", items=[])
+    names = ", ".join(i["name"] for i in items)
+    return _check("asyncio_loop", "warn",
+                  f"event loop(s) created at import ({names}); children never run them: their "
+                  "epoll descriptors are replaced and the loop policy is reset",
+                  items=items[:MAX_ITEMS])
+
+
+def _check(name: str, level: str, detail: str, **extra) -> dict:
+    return {"name": name, "level": level, "detail": detail[:2048], **extra}
+
+
+def _generators_check(items: List[dict], others: int) -> dict:
+    shared = [i for i in items if not i["reseeded"] and i["kind"] != "random.SystemRandom"]
+    parts = [f"{i['name']} ({i['kind']}, {_seed_words(i)})" for i in items]
+    if others:
+        parts.append(f"{others} other random.Random instance(s) created during import "
+                     "without a seed (reseeded in children)")
+    detail = "; ".join(parts) if parts else "no generator objects in the user's module globals"
+    if shared:
+        detail += ("; the generators not reseeded produce the same stream in every child: "
+                   "seed them per request if that is not intended")
+    return _check("generators", "warn" if shared else "info", detail,
+                  items=items[:MAX_ITEMS], others=others)
+
+
+def _seed_words(item: dict) -> str:
+    if item["kind"] == "random.SystemRandom":
+        return "reads the OS on every call, nothing to reseed"
+    if item["kind"] == "numpy.random.RandomState":
+        return "cannot tell whether it was seeded explicitly; not reseeded"
+    seeded = {True: "seeded explicitly", False: "not seeded explicitly",
+              None: "seeding unknown"}[item["explicit_seed"]]
+    return seeded + (", reseeded in children" if item["reseeded"] else ", not reseeded")
+
+
+def _classify_generator(obj) -> Optional[Tuple[str, Optional[bool], bool]]:
+    """Return ``(kind, explicit seed?, reseeded in children?)`` or ``None``."""
+    if isinstance(obj, random.SystemRandom):
+        return "random.SystemRandom", None, False
+    if isinstance(obj, random.Random):
+        if obj is random._inst:
+            return "random (global)", None, True
+        explicit = recorder.explicit_seed(obj)
+        return "random.Random", explicit, explicit is False
+    np_random = sys.modules.get("numpy.random")
+    if np_random is None:
+        return None
+    if obj is np_random.mtrand._rand:
+        return "numpy.random (global RandomState)", None, True
+    if isinstance(obj, np_random.RandomState):
+        return "numpy.random.RandomState", None, False
+    if isinstance(obj, (np_random.Generator, np_random.BitGenerator)):
+        explicit = _numpy_seed_explicit(obj, np_random)
+        kind = "numpy.random." + type(obj).__name__
+        return kind, explicit, explicit is False
+    return None
+
+
+def _numpy_seed_explicit(obj, np_random) -> Optional[bool]:
+    bitgen = getattr(obj, "bit_generator", obj)
+    seq = getattr(bitgen, "seed_seq", None) or getattr(bitgen, "_seed_seq", None)
+    if not isinstance(seq, np_random.SeedSequence):
+        return None
+    entropy = seq.entropy
+    if isinstance(entropy, int):
+        return entropy < 2 ** 64
+    return True  # a sequence of integers was given
+
+
+def _user_modules(code_dir: str):
+    root = os.path.realpath(code_dir)
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and _is_under(os.path.realpath(path), root):
+            yield name, module
+
+
+def _is_under(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:
+        return False
+
+
+def _read_comm(tid: int) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def _enum_name(value: int, enum) -> str:
+    try:
+        return enum(value).name
+    except ValueError:
+        return str(value)
+
+
+def _address(addr) -> Optional[str]:
+    if addr is None:
+        return None
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host, port = addr[0], addr[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    if isinstance(addr, bytes):
+        return "@" + addr[1:].decode("utf-8", "backslashreplace") if addr[:1] == b"\0" \
+            else addr.decode("utf-8", "backslashreplace")
+    return str(addr) if addr != "" else ""

@@ -1,0 +1,114 @@
+"""SEQPACKET JSON datagrams, the wire format of docs/protocol.md.
+
+Every message is one datagram holding one UTF-8 JSON object with a ``"type"`` key, at most
+64 KiB. File descriptors travel as ``SCM_RIGHTS``; the child's ``hello`` carries explicit
+``SCM_CREDENTIALS``. Both the control socket (fd 3) and the request sockets use this module.
+"""
+
+import array
+import json
+import os
+import socket
+import struct
+from typing import NamedTuple, Optional, Sequence
+
+MAX_DATAGRAM = 64 * 1024
+MAX_FDS = 8
+_UCRED = struct.Struct("iII")  # struct ucred: pid_t pid; uid_t uid; gid_t gid
+_ANCILLARY = socket.CMSG_SPACE(MAX_FDS * 4) + socket.CMSG_SPACE(_UCRED.size)
+
+
+class ProtocolError(Exception):
+    """A datagram that is not a valid protocol message (bad JSON, no type, truncated)."""
+
+
+class Message(NamedTuple):
+    """One received message: its ``type``, the whole decoded object, and attached fds.
+
+    The receiver owns ``fds`` (close-on-exec) and must close every one it does not keep.
+    """
+    type: str
+    body: dict
+    fds: tuple
+
+
+def encode(msg: dict) -> bytes:
+    """Return the datagram for ``msg``; raises ``ValueError`` if it exceeds 64 KiB or is not
+    JSON-serialisable, ``TypeError`` for non-JSON values."""
+    data = json.dumps(msg, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+    if len(data) > MAX_DATAGRAM:
+        raise ValueError(f"message of {len(data)} bytes exceeds {MAX_DATAGRAM}")
+    return data
+
+
+def send(sock: socket.socket, msg: dict, fds: Sequence[int] = ()) -> None:
+    """Send ``msg`` as one datagram, with ``fds`` attached as ``SCM_RIGHTS``.
+
+    Returns nothing. Raises ``ValueError`` for an oversized message and ``OSError`` when the
+    socket fails (``BrokenPipeError`` once the peer has gone). The caller keeps its fds.
+    """
+    ancillary = []
+    if fds:
+        ancillary.append((socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                          array.array("i", fds).tobytes()))
+    sock.sendmsg([encode(msg)], ancillary)
+
+
+def send_with_credentials(sock: socket.socket, msg: dict) -> None:
+    """Send ``msg`` with explicit ``SCM_CREDENTIALS`` (this process's pid, uid, gid).
+
+    Explicit credentials reach a receiver that sets ``SO_PASSCRED`` even after the datagram
+    was queued; the kernel checks them and translates the pid into the receiver's pid
+    namespace. Returns nothing; raises ``OSError`` like :func:`send`.
+    """
+    creds = _UCRED.pack(os.getpid(), os.getuid(), os.getgid())
+    sock.sendmsg([encode(msg)], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+
+
+def recv(sock: socket.socket) -> Optional[Message]:
+    """Receive one message. Returns ``None`` at end of stream (the peer closed its end).
+
+    Raises ``ProtocolError`` for a truncated, non-JSON or type-less datagram (any fds that
+    came with it are closed first) and ``OSError`` when the socket fails.
+    """
+    flags = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+    data, ancdata, msg_flags, _ = sock.recvmsg(MAX_DATAGRAM, _ANCILLARY, flags)
+    fds = _fds_from(ancdata)
+    if not data and not fds:
+        return None
+    try:
+        if msg_flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            raise ProtocolError("datagram or its ancillary data was truncated")
+        return Message(*_decode(data), tuple(fds))
+    except ProtocolError:
+        close_all(fds)
+        raise
+
+
+def close_all(fds: Sequence[int]) -> None:
+    """Close every fd in ``fds``, ignoring errors. Returns nothing."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _decode(data: bytes):
+    try:
+        body = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"datagram is not UTF-8 JSON: {exc}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+        raise ProtocolError("datagram is not a JSON object with a string \"type\"")
+    return body["type"], body
+
+
+def _fds_from(ancdata) -> list:
+    fds = []
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % 4
+            fds.extend(array.array("i", payload[:usable]))
+    return fds

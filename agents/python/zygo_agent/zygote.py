@@ -1,0 +1,209 @@
+"""The zygote: one fork per request (protocol "One request, fork mode", steps 2 and 7), and
+the spawn-mode wait for ``run``.
+
+The fork loop polls two descriptors with ``poll(2)`` (which, unlike epoll, leaves no kernel
+object for children to inherit): the control socket, and the read end of a pipe that
+``signal.set_wakeup_fd`` writes to on ``SIGCHLD``. The zygote never reads a request socket:
+it passes the received descriptor to the child and closes its own copy.
+
+Its own diagnostics go through :mod:`agentlog` (one ``write(2)``, no lock), and nothing runs
+in the child between ``fork()`` and :func:`child.serve_request` except closing the zygote's
+descriptors and restoring ``SIGCHLD``.
+"""
+
+import os
+import select
+import signal
+import socket
+import sys
+from typing import Callable, Dict, NoReturn, Optional
+
+from . import libc, warmup, wire
+from .child import EXIT_AGENT_ERROR
+from .agentlog import log
+
+ServeRequest = Callable[[int], NoReturn]
+
+
+class _ControlClosed(Exception):
+    """The supervisor's end of the control socket is gone."""
+
+
+def flush_stdio() -> None:
+    """Flush ``sys.stdout``, ``sys.stderr`` (and the original streams if replaced) and every
+    C stdio stream, so no buffered byte is copied into a child (rule 6). Returns nothing;
+    errors from a broken stream are ignored."""
+    seen = set()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        if stream is None or id(stream) in seen:
+            continue
+        seen.add(id(stream))
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or broken stream must not stop a fork
+            pass
+    libc.fflush_all()
+
+
+class Zygote:
+    """The fork loop. ``control`` is the control socket (fd 3); ``serve_request(fd)`` runs
+    one request in the child and never returns. The zygote owns both sockets and every
+    descriptor it receives until it hands one to a child."""
+
+    def __init__(self, control: socket.socket, serve_request: ServeRequest):
+        self._control = control
+        self._serve_request = serve_request
+        self._children: Dict[int, object] = {}  # pid -> seq of the fork that made it
+        self._wakeup_r = self._wakeup_w = -1
+
+    def serve(self) -> int:
+        """Serve ``fork`` messages until ``stop`` or end of stream on the control socket.
+        Returns the exit status for the agent (0)."""
+        self._wakeup_r, self._wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.signal(signal.SIGCHLD, _ignore_signal)
+        signal.set_wakeup_fd(self._wakeup_w, warn_on_full_buffer=False)
+        poller = select.poll()
+        poller.register(self._control.fileno(), select.POLLIN)
+        poller.register(self._wakeup_r, select.POLLIN)
+        try:
+            while True:
+                for fd, _ in poller.poll():
+                    if fd == self._wakeup_r:
+                        self._drain_wakeup()
+                        self._reap()
+                    elif not self._on_control():
+                        return 0
+        except _ControlClosed:
+            log("control socket closed by the supervisor; exiting")
+            return 0
+        finally:
+            signal.set_wakeup_fd(-1)
+
+    def _on_control(self) -> bool:
+        """Handle one control message; returns False when the zygote must stop."""
+        try:
+            msg = wire.recv(self._control)
+        except wire.ProtocolError as exc:
+            log(f"control socket: {exc}")
+            return True
+        except OSError as exc:
+            raise _ControlClosed() from exc
+        if msg is None:
+            raise _ControlClosed()
+        if msg.type == "fork":
+            self._fork(msg.body.get("seq"), msg.fds)
+            return True
+        wire.close_all(msg.fds)
+        if msg.type == "stop":
+            log("stop received; exiting")
+            return False
+        log(f"control socket: ignoring message of unknown type {msg.type!r}")
+        return True
+
+    def _fork(self, seq, fds) -> None:
+        """Step 2 of the protocol: check, flush, fork, close our copy, answer."""
+        problem = _fork_problem(seq, fds)
+        if problem is None:
+            flush_stdio()
+            problem = warmup.thread_problem()  # right before the fork: nothing runs between
+        if problem is not None:
+            wire.close_all(fds)
+            self._send({"type": "fork_error", "seq": seq, "error": problem})
+            return
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            wire.close_all(fds)
+            self._send({"type": "fork_error", "seq": seq, "error": f"fork: {exc}"})
+            return
+        if pid == 0:
+            self._become_child(fds[0])
+        os.close(fds[0])
+        self._children[pid] = seq
+        self._send({"type": "forked", "seq": seq, "pid": pid})
+
+    def _become_child(self, request_fd: int) -> NoReturn:
+        """In the child: drop the zygote's descriptors and signal set-up, then serve."""
+        try:
+            self._control.close()  # fd 3 first: the child must not reach the supervisor
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(self._wakeup_r)
+            os.close(self._wakeup_w)
+            self._serve_request(request_fd)
+        finally:
+            os._exit(EXIT_AGENT_ERROR)
+
+    def _reap(self) -> None:
+        """Reap every exited child and report it (step 7)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid not in self._children:
+                log(f"reaped process {pid}, which no fork request made")
+                continue
+            msg = {"type": "exited", "seq": self._children.pop(pid), "pid": pid}
+            if os.WIFSIGNALED(status):
+                msg["signal"] = os.WTERMSIG(status)
+            else:
+                msg["code"] = os.WEXITSTATUS(status)
+            self._send(msg)
+
+    def _drain_wakeup(self) -> None:
+        try:
+            while os.read(self._wakeup_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _send(self, msg: dict) -> None:
+        try:
+            wire.send(self._control, msg)
+        except OSError as exc:
+            raise _ControlClosed() from exc
+
+
+def serve_spawn(control: socket.socket, serve_request: ServeRequest) -> int:
+    """Spawn mode: wait for ``{"type":"run"}`` with the request socket attached, then close
+    the control socket and serve that one request in this process (never returns then).
+
+    Returns 0 on ``stop`` or end of stream before ``run``, 1 for a ``run`` without exactly
+    one descriptor.
+    """
+    while True:
+        try:
+            msg = wire.recv(control)
+        except wire.ProtocolError as exc:
+            log(f"control socket: {exc}")
+            continue
+        except OSError as exc:
+            log(f"control socket: {exc}; exiting")
+            return 0
+        if msg is None or msg.type == "stop":
+            return 0
+        if msg.type != "run":
+            wire.close_all(msg.fds)
+            log(f"control socket: ignoring message of unknown type {msg.type!r}")
+            continue
+        if len(msg.fds) != 1:
+            wire.close_all(msg.fds)
+            log(f"run carried {len(msg.fds)} descriptors, not 1; exiting")
+            return 1
+        control.close()  # as in a forked child, before anything else
+        serve_request(msg.fds[0])
+
+
+def _fork_problem(seq, fds) -> Optional[str]:
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return f"fork: seq must be an integer, got {seq!r}"
+    if len(fds) != 1:
+        return f"fork: expected exactly one request socket attached, got {len(fds)}"
+    return None
+
+
+def _ignore_signal(signum, frame) -> None:
+    """SIGCHLD handler: the work is done by the poll loop, woken by the wakeup fd."""

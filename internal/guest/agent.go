@@ -1,0 +1,210 @@
+package guest
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// Config configures the in-sandbox Agent. Zero fields take the defaults in brackets.
+type Config struct {
+	SocketPath string // host listener to dial [SocketPath]
+	BootPath   string // boot file, read and removed at Boot [BootPath]
+	Python     string // interpreter for run-code [/usr/bin/python3]
+	RunDir     string // where generation and identity are published [RunDir]
+	Log        *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.SocketPath == "" {
+		c.SocketPath = SocketPath
+	}
+	if c.BootPath == "" {
+		c.BootPath = BootPath
+	}
+	if c.Python == "" {
+		c.Python = "/usr/bin/python3"
+	}
+	if c.RunDir == "" {
+		c.RunDir = RunDir
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+}
+
+// defaultEnv is the environment of exec, services and the interpreter before Boot.Env.
+var defaultEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/root", "LANG=C.UTF-8"}
+
+// Agent is zygo-guest: PID 1 of a sandbox. It dials the host, serves its requests, reaps
+// zombies and applies reseals. Boot once, then Run.
+type Agent struct {
+	cfg       Config
+	log       *slog.Logger
+	reaper    *reaper
+	interp    *interp
+	services  *services
+	startedAt time.Time
+
+	mu       sync.Mutex // guards token, identity, env
+	token    string
+	identity Identity
+	env      []string
+}
+
+// New returns an Agent; it starts nothing.
+func New(cfg Config) *Agent {
+	cfg.setDefaults()
+	a := &Agent{cfg: cfg, log: cfg.Log, reaper: newReaper(), startedAt: time.Now(), env: defaultEnv}
+	a.interp = &interp{python: cfg.Python, env: a.baseEnv, reaper: a.reaper}
+	a.services = &services{log: cfg.Log, reaper: a.reaper, env: a.baseEnv}
+	return a
+}
+
+func (a *Agent) baseEnv() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.env...)
+}
+
+// Boot reads and removes the boot file, publishes the identity and starts the services. It
+// returns an error when the boot file is missing or malformed.
+func (a *Agent) Boot(ctx context.Context) error {
+	raw, err := os.ReadFile(a.cfg.BootPath)
+	if err != nil {
+		return fmt.Errorf("reading boot file: %w", err)
+	}
+	_ = os.Remove(a.cfg.BootPath)
+	var b Boot
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return fmt.Errorf("decoding boot file: %w", err)
+	}
+	if b.Token == "" {
+		return errors.New("boot file has no token")
+	}
+	a.mu.Lock()
+	a.token, a.identity = b.Token, b.Identity
+	a.env = append(append([]string(nil), defaultEnv...), b.Env...)
+	a.mu.Unlock()
+	if err := a.publishIdentity(b.Identity); err != nil {
+		return err
+	}
+	a.services.startAll(b.Services)
+	return nil
+}
+
+// Run reaps children and keeps a connection to the host until ctx ends. It returns nil then.
+func (a *Agent) Run(ctx context.Context) error {
+	go a.reaper.run(ctx)
+	mux := a.mux()
+	backoff := 5 * time.Millisecond
+	for ctx.Err() == nil {
+		conn, err := a.dial(ctx)
+		if err != nil {
+			a.log.Debug("dialing host", "err", err)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			backoff = min(backoff*2, 500*time.Millisecond)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		srv := &http2.Server{ReadIdleTimeout: 10 * time.Second, PingTimeout: 5 * time.Second}
+		srv.ServeConn(conn, &http2.ServeConnOpts{Context: ctx, Handler: mux})
+		conn.Close()
+		a.log.Debug("host connection ended; dialing again")
+	}
+	return nil
+}
+
+// dial connects to the host and completes the Hello exchange.
+func (a *Agent) dial(ctx context.Context) (net.Conn, error) {
+	conn, err := dialBlocking(a.cfg.SocketPath)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	h := Hello{Proto: ProtocolVersion, Token: a.token, SandboxID: a.identity.SandboxID, Generation: a.identity.Generation}
+	a.mu.Unlock()
+	// No deadline on the hello: the connection is blocking; the host answers or closes it
+	// within its own helloTimeout.
+	b, _ := json.Marshal(h)
+	if _, err := conn.Write(append(b, '\n')); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("writing hello: %w", err)
+	}
+	// Read the reply a byte at a time: nothing after the newline may be consumed, it is HTTP/2.
+	line, err := readLine(conn)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("reading hello reply: %w", err)
+	}
+	var rep HelloReply
+	if err := json.Unmarshal(line, &rep); err != nil || !rep.OK {
+		conn.Close()
+		return nil, fmt.Errorf("host refused hello: %s", rep.Error)
+	}
+	return conn, nil
+}
+
+func readLine(conn net.Conn) ([]byte, error) {
+	var line []byte
+	b := make([]byte, 1)
+	for len(line) < 4096 {
+		if _, err := conn.Read(b); err != nil {
+			return nil, err
+		}
+		if b[0] == '\n' {
+			return line, nil
+		}
+		line = append(line, b[0])
+	}
+	return nil, errors.New("hello reply too long")
+}
+
+func (a *Agent) mux() http.Handler {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /v1/info", a.handleInfo)
+	m.HandleFunc("POST /v1/exec", a.handleExec)
+	m.HandleFunc("POST /v1/run-code", a.handleRunCode)
+	m.HandleFunc("GET /v1/files", a.handleGetFile)
+	m.HandleFunc("PUT /v1/files", a.handlePutFile)
+	m.HandleFunc("GET /v1/files/list", a.handleListFiles)
+	m.HandleFunc("POST /v1/reseal", a.handleReseal)
+	return a.authenticate(m)
+}
+
+// authenticate rejects requests whose bearer token is not the current one.
+func (a *Agent) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		a.mu.Lock()
+		want := a.token
+		a.mu.Unlock()
+		if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+			writeError(w, http.StatusUnauthorized, "unauthorized", "bad token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *Agent) handleInfo(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	info := Info{SandboxID: a.identity.SandboxID, Generation: a.identity.Generation, PID: os.Getpid(), StartedAt: a.startedAt, Now: time.Now()}
+	a.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(info)
+}

@@ -1,0 +1,129 @@
+package guest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+)
+
+// startPair runs an Agent and a Client on this host over a unix socket in a temp dir: the
+// protocol without a sandbox. It returns the client and the socket path.
+func startPair(t *testing.T, token string) (*Client, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "zgt-") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	boot := Boot{Token: token, Identity: Identity{SandboxID: "sb-test", Generation: strings.Repeat("ab", 16)}}
+	b, _ := json.Marshal(boot)
+	os.WriteFile(filepath.Join(dir, "boot.json"), b, 0o600)
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c := NewClient(token, nil)
+	t.Cleanup(func() { c.Close(); ln.Close() })
+	go c.Serve(ctx, ln)
+	a := New(Config{SocketPath: sock, BootPath: filepath.Join(dir, "boot.json"), RunDir: filepath.Join(dir, "run")})
+	if err := a.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "boot.json")); !os.IsNotExist(err) {
+		t.Errorf("boot file not removed")
+	}
+	go a.Run(ctx)
+	return c, sock
+}
+
+func waitCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestExecStreamsAndExitCode(t *testing.T) {
+	c, _ := startPair(t, strings.Repeat("t", 64))
+	ctx := waitCtx(t)
+	var out, errb bytes.Buffer
+	st, err := c.Exec(ctx, ExecRequest{Argv: []string{"/bin/sh", "-c", "cat; echo err >&2; exit 7"}, Stdin: []byte("hi")}, &out, &errb)
+	if err != nil || st.Code != 7 || out.String() != "hi" || errb.String() != "err\n" {
+		t.Fatalf("exec = %+v %v out=%q err=%q", st, err, out.String(), errb.String())
+	}
+	if _, err := c.Exec(ctx, ExecRequest{Argv: []string{"/nonexistent"}}, nil, nil); !errdefs.IsNotFound(err) {
+		t.Errorf("missing binary = %v, want ErrNotFound", err)
+	}
+	// A background child holding the pipe open must not hang the call.
+	t0 := time.Now()
+	if _, err := c.Exec(ctx, ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 5 & echo started"}}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("exec with a background child took %v", d)
+	}
+}
+
+func TestWrongTokenIsRefused(t *testing.T) {
+	c, sock := startPair(t, strings.Repeat("t", 64))
+	ctx := waitCtx(t)
+	if _, err := c.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.SetToken(strings.Repeat("x", 64)) // requests now carry a token the agent does not hold
+	if _, err := c.Info(ctx); err == nil || !strings.Contains(err.Error(), "bad token") {
+		t.Errorf("request with a wrong token = %v", err)
+	}
+	// An impostor dialling the host with a wrong hello is refused.
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	json.NewEncoder(conn).Encode(Hello{Proto: ProtocolVersion, Token: "nope"})
+	var rep HelloReply
+	if err := json.NewDecoder(conn).Decode(&rep); err != nil || rep.OK {
+		t.Errorf("impostor hello answered %+v %v", rep, err)
+	}
+}
+
+func TestReconnectAfterHostDrops(t *testing.T) {
+	c, _ := startPair(t, strings.Repeat("t", 64))
+	ctx := waitCtx(t)
+	if _, err := c.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := c.Epoch()
+	c.ResetUpTo(e)
+	info, err := c.Info(ctx)
+	if err != nil || c.Epoch() <= e {
+		t.Fatalf("after a dropped connection: %+v %v epoch %d", info, err, c.Epoch())
+	}
+	if info.Generation != strings.Repeat("ab", 16) {
+		t.Errorf("generation %q", info.Generation)
+	}
+}
+
+func TestRunCodeKeepsGlobals(t *testing.T) {
+	c, _ := startPair(t, strings.Repeat("t", 64))
+	ctx := waitCtx(t)
+	if res, err := c.RunCode(ctx, CodeRequest{Code: "import random\nr = random.Random()\nx = 41"}, nil, nil); err != nil || !res.OK {
+		t.Fatalf("%+v %v", res, err)
+	}
+	a, _ := c.RunCode(ctx, CodeRequest{Code: "(x, r.random())"}, nil, nil)
+	var out bytes.Buffer
+	b, err := c.RunCode(ctx, CodeRequest{Code: "print('hi'); (x, r.random())"}, &out, nil)
+	if err != nil || !strings.HasPrefix(a.Value, "(41, ") || a.Value == b.Value || out.String() != "hi\n" {
+		t.Errorf("run-code values %q %q out %q err %v", a.Value, b.Value, out.String(), err)
+	}
+}

@@ -1,0 +1,411 @@
+package guest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+)
+
+// helloTimeout bounds how long a new connection may take to present its Hello.
+const helloTimeout = 5 * time.Second
+
+// Client is the host's end of the channel to one guest agent. It accepts the agent's
+// connections (Serve), keeps the newest authenticated one, and sends requests over it. Calls
+// made while no connection is up wait for one until their ctx ends. Safe for concurrent use.
+type Client struct {
+	log *slog.Logger
+	tr  *http2.Transport
+
+	mu      sync.Mutex // guards the fields below
+	token   string
+	cc      *http2.ClientConn
+	conn    net.Conn
+	changed chan struct{} // closed and replaced whenever cc changes or the client closes
+	closed  bool
+	epoch   uint64 // counts accepted connections; the current one is number epoch
+}
+
+// NewClient returns a Client that accepts connections presenting token.
+func NewClient(token string, log *slog.Logger) *Client {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Client{
+		log:     log,
+		token:   token,
+		changed: make(chan struct{}),
+		tr:      &http2.Transport{AllowHTTP: true, ReadIdleTimeout: 10 * time.Second, PingTimeout: 5 * time.Second},
+	}
+}
+
+// SetToken replaces the token: later Hellos and requests must use it.
+func (c *Client) SetToken(token string) {
+	c.mu.Lock()
+	c.token = token
+	c.mu.Unlock()
+}
+
+// Token returns the current token.
+func (c *Client) Token() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.token
+}
+
+// Serve accepts agent connections on ln until ctx ends or ln is closed; it returns nil then,
+// or the accept error. Serve does not close ln: the caller owns it.
+func (c *Client) Serve(ctx context.Context, ln net.Listener) error {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("accepting guest connection: %w", err)
+		}
+		go c.handshake(conn)
+	}
+}
+
+// handshake authenticates one connection and makes it current. It closes conn on failure.
+func (c *Client) handshake(conn net.Conn) {
+	_ = conn.SetDeadline(time.Now().Add(helloTimeout))
+	br := bufio.NewReaderSize(conn, 1024)
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		c.log.Debug("reading guest hello", "err", err)
+		conn.Close()
+		return
+	}
+	var h Hello
+	if err := json.Unmarshal(line, &h); err != nil || h.Proto != ProtocolVersion || !c.tokenOK(h.Token) {
+		c.log.Warn("rejecting guest connection", "err", err, "proto", h.Proto)
+		_ = json.NewEncoder(conn).Encode(HelloReply{Error: "bad hello or token"})
+		conn.Close()
+		return
+	}
+	if err := json.NewEncoder(conn).Encode(HelloReply{OK: true}); err != nil {
+		conn.Close()
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	if br.Buffered() > 0 { // the guest waits for our reply, so nothing may follow the hello yet
+		conn.Close()
+		return
+	}
+	cc, err := c.tr.NewClientConn(conn)
+	if err != nil {
+		conn.Close()
+		return
+	}
+	c.setConn(conn, cc)
+}
+
+func (c *Client) tokenOK(tok string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(c.token)) == 1
+}
+
+func (c *Client) setConn(conn net.Conn, cc *http2.ClientConn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		conn.Close()
+		return
+	}
+	if c.conn != nil {
+		c.conn.Close()
+	}
+	c.conn, c.cc = conn, cc
+	c.epoch++
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Epoch returns the number of connections accepted so far; the current one, if any, is the
+// last of them.
+func (c *Client) Epoch() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch
+}
+
+// ResetUpTo drops the current connection if it is one of the first epoch accepted, so the next
+// call waits for the agent to dial again. Backends call it after a checkpoint, which kills the
+// connection inside the guest, with the Epoch read before it: a connection the agent already
+// re-dialled is kept.
+func (c *Client) ResetUpTo(epoch uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epoch <= epoch {
+		c.dropLocked(c.cc)
+	}
+}
+
+func (c *Client) dropLocked(cc *http2.ClientConn) {
+	if c.cc == nil || c.cc != cc {
+		return
+	}
+	c.conn.Close()
+	c.conn, c.cc = nil, nil
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Close drops the connection and fails every waiting and later call with ErrUnavailable.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropLocked(c.cc)
+	if !c.closed {
+		c.closed = true
+		close(c.changed)
+	}
+	return nil
+}
+
+// Wait blocks until an authenticated connection is up. It returns ctx's error wrapped in
+// ErrUnavailable when ctx ends first.
+func (c *Client) Wait(ctx context.Context) error {
+	_, err := c.current(ctx)
+	return err
+}
+
+func (c *Client) current(ctx context.Context) (*http2.ClientConn, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("guest client closed: %w", errdefs.ErrUnavailable)
+		}
+		cc, ch := c.cc, c.changed
+		if cc != nil && !cc.CanTakeNewRequest() {
+			c.dropLocked(cc)
+			cc, ch = nil, c.changed
+		}
+		c.mu.Unlock()
+		if cc != nil {
+			return cc, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for guest agent: %w (%w)", errdefs.ErrUnavailable, ctx.Err())
+		}
+	}
+}
+
+// do sends one request and returns the response; the caller closes its body. Non-2xx answers
+// become errors carrying the guest's message and category.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Response, error) {
+	cc, err := c.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	u := "http://guest" + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("building request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token())
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.mu.Lock()
+			c.dropLocked(cc)
+			c.mu.Unlock()
+		}
+		return nil, fmt.Errorf("calling guest %s: %w (%w)", path, errdefs.ErrUnavailable, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+func decodeError(resp *http.Response) error {
+	var eb errorBody
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(raw, &eb) != nil || eb.Error == "" {
+		eb.Error = fmt.Sprintf("status %d: %s", resp.StatusCode, bytes.TrimSpace(raw))
+	}
+	var cat error
+	switch eb.Code {
+	case "not_found":
+		cat = errdefs.ErrNotFound
+	case "invalid":
+		cat = errdefs.ErrInvalidArgument
+	case "unauthorized":
+		cat = errdefs.ErrFailedPrecondition
+	default:
+		cat = errdefs.ErrUnavailable
+	}
+	return fmt.Errorf("guest: %s: %w", eb.Error, cat)
+}
+
+func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encoding request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	resp, err := c.do(ctx, method, path, nil, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decoding guest answer to %s: %w (%w)", path, errdefs.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Info probes the agent.
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	var info Info
+	err := c.doJSON(ctx, http.MethodGet, "/v1/info", nil, &info)
+	return info, err
+}
+
+// Exec runs req.Argv and copies its output to stdout and stderr (either may be nil) as it
+// arrives. It returns the exit status; a command that cannot start (missing binary) is an
+// error wrapping ErrNotFound or ErrInvalidArgument, not an exit status.
+func (c *Client) Exec(ctx context.Context, req ExecRequest, stdout, stderr io.Writer) (ExitStatus, error) {
+	ev, err := c.stream(ctx, "/v1/exec", req, stdout, stderr)
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	if ev.Exit == nil {
+		return ExitStatus{}, fmt.Errorf("guest exec ended without a status: %w", errdefs.ErrUnavailable)
+	}
+	return *ev.Exit, nil
+}
+
+// RunCode runs Python source in the persistent interpreter, copying what it prints to stdout
+// and stderr. A Python exception is a CodeResult with OK false, not an error.
+func (c *Client) RunCode(ctx context.Context, req CodeRequest, stdout, stderr io.Writer) (CodeResult, error) {
+	ev, err := c.stream(ctx, "/v1/run-code", req, stdout, stderr)
+	if err != nil {
+		return CodeResult{}, err
+	}
+	if ev.Result == nil {
+		return CodeResult{}, fmt.Errorf("guest run-code ended without a result: %w", errdefs.ErrUnavailable)
+	}
+	return *ev.Result, nil
+}
+
+// stream posts in and copies NDJSON output events until the final one, which it returns.
+func (c *Client) stream(ctx context.Context, path string, in any, stdout, stderr io.Writer) (Event, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return Event{}, fmt.Errorf("encoding request: %w", err)
+	}
+	resp, err := c.do(ctx, http.MethodPost, path, nil, bytes.NewReader(b))
+	if err != nil {
+		return Event{}, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev Event
+		if err := dec.Decode(&ev); err != nil {
+			return Event{}, fmt.Errorf("reading guest stream %s: %w (%w)", path, errdefs.ErrUnavailable, err)
+		}
+		switch {
+		case ev.Error != "":
+			return Event{}, eventError(ev.Error)
+		case ev.Exit != nil || ev.Result != nil:
+			return ev, nil
+		case ev.Stream == "stdout" && stdout != nil:
+			_, _ = stdout.Write(ev.Data)
+		case ev.Stream == "stderr" && stderr != nil:
+			_, _ = stderr.Write(ev.Data)
+		}
+	}
+}
+
+// eventError maps the agent's start errors to categories: a missing binary or directory is
+// ErrNotFound, anything else ErrInvalidArgument.
+func eventError(msg string) error {
+	if strings.Contains(msg, "not found") || strings.Contains(msg, "no such file") {
+		return fmt.Errorf("guest: %s: %w", msg, errdefs.ErrNotFound)
+	}
+	return fmt.Errorf("guest: %s: %w", msg, errdefs.ErrInvalidArgument)
+}
+
+// PutFile writes r to path in the sandbox with mode perm, creating parent directories.
+func (c *Client) PutFile(ctx context.Context, path string, perm uint32, r io.Reader) error {
+	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(perm), 8)}}
+	resp, err := c.do(ctx, http.MethodPut, "/v1/files", q, r)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// GetFile copies the file at path to w. It returns an error wrapping ErrNotFound when the file
+// does not exist.
+func (c *Client) GetFile(ctx context.Context, path string, w io.Writer) error {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/files", url.Values{"path": {path}}, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("copying %s: %w", path, err)
+	}
+	return nil
+}
+
+// ListFiles lists the directory at path (or describes the file there).
+func (c *Client) ListFiles(ctx context.Context, path string) ([]FileInfo, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/files/list", url.Values{"path": {path}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out []FileInfo
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("decoding listing: %w", err)
+	}
+	return out, nil
+}
+
+// Reseal asks the agent to make this copy independent (see ResealRequest). On success the
+// client's token is req.NewToken; on failure it is unchanged and the copy must be destroyed.
+func (c *Client) Reseal(ctx context.Context, req ResealRequest) (ResealResult, error) {
+	var res ResealResult
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/reseal", req, &res); err != nil {
+		return res, fmt.Errorf("resealing: %w", err)
+	}
+	c.SetToken(req.NewToken)
+	return res, nil
+}

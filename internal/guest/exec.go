@@ -1,0 +1,173 @@
+package guest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// drainGrace is how long output may keep arriving after the process exits (a background child
+// holding the pipe open must not hang the call).
+const drainGrace = 200 * time.Millisecond
+
+// eventWriter writes NDJSON events and flushes each one. Used by one goroutine.
+type eventWriter struct {
+	enc *json.Encoder
+	fl  http.Flusher
+}
+
+func newEventWriter(w http.ResponseWriter) *eventWriter {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	return &eventWriter{enc: json.NewEncoder(w), fl: fl}
+}
+
+func (e *eventWriter) send(ev Event) {
+	_ = e.enc.Encode(ev)
+	if e.fl != nil {
+		e.fl.Flush()
+	}
+}
+
+func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
+	var req ExecRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Argv) == 0 {
+		writeError(w, http.StatusBadRequest, "invalid", "exec needs a JSON body with a non-empty argv")
+		return
+	}
+	ctx := r.Context()
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	ew := newEventWriter(w)
+	st, err := a.runCommand(ctx, req, ew)
+	if err != nil {
+		ew.send(Event{Error: err.Error()})
+		return
+	}
+	ew.send(Event{Exit: &st})
+}
+
+// pipes holds the parent's and child's ends of one exec's stdio. close closes the child ends.
+type pipes struct {
+	inR, inW, outR, outW, errR, errW *os.File
+}
+
+func newPipes(withStdin bool) (*pipes, error) {
+	p := &pipes{}
+	var err error
+	if p.outR, p.outW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.errR, p.errW, err = os.Pipe(); err != nil {
+		p.closeAll()
+		return nil, err
+	}
+	if withStdin {
+		p.inR, p.inW, err = os.Pipe()
+	} else {
+		p.inR, err = os.Open(os.DevNull)
+	}
+	if err != nil {
+		p.closeAll()
+	}
+	return p, err
+}
+
+func (p *pipes) closeChildEnds() {
+	for _, f := range []*os.File{p.inR, p.outW, p.errW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (p *pipes) closeAll() {
+	p.closeChildEnds()
+	for _, f := range []*os.File{p.inW, p.outR, p.errR} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// runCommand starts req, streams its output to ew and returns its exit status. It returns an
+// error only when the command could not start.
+func (a *Agent) runCommand(ctx context.Context, req ExecRequest, ew *eventWriter) (ExitStatus, error) {
+	p, err := newPipes(req.Stdin != nil)
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	defer p.closeAll()
+	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
+	cmd.Env = append(a.baseEnv(), req.Env...)
+	cmd.Dir = req.Cwd
+	if cmd.Dir == "" {
+		cmd.Dir = "/"
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	done, err := a.reaper.start(cmd)
+	p.closeChildEnds()
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	defer cmd.Process.Release()
+	if p.inW != nil {
+		go func() {
+			_, _ = p.inW.Write(req.Stdin)
+			p.inW.Close() // closed again by closeAll; the second Close only returns an error
+		}()
+	}
+	events := make(chan Event, 16)
+	readers := 2
+	go pump(p.outR, "stdout", events)
+	go pump(p.errR, "stderr", events)
+	var st ExitStatus
+	exited, timedOut := false, false
+	for readers > 0 || !exited {
+		select {
+		case ev, ok := <-events:
+			if !ok || ev.Stream == "" {
+				readers--
+				continue
+			}
+			ew.send(ev)
+		case ws := <-done:
+			st, exited, done = exitStatus(ws), true, nil
+			deadline := time.Now().Add(drainGrace)
+			_ = p.outR.SetReadDeadline(deadline)
+			_ = p.errR.SetReadDeadline(deadline)
+		case <-ctx.Done():
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
+			ctx = context.Background() // kill once; keep collecting until the reaper reports
+		}
+	}
+	st.TimedOut = timedOut
+	return st, nil
+}
+
+// pump copies r to events as chunks and sends an empty Event at EOF or error.
+func pump(r io.Reader, stream string, events chan<- Event) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			events <- Event{Stream: stream, Data: append([]byte(nil), buf[:n]...)}
+		}
+		if err != nil {
+			events <- Event{}
+			return
+		}
+	}
+}

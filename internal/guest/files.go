@@ -1,0 +1,133 @@
+package guest
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// cleanPath returns the cleaned absolute path in the query, or "" when it is missing or
+// relative.
+func cleanPath(r *http.Request) string {
+	p := r.URL.Query().Get("path")
+	if p == "" || !filepath.IsAbs(p) {
+		return ""
+	}
+	return filepath.Clean(p)
+}
+
+func writeFSError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, fs.ErrInvalid), errors.Is(err, fs.ErrExist):
+		writeError(w, http.StatusBadRequest, "invalid", err.Error())
+	default:
+		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(errorBody{Error: msg, Code: code})
+}
+
+func (a *Agent) handleGetFile(w http.ResponseWriter, r *http.Request) {
+	p := cleanPath(r)
+	if p == "" {
+		writeError(w, http.StatusBadRequest, "invalid", "path must be absolute")
+		return
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		writeFSError(w, err)
+		return
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		writeError(w, http.StatusBadRequest, "invalid", p+" is a directory")
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = io.Copy(w, f)
+}
+
+// handlePutFile writes the body to a temporary file beside the target and renames it, so a
+// reader never sees half a file.
+func (a *Agent) handlePutFile(w http.ResponseWriter, r *http.Request) {
+	p := cleanPath(r)
+	mode, err := strconv.ParseUint(r.URL.Query().Get("mode"), 8, 32)
+	if p == "" || err != nil {
+		writeError(w, http.StatusBadRequest, "invalid", "need an absolute path and an octal mode")
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		writeFSError(w, err)
+		return
+	}
+	if err := writeFileAtomic(p, r.Body, fs.FileMode(mode)&fs.ModePerm); err != nil {
+		writeFSError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func writeFileAtomic(p string, r io.Reader, perm fs.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".zygo-put-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, r); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), p)
+}
+
+func (a *Agent) handleListFiles(w http.ResponseWriter, r *http.Request) {
+	p := cleanPath(r)
+	if p == "" {
+		writeError(w, http.StatusBadRequest, "invalid", "path must be absolute")
+		return
+	}
+	st, err := os.Lstat(p)
+	if err != nil {
+		writeFSError(w, err)
+		return
+	}
+	out := []FileInfo{}
+	if !st.IsDir() {
+		out = append(out, fileInfo(st))
+	} else {
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			writeFSError(w, err)
+			return
+		}
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil {
+				out = append(out, fileInfo(fi))
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func fileInfo(fi fs.FileInfo) FileInfo {
+	return FileInfo{Name: fi.Name(), Size: fi.Size(), Mode: uint32(fi.Mode()), ModTime: fi.ModTime(), IsDir: fi.IsDir()}
+}

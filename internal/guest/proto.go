@@ -1,0 +1,193 @@
+// Package guest is both ends of the host–guest channel of a Zygo sandbox: the agent that runs
+// as PID 1 inside it (zygo-guest: exec, the persistent code interpreter, files, services,
+// reseal) and the host-side Client that the sandbox backends hand to the Manager.
+//
+// # The channel
+//
+// The host listens on a unix socket in the sandbox's own host directory, which is bind-mounted
+// read-write at /zygo/host; the guest dials out to /zygo/host/agent.sock. A socket the guest
+// dialled out does not block a gVisor checkpoint (a listening one would), and it is dead after a
+// restore or a checkpoint --leave-running: the agent sees EOF and dials again. A restored copy
+// reads its own bundle, so the same path inside reaches the copy's own host directory and its
+// own listener. The agent dials again forever (backoff 5 ms to 500 ms), so a host that
+// restarts is found again too.
+//
+// On each new connection the guest first writes one JSON line, Hello, carrying its current
+// token; the host answers one JSON line, HelloReply, and closes the connection if the token is
+// wrong. Then the connection carries HTTP/2 with the guest as the server and the host as the
+// client; every request carries "Authorization: Bearer TOKEN". The token is rotated by reseal:
+// after a fork, the parent's token no longer works on the child.
+package guest
+
+import "time"
+
+// Paths inside the sandbox.
+const (
+	// HostDir is where the per-sandbox host directory is mounted (read-write).
+	HostDir = "/zygo/host"
+	// SocketPath is the host's listener, dialled by the agent.
+	SocketPath = HostDir + "/agent.sock"
+	// BootPath is the boot file the host writes before Create; the agent reads and removes it.
+	BootPath = HostDir + "/boot.json"
+	// BinaryPath is where the agent binary is mounted read-only; it is PID 1.
+	BinaryPath = "/zygo/guest"
+	// RunDir holds what the agent publishes for code in the sandbox.
+	RunDir = "/run/zygo"
+	// GenerationPath holds the current 128-bit generation token, 32 hex digits, no newline.
+	GenerationPath = RunDir + "/generation"
+	// IdentityPath holds the Identity of the current copy as JSON.
+	IdentityPath = RunDir + "/identity.json"
+	// SecretsDir holds secrets re-written on every reseal, one file per name, mode 0400.
+	SecretsDir = "/run/secrets"
+)
+
+// ProtocolVersion is the Hello version this package speaks.
+const ProtocolVersion = 1
+
+// Hello is the first line the guest writes on every new connection.
+type Hello struct {
+	Proto      int    `json:"proto"`
+	Token      string `json:"token"`
+	SandboxID  string `json:"sandbox_id"`
+	Generation string `json:"generation"`
+}
+
+// HelloReply is the host's one-line answer to Hello.
+type HelloReply struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// Boot is what the host gives a freshly created sandbox, in BootPath. A restored copy never
+// reads a Boot: it learns its identity from Reseal.
+type Boot struct {
+	Token    string    `json:"token"`
+	Identity Identity  `json:"identity"`
+	Services []Service `json:"services,omitempty"`
+	Env      []string  `json:"env,omitempty"` // default environment of exec and services
+}
+
+// Identity is published at IdentityPath after boot and after every reseal.
+type Identity struct {
+	SandboxID    string    `json:"sandbox_id"`
+	ParentID     string    `json:"parent_id,omitempty"`
+	CheckpointID string    `json:"checkpoint_id,omitempty"`
+	Generation   string    `json:"generation"`
+	Hostname     string    `json:"hostname,omitempty"`
+	ResumedAt    time.Time `json:"resumed_at"`
+	// SuspendedNS is how long this copy spent as a checkpoint image (wall time between the
+	// checkpoint and the restore), in nanoseconds. The monotonic clock did not advance then.
+	SuspendedNS int64 `json:"suspended_ns"`
+}
+
+// OnFork is what reseal does to a declared service.
+type OnFork string
+
+const (
+	// OnForkRestart stops the service and starts a fresh process (fresh state).
+	OnForkRestart OnFork = "restart"
+	// OnForkSignal sends Service.Signal after the new generation is published.
+	OnForkSignal OnFork = "signal"
+	// OnForkKeep leaves the process alone.
+	OnForkKeep OnFork = "keep"
+)
+
+// Service is a long-lived process the agent starts at boot.
+type Service struct {
+	Name   string   `json:"name"`
+	Argv   []string `json:"argv"`
+	Env    []string `json:"env,omitempty"`
+	OnFork OnFork   `json:"on_fork,omitempty"` // default keep
+	Signal int      `json:"signal,omitempty"`  // for OnForkSignal; default SIGHUP
+}
+
+// ExecRequest runs one command in the sandbox.
+type ExecRequest struct {
+	Argv    []string      `json:"argv"`
+	Env     []string      `json:"env,omitempty"` // appended to the boot environment
+	Cwd     string        `json:"cwd,omitempty"` // default /
+	Stdin   []byte        `json:"stdin,omitempty"`
+	Timeout time.Duration `json:"timeout_ns,omitempty"` // 0: until ctx ends
+}
+
+// ExitStatus is how a process ended.
+type ExitStatus struct {
+	Code     int  `json:"code"`             // exit code; 128+N when killed by signal N
+	Signal   int  `json:"signal,omitempty"` // the signal that killed it, or 0
+	TimedOut bool `json:"timed_out,omitempty"`
+}
+
+// Event is one line of a streamed exec or run-code response (NDJSON).
+type Event struct {
+	Stream string      `json:"stream,omitempty"` // "stdout" or "stderr"
+	Data   []byte      `json:"data,omitempty"`
+	Exit   *ExitStatus `json:"exit,omitempty"`   // last event of an exec
+	Result *CodeResult `json:"result,omitempty"` // last event of a run-code
+	Error  string      `json:"error,omitempty"`  // last event when the call failed
+}
+
+// CodeRequest runs Python source in the persistent interpreter.
+type CodeRequest struct {
+	Code    string        `json:"code"`
+	Timeout time.Duration `json:"timeout_ns,omitempty"`
+}
+
+// CodeResult is the outcome of one run-code call.
+type CodeResult struct {
+	OK bool `json:"ok"`
+	// Value is repr() of the last statement when it is an expression, as in a notebook cell.
+	Value string `json:"value,omitempty"`
+	// Error is the traceback when OK is false.
+	Error string `json:"error,omitempty"`
+}
+
+// FileInfo describes one directory entry.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // io/fs.FileMode bits
+	ModTime time.Time `json:"mod_time"`
+	IsDir   bool      `json:"is_dir"`
+}
+
+// Info is the agent's answer to a health probe.
+type Info struct {
+	SandboxID  string    `json:"sandbox_id"`
+	Generation string    `json:"generation"`
+	PID        int       `json:"pid"`
+	StartedAt  time.Time `json:"started_at"`
+	Now        time.Time `json:"now"`
+}
+
+// ResealRequest makes a restored copy independent. Driven by the host, executed by the agent.
+type ResealRequest struct {
+	NewToken  string   `json:"new_token"`
+	Identity  Identity `json:"identity"`
+	MachineID string   `json:"machine_id"` // 32 hex digits
+	// Entropy is host randomness the agent writes into the guest pool.
+	Entropy []byte `json:"entropy"`
+	// HostTime is the host's wall clock when the request was made.
+	HostTime time.Time `json:"host_time"`
+	// Secrets are written to SecretsDir/NAME, mode 0400; others there are removed.
+	Secrets map[string][]byte `json:"secrets,omitempty"`
+}
+
+// ResealResult is the agent's acknowledgement.
+type ResealResult struct {
+	Generation string `json:"generation"`
+	// EntropySample is 32 bytes the guest read from getrandom after the reseed; siblings'
+	// samples must be pairwise distinct.
+	EntropySample []byte `json:"entropy_sample"`
+	// EntropyCredited is true when RNDADDENTROPY accepted the host bytes (not on gVisor, whose
+	// randomness is host-backed on every call; see docs/sandboxes.md).
+	EntropyCredited bool `json:"entropy_credited"`
+	// ClockOffset is guest wall clock minus HostTime at receipt, in nanoseconds.
+	ClockOffset time.Duration `json:"clock_offset_ns"`
+	Services    []string      `json:"services,omitempty"` // "name: action" lines
+}
+
+// errorBody is the JSON body of a non-2xx answer.
+type errorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code"` // "not_found", "invalid", "unauthorized", "internal"
+}

@@ -1,0 +1,150 @@
+package guest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// handleReseal makes this copy independent, in the order of docs/sandboxes.md: entropy,
+// identity files, secrets, generation, token, services, interpreter. The host destroys the copy
+// when any step fails, so a failed step returns at once.
+func (a *Agent) handleReseal(w http.ResponseWriter, r *http.Request) {
+	var req ResealRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid", "decoding reseal: "+err.Error())
+		return
+	}
+	res, err := a.reseal(r.Context(), req)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(res)
+}
+
+func (a *Agent) reseal(ctx context.Context, req ResealRequest) (ResealResult, error) {
+	var res ResealResult
+	if len(req.NewToken) < 32 || len(req.Identity.Generation) != 32 || len(req.Entropy) < 32 {
+		return res, fmt.Errorf("reseal needs a token, a 32-hex-digit generation and 32 bytes of entropy")
+	}
+	res.ClockOffset = timeNow().Sub(req.HostTime)
+	res.EntropyCredited = addEntropy(req.Entropy)
+	if err := a.writeIdentityFiles(req); err != nil {
+		return res, err
+	}
+	if err := writeSecrets(req.Secrets); err != nil {
+		return res, err
+	}
+	if err := a.publishIdentity(req.Identity); err != nil {
+		return res, err
+	}
+	a.mu.Lock()
+	a.token, a.identity = req.NewToken, req.Identity
+	a.mu.Unlock()
+	svc, err := a.services.onFork(ctx)
+	res.Services = svc
+	if err != nil {
+		return res, err
+	}
+	a.interp.setReseed(req.Entropy)
+	res.Generation = req.Identity.Generation
+	res.EntropySample = make([]byte, 32)
+	if _, err := rand.Read(res.EntropySample); err != nil {
+		return res, fmt.Errorf("sampling entropy: %w", err)
+	}
+	return res, nil
+}
+
+// addEntropy mixes b into the kernel pool and reports whether the kernel credited it
+// (RNDADDENTROPY). Writing /dev/urandom mixes without credit; gVisor accepts and ignores both
+// because its getrandom asks the host on every call.
+func addEntropy(b []byte) bool {
+	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	_, _ = f.Write(b)
+	type randPoolInfo struct {
+		entropyCount int32
+		bufSize      int32
+		buf          [64]byte
+	}
+	var info randPoolInfo
+	n := copy(info.buf[:], b)
+	info.entropyCount, info.bufSize = int32(n*8), int32(n)
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&info)))
+	return errno == 0
+}
+
+// writeIdentityFiles sets the hostname and writes /etc/hostname and /etc/machine-id.
+func (a *Agent) writeIdentityFiles(req ResealRequest) error {
+	if h := req.Identity.Hostname; h != "" {
+		if err := unix.Sethostname([]byte(h)); err != nil {
+			a.log.Warn("setting hostname", "err", err) // runsc already applied the bundle's
+		}
+		if err := writeAtomic("/etc/hostname", []byte(h+"\n"), 0o644); err != nil {
+			return fmt.Errorf("writing hostname: %w", err)
+		}
+	}
+	if _, err := hex.DecodeString(req.MachineID); err != nil || len(req.MachineID) != 32 {
+		return fmt.Errorf("machine id %q is not 32 hex digits", req.MachineID)
+	}
+	if err := writeAtomic("/etc/machine-id", []byte(req.MachineID+"\n"), 0o444); err != nil {
+		return fmt.Errorf("writing machine-id: %w", err)
+	}
+	return nil
+}
+
+// writeSecrets replaces the contents of SecretsDir with secrets.
+func writeSecrets(secrets map[string][]byte) error {
+	if err := os.MkdirAll(SecretsDir, 0o700); err != nil {
+		return fmt.Errorf("making %s: %w", SecretsDir, err)
+	}
+	old, _ := os.ReadDir(SecretsDir)
+	for _, e := range old {
+		if _, keep := secrets[e.Name()]; !keep {
+			_ = os.Remove(filepath.Join(SecretsDir, e.Name()))
+		}
+	}
+	for name, val := range secrets {
+		if name == "" || name != filepath.Base(name) || name[0] == '.' {
+			return fmt.Errorf("bad secret name %q", name)
+		}
+		if err := writeAtomic(filepath.Join(SecretsDir, name), val, 0o400); err != nil {
+			return fmt.Errorf("writing secret %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// publishIdentity writes the generation and identity files atomically, generation last, so a
+// process that sees a new generation finds the matching identity.
+func (a *Agent) publishIdentity(id Identity) error {
+	if err := os.MkdirAll(a.cfg.RunDir, 0o755); err != nil {
+		return fmt.Errorf("making %s: %w", a.cfg.RunDir, err)
+	}
+	b, _ := json.MarshalIndent(id, "", "  ")
+	if err := writeAtomic(filepath.Join(a.cfg.RunDir, "identity.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("publishing identity: %w", err)
+	}
+	if err := writeAtomic(filepath.Join(a.cfg.RunDir, "generation"), []byte(id.Generation), 0o644); err != nil {
+		return fmt.Errorf("publishing generation: %w", err)
+	}
+	return nil
+}
+
+func writeAtomic(p string, data []byte, perm os.FileMode) error {
+	return writeFileAtomic(p, bytes.NewReader(data), perm)
+}

@@ -1,0 +1,353 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/internal/sandbox/cleanup"
+)
+
+func (m *Manager) checkpointer() (Checkpointer, error) {
+	if m.ckpt == nil {
+		return nil, fmt.Errorf("backend %s cannot checkpoint: %w", m.be.Name(), errdefs.ErrFailedPrecondition)
+	}
+	return m.ckpt, nil
+}
+
+// Checkpoint saves an immutable image of the running sandbox, which keeps running, and
+// returns its record. It waits for the sandbox's calls in flight. On error no image and no
+// record are left and the source is still Running.
+func (m *Manager) Checkpoint(ctx context.Context, idOrName, tag string) (CheckpointRecord, error) {
+	ck, err := m.checkpointer()
+	if err != nil {
+		return CheckpointRecord{}, err
+	}
+	rec, e, err := m.acquire(ctx, idOrName, false)
+	if err != nil {
+		return CheckpointRecord{}, err
+	}
+	defer e.rw.Unlock()
+	return m.checkpointLocked(ctx, ck, &rec, e, tag)
+}
+
+func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *SandboxRecord, e *entry, tag string) (CheckpointRecord, error) {
+	if err := m.setState(ctx, rec, Checkpointing, nil); err != nil {
+		return CheckpointRecord{}, err
+	}
+	cp := CheckpointRecord{ID: newID("cp-", 8), Tag: tag, SandboxID: rec.ID, ParentID: rec.CheckpointID,
+		Backend: m.be.Name(), Token: rec.Token, Generation: rec.Generation, Options: rec.Options}
+	cp.Dir = filepath.Join(m.cfg.ImageDir, cp.ID)
+	err := ck.Checkpoint(ctx, e.instance().ID, cp.Dir)
+	if err == nil {
+		cp.CreatedAt = m.cfg.Now()
+		cp.SizeBytes = dirSize(cp.Dir)
+		if err = m.reg.PutCheckpoint(ctx, cp); err != nil {
+			_ = os.RemoveAll(cp.Dir)
+		}
+	}
+	back := context.WithoutCancel(ctx)
+	if serr := m.setState(back, rec, Running, nil); serr != nil && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return CheckpointRecord{}, fmt.Errorf("checkpointing sandbox %s: %w", rec.ID, err)
+	}
+	m.log.Info("checkpointed", "sandbox_id", rec.ID, "checkpoint", cp.ID, "bytes", cp.SizeBytes)
+	return cp, nil
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// Checkpoints returns the checkpoint records, oldest first: all of them when sandboxID is
+// empty, else those taken of that sandbox.
+func (m *Manager) Checkpoints(ctx context.Context, sandboxID string) ([]CheckpointRecord, error) {
+	all, err := m.reg.ListCheckpoints(ctx)
+	if err != nil || sandboxID == "" {
+		return all, err
+	}
+	if rec, err := m.Get(ctx, sandboxID); err == nil {
+		sandboxID = rec.ID
+	}
+	var out []CheckpointRecord
+	for _, cp := range all {
+		if cp.SandboxID == sandboxID {
+			out = append(out, cp)
+		}
+	}
+	return out, nil
+}
+
+// GetCheckpoint returns the checkpoint with that id or tag, or an error wrapping
+// errdefs.ErrNotFound.
+func (m *Manager) GetCheckpoint(ctx context.Context, idOrTag string) (CheckpointRecord, error) {
+	cp, err := m.reg.GetCheckpoint(ctx, idOrTag)
+	if err == nil || !errdefs.IsNotFound(err) {
+		return cp, err
+	}
+	all, lerr := m.reg.ListCheckpoints(ctx)
+	if lerr != nil {
+		return cp, lerr
+	}
+	for i := len(all) - 1; i >= 0; i-- { // the newest with that tag
+		if all[i].Tag == idOrTag && idOrTag != "" {
+			return all[i], nil
+		}
+	}
+	return cp, err
+}
+
+// RemoveCheckpoint deletes a checkpoint's image and record. It refuses, with an error wrapping
+// errdefs.ErrFailedPrecondition that names them, while a sandbox was restored from it or a
+// checkpoint descends from it.
+func (m *Manager) RemoveCheckpoint(ctx context.Context, idOrTag string) error {
+	cp, err := m.GetCheckpoint(ctx, idOrTag)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock() // no fork or rollback can pick a checkpoint up between the check and the delete
+	defer m.mu.Unlock()
+	var refs []string
+	sbs, err := m.reg.ListSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range sbs {
+		if s.CheckpointID == cp.ID {
+			refs = append(refs, "sandbox "+s.ID)
+		}
+	}
+	cps, err := m.reg.ListCheckpoints(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range cps {
+		if c.ParentID == cp.ID {
+			refs = append(refs, "checkpoint "+c.ID)
+		}
+	}
+	if len(refs) > 0 {
+		return fmt.Errorf("checkpoint %s is still referenced by %s: %w", cp.ID, strings.Join(refs, ", "), errdefs.ErrFailedPrecondition)
+	}
+	if err := os.RemoveAll(cp.Dir); err != nil {
+		return fmt.Errorf("removing image of %s: %w", cp.ID, err)
+	}
+	return m.reg.DeleteCheckpoint(ctx, cp.ID)
+}
+
+// ForkOptions selects what to fork.
+type ForkOptions struct {
+	N int // children, 1..MaxFork()
+	// From is the checkpoint (id or tag) to restore; empty means checkpoint the sandbox now.
+	From string
+}
+
+// ForkChild is one child's outcome: a Running sandbox, or the error that destroyed it.
+type ForkChild struct {
+	Sandbox SandboxRecord `json:"sandbox"` // zero when Err is set
+	Err     error         `json:"-"`
+	Error   string        `json:"error,omitempty"` // Err as text, for the API
+}
+
+// ForkResult lists every child in order; partial success is normal and never hidden.
+type ForkResult struct {
+	Checkpoint CheckpointRecord `json:"checkpoint"`
+	Children   []ForkChild      `json:"children"`
+}
+
+// Fork restores N children of the sandbox in parallel from a fresh checkpoint (or opts.From),
+// reseals each and checks that siblings' entropy samples are pairwise distinct. It returns the
+// result and a nil error when at least one child is Running; when none is, it returns the
+// result and an error joining the children's. A bad N is an error wrapping
+// errdefs.ErrInvalidArgument that states the bound.
+func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (ForkResult, error) {
+	var res ForkResult
+	if opts.N < 1 || opts.N > m.cfg.MaxForkN {
+		return res, fmt.Errorf("fork n=%d: must be between 1 and %d: %w", opts.N, m.cfg.MaxForkN, errdefs.ErrInvalidArgument)
+	}
+	ck, err := m.checkpointer()
+	if err != nil {
+		return res, err
+	}
+	parent, err := m.Get(ctx, idOrName)
+	if err != nil {
+		return res, err
+	}
+	if opts.From == "" {
+		res.Checkpoint, err = m.Checkpoint(ctx, parent.ID, "fork")
+	} else {
+		res.Checkpoint, err = m.GetCheckpoint(ctx, opts.From)
+	}
+	if err != nil {
+		return res, err
+	}
+	staged := make([]*staged, opts.N)
+	var wg sync.WaitGroup
+	for i := range staged {
+		wg.Go(func() { staged[i] = m.restoreChild(ctx, ck, parent, res.Checkpoint) })
+	}
+	wg.Wait()
+	samples := make([][]byte, len(staged))
+	for i, s := range staged {
+		if s.err == nil {
+			samples[i] = s.reseal.EntropySample
+		}
+	}
+	dup := checkDistinct(samples)
+	var errs []error
+	for i, s := range staged {
+		if s.err == nil && dup[i] != nil {
+			s.err = dup[i]
+		}
+		res.Children = append(res.Children, m.finishChild(ctx, s))
+		if s.err != nil {
+			errs = append(errs, s.err)
+		}
+	}
+	if len(errs) == len(staged) {
+		return res, fmt.Errorf("forking %s: every child failed: %w", parent.ID, errors.Join(errs...))
+	}
+	return res, nil
+}
+
+// staged is a child that was restored and resealed but is not Running yet.
+type staged struct {
+	rec    SandboxRecord
+	inst   *Instance
+	reseal guest.ResealResult
+	err    error
+	undo   cleanup.Stack
+}
+
+// restoreChild restores one child and reseals it, leaving it Resealing (or failed, with its
+// undo stack loaded).
+func (m *Manager) restoreChild(ctx context.Context, ck Checkpointer, parent SandboxRecord, cp CheckpointRecord) *staged {
+	now := m.cfg.Now()
+	s := &staged{rec: SandboxRecord{ID: newID("sb-", 8), Backend: m.be.Name(), State: Restoring,
+		ParentID: parent.ID, CheckpointID: cp.ID, Token: cp.Token, Generation: cp.Generation,
+		Options: cp.Options, CreatedAt: now, UpdatedAt: now}}
+	s.rec.Name = parent.Name + "-" + s.rec.ID[3:11]
+	s.rec.Options.Name = s.rec.Name
+	s.rec.EngineID = newEngineID(s.rec.ID)
+	if s.err = m.reg.PutSandbox(ctx, s.rec); s.err != nil {
+		return s
+	}
+	s.undo.Add(func(ctx context.Context) error { return m.reg.DeleteSandbox(ctx, s.rec.ID) })
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	defer cancel()
+	spec := Spec{ID: s.rec.EngineID, Hostname: s.rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token}
+	s.inst, s.err = ck.Restore(rctx, cp.Dir, spec)
+	if s.err != nil {
+		s.err = fmt.Errorf("restoring %s from %s: %w", s.rec.ID, cp.ID, s.err)
+		return s
+	}
+	s.undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, s.inst.ID) })
+	if s.err = m.setState(ctx, &s.rec, Resealing, nil); s.err != nil {
+		return s
+	}
+	s.reseal, s.err = m.resealChild(ctx, &s.rec, cp, s.inst, spec.Hostname)
+	return s
+}
+
+// finishChild marks a staged child Running, or runs its undo stack.
+func (m *Manager) finishChild(ctx context.Context, s *staged) ForkChild {
+	if s.err == nil {
+		s.err = m.setState(ctx, &s.rec, Running, nil)
+	}
+	if s.err != nil {
+		if uerr := s.undo.Run(ctx, 0); uerr != nil {
+			m.log.Error("cleaning up failed fork child", "sandbox_id", s.rec.ID, "err", uerr)
+		}
+		m.log.Warn("fork child failed", "sandbox_id", s.rec.ID, "err", s.err)
+		return ForkChild{Err: s.err, Error: s.err.Error()}
+	}
+	s.undo.Release()
+	m.addLive(s.rec.ID, s.inst)
+	return ForkChild{Sandbox: s.rec}
+}
+
+// Rollback replaces the sandbox's running instance with a restore of the checkpoint, keeping
+// the sandbox's id and name, with a new generation (reseal runs as for a fork). The new
+// instance is restored and resealed before the old one is destroyed: on error the sandbox
+// keeps running as it was.
+func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (SandboxRecord, error) {
+	ck, err := m.checkpointer()
+	if err != nil {
+		return SandboxRecord{}, err
+	}
+	cp, err := m.GetCheckpoint(ctx, checkpoint)
+	if err != nil {
+		return SandboxRecord{}, err
+	}
+	rec, e, err := m.acquire(ctx, idOrName, false)
+	if err != nil {
+		return rec, err
+	}
+	defer e.rw.Unlock()
+	if err := m.setState(ctx, &rec, RollingBack, nil); err != nil {
+		return rec, err
+	}
+	next := rec
+	next.EngineID = newEngineID(rec.ID)
+	inst, err := m.restoreInPlace(ctx, ck, &next, cp)
+	back := context.WithoutCancel(ctx)
+	if err != nil {
+		_ = m.setState(back, &rec, Running, nil)
+		return rec, fmt.Errorf("rolling back %s to %s: %w", rec.ID, cp.ID, err)
+	}
+	old := e.instance()
+	e.mu.Lock()
+	e.inst = inst
+	e.mu.Unlock()
+	next.CheckpointID, next.Options = cp.ID, cp.Options
+	next.Options.Name = rec.Options.Name
+	if err := m.setState(back, &next, Running, nil); err != nil {
+		return next, err
+	}
+	if err := m.be.Destroy(back, old.ID); err != nil {
+		m.log.Error("destroying rolled-back instance", "sandbox_id", rec.ID, "engine_id", old.ID, "err", err)
+	}
+	m.log.Info("rolled back", "sandbox_id", rec.ID, "checkpoint", cp.ID, "generation", next.Generation)
+	return next, nil
+}
+
+// restoreInPlace restores cp under rec.EngineID and reseals it; on error it destroys it.
+func (m *Manager) restoreInPlace(ctx context.Context, ck Checkpointer, rec *SandboxRecord, cp CheckpointRecord) (*Instance, error) {
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	defer cancel()
+	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token}
+	inst, err := ck.Restore(rctx, cp.Dir, spec)
+	if err != nil {
+		return nil, err
+	}
+	saved := *rec
+	saved.CheckpointID = cp.ID
+	if _, err := m.resealChild(ctx, &saved, cp, inst, spec.Hostname); err != nil {
+		var undo cleanup.Stack
+		undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, inst.ID) })
+		if uerr := undo.Run(ctx, 0); uerr != nil {
+			m.log.Error("destroying copy that failed reseal", "engine_id", inst.ID, "err", uerr)
+		}
+		return nil, err
+	}
+	rec.Generation, rec.Token = saved.Generation, saved.Token
+	return inst, nil
+}

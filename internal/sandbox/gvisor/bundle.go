@@ -1,0 +1,163 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/internal/sandbox"
+)
+
+// Minimal OCI runtime-spec types: only the fields runsc reads from our bundles.
+type ociSpec struct {
+	Version  string     `json:"ociVersion"`
+	Process  ociProcess `json:"process"`
+	Root     ociRoot    `json:"root"`
+	Hostname string     `json:"hostname"`
+	Mounts   []ociMount `json:"mounts"`
+	Linux    ociLinux   `json:"linux"`
+}
+
+type ociProcess struct {
+	User         ociUser         `json:"user"`
+	Args         []string        `json:"args"`
+	Env          []string        `json:"env"`
+	Cwd          string          `json:"cwd"`
+	Capabilities ociCapabilities `json:"capabilities"`
+}
+
+type ociUser struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+type ociCapabilities struct {
+	Bounding  []string `json:"bounding"`
+	Effective []string `json:"effective"`
+	Permitted []string `json:"permitted"`
+}
+
+type ociRoot struct {
+	Path     string `json:"path"`
+	Readonly bool   `json:"readonly"`
+}
+
+type ociMount struct {
+	Destination string   `json:"destination"`
+	Type        string   `json:"type"`
+	Source      string   `json:"source"`
+	Options     []string `json:"options,omitempty"`
+}
+
+type ociLinux struct {
+	Namespaces []ociNamespace `json:"namespaces"`
+}
+
+type ociNamespace struct {
+	Type string `json:"type"`
+}
+
+// capabilities of PID 1 and everything it starts: Docker's default set plus CAP_SYS_ADMIN,
+// which the agent needs for sethostname and RNDADDENTROPY. The sandbox boundary is gVisor.
+var capabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+	"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE", "CAP_SYS_ADMIN",
+}
+
+// hostBinds are host paths bound read-only when the sandbox uses the host's files; missing
+// ones are skipped. /bin, /lib, /lib64 and /sbin are symlinks into /usr in the template.
+var hostBinds = []string{"/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl"}
+
+// bundleSpec returns the OCI spec of instance spec.ID whose host directory is hostDir.
+func (b *Backend) bundleSpec(spec sandbox.Spec, hostDir string) ociSpec {
+	root := b.rootfs
+	if spec.RootfsDir != "" {
+		root = spec.RootfsDir
+	}
+	caps := ociCapabilities{Bounding: capabilities, Effective: capabilities, Permitted: capabilities}
+	s := ociSpec{
+		Version:  "1.0.2",
+		Process:  ociProcess{Args: []string{guest.BinaryPath}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Cwd: "/", Capabilities: caps},
+		Root:     ociRoot{Path: root, Readonly: false}, // readonly:true would make every bind read-only
+		Hostname: spec.Hostname,
+		Mounts: []ociMount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		},
+		Linux: ociLinux{Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}}},
+	}
+	if spec.RootfsDir == "" {
+		for _, p := range hostBinds {
+			if _, err := os.Stat(p); err == nil {
+				s.Mounts = append(s.Mounts, ociMount{Destination: p, Type: "bind", Source: p, Options: []string{"rbind", "ro"}})
+			}
+		}
+	}
+	s.Mounts = append(s.Mounts,
+		ociMount{Destination: guest.BinaryPath, Type: "bind", Source: b.guestBin, Options: []string{"bind", "ro"}},
+		ociMount{Destination: guest.HostDir, Type: "bind", Source: hostDir, Options: []string{"rbind", "rw"}},
+	)
+	return s
+}
+
+func writeJSON(path string, v any, perm os.FileMode) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, perm)
+}
+
+// templateDirs and templateFiles make the default root: empty mount points and a few /etc
+// files; everything else comes from the read-only binds, and every write lands in memory.
+var templateDirs = []string{"usr", "etc/alternatives", "etc/ssl", "proc", "sys", "dev", "tmp", "run", "root",
+	"var/tmp", "home", "zygo/host", "mnt"}
+
+var templateFiles = map[string]string{
+	"etc/passwd":        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+	"etc/group":         "root:x:0:\nnogroup:x:65534:\n",
+	"etc/hosts":         "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
+	"etc/resolv.conf":   "",
+	"etc/ld.so.cache":   "",
+	"etc/machine-id":    "",
+	"etc/hostname":      "",
+	"zygo/guest":        "",
+	"etc/nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+}
+
+// ensureRootfs creates the template root at dir if it is not complete. It never changes an
+// existing file: images restored later expect the root they were taken on.
+func ensureRootfs(dir string) error {
+	for _, d := range templateDirs {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return fmt.Errorf("making template dir: %w", err)
+		}
+	}
+	_ = os.Chmod(filepath.Join(dir, "tmp"), 0o1777)
+	_ = os.Chmod(filepath.Join(dir, "var/tmp"), 0o1777)
+	for name, content := range templateFiles {
+		p := filepath.Join(dir, name)
+		if _, err := os.Lstat(p); err == nil {
+			continue
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return fmt.Errorf("writing template file: %w", err)
+		}
+	}
+	for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
+		p := filepath.Join(dir, l)
+		if _, err := os.Lstat(p); err == nil {
+			continue
+		}
+		if err := os.Symlink("usr/"+l, p); err != nil {
+			return fmt.Errorf("linking template %s: %w", l, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,462 @@
+// Package gvisor is the sandbox.Backend on gVisor's runsc: platform systrap, no network, a
+// root of read-only host files (or a given directory) under an in-memory overlay, zygo-guest as
+// PID 1, and checkpoint/restore with runsc checkpoint --leave-running and runsc restore.
+//
+// # State directory
+//
+//	StateDir/runsc/              runsc --root: runsc's own container state
+//	StateDir/rootfs/             the default root's template: mount points and a few /etc
+//	                             files, shared read-only by every instance
+//	StateDir/bin/zygo-guest      the agent binary, bound read-only at /zygo/guest
+//	StateDir/instances/ID/       one per instance, removed by Destroy:
+//	    config.json              the OCI bundle (its own hostname and host dir)
+//	    host/                    bound read-write at /zygo/host; holds agent.sock, boot.json
+//	    runsc.log                runsc's own log and the sandbox's stdio
+//
+// Nothing else of the host is writable from inside.
+package gvisor
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/internal/sandbox/cleanup"
+)
+
+var (
+	_ sandbox.Backend      = (*Backend)(nil)
+	_ sandbox.Checkpointer = (*Backend)(nil)
+)
+
+// Config configures the gVisor backend. Zero fields take the defaults in brackets.
+type Config struct {
+	// Runsc is the runsc binary [/usr/local/bin/runsc, else runsc on PATH]. It must be the
+	// static build that scripts/install-runsc.sh installs.
+	Runsc string
+	// StateDir holds everything the backend keeps (see the package doc). Required.
+	StateDir string
+	// GuestBinary is the static zygo-guest to run as PID 1; copied into StateDir. Required.
+	GuestBinary string
+	// Platform is runsc's --platform [systrap].
+	Platform string
+	// Cgroups makes runsc put each sandbox in cgroups. Off by default (--ignore-cgroups):
+	// Zygo sets no sandbox limits yet, and on cgroup-v1 hybrid hosts it only adds a failure
+	// mode and leftovers. runsc's cgroup setup was checked to work here when turned on.
+	Cgroups bool
+	// ExtraFlags are appended to runsc's global flags (e.g. "--debug").
+	ExtraFlags []string
+	// PollInterval is how often a waiting step checks that the container is still alive
+	// [500ms]. Each check is a runsc process that competes with the restores for the CPU
+	// (with 11 restores on 2 cores, 100 ms made fork noticeably slower).
+	PollInterval time.Duration
+	Log          *slog.Logger
+}
+
+// Backend runs sandboxes with runsc. Safe for concurrent use on different ids.
+type Backend struct {
+	cfg       Config
+	log       *slog.Logger
+	runscRoot string
+	rootfs    string
+	guestBin  string
+	instDir   string
+
+	mu    sync.Mutex // guards insts
+	insts map[string]*instance
+}
+
+// instance is the host side of one running container.
+type instance struct {
+	id     string
+	dir    string
+	ln     net.Listener
+	client *guest.Client
+	stop   context.CancelFunc // stops the accept loop
+}
+
+var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+
+// New checks runsc and prepares the state directory. It returns an error wrapping
+// errdefs.ErrUnavailable when runsc is missing, naming scripts/install-runsc.sh.
+func New(cfg Config) (*Backend, error) {
+	if cfg.StateDir == "" || cfg.GuestBinary == "" {
+		return nil, fmt.Errorf("gvisor backend needs StateDir and GuestBinary: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Runsc == "" {
+		cfg.Runsc = "/usr/local/bin/runsc"
+		if _, err := os.Stat(cfg.Runsc); err != nil {
+			cfg.Runsc, _ = exec.LookPath("runsc")
+		}
+	}
+	if _, err := os.Stat(cfg.Runsc); cfg.Runsc == "" || err != nil {
+		return nil, fmt.Errorf("runsc not found (install it with scripts/install-runsc.sh): %w", errdefs.ErrUnavailable)
+	}
+	if cfg.Platform == "" {
+		cfg.Platform = "systrap"
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 500 * time.Millisecond
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	b := &Backend{cfg: cfg, log: cfg.Log, insts: map[string]*instance{},
+		runscRoot: filepath.Join(cfg.StateDir, "runsc"), rootfs: filepath.Join(cfg.StateDir, "rootfs"),
+		guestBin: filepath.Join(cfg.StateDir, "bin", "zygo-guest"), instDir: filepath.Join(cfg.StateDir, "instances")}
+	for _, d := range []string{b.runscRoot, b.instDir, filepath.Dir(b.guestBin)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("making state dir: %w", err)
+		}
+	}
+	if err := ensureRootfs(b.rootfs); err != nil {
+		return nil, err
+	}
+	if err := installGuest(cfg.GuestBinary, b.guestBin); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// installGuest copies src to dst unless dst already has the same content. Replacing it is
+// done by rename, so a running sandbox keeps the inode it mapped.
+func installGuest(src, dst string) error {
+	want, err := fileHash(src)
+	if err != nil {
+		return fmt.Errorf("reading guest binary: %w", err)
+	}
+	if have, err := fileHash(dst); err == nil && have == want {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("opening guest binary: %w", err)
+	}
+	defer in.Close()
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
+	if err != nil {
+		return fmt.Errorf("installing guest binary: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copying guest binary: %w", err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("copying guest binary: %w", err)
+	}
+	return os.Rename(tmp, dst)
+}
+
+func fileHash(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)), nil
+}
+
+// Name returns "gvisor".
+func (b *Backend) Name() string { return "gvisor" }
+
+// RunscRoot returns the directory runsc keeps its container state in (its --root).
+func (b *Backend) RunscRoot() string { return b.runscRoot }
+
+// InstanceDir returns the per-instance directory of id (which may not exist).
+func (b *Backend) InstanceDir(id string) string { return filepath.Join(b.instDir, id) }
+
+// Create implements sandbox.Backend.
+func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Instance, error) {
+	return b.start(ctx, spec, "")
+}
+
+// Restore implements sandbox.Checkpointer.
+func (b *Backend) Restore(ctx context.Context, imageDir string, spec sandbox.Spec) (*sandbox.Instance, error) {
+	if _, err := os.Stat(filepath.Join(imageDir, "checkpoint.img")); err != nil {
+		return nil, fmt.Errorf("image %s: %w", imageDir, errdefs.ErrNotFound)
+	}
+	return b.start(ctx, spec, imageDir)
+}
+
+// start creates (imageDir == "") or restores instance spec.ID and waits for its guest. On
+// error the undo stack removes everything it made.
+func (b *Backend) start(ctx context.Context, spec sandbox.Spec, imageDir string) (_ *sandbox.Instance, err error) {
+	if !idRE.MatchString(spec.ID) || spec.Token == "" {
+		return nil, fmt.Errorf("instance id %q or token: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	in := &instance{id: spec.ID, dir: b.InstanceDir(spec.ID)}
+	if err := b.reserve(in); err != nil {
+		return nil, err
+	}
+	var undo cleanup.Stack
+	defer func() {
+		if err != nil {
+			if uerr := undo.Run(ctx, 0); uerr != nil {
+				b.log.Error("undoing failed start", "engine_id", spec.ID, "err", uerr)
+			}
+		}
+	}()
+	undo.Add(func(ctx context.Context) error { return b.Destroy(ctx, spec.ID) })
+	hostDir := filepath.Join(in.dir, "host")
+	if err := os.MkdirAll(hostDir, 0o700); err != nil {
+		return nil, fmt.Errorf("making instance dir: %w", err)
+	}
+	if imageDir == "" {
+		if err := writeJSON(filepath.Join(hostDir, "boot.json"), spec.Boot, 0o600); err != nil {
+			return nil, fmt.Errorf("writing boot file: %w", err)
+		}
+	}
+	if err := b.listen(in, spec.Token); err != nil {
+		return nil, err
+	}
+	if err := writeJSON(filepath.Join(in.dir, "config.json"), b.bundleSpec(spec, hostDir), 0o600); err != nil {
+		return nil, fmt.Errorf("writing bundle: %w", err)
+	}
+	if err := b.runContainer(ctx, in, imageDir); err != nil {
+		return nil, err
+	}
+	if err := b.waitGuest(ctx, in); err != nil {
+		return nil, err
+	}
+	return &sandbox.Instance{ID: in.id, Guest: in.client}, nil
+}
+
+// reserve registers in, or returns an error wrapping errdefs.ErrExists.
+func (b *Backend) reserve(in *instance) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.insts[in.id]; ok {
+		return fmt.Errorf("instance %s: %w", in.id, errdefs.ErrExists)
+	}
+	if _, err := os.Stat(in.dir); err == nil {
+		return fmt.Errorf("instance dir %s: %w", in.dir, errdefs.ErrExists)
+	}
+	b.insts[in.id] = in
+	return nil
+}
+
+// listen opens the host socket in the instance's host dir and starts accepting the guest.
+func (b *Backend) listen(in *instance, token string) error {
+	sock := filepath.Join(in.dir, "host", "agent.sock")
+	if len(sock) >= len(unix.RawSockaddrUnix{}.Path) {
+		return fmt.Errorf("socket path %s is too long for a unix socket; use a shorter StateDir: %w", sock, errdefs.ErrInvalidArgument)
+	}
+	_ = os.Remove(sock) // a stale one from a process that died
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("listening for the guest: %w", err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	client := guest.NewClient(token, b.log.With("engine_id", in.id))
+	go func() {
+		if err := client.Serve(sctx, ln); err != nil {
+			b.log.Warn("guest accept loop ended", "engine_id", in.id, "err", err)
+		}
+	}()
+	b.mu.Lock()
+	in.ln, in.client, in.stop = ln, client, stop
+	b.mu.Unlock()
+	return nil
+}
+
+// runContainer runs runsc run (or restore) --detach for in.
+func (b *Backend) runContainer(ctx context.Context, in *instance, imageDir string) error {
+	logf, err := os.OpenFile(filepath.Join(in.dir, "runsc.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening runsc log: %w", err)
+	}
+	defer logf.Close()
+	args := []string{"run", "--detach", "--bundle=" + in.dir, in.id}
+	if imageDir != "" {
+		args = []string{"restore", "--detach", "--image-path=" + imageDir, "--bundle=" + in.dir, in.id}
+	}
+	if err := b.runscDetached(ctx, logf, args...); err != nil {
+		return fmt.Errorf("starting %s: %w (%w)", in.id, errdefs.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// waitGuest waits for the guest to connect, checking that the container is still running.
+func (b *Backend) waitGuest(ctx context.Context, in *instance) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, b.cfg.PollInterval)
+		err := in.client.Wait(wctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for the guest of %s: %w (%w)", in.id, errdefs.ErrUnavailable, ctx.Err())
+		}
+		st, err := b.state(ctx, in.id)
+		if err != nil || st.Status != "running" {
+			return fmt.Errorf("container %s is %q before its guest connected (%v); see %s: %w",
+				in.id, st.Status, err, filepath.Join(in.dir, "runsc.log"), errdefs.ErrUnavailable)
+		}
+	}
+}
+
+// Attach implements sandbox.Backend.
+func (b *Backend) Attach(ctx context.Context, spec sandbox.Spec) (*sandbox.Instance, error) {
+	st, err := b.state(ctx, spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != "running" {
+		return nil, fmt.Errorf("container %s is %s: %w", spec.ID, st.Status, errdefs.ErrFailedPrecondition)
+	}
+	in := &instance{id: spec.ID, dir: b.InstanceDir(spec.ID)}
+	b.mu.Lock()
+	if old := b.insts[spec.ID]; old != nil {
+		b.mu.Unlock()
+		return &sandbox.Instance{ID: old.id, Guest: old.client}, nil
+	}
+	b.insts[spec.ID] = in
+	b.mu.Unlock()
+	if err := b.listen(in, spec.Token); err != nil {
+		b.forget(spec.ID)
+		return nil, err
+	}
+	if err := b.waitGuest(ctx, in); err != nil {
+		b.forget(spec.ID)
+		return nil, err
+	}
+	return &sandbox.Instance{ID: in.id, Guest: in.client}, nil
+}
+
+// forget closes the host side of id (listener, client) and drops it; the container is left.
+func (b *Backend) forget(id string) *instance {
+	b.mu.Lock()
+	in := b.insts[id]
+	delete(b.insts, id)
+	b.mu.Unlock()
+	if in != nil {
+		if in.stop != nil {
+			in.stop()
+			in.ln.Close()
+			in.client.Close()
+		}
+	}
+	return in
+}
+
+// Checkpoint implements sandbox.Checkpointer. The image is written to a hidden sibling
+// directory and renamed into place only when runsc succeeded.
+func (b *Backend) Checkpoint(ctx context.Context, id, imageDir string) error {
+	b.mu.Lock()
+	in := b.insts[id]
+	b.mu.Unlock()
+	if in == nil || in.client == nil {
+		return fmt.Errorf("instance %s: %w", id, errdefs.ErrNotFound)
+	}
+	if _, err := os.Stat(imageDir); err == nil {
+		return fmt.Errorf("image dir %s: %w", imageDir, errdefs.ErrExists)
+	}
+	tmp := filepath.Join(filepath.Dir(imageDir), "."+filepath.Base(imageDir)+".partial")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return fmt.Errorf("making image dir: %w", err)
+	}
+	epoch := in.client.Epoch()
+	_, err := b.runsc(ctx, "checkpoint", "--leave-running", "--image-path="+tmp, id)
+	in.client.ResetUpTo(epoch) // the guest's connection died inside; it dials again
+	if err == nil {
+		err = os.Rename(tmp, imageDir)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("checkpointing %s: %w", id, err)
+	}
+	if err := b.waitGuest(ctx, in); err != nil {
+		return fmt.Errorf("reconnecting after checkpoint: %w", err)
+	}
+	return nil
+}
+
+// Destroy implements sandbox.Backend: kill and delete the container, close the host side,
+// remove the instance directory. An unknown id returns nil.
+func (b *Backend) Destroy(ctx context.Context, id string) error {
+	if !idRE.MatchString(id) {
+		return nil // nothing we could have made
+	}
+	b.forget(id)
+	if err := b.deleteContainer(ctx, id); err != nil {
+		return fmt.Errorf("deleting container %s: %w", id, err)
+	}
+	if err := os.RemoveAll(b.InstanceDir(id)); err != nil {
+		return fmt.Errorf("removing instance dir %s: %w", id, err)
+	}
+	return nil
+}
+
+// List implements sandbox.Backend: the containers under our runsc root and the instance
+// directories without one.
+func (b *Backend) List(ctx context.Context) ([]string, error) {
+	sts, err := b.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, st := range sts {
+		seen[st.ID] = true
+		ids = append(ids, st.ID)
+	}
+	ents, _ := os.ReadDir(b.instDir)
+	for _, e := range ents {
+		if !seen[e.Name()] && !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// Close closes the host side of every instance (listeners, guest connections) and leaves the
+// containers running, as a daemon that stops does; a new Backend adopts them with Attach.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	ids := make([]string, 0, len(b.insts))
+	for id := range b.insts {
+		ids = append(ids, id)
+	}
+	b.mu.Unlock()
+	for _, id := range ids {
+		b.forget(id)
+	}
+	return nil
+}
+
+// ReleaseHost undoes what runsc itself leaves on the host for the whole runsc root, not for
+// one sandbox: the bind mount of its shared empty network namespace (RunscRoot/null-netns,
+// made for --network=none). Call it before deleting StateDir; it returns an error wrapping
+// errdefs.ErrFailedPrecondition while containers remain.
+func (b *Backend) ReleaseHost(ctx context.Context) error {
+	if sts, err := b.list(ctx); err != nil || len(sts) > 0 {
+		return fmt.Errorf("containers remain under %s (%v): %w", b.runscRoot, err, errdefs.ErrFailedPrecondition)
+	}
+	p := filepath.Join(b.runscRoot, "null-netns")
+	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmounting %s: %w", p, err)
+	}
+	return nil
+}

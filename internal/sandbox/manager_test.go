@@ -1,0 +1,330 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/guest"
+)
+
+// fakeBackend is an in-memory Backend and Checkpointer: instances are names, images are
+// directories with one file. failRestore, when set, decides which restores fail.
+type fakeBackend struct {
+	mu          sync.Mutex // guards the fields below
+	running     map[string]bool
+	failRestore func(spec Spec) error
+	destroyed   []string
+}
+
+var (
+	_ Backend      = (*fakeBackend)(nil)
+	_ Checkpointer = (*fakeBackend)(nil)
+)
+
+func newFake() *fakeBackend { return &fakeBackend{running: map[string]bool{}} }
+
+func (f *fakeBackend) Name() string { return "fake" }
+
+func (f *fakeBackend) Create(_ context.Context, spec Spec) (*Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.running[spec.ID] {
+		return nil, errdefs.ErrExists
+	}
+	f.running[spec.ID] = true
+	return &Instance{ID: spec.ID}, nil
+}
+
+func (f *fakeBackend) Attach(_ context.Context, spec Spec) (*Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.running[spec.ID] {
+		return nil, errdefs.ErrNotFound
+	}
+	return &Instance{ID: spec.ID}, nil
+}
+
+func (f *fakeBackend) Destroy(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.running[id] {
+		f.destroyed = append(f.destroyed, id)
+	}
+	delete(f.running, id)
+	return nil
+}
+
+func (f *fakeBackend) List(context.Context) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id := range f.running {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func (f *fakeBackend) Checkpoint(_ context.Context, id, dir string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.running[id] {
+		return errdefs.ErrNotFound
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte(id), 0o600)
+}
+
+func (f *fakeBackend) Restore(ctx context.Context, dir string, spec Spec) (*Instance, error) {
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
+		return nil, errdefs.ErrNotFound
+	}
+	f.mu.Lock()
+	fail := f.failRestore
+	f.mu.Unlock()
+	if fail != nil {
+		if err := fail(spec); err != nil {
+			return nil, err
+		}
+	}
+	return f.Create(ctx, spec)
+}
+
+func (f *fakeBackend) isRunning(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running[id]
+}
+
+// fakeReseal acknowledges like a guest would, with a random entropy sample.
+func fakeReseal(_ context.Context, t ResealTarget) (guest.ResealResult, error) {
+	s := make([]byte, 32)
+	_, _ = rand.Read(s)
+	return guest.ResealResult{Generation: t.Sandbox.Generation, EntropySample: s}, nil
+}
+
+func newTestManager(t *testing.T, be Backend, reg Registry, reseal ResealFunc) *Manager {
+	t.Helper()
+	if reseal == nil {
+		reseal = fakeReseal
+	}
+	m, err := NewManager(ManagerConfig{Backend: be, Registry: reg, ImageDir: t.TempDir(), Reseal: reseal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestTransition(t *testing.T) {
+	if err := transition("a", Running, Checkpointing); err != nil {
+		t.Errorf("running -> checkpointing: %v", err)
+	}
+	err := transition("a", Restoring, Running) // reseal may not be skipped
+	var te *TransitionError
+	if !errors.As(err, &te) || te.From != Restoring || te.To != Running || !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("restoring -> running = %v, want a TransitionError", err)
+	}
+	if err := transition("a", Failed, Removing); err != nil {
+		t.Errorf("failed -> removing: %v", err)
+	}
+	if err := transition("a", Removing, Removing); err == nil {
+		t.Errorf("removing -> removing allowed")
+	}
+}
+
+func TestForkTreeAndReferences(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	src, err := m.Create(ctx, CreateOptions{Name: "src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Fork(ctx, "src", ForkOptions{N: 3})
+	if err != nil || len(res.Children) != 3 {
+		t.Fatalf("Fork = %+v, %v", res, err)
+	}
+	kid := res.Children[0].Sandbox
+	if kid.ParentID != src.ID || kid.CheckpointID != res.Checkpoint.ID || kid.State != Running || kid.Generation == src.Generation {
+		t.Errorf("child record %+v", kid)
+	}
+	cp2, err := m.Checkpoint(ctx, kid.ID, "second")
+	if err != nil || cp2.ParentID != res.Checkpoint.ID {
+		t.Fatalf("checkpoint of a child = %+v, %v; want parent %s", cp2, err, res.Checkpoint.ID)
+	}
+	if err := m.RemoveCheckpoint(ctx, res.Checkpoint.ID); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("RemoveCheckpoint referenced = %v", err)
+	}
+	for _, c := range res.Children {
+		if err := m.Remove(ctx, c.Sandbox.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.RemoveCheckpoint(ctx, res.Checkpoint.ID); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("RemoveCheckpoint with a child checkpoint = %v", err)
+	}
+	if err := m.RemoveCheckpoint(ctx, "second"); err != nil {
+		t.Errorf("RemoveCheckpoint by tag: %v", err)
+	}
+	if err := m.RemoveCheckpoint(ctx, res.Checkpoint.ID); err != nil {
+		t.Errorf("RemoveCheckpoint unreferenced: %v", err)
+	}
+	if _, err := os.Stat(res.Checkpoint.Dir); !os.IsNotExist(err) {
+		t.Errorf("image dir left: %v", err)
+	}
+}
+
+func TestForkPartialFailure(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	src, _ := m.Create(ctx, CreateOptions{})
+	n := 0
+	var mu sync.Mutex
+	be.failRestore = func(Spec) error {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		if n%2 == 0 {
+			return fmt.Errorf("injected restore failure: %w", errdefs.ErrUnavailable)
+		}
+		return nil
+	}
+	res, err := m.Fork(ctx, src.ID, ForkOptions{N: 4})
+	if err != nil {
+		t.Fatalf("partial fork returned %v", err)
+	}
+	ok, failed := 0, 0
+	for _, c := range res.Children {
+		if c.Err != nil {
+			failed++
+			if c.Error == "" {
+				t.Errorf("failed child without an error text")
+			}
+		} else {
+			ok++
+		}
+	}
+	recs, _ := m.List(ctx)
+	if ok != 2 || failed != 2 || len(recs) != 3 {
+		t.Errorf("ok=%d failed=%d records=%d, want 2, 2, 3", ok, failed, len(recs))
+	}
+	be.failRestore = func(Spec) error { return errors.New("always") }
+	if _, err := m.Fork(ctx, src.ID, ForkOptions{N: 2}); err == nil {
+		t.Errorf("fork with every child failing returned nil")
+	}
+}
+
+func TestForkDuplicateEntropyFailsBoth(t *testing.T) {
+	ctx := context.Background()
+	same := func(_ context.Context, t ResealTarget) (guest.ResealResult, error) {
+		return guest.ResealResult{Generation: t.Sandbox.Generation, EntropySample: make([]byte, 32)}, nil
+	}
+	be := newFake()
+	m := newTestManager(t, be, NewMemRegistry(), same)
+	src, _ := m.Create(ctx, CreateOptions{})
+	res, err := m.Fork(ctx, src.ID, ForkOptions{N: 2})
+	if err == nil || !errors.Is(res.Children[0].Err, errDuplicateEntropy) || !errors.Is(res.Children[1].Err, errDuplicateEntropy) {
+		t.Fatalf("fork with equal entropy samples = %+v, %v", res, err)
+	}
+	if ids, _ := be.List(ctx); len(ids) != 1 {
+		t.Errorf("instances left: %v", ids)
+	}
+}
+
+func TestRollbackKeepsIDAndOldOnFailure(t *testing.T) {
+	ctx := context.Background()
+	be := newFake()
+	m := newTestManager(t, be, NewMemRegistry(), nil)
+	src, _ := m.Create(ctx, CreateOptions{})
+	cp, err := m.Checkpoint(ctx, src.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := m.Rollback(ctx, src.ID, cp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rb.ID != src.ID || rb.EngineID == src.EngineID || rb.Generation == src.Generation || rb.CheckpointID != cp.ID {
+		t.Errorf("rolled back record %+v", rb)
+	}
+	if be.isRunning(src.EngineID) || !be.isRunning(rb.EngineID) {
+		t.Errorf("old instance running=%v, new running=%v", be.isRunning(src.EngineID), be.isRunning(rb.EngineID))
+	}
+	be.failRestore = func(Spec) error { return errors.New("injected") }
+	if _, err := m.Rollback(ctx, src.ID, cp.ID); err == nil {
+		t.Fatal("failed rollback returned nil")
+	}
+	rec, _ := m.Get(ctx, src.ID)
+	if rec.State != Running || rec.EngineID != rb.EngineID || !be.isRunning(rb.EngineID) {
+		t.Errorf("after a failed rollback: %+v", rec)
+	}
+}
+
+func TestRecover(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	alive, _ := m.Create(ctx, CreateOptions{Name: "alive"})
+	dead, _ := m.Create(ctx, CreateOptions{Name: "dead"})
+	half := SandboxRecord{ID: "sb-half", Name: "half", EngineID: "sb-half-1", State: Resealing}
+	_ = reg.PutSandbox(ctx, half)
+	be.running["sb-half-1"] = true
+	be.running["orphan-1"] = true
+	delete(be.running, dead.EngineID) // the engine died while the daemon was down
+	os.MkdirAll(filepath.Join(m.cfg.ImageDir, ".cp-x.partial"), 0o700)
+
+	m2, err := NewManager(ManagerConfig{Backend: be, Registry: reg, ImageDir: m.cfg.ImageDir, Reseal: fakeReseal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := m2.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprint([]string{alive.ID}, []string{dead.ID}, []string{"sb-half"}, []string{"orphan-1"})
+	if got := fmt.Sprint(rep.Adopted, rep.Failed, rep.Dropped, rep.Orphans); got != want {
+		t.Errorf("Recover = %s, want %s", got, want)
+	}
+	if rec, _ := m2.Get(ctx, "dead"); rec.State != Failed || rec.Error == "" {
+		t.Errorf("dead sandbox record %+v", rec)
+	}
+	if _, err := m2.Get(ctx, "half"); !errdefs.IsNotFound(err) {
+		t.Errorf("half-made sandbox still has a record")
+	}
+	if ents, _ := os.ReadDir(m.cfg.ImageDir); len(ents) != 0 {
+		t.Errorf("stray image dirs left: %v", ents)
+	}
+	if _, err := m2.Checkpoint(ctx, "alive", ""); err != nil {
+		t.Errorf("adopted sandbox cannot checkpoint: %v", err)
+	}
+}
+
+func TestMemRegistry(t *testing.T) {
+	ctx := context.Background()
+	r := NewMemRegistry()
+	_ = r.PutSandbox(ctx, SandboxRecord{ID: "a", Name: "n"})
+	if err := r.PutSandbox(ctx, SandboxRecord{ID: "b", Name: "n"}); !errdefs.IsExists(err) {
+		t.Errorf("duplicate name = %v", err)
+	}
+	if err := r.PutCheckpoint(ctx, CheckpointRecord{ID: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.PutCheckpoint(ctx, CheckpointRecord{ID: "c"}); !errdefs.IsExists(err) {
+		t.Errorf("checkpoints are immutable, got %v", err)
+	}
+	if _, err := r.GetSandbox(ctx, "zz"); !errdefs.IsNotFound(err) {
+		t.Errorf("GetSandbox unknown = %v", err)
+	}
+	if err := r.DeleteCheckpoint(ctx, "zz"); !errdefs.IsNotFound(err) {
+		t.Errorf("DeleteCheckpoint unknown = %v", err)
+	}
+}

@@ -1,0 +1,105 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/guest"
+)
+
+// ResealTarget is one restored copy awaiting reseal. Sandbox already carries the new
+// Generation and Token the copy must end up with; Guest still authenticates with the token
+// that was in the image (Checkpoint.Token).
+type ResealTarget struct {
+	Sandbox    SandboxRecord
+	Checkpoint CheckpointRecord
+	Hostname   string
+	Guest      *guest.Client
+	ResumedAt  time.Time
+}
+
+// ResealFunc makes one restored copy independent. It returns only after the guest has
+// acknowledged, with the guest's answer; any error means the copy is destroyed and never
+// Running. It must be safe to call for siblings concurrently.
+type ResealFunc func(ctx context.Context, t ResealTarget) (guest.ResealResult, error)
+
+// DefaultReseal is the built-in ResealFunc: fresh host entropy, the new generation and
+// identity, a per-copy machine id, the clock check and the token rotation, all executed by
+// zygo-guest (see guest.ResealRequest). It checks that the guest reports the new generation.
+// Secrets are not re-issued here: a daemon that has them wraps DefaultReseal and sets them.
+func DefaultReseal(ctx context.Context, t ResealTarget) (guest.ResealResult, error) {
+	return ResealWith(ctx, t, nil)
+}
+
+// ResealWith is DefaultReseal that also re-writes secrets into /run/secrets.
+func ResealWith(ctx context.Context, t ResealTarget, secrets map[string][]byte) (guest.ResealResult, error) {
+	entropy := make([]byte, 64)
+	machineID := make([]byte, 16)
+	if _, err := rand.Read(entropy); err != nil {
+		return guest.ResealResult{}, fmt.Errorf("drawing entropy: %w", err)
+	}
+	_, _ = rand.Read(machineID)
+	req := guest.ResealRequest{
+		NewToken: t.Sandbox.Token,
+		Identity: guest.Identity{
+			SandboxID: t.Sandbox.ID, ParentID: t.Sandbox.ParentID, CheckpointID: t.Checkpoint.ID,
+			Generation: t.Sandbox.Generation, Hostname: t.Hostname, ResumedAt: t.ResumedAt,
+			SuspendedNS: int64(t.ResumedAt.Sub(t.Checkpoint.CreatedAt)),
+		},
+		MachineID: fmt.Sprintf("%x", machineID),
+		Entropy:   entropy,
+		HostTime:  time.Now(),
+		Secrets:   secrets,
+	}
+	res, err := t.Guest.Reseal(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	if res.Generation != t.Sandbox.Generation {
+		return res, fmt.Errorf("guest reports generation %q, want %q: %w", res.Generation, t.Sandbox.Generation, errdefs.ErrUnavailable)
+	}
+	if len(res.EntropySample) < 16 {
+		return res, fmt.Errorf("guest sent no entropy sample: %w", errdefs.ErrUnavailable)
+	}
+	return res, nil
+}
+
+// resealChild is THE reseal hook point (issue 5): every restored copy, fork child or rollback
+// alike, passes here after Restore and before it may be marked Running. It gives rec a new
+// generation and token, runs the configured ResealFunc under ReadyTimeout and, on success,
+// leaves rec carrying the new values. On error the caller destroys the copy.
+func (m *Manager) resealChild(ctx context.Context, rec *SandboxRecord, cp CheckpointRecord, inst *Instance, hostname string) (guest.ResealResult, error) {
+	next := *rec
+	next.Generation, next.Token = newGeneration(), newToken()
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	defer cancel()
+	res, err := m.cfg.Reseal(rctx, ResealTarget{Sandbox: next, Checkpoint: cp, Hostname: hostname, Guest: inst.Guest, ResumedAt: m.cfg.Now()})
+	if err != nil {
+		return res, fmt.Errorf("resealing %s: %w", rec.ID, err)
+	}
+	rec.Generation, rec.Token = next.Generation, next.Token
+	m.log.Info("resealed", "sandbox_id", rec.ID, "generation", rec.Generation, "clock_offset", res.ClockOffset)
+	return res, nil
+}
+
+// errDuplicateEntropy marks a fork child whose entropy sample equals a sibling's.
+var errDuplicateEntropy = errors.New("entropy sample repeats a sibling's")
+
+// checkDistinct returns, for each index, errDuplicateEntropy when its sample equals another
+// successful sibling's (both are failed), else nil.
+func checkDistinct(samples [][]byte) []error {
+	errs := make([]error, len(samples))
+	for i := range samples {
+		for j := range samples {
+			if i != j && samples[i] != nil && bytes.Equal(samples[i], samples[j]) {
+				errs[i] = errDuplicateEntropy
+			}
+		}
+	}
+	return errs
+}

@@ -1,0 +1,105 @@
+// Package sandbox runs long-lived sandboxes that can be checkpointed, forked N ways and rolled
+// back, and makes every restored copy independent before anyone may use it (reseal).
+//
+// It owns the Backend interface its engines implement (gVisor today in sandbox/gvisor, a VM
+// later), the typed sandbox states, the Registry interface its records are kept in (SQLite in
+// the daemon, MemRegistry in tests) and the Manager that drives the lifecycle.
+//
+// # Lifecycle
+//
+// A sandbox is a record (SandboxRecord, keyed by a stable id) plus at most one engine instance
+// (keyed by an engine id that changes on rollback). The Manager walks it through State values
+// with one transition function:
+//
+//	create:     Creating  -> Running            Backend.Create, wait for the guest
+//	checkpoint: Running   -> Checkpointing -> Running
+//	                                            Checkpointer.Checkpoint into a fresh image dir;
+//	                                            the source keeps running
+//	fork:       (child)   Restoring -> Resealing -> Running
+//	                                            Checkpointer.Restore, then reseal; a child that
+//	                                            fails either step is destroyed, never Running
+//	rollback:   Running   -> RollingBack -> Running
+//	                                            restore the checkpoint under a new engine id,
+//	                                            reseal, then destroy the old engine instance
+//	rm:         any       -> Removing -> (record deleted)
+//	recovery:   an engine instance that died     -> Failed (rm cleans it up)
+//
+// Reseal (issue 5) is the hook Manager.resealChild: it runs after every restore, fork and
+// rollback alike, and before the copy is marked Running.
+package sandbox
+
+import (
+	"context"
+
+	"github.com/zygo-run/zygo/internal/guest"
+)
+
+// Spec describes one engine instance. The Manager fills it; backends must not keep a
+// reference to Boot after Create returns.
+type Spec struct {
+	// ID is the engine instance id: lowercase letters, digits and '-', at most 64 bytes,
+	// unique among the backend's instances.
+	ID string
+	// Hostname is the sandbox's hostname. Per instance: a restored copy gets its own.
+	Hostname string
+	// RootfsDir is the read-only lower layer of the root filesystem. Empty means the host's
+	// /usr (and the /bin, /lib symlinks), read-only. Writes always land in memory.
+	RootfsDir string
+	// Boot is handed to a freshly created guest agent. Restore ignores it.
+	Boot guest.Boot
+	// Token is the token the guest agent will present: Boot.Token for Create, the token the
+	// checkpointed agent held for Restore.
+	Token string
+}
+
+// Instance is a running engine instance as the Manager sees it.
+type Instance struct {
+	ID string
+	// Guest is the channel to the instance's guest agent, connected when Create or Restore
+	// returns. The backend owns it and closes it in Destroy; callers must not Close it.
+	Guest *guest.Client
+}
+
+// Backend runs sandboxes on one engine.
+//
+// Implementations are safe for concurrent use on different ids; calls on the same id are
+// serialised by the caller (the Manager).
+type Backend interface {
+	// Name is a short engine name ("gvisor").
+	Name() string
+
+	// Create starts an instance from spec with zygo-guest as PID 1 and returns once the guest
+	// has connected. It returns an error wrapping errdefs.ErrExists when spec.ID is in use,
+	// errdefs.ErrInvalidArgument for a bad spec, errdefs.ErrUnavailable when the engine or the
+	// guest fails; on error nothing of the instance is left behind.
+	Create(ctx context.Context, spec Spec) (*Instance, error)
+
+	// Attach adopts an instance that is already running (after the daemon restarted) and
+	// returns once its guest has connected again. It returns an error wrapping
+	// errdefs.ErrNotFound when the engine knows no such instance and
+	// errdefs.ErrFailedPrecondition when it exists but is not running.
+	Attach(ctx context.Context, spec Spec) (*Instance, error)
+
+	// Destroy stops the instance and removes everything it had: engine container, processes,
+	// mounts, files. Idempotent: an unknown id returns nil.
+	Destroy(ctx context.Context, id string) error
+
+	// List returns the ids of every instance the engine still has, running or not, including
+	// ones this process did not create (for recovery).
+	List(ctx context.Context) ([]string, error)
+}
+
+// Checkpointer is the optional capability to save and restore running instances; find it with
+// a type assertion on the Backend.
+type Checkpointer interface {
+	// Checkpoint saves instance id into imageDir, which must not exist, and leaves the source
+	// running. imageDir is created complete or not at all. The source's guest connection is
+	// re-established before Checkpoint returns. It returns an error wrapping
+	// errdefs.ErrNotFound for an unknown id and errdefs.ErrExists when imageDir exists.
+	Checkpoint(ctx context.Context, id, imageDir string) error
+
+	// Restore starts a new instance spec.ID from the image in imageDir and returns once its
+	// guest has connected (before any reseal). Many restores of one image may run at once.
+	// On error (a corrupted image included) nothing of the new instance is left behind.
+	Restore(ctx context.Context, imageDir string, spec Spec) (*Instance, error)
+}
