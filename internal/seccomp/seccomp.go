@@ -9,7 +9,8 @@
 //   - Strict: installed by a child after GO under `strict = true`, on top of
 //     the default (filters stack; the kernel takes the strictest answer, see
 //     Documentation/userspace-api/seccomp_filter.rst). Denies execve,
-//     execveat, fork, vfork, clone without CLONE_THREAD, and clone3.
+//     execveat, fork, vfork and clone without CLONE_THREAD with EPERM, and
+//     clone3 with ENOSYS (so that glibc falls back to clone for threads).
 //
 // Both filters start with an architecture check: a syscall made through
 // another ABI (i386 via int 0x80, x32) fails with ENOSYS, so the deny lists
@@ -66,14 +67,18 @@ func Default() ([]byte, error) {
 
 // StrictDenied lists what the strict filter adds; clone is denied only
 // without CLONE_THREAD, so threads keep working.
-var StrictDenied = []string{"execve", "execveat", "fork", "vfork", "clone3", "clone (without CLONE_THREAD)"}
+var StrictDenied = []string{"execve", "execveat", "fork", "vfork", "clone (without CLONE_THREAD)", "clone3 (ENOSYS)"}
 
 // Strict returns the strict filter in the same raw format as Default.
 func Strict() ([]byte, error) {
 	p := libseccomp.Policy{
 		DefaultAction: libseccomp.ActionAllow,
 		Syscalls: []libseccomp.SyscallGroup{
-			{Action: libseccomp.ActionErrno, Names: []string{"execve", "execveat", "fork", "vfork", "clone3"}},
+			{Action: libseccomp.ActionErrno, Names: []string{"execve", "execveat", "fork", "vfork"}},
+			// clone3 passes its flags in memory, where a filter cannot read them;
+			// ENOSYS (not EPERM) makes glibc fall back to clone(2), whose flags
+			// the next group checks, so threads keep working.
+			{Action: libseccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)), Names: []string{"clone3"}},
 			{
 				Action: libseccomp.ActionErrno,
 				NamesWithCondtions: []libseccomp.NameWithConditions{{

@@ -7,7 +7,8 @@ after the caller has closed the control socket. In order:
 2. before user code (:func:`_prepare`): close the request socket; point fds 1 and 2 at
    ``dir/stdout`` and ``dir/stderr``; replace inherited kernel objects (rule 9); reseed
    (rule 7); set ``TMPDIR=dir/tmp`` and reset ``tempfile``; ``PR_SET_DUMPABLE 0``; clear the
-   zygote's ``atexit`` handlers; read ``dir/event.json``;
+   zygote's ``atexit`` handlers; under ``strict``, install ``dir/strict.bpf`` as a second
+   seccomp filter; read ``dir/event.json``;
 3. ``handler(event, context)``; ``dir/result.json`` written atomically; the request's own
    ``atexit`` handlers; flush; ``os._exit``.
 
@@ -67,6 +68,7 @@ class _Go:
         self.dir = _field(body, "dir", str)
         if not os.path.isabs(self.dir):
             raise wire.ProtocolError(f"go: dir {self.dir!r} is not absolute")
+        self.strict = bool(body.get("strict"))
         deadline_ms = _field(body, "deadline_ms", int)
         self.context = Context(_field(body, "request_id", str),
                                str(body.get("function") or ""),
@@ -148,6 +150,8 @@ def _prepare(sock: socket.socket, go: _Go):
         ("marking the process non-dumpable", lambda: libc.set_dumpable(False)),
         ("clearing the zygote's atexit handlers", atexit._clear),
     ]
+    if go.strict:  # last, so nothing of ours runs under it before user code
+        steps.append(("installing the strict seccomp filter", lambda: install_strict(go.dir)))
     for name, step in steps:
         try:
             step()
@@ -158,6 +162,14 @@ def _prepare(sock: socket.socket, go: _Go):
             return json.load(f)
     except Exception as exc:  # noqa: BLE001 - OSError, bad JSON, RecursionError
         raise _StepFailed("reading event.json", exc) from exc
+
+
+def install_strict(directory: str) -> None:
+    """Install the strict filter the supervisor wrote as ``directory/strict.bpf`` (no
+    execve, no new processes; threads allowed). Raises ``OSError``/``ValueError``."""
+    with open(os.path.join(directory, "strict.bpf"), "rb") as f:
+        program = f.read()
+    libc.install_seccomp_filter(program)
 
 
 def redirect_stdio(directory: str) -> None:

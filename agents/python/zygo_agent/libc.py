@@ -37,3 +37,31 @@ def is_dumpable() -> bool:
         err = ctypes.get_errno()
         raise OSError(err, "prctl(PR_GET_DUMPABLE): " + os.strerror(err))
     return value != 0
+
+
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install_seccomp_filter(program: bytes) -> None:
+    """Install a classic-BPF seccomp filter (``struct sock_filter`` array, 8 bytes per
+    instruction) on the calling thread, after setting ``PR_SET_NO_NEW_PRIVS``, as
+    Documentation/userspace-api/seccomp_filter.rst requires of an unprivileged process.
+    Filters stack: the kernel applies every installed filter and takes the strictest
+    answer. Returns nothing; raises ``ValueError`` for a malformed program and ``OSError``
+    if prctl fails."""
+    if not program or len(program) % 8 or len(program) // 8 > 4096:
+        raise ValueError(f"seccomp program of {len(program)} bytes is not a sock_filter array")
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "prctl(PR_SET_NO_NEW_PRIVS): " + os.strerror(err))
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "prctl(PR_SET_SECCOMP): " + os.strerror(err))

@@ -46,7 +46,7 @@ def run(code_dir: str, agent_fds: Tuple[int, ...] = ()) -> Report:
 
     checks = [_guarded(name, fn) for name, fn in (
         ("threads", check_threads), ("generators", generators),
-        ("sockets", lambda: check_sockets(agent_fds)), ("uuid1", check_uuid1),
+        ("sockets", lambda: check_sockets(agent_fds, code_dir)), ("uuid1", check_uuid1),
         ("numpy_global", check_numpy_global), ("libcrypto", check_libcrypto),
         ("asyncio_loop", lambda: check_asyncio_loop(code_dir)))]
     return Report(checks, checks[0].get("count") == 1, numpy_generators)
@@ -114,8 +114,36 @@ def check_generators(code_dir: str) -> Tuple[dict, List[object]]:
     return _generators_check(items, others), to_reseed
 
 
-def check_sockets(agent_fds: Tuple[int, ...] = ()) -> dict:
-    """``sockets``: sockets open after import (fd, family, type, local and peer address)."""
+def _socket_owners(code_dir: Optional[str]) -> dict:
+    """Map fd -> names like ``main.LISTENER`` or ``main.CLIENT.sock``: the user's module
+    globals (and their attributes, one level down) that hold a socket object."""
+    owners: dict = {}
+    if not code_dir:
+        return owners
+
+    def note(obj, name):
+        if isinstance(obj, socket.socket):
+            try:
+                owners.setdefault(obj.fileno(), []).append(name)
+            except OSError:
+                pass
+
+    for mname, mod in _user_modules(code_dir):
+        for gname, obj in list(vars(mod).items()):
+            if gname.startswith("__"):
+                continue
+            note(obj, f"{mname}.{gname}")
+            attrs = getattr(obj, "__dict__", None)
+            if isinstance(attrs, dict) and not isinstance(obj, type):
+                for aname, aval in list(attrs.items()):
+                    note(aval, f"{mname}.{gname}.{aname}")
+    return owners
+
+
+def check_sockets(agent_fds: Tuple[int, ...] = (), code_dir: Optional[str] = None) -> dict:
+    """``sockets``: sockets open after import (fd, family, type, local and peer address, and
+    the user's globals that hold them)."""
+    owners = _socket_owners(code_dir)
     items = []
     for fd, target in fdreset.open_fds():
         if fd in agent_fds or fdreset.kind_of(target) != "socket":
@@ -126,10 +154,13 @@ def check_sockets(agent_fds: Tuple[int, ...] = ()) -> dict:
             continue
         items.append({"fd": fd, "family": _enum_name(info.family, socket.AddressFamily),
                       "type": _enum_name(info.type, socket.SocketKind),
-                      "local": _address(info.local), "peer": _address(info.peer)})
+                      "local": _address(info.local), "peer": _address(info.peer),
+                      "held_by": owners.get(fd, [])})
     if not items:
         return _check("sockets", "info", "no sockets open at import", items=[])
-    listed = ", ".join(f"fd {i['fd']} {i['family']} {i['local']} -> {i['peer']}" for i in items)
+    listed = ", ".join(
+        f"fd {i['fd']} {i['family']} {i['local']} -> {i['peer']}"
+        + (f" (held by {', '.join(i['held_by'])})" if i["held_by"] else "") for i in items)
     detail = (f"{len(items)} socket(s) open at import: {listed}; each child gets an "
               "unconnected socket in their place and must reconnect")
     return _check("sockets", "warn", detail, items=items[:MAX_ITEMS])
