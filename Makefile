@@ -5,7 +5,7 @@ BIN     := bin
 PY      := /usr/bin/python3
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test test-go test-python demo bench clean
+.PHONY: all build deps test demo bench clean
 
 all: build
 
@@ -25,3 +25,8 @@ demo: deps build
 
 clean:
 	rm -rf $(BIN)
+
+# Benchmarks: one run, side by side, ratios; writes docs/BENCHMARKS.md.
+bench: deps build
+	$(GO) run ./cmd/zygo-bench -root . -out docs/BENCHMARKS.md
+	./scripts/bench-sandbox.sh

@@ -3,13 +3,11 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -107,25 +105,11 @@ func checkDaemon(ctx context.Context, g *globals, useExisting bool, work string)
 	if err := os.Chmod(work, 0o711); err != nil {
 		return nil, nil, err
 	}
-	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ready := make(chan struct{})
-	errc := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() {
-		errc <- daemon.Run(dctx, daemon.Config{StateDir: state, Log: log}, func() { close(ready) })
-	}()
-	select {
-	case <-ready:
-	case err := <-errc:
-		cancel()
-		return nil, nil, fmt.Errorf("starting a private daemon: %w", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		return nil, nil, errors.New("the private daemon did not start within 30s")
+	stopDaemon, err := daemon.Background(ctx, daemon.Config{StateDir: state, Log: log})
+	if err != nil {
+		return nil, nil, err
 	}
-	stop := func() {
-		cancel()
-		<-errc
-	}
+	stop := func() { _ = stopDaemon() }
 	return api.NewUnixClient(daemon.SocketPath(state)), stop, nil
 }

@@ -47,7 +47,9 @@ type Config struct {
 	ReadyTimeout   time.Duration // per zygote import + warm-up; default 60 s
 	// NoCgroups turns per-request cgroups off (limits not enforced).
 	NoCgroups bool
-	Log       *slog.Logger
+	// Sandbox configures the gVisor sandboxes (sandboxes.go).
+	Sandbox SandboxConfig
+	Log     *slog.Logger
 }
 
 // SocketPath returns the daemon's unix socket inside stateDir.
@@ -154,7 +156,10 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err := mgr.Restore(ctx); err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: api.NewServer(mgr, st, secrets, log, Version).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	sbx := openSandboxes(ctx, cfg, st, log)
+	defer sbx.close()
+	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err)
+	srv := &http.Server{Handler: apiSrv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	listeners, err := listen(cfg)
 	if err != nil {
 		return err
@@ -262,4 +267,28 @@ func newLimiter(cfg Config, log *slog.Logger) *cgroup.Manager {
 		log.Warn("cleaning up stale cgroups", "err", err)
 	}
 	return m
+}
+
+// Background runs a daemon with cfg in a goroutine and returns once its API
+// is listening (or it failed to start, or 60 s passed). stop cancels it and
+// waits for a clean shutdown, returning Run's error. Used by `zygo check`
+// and the benchmarks, which run against a private daemon.
+func Background(ctx context.Context, cfg Config) (stop func() error, err error) {
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ready := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- Run(dctx, cfg, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-errc:
+		cancel()
+		return nil, fmt.Errorf("starting a private daemon: %w", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		return nil, errors.New("the private daemon did not start within 60s")
+	}
+	return func() error {
+		cancel()
+		return <-errc
+	}, nil
 }

@@ -139,6 +139,9 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 		seen[name] = true
 		data, err := io.ReadAll(tr)
 		if err != nil {
+			if lr.N <= 0 { // the compressed limit cut the stream inside this file
+				return nil, fmt.Errorf("%w: bundle exceeds %d MiB", errdefs.ErrTooLarge, MaxBundleBytes>>20)
+			}
 			return nil, fmt.Errorf("%w: reading %q: %v", errdefs.ErrInvalidArgument, name, err)
 		}
 		mode := int64(0o644)

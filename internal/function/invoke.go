@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
@@ -83,6 +84,9 @@ func (m *Manager) Invoke(ctx context.Context, name string, event []byte) (*Invoc
 	}
 	redactResult(res, values)
 	d.served.Add(1)
+	if m.log.Enabled(ctx, slog.LevelDebug) {
+		m.log.Debug("request done", "function", d.name, "request_id", req.ID, "failure", res.Failure, "phases", res.Phases)
+	}
 	inv.Value, inv.Failure, inv.Error, inv.Elapsed = res.Value, res.Failure, res.Error, res.Elapsed
 	m.appendLogs(ctx, requestLines(d, req.ID, res))
 	return inv, nil

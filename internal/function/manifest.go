@@ -114,6 +114,11 @@ func ParseManifest(data []byte) (*Manifest, error) {
 		}
 		return nil, fmt.Errorf("%w: zygo.toml: unknown key %s", errdefs.ErrInvalidArgument, strings.Join(keys, ", "))
 	}
+	// The toml package decodes a non-table value into a map as an empty map,
+	// without an error: `env = "FOO=bar"` would silently set nothing.
+	if t := md.Type("env"); t != "" && t != "Hash" {
+		return nil, fmt.Errorf("%w: zygo.toml: env: must be a table of strings ([env] FOO = \"bar\"), not %s", errdefs.ErrInvalidArgument, strings.ToLower(t))
+	}
 	m.applyDefaults()
 	if err := m.Validate(); err != nil {
 		return nil, err

@@ -63,6 +63,23 @@ type Result struct {
 	Stderr  []string
 	HostPID int
 	Elapsed time.Duration
+	lap     time.Time // start of the current phase
+
+	// Phases records how long each step took, in order (for --debug and
+	// benchmarks): dir, fork, hello, before_go, run (GO to exit), collect.
+	Phases []Phase
+}
+
+// Phase is one timed step of a request.
+type Phase struct {
+	Name string        `json:"name"`
+	Took time.Duration `json:"took_ns"`
+}
+
+func (r *Result) mark(name string, since *time.Time) {
+	now := time.Now()
+	r.Phases = append(r.Phases, Phase{name, now.Sub(*since)})
+	*since = now
 }
 
 // HandlerError describes a failed request.
@@ -112,14 +129,17 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 	t0 := time.Now()
 	deadline := t0.Add(req.Timeout)
 	res := &Result{}
+	res.lap = t0
 	dir, err := z.makeRequestDir(req)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir.host)
+	res.mark("dir", &res.lap)
 	z.runChild(ctx, req, deadline, seq, dir, forkCh, exitCh, res)
 	res.Stdout = readLines(filepath.Join(dir.host, "stdout"))
 	res.Stderr = readLines(filepath.Join(dir.host, "stderr"))
+	os.RemoveAll(dir.host)
+	res.mark("collect", &res.lap)
 	res.Elapsed = time.Since(t0)
 	return res, nil
 }
@@ -195,6 +215,7 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 	}
 	defer unix.Close(pidfd)
 	res.HostPID = hostPID
+	res.mark("fork+hello", &res.lap)
 	if req.BeforeGo != nil {
 		after, err := req.BeforeGo(ctx, hostPID)
 		if after != nil {
@@ -207,6 +228,7 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 			return
 		}
 	}
+	res.mark("before_go", &res.lap)
 	goMsg := message{Type: "go", RequestID: req.ID, Dir: dir.sandbox, DeadlineMs: deadline.UnixMilli(),
 		Function: req.Function, Version: req.Version, Strict: req.Strict}
 	if err := goCh.send(goMsg, nil); err != nil {
@@ -218,6 +240,7 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 		goCh.close()
 	}
 	z.finish(req, deadline, dir, exitCh, pidfd, res)
+	res.mark("run", &res.lap)
 }
 
 // newChild asks the agent for a child (fork mode: a fork of the zygote;

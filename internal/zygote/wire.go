@@ -141,7 +141,7 @@ type channel interface {
 
 type packetChannel struct{ c *net.UnixConn }
 
-func (p packetChannel) send(m message, f *os.File) error      { return send(p.c, m, f) }
+func (p packetChannel) send(m message, f *os.File) error    { return send(p.c, m, f) }
 func (p packetChannel) recv() (message, *unix.Ucred, error) { return recv(p.c) }
 func (p packetChannel) setPassCred() error                  { return setPassCred(p.c) }
 func (p packetChannel) close() error                        { return p.c.Close() }

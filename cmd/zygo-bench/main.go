@@ -1,0 +1,34 @@
+// Command zygo-bench runs Zygo's benchmarks side by side in one run, prints
+// the table and writes it to docs/BENCHMARKS.md (see internal/bench).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/zygo-run/zygo/internal/bench"
+)
+
+func main() {
+	root := flag.String("root", ".", "repository root")
+	out := flag.String("out", "docs/BENCHMARKS.md", "where to write the report (\"\" for nowhere)")
+	n := flag.Int("n", 200, "requests per warm series")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := bench.Run(ctx, bench.Config{Root: *root, N: *n, Progress: os.Stdout})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "zygo-bench:", err)
+		os.Exit(1)
+	}
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(rep.Markdown()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "zygo-bench:", err)
+			os.Exit(1)
+		}
+		fmt.Println("\nwrote", *out)
+	}
+}

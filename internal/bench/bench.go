@@ -1,0 +1,162 @@
+// Package bench measures warm functions side by side in one run and
+// reports ratios (`make bench`): warm invoke through the HTTP API at
+// concurrency 1 and 8, cold start (spawn mode), the fork floor (a plain
+// Python process with the same imports doing fork + waitpid), growth with
+// the zygote's resident size, and the memory of a warm child.
+//
+// Absolute times on a nested-virtualisation host are slow; the ratios,
+// measured in the same run, are what the targets in the performance issue
+// are about.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/api"
+)
+
+// Stats summarises latencies.
+type Stats struct {
+	N          int
+	P50, P99   time.Duration
+	Throughput float64 // requests per second, wall clock
+}
+
+func summarise(lat []time.Duration, wall time.Duration) Stats {
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pick := func(p int) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		i := (len(lat)*p+99)/100 - 1
+		return lat[max(i, 0)]
+	}
+	return Stats{N: len(lat), P50: pick(50), P99: pick(99), Throughput: float64(len(lat)) / wall.Seconds()}
+}
+
+// Invoke runs n requests of fn with conc in flight through client and
+// returns their latency statistics; any failed request is an error.
+func Invoke(ctx context.Context, c *api.Client, fn string, event string, n, conc int) (Stats, error) {
+	lat := make([]time.Duration, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			t := time.Now()
+			_, err := c.Invoke(ctx, fn, []byte(event))
+			lat[i], errs[i] = time.Since(t), err
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(t0)
+	for _, err := range errs {
+		if err != nil {
+			return Stats{}, fmt.Errorf("invoking %s: %w", fn, err)
+		}
+	}
+	return summarise(lat, wall), nil
+}
+
+// ForkFloor runs a plain Python process (the interpreter at python, with
+// the given imports) doing os.fork() + os._exit in the child + waitpid in a
+// loop of n, and returns the latency statistics of one iteration.
+func ForkFloor(ctx context.Context, python string, imports []string, ballastMiB, n int) (Stats, error) {
+	script := fmt.Sprintf(`
+import os, time, json
+%s
+BALLAST = b"\x01" * (%d << 20)
+lat = []
+for _ in range(%d):
+    t = time.perf_counter_ns()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    lat.append(time.perf_counter_ns() - t)
+print(json.dumps(lat))
+`, importLines(imports), ballastMiB, n)
+	out, err := exec.CommandContext(ctx, python, "-c", script).Output()
+	if err != nil {
+		return Stats{}, fmt.Errorf("running the fork floor: %w", err)
+	}
+	var ns []int64
+	if err := json.Unmarshal(out, &ns); err != nil {
+		return Stats{}, fmt.Errorf("reading the fork floor: %w", err)
+	}
+	lat := make([]time.Duration, len(ns))
+	var total time.Duration
+	for i, v := range ns {
+		lat[i] = time.Duration(v)
+		total += lat[i]
+	}
+	return summarise(lat, total), nil
+}
+
+func importLines(imports []string) string {
+	var b strings.Builder
+	for _, m := range imports {
+		fmt.Fprintf(&b, "import %s\n", m)
+	}
+	return b.String()
+}
+
+// WriteFunction writes a function directory under root and returns it.
+func WriteFunction(root, name, manifestExtra, code string) (string, error) {
+	dir := filepath.Join(root, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	manifest := fmt.Sprintf("name = %q\nruntime = \"python\"\nhandler = \"main:handler\"\n%s", name, manifestExtra)
+	if err := os.WriteFile(filepath.Join(dir, "zygo.toml"), []byte(manifest), 0o644); err != nil {
+		return "", err
+	}
+	return dir, os.WriteFile(filepath.Join(dir, "main.py"), []byte(code), 0o644)
+}
+
+// PSSKiB returns the proportional set size of pid, KiB, from
+// /proc/PID/smaps_rollup (Documentation/filesystems/proc.rst).
+func PSSKiB(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+			return strconv.Atoi(f[1])
+		}
+	}
+	return 0, fmt.Errorf("no Pss in smaps_rollup of %d", pid)
+}
+
+// Children returns the pids of pid's children (/proc/PID/task/*/children).
+func Children(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

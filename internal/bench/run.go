@@ -1,0 +1,275 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/internal/daemon"
+)
+
+// Config says what to run.
+type Config struct {
+	Root     string // the repository root (examples/ lives there)
+	Python   string // interpreter for the fork floor, default /usr/bin/python3
+	N        int    // requests per warm series (default 200)
+	ColdN    int    // requests per cold series (default 20)
+	Growth   []int  // zygote ballast sizes, MiB (default 64, 256, 1024)
+	Progress io.Writer
+}
+
+// Line is one row of the results table.
+type Line struct {
+	What, Value, Ratio string
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Machine string
+	When    time.Time
+	Lines   []Line
+}
+
+// Run starts a private daemon, deploys the examples and measures. It
+// returns an error when a measurement could not be made.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Python == "" {
+		cfg.Python = "/usr/bin/python3"
+	}
+	if cfg.N == 0 {
+		cfg.N = 200
+	}
+	if cfg.ColdN == 0 {
+		cfg.ColdN = 20
+	}
+	if cfg.Growth == nil {
+		cfg.Growth = []int{64, 256, 1024}
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	work, err := os.MkdirTemp("", "zygo-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o711); err != nil {
+		return nil, err
+	}
+	state := filepath.Join(work, "state")
+	stop, err := daemon.Background(ctx, daemon.Config{StateDir: state, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	c := api.NewUnixClient(daemon.SocketPath(state))
+	r := &Report{Machine: machine(), When: time.Now().UTC()}
+	b := &runner{ctx: ctx, c: c, cfg: cfg, work: work, rep: r}
+	for _, step := range []func() error{b.warm, b.cold, b.floor, b.growth, b.memory} {
+		if err := step(); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+type runner struct {
+	ctx  context.Context
+	c    *api.Client
+	cfg  Config
+	work string
+	rep  *Report
+
+	helloP50, statsP50, floorP50 time.Duration
+}
+
+func (b *runner) say(format string, a ...any) { fmt.Fprintf(b.cfg.Progress, format+"\n", a...) }
+
+func (b *runner) add(what, value, ratio string) {
+	b.rep.Lines = append(b.rep.Lines, Line{what, value, ratio})
+	b.say("  %-52s %-40s %s", what, value, ratio)
+}
+
+func (b *runner) deploy(dir string) error {
+	_, err := b.c.Deploy(b.ctx, dir)
+	return err
+}
+
+func (b *runner) warm() error {
+	b.say("warm invoke (HTTP API, unix socket)")
+	for _, ex := range []string{"hello", "stats"} {
+		if err := b.deploy(filepath.Join(b.cfg.Root, "examples", ex)); err != nil {
+			return err
+		}
+		if _, err := Invoke(b.ctx, b.c, ex, `{"n": 100}`, 20, 4); err != nil { // warm the path
+			return err
+		}
+		for _, conc := range []int{1, 8} {
+			s, err := Invoke(b.ctx, b.c, ex, `{"n": 100}`, b.cfg.N, conc)
+			if err != nil {
+				return err
+			}
+			if conc == 1 {
+				if ex == "hello" {
+					b.helloP50 = s.P50
+				} else {
+					b.statsP50 = s.P50
+				}
+			}
+			b.add(fmt.Sprintf("warm %s, concurrency %d (%d requests)", ex, conc, s.N),
+				fmt.Sprintf("p50 %.2f ms, p99 %.2f ms, %.0f req/s", ms(s.P50), ms(s.P99), s.Throughput), "")
+		}
+	}
+	return nil
+}
+
+func (b *runner) cold() error {
+	b.say("cold start (mode = \"spawn\": a fresh interpreter per request)")
+	src, err := os.ReadFile(filepath.Join(b.cfg.Root, "examples", "stats", "main.py"))
+	if err != nil {
+		return err
+	}
+	dir, err := WriteFunction(b.work, "stats-cold", "mode = \"spawn\"\n", string(src))
+	if err != nil {
+		return err
+	}
+	if err := b.deploy(dir); err != nil {
+		return err
+	}
+	s, err := Invoke(b.ctx, b.c, "stats-cold", `{"n": 100}`, b.cfg.ColdN, 1)
+	if err != nil {
+		return err
+	}
+	b.add(fmt.Sprintf("cold stats (NumPy), concurrency 1 (%d requests)", s.N),
+		fmt.Sprintf("p50 %.2f ms, p99 %.2f ms", ms(s.P50), ms(s.P99)),
+		fmt.Sprintf("cold/warm p50 = %.1fx (target >= 50x)", ratio(s.P50, b.statsP50)))
+	return nil
+}
+
+func (b *runner) floor() error {
+	b.say("the fork floor (a plain python3 with numpy: fork + _exit + waitpid)")
+	s, err := ForkFloor(b.ctx, b.cfg.Python, []string{"numpy"}, 0, 300)
+	if err != nil {
+		return err
+	}
+	b.floorP50 = s.P50
+	b.add("fork floor, python3 + numpy (300 forks)", fmt.Sprintf("p50 %.2f ms, p99 %.2f ms", ms(s.P50), ms(s.P99)),
+		fmt.Sprintf("Zygo warm stats p50 / floor p50 = %.2f (target <= 1.0)", ratio(b.statsP50, s.P50)))
+	return nil
+}
+
+func (b *runner) growth() error {
+	b.say("growth with the zygote's resident size")
+	for _, mib := range b.cfg.Growth {
+		name := fmt.Sprintf("ballast-%d", mib)
+		code := fmt.Sprintf("BALLAST = b\"\\x01\" * (%d << 20)\n\ndef handler(event, context):\n    return len(BALLAST)\n", mib)
+		dir, err := WriteFunction(b.work, name, "[limits]\nmemory_mib = 256\n", code)
+		if err != nil {
+			return err
+		}
+		if err := b.deploy(dir); err != nil {
+			return err
+		}
+		s, err := Invoke(b.ctx, b.c, name, `{}`, b.cfg.N/2, 1)
+		if err != nil {
+			return err
+		}
+		f, err := ForkFloor(b.ctx, b.cfg.Python, nil, mib, 100)
+		if err != nil {
+			return err
+		}
+		b.add(fmt.Sprintf("warm p50, zygote holding %d MiB", mib), fmt.Sprintf("p50 %.2f ms (floor %.2f ms)", ms(s.P50), ms(f.P50)),
+			fmt.Sprintf("Zygo/floor = %.2f", ratio(s.P50, f.P50)))
+		if err := b.c.Remove(b.ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *runner) memory() error {
+	b.say("memory")
+	code := "import time\nimport numpy as np\n\ndef handler(event, context):\n    time.sleep(1.5)\n    return 1\n"
+	dir, err := WriteFunction(b.work, "pss", "", code)
+	if err != nil {
+		return err
+	}
+	if err := b.deploy(dir); err != nil {
+		return err
+	}
+	fns, err := b.c.List(b.ctx)
+	if err != nil {
+		return err
+	}
+	zpid := 0
+	for _, f := range fns {
+		if f.Name == "pss" {
+			zpid = f.ZygotePID
+		}
+	}
+	done := make(chan error, 1)
+	go func() { _, err := b.c.Invoke(b.ctx, "pss", []byte(`{}`)); done <- err }()
+	time.Sleep(700 * time.Millisecond)
+	zpss, err := PSSKiB(zpid)
+	if err != nil {
+		return err
+	}
+	kids := Children(zpid)
+	if len(kids) == 0 {
+		return fmt.Errorf("no child of zygote %d found mid-request", zpid)
+	}
+	cpss, err := PSSKiB(kids[0])
+	if err != nil {
+		return err
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	b.add("PSS of a zygote with numpy (at rest)", fmt.Sprintf("%.1f MiB", float64(zpss)/1024), "")
+	b.add("PSS of a warm child (numpy imported, mid-request)", fmt.Sprintf("%.1f MiB", float64(cpss)/1024),
+		fmt.Sprintf("child/zygote = %.2f", float64(cpss)/float64(zpss)))
+	return nil
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return fmt.Sprintf("%d cores (%s), Linux %s, %s", runtime.NumCPU(), cpu, strings.TrimSpace(string(kernel)), runtime.Version())
+}
+
+// Markdown renders the report as docs/BENCHMARKS.md.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmarks\n\nMeasured by `make bench` on %s, %s.\n", r.When.Format("2006-01-02 15:04 UTC"), r.Machine)
+	b.WriteString("Every figure comes from the same run; ratios compare figures measured side by side.\n" +
+		"The host is a nested-virtualisation VM: absolute times are slow, ratios are what to read.\n\n")
+	b.WriteString("| measurement | value | ratio |\n|---|---|---|\n")
+	for _, l := range r.Lines {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", l.What, l.Value, l.Ratio)
+	}
+	b.WriteString("\n## How to reproduce\n\n```\nmake bench          # writes this file and prints the same table\n" +
+		"scripts/bench-sandbox.sh   # sandbox checkpoint / restore / fork / rollback vs raw runsc\n```\n")
+	return b.String()
+}

@@ -1,0 +1,258 @@
+package function
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/zygo-run/zygo/internal/zygote"
+)
+
+func TestRedact(t *testing.T) {
+	values := map[string][]byte{
+		"API_KEY": []byte("s3cr3t-value"),
+		"PADDED":  []byte("  tok-123\n"), // as `zygo secret set` from a file with a newline
+		"THREE":   []byte("xyz"),
+		"SHORT":   []byte("ab"), // too short to redact without destroying the text
+		"EMPTY":   nil,
+	}
+	for _, c := range []struct{ in, want string }{
+		{"nothing to hide", "nothing to hide"},
+		{"key=s3cr3t-value", "key=[redacted:API_KEY]"},
+		{"s3cr3t-value and s3cr3t-value again", "[redacted:API_KEY] and [redacted:API_KEY] again"},
+		{"token tok-123 printed trimmed", "token [redacted:PADDED] printed trimmed"},
+		{"raw '  tok-123\n' printed whole", "raw '[redacted:PADDED]' printed whole"},
+		{"xyz", "[redacted:THREE]"},
+		{"about abc", "about abc"},
+		{"s3cr3t-valuexyz", "[redacted:API_KEY][redacted:THREE]"},
+		{"", ""},
+	} {
+		if got := redact(c.in, values); got != c.want {
+			t.Errorf("redact(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestRedactResult(t *testing.T) {
+	values := map[string][]byte{"DB_PASSWORD": []byte("hunter2hunter2")}
+	res := &zygote.Result{
+		Value:  []byte(`{"ok":true}`),
+		Stdout: []string{"connecting with hunter2hunter2", "clean line"},
+		Stderr: []string{"warning: hunter2hunter2 is weak"},
+		Error: &zygote.HandlerError{
+			Type:      "Err_hunter2hunter2",
+			Message:   "login failed for password hunter2hunter2",
+			Traceback: "Traceback:\n  File main.py, in handler\n    login('hunter2hunter2')\n",
+		},
+	}
+	redactResult(res, values)
+	for _, s := range slices.Concat(res.Stdout, res.Stderr, []string{res.Error.Type, res.Error.Message, res.Error.Traceback}) {
+		if strings.Contains(s, "hunter2") {
+			t.Errorf("secret survived redaction: %q", s)
+		}
+	}
+	if res.Stdout[0] != "connecting with [redacted:DB_PASSWORD]" || res.Stdout[1] != "clean line" {
+		t.Errorf("Stdout = %q", res.Stdout)
+	}
+	if !strings.Contains(res.Error.Traceback, "login('[redacted:DB_PASSWORD]')") {
+		t.Errorf("Traceback = %q", res.Error.Traceback)
+	}
+
+	// No values, no error: nothing changes and nothing panics.
+	clean := &zygote.Result{Stdout: []string{"hunter2hunter2"}}
+	redactResult(clean, nil)
+	redactResult(&zygote.Result{Stdout: []string{"x hunter2hunter2"}}, values) // Error is nil
+	if clean.Stdout[0] != "hunter2hunter2" {
+		t.Errorf("redactResult without values changed %q", clean.Stdout[0])
+	}
+}
+
+// secretDir returns the names in dir.
+func secretDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func checkSecretFile(t *testing.T, dir, name, want string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatalf("secret file %s: %v", name, err)
+	}
+	if st.Mode() != 0o400 {
+		t.Errorf("secret file %s has mode %v, want -r--------", name, st.Mode())
+	}
+	if got, _ := os.ReadFile(p); string(got) != want {
+		t.Errorf("secret file %s = %q, want %q", name, got, want)
+	}
+}
+
+func TestSecretFilesRefcount(t *testing.T) {
+	dir := t.TempDir()
+	s := &secretFiles{dir: dir}
+
+	if err := s.acquire(map[string][]byte{"A": []byte("one"), "B": []byte("two")}); err != nil {
+		t.Fatal(err)
+	}
+	checkSecretFile(t, dir, "A", "one")
+	checkSecretFile(t, dir, "B", "two")
+	if names := secretDir(t, dir); !slices.Equal(names, []string{"A", "B"}) {
+		t.Errorf("dir holds %q, want [A B] (no temporary files)", names)
+	}
+
+	// A second request while the first runs; A was rotated in between.
+	if err := s.acquire(map[string][]byte{"A": []byte("one, rotated"), "B": []byte("two")}); err != nil {
+		t.Fatal(err)
+	}
+	checkSecretFile(t, dir, "A", "one, rotated")
+
+	s.release()
+	if names := secretDir(t, dir); !slices.Equal(names, []string{"A", "B"}) {
+		t.Fatalf("after the first of two releases the dir holds %q, want [A B]", names)
+	}
+	checkSecretFile(t, dir, "A", "one, rotated")
+
+	s.release()
+	if names := secretDir(t, dir); len(names) != 0 {
+		t.Fatalf("after the last release the dir holds %q, want nothing", names)
+	}
+
+	// And again from zero.
+	if err := s.acquire(map[string][]byte{"C": []byte("three")}); err != nil {
+		t.Fatal(err)
+	}
+	checkSecretFile(t, dir, "C", "three")
+	s.release()
+	if names := secretDir(t, dir); len(names) != 0 {
+		t.Fatalf("after the last release the dir holds %q, want nothing", names)
+	}
+}
+
+func TestSecretFilesAcquireFailure(t *testing.T) {
+	t.Run("missing dir", func(t *testing.T) {
+		s := &secretFiles{dir: filepath.Join(t.TempDir(), "missing")}
+		if err := s.acquire(map[string][]byte{"A": []byte("one")}); err == nil {
+			t.Fatal("acquire into a missing directory succeeded")
+		}
+		if s.users != 0 {
+			t.Errorf("a failed acquire counted a user: users = %d", s.users)
+		}
+	})
+	t.Run("partial write is undone", func(t *testing.T) {
+		// Writing BAD fails (its temporary name is a non-empty directory);
+		// whatever was written before it must not stay behind, since no
+		// request holds the files and nobody will release them.
+		for i := range 20 {
+			dir := t.TempDir()
+			obstacle := filepath.Join(dir, ".BAD.new")
+			if err := os.MkdirAll(filepath.Join(obstacle, "x"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			s := &secretFiles{dir: dir}
+			values := map[string][]byte{"A": []byte("1"), "B": []byte("2"), "C": []byte("3"), "D": []byte("4"), "BAD": []byte("5")}
+			if err := s.acquire(values); err == nil || !strings.Contains(err.Error(), "BAD") {
+				t.Fatalf("acquire = %v, want an error naming BAD", err)
+			}
+			if names := secretDir(t, dir); !slices.Equal(names, []string{".BAD.new"}) {
+				t.Fatalf("attempt %d: after a failed acquire with no users the dir holds %q", i, names)
+			}
+		}
+	})
+	t.Run("failure with a user keeps that user's files", func(t *testing.T) {
+		dir := t.TempDir()
+		s := &secretFiles{dir: dir}
+		if err := s.acquire(map[string][]byte{"A": []byte("1")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(dir, ".BAD.new", "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.acquire(map[string][]byte{"A": []byte("1"), "BAD": []byte("5")}); err == nil {
+			t.Fatal("acquire succeeded")
+		}
+		checkSecretFile(t, dir, "A", "1")
+		if s.users != 1 {
+			t.Errorf("users = %d, want 1", s.users)
+		}
+	})
+}
+
+func TestSecretFilesOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns files to another uid: run it as root (sudo go test ./internal/function)")
+	}
+	dir := t.TempDir()
+	s := &secretFiles{dir: dir, uid: 65534}
+	if err := s.acquire(map[string][]byte{"A": []byte("one")}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.release()
+	st, err := os.Stat(filepath.Join(dir, "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, gid := fileOwner(st); uid != 65534 || gid != 65534 {
+		t.Errorf("secret file owned by %d:%d, want 65534:65534", uid, gid)
+	}
+}
+
+// Rotation replaces a file whole: a reader sees the old value or the new
+// one, never a mix or a truncated file.
+func TestSecretFilesRotationIsAtomic(t *testing.T) {
+	dir := t.TempDir()
+	s := &secretFiles{dir: dir}
+	const size = 256 << 10
+	vals := [][]byte{bytes.Repeat([]byte("a"), size), bytes.Repeat([]byte("b"), size)}
+	if err := s.acquire(map[string][]byte{"K": vals[0]}); err != nil { // held throughout
+		t.Fatal(err)
+	}
+	defer s.release()
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; !stop.Load(); i++ {
+			if err := s.acquire(map[string][]byte{"K": vals[i%2]}); err != nil {
+				t.Error(err)
+				return
+			}
+			s.release()
+		}
+	}()
+	p := filepath.Join(dir, "K")
+	for range 500 {
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Errorf("reading during rotation: %v", err)
+			break
+		}
+		if !bytes.Equal(got, vals[0]) && !bytes.Equal(got, vals[1]) {
+			t.Errorf("reader saw %d bytes that are neither value (first %q)", len(got), got[:min(len(got), 8)])
+			break
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+}
+
+func fileOwner(st os.FileInfo) (uid, gid uint32) {
+	sys := st.Sys().(*syscall.Stat_t)
+	return sys.Uid, sys.Gid
+}
