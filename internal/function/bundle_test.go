@@ -448,6 +448,9 @@ func TestReadBundleTooLarge(t *testing.T) {
 		for i := range function.MaxBundleFiles {
 			es = append(es, reg("f/"+strconv.Itoa(i), ""))
 		}
+		if _, err := function.ReadBundle(bytes.NewReader(tarGz(t, es[:function.MaxBundleFiles]...))); err != nil {
+			t.Fatalf("ReadBundle of exactly MaxBundleFiles files: %v", err)
+		}
 		_, err := function.ReadBundle(bytes.NewReader(tarGz(t, es...)))
 		if !errors.Is(err, errdefs.ErrTooLarge) {
 			t.Fatalf("ReadBundle of %d files = %v, want ErrTooLarge", len(es), err)

@@ -43,9 +43,14 @@ func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string
 			res.Error = &zygote.HandlerError{Type: "LimitExceeded",
 				Message: fmt.Sprintf("%s limit exceeded: %s (the request was killed)", limit, value)}
 		}
-		if err := g.Delete(); err != nil {
-			m.log.Warn("deleting request cgroup", "function", d.name, "request_id", reqID, "err", err)
-		}
+		// Delete kills whatever is left in the group (a child still exiting,
+		// processes the request left behind) and removes it, off the request
+		// path.
+		go func() {
+			if err := g.Delete(); err != nil {
+				m.log.Warn("deleting request cgroup", "function", d.name, "request_id", reqID, "err", err)
+			}
+		}()
 	}, nil
 }
 

@@ -315,6 +315,7 @@ func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
 		RunDir:       filepath.Join(m.cfg.StateDir, "run", id),
 		ReadyTimeout: m.cfg.ReadyTimeout,
 		Secrets:      len(d.manifest.Secrets) > 0,
+		PreFork:      preFork(d.manifest),
 		StrictFilter: m.strict,
 		Output:       d.outputSink(),
 		Log:          m.log.With("function", d.name, "zygote", id),
@@ -327,4 +328,11 @@ func newID(prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s-%x-%s", prefix, time.Now().UnixMilli(), hex.EncodeToString(b[:]))
+}
+
+func preFork(m *Manifest) int {
+	if m.PreFork == nil {
+		return 0
+	}
+	return *m.PreFork
 }

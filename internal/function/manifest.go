@@ -70,6 +70,9 @@ type Manifest struct {
 	Secrets     []string `toml:"secrets" json:"secrets,omitempty"`
 	Strict      bool     `toml:"strict" json:"strict"`
 	Concurrency int      `toml:"concurrency" json:"concurrency"` // requests in flight at once
+	// PreFork is the ceiling of children a Python zygote keeps forked ahead
+	// of demand (0 turns pre-forking off).
+	PreFork *int `toml:"prefork" json:"prefork,omitempty"`
 	// PoolSize is how many Node workers are kept ready (runtime "node").
 	PoolSize int               `toml:"pool_size" json:"pool_size,omitempty"`
 	Env      map[string]string `toml:"env" json:"env,omitempty"`
@@ -88,6 +91,8 @@ const (
 	DefaultConcurrency = 8
 	MaxConcurrency     = 256
 	DefaultPoolSize    = 2
+	DefaultPreFork     = 2
+	MaxPreFork         = 64
 	MaxPoolSize        = 64
 )
 
@@ -153,6 +158,10 @@ func (m *Manifest) applyDefaults() {
 	if m.Concurrency == 0 {
 		m.Concurrency = DefaultConcurrency
 	}
+	if m.PreFork == nil && m.Runtime == RuntimePython {
+		n := DefaultPreFork
+		m.PreFork = &n
+	}
 	if m.PoolSize == 0 && m.Runtime == RuntimeNode {
 		m.PoolSize = DefaultPoolSize
 	}
@@ -205,6 +214,12 @@ func (m *Manifest) Validate() error {
 	}
 	if m.Concurrency < 1 || m.Concurrency > MaxConcurrency {
 		return bad("concurrency", "%d is outside 1..%d", m.Concurrency, MaxConcurrency)
+	}
+	if m.PreFork != nil && (*m.PreFork < 0 || *m.PreFork > MaxPreFork) {
+		return bad("prefork", "%d is outside 0..%d", *m.PreFork, MaxPreFork)
+	}
+	if m.Runtime == RuntimeNode && m.PreFork != nil {
+		return bad("prefork", "applies only to runtime = \"python\" (Node keeps pool_size workers)")
 	}
 	if m.Runtime == RuntimeNode && (m.PoolSize < 1 || m.PoolSize > MaxPoolSize) {
 		return bad("pool_size", "%d is outside 1..%d", m.PoolSize, MaxPoolSize)

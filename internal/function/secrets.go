@@ -33,10 +33,17 @@ type secretFiles struct {
 
 // acquire writes every value as dir/NAME (mode 0400, owned by the sandbox
 // uid; each file written to a temporary name and renamed, so a reader sees
-// the old or the new value, never half) and counts a user.
-func (s *secretFiles) acquire(values map[string][]byte) error {
+// the old or the new value, never half) and counts a user. On error no user
+// is counted, and when there is no other user the files written so far are
+// removed.
+func (s *secretFiles) acquire(values map[string][]byte) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() {
+		if err != nil && s.users == 0 {
+			s.removeAllLocked()
+		}
+	}()
 	for name, v := range values {
 		tmp := filepath.Join(s.dir, "."+name+".new")
 		if err := os.WriteFile(tmp, v, 0o400); err != nil {
@@ -65,6 +72,11 @@ func (s *secretFiles) release() {
 		return
 	}
 	s.users = 0
+	s.removeAllLocked()
+}
+
+// removeAllLocked removes every file in the directory.
+func (s *secretFiles) removeAllLocked() {
 	entries, _ := os.ReadDir(s.dir)
 	for _, e := range entries {
 		os.Remove(filepath.Join(s.dir, e.Name()))

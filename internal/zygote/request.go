@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -34,9 +33,11 @@ type Request struct {
 	// BeforeGo runs after the child exists and before it is told GO, with the
 	// child's host pid (secrets, cgroup placement). An error kills the child
 	// and fails the request; the hook undoes its own partial work. On
-	// success, the returned after (if not nil) is called once the child has
-	// exited, before the result is read: it may release resources and
-	// reclassify the failure (a cgroup limit that killed the child).
+	// success, the returned after (if not nil) is called once the outcome is
+	// known — result.json written, or the child exited or was killed — and
+	// before Run returns: it may release resources and reclassify the
+	// failure (a cgroup limit that killed the child). The child may still be
+	// exiting when after runs. after is also called when err is not nil.
 	BeforeGo func(ctx context.Context, hostPID int) (after func(*Result), err error)
 }
 
@@ -98,10 +99,14 @@ type resultFile struct {
 // maxLogBytes bounds what one request's stdout or stderr keeps, bytes.
 const maxLogBytes = 1 << 20
 
-// Run serves one request on a new child and waits for it to end. The error
-// is non-nil only when the request could not be started (zygote not ready:
-// errdefs.ErrUnavailable); everything that happens to a started request is
-// reported in Result.Failure.
+// Run serves one request on a child and returns as soon as its outcome is
+// known: when the child has renamed result.json into place (its last act
+// before exiting) or has exited or been killed. Releasing the child's
+// resources (waiting for its exit, the BeforeGo hook's after, removing the
+// request directory) may finish in the background; Drain waits for it. The
+// error is non-nil only when the request could not be started (zygote not
+// ready: errdefs.ErrUnavailable); everything that happens to a started
+// request is reported in Result.Failure.
 func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 	z.mu.Lock()
 	if z.state != StateReady {
@@ -112,35 +117,34 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 	if z.spec.Mode == ModeSpawn || z.spec.Mode == ModeWorker {
 		z.state = StateDraining // one request per spawned agent or worker
 	}
-	z.nextSeq++
-	seq := z.nextSeq
-	forkCh, exitCh := make(chan message, 1), make(chan message, 1)
-	z.forks[seq], z.exits[seq] = forkCh, exitCh
 	z.inflight.Add(1)
 	z.mu.Unlock()
-	defer z.inflight.Done()
-	defer func() {
-		z.mu.Lock()
-		delete(z.forks, seq)
-		delete(z.exits, seq)
-		z.mu.Unlock()
-	}()
+	z.pool.started()
 
 	t0 := time.Now()
 	deadline := t0.Add(req.Timeout)
-	res := &Result{}
-	res.lap = t0
+	res := &Result{lap: t0}
 	dir, err := z.makeRequestDir(req)
 	if err != nil {
+		os.RemoveAll(dir.host)
+		z.pool.finished()
+		z.inflight.Done()
 		return nil, err
 	}
 	res.mark("dir", &res.lap)
-	z.runChild(ctx, req, deadline, seq, dir, forkCh, exitCh, res)
+	finish := z.runChild(ctx, req, deadline, dir, res)
 	res.Stdout = readLines(filepath.Join(dir.host, "stdout"))
 	res.Stderr = readLines(filepath.Join(dir.host, "stderr"))
-	os.RemoveAll(dir.host)
 	res.mark("collect", &res.lap)
 	res.Elapsed = time.Since(t0)
+	go func() {
+		defer z.inflight.Done()
+		defer z.pool.finished()
+		if finish != nil {
+			finish()
+		}
+		os.RemoveAll(dir.host)
+	}()
 	return res, nil
 }
 
@@ -189,155 +193,79 @@ func (z *Zygote) makeRequestDir(req Request) (requestDir, error) {
 }
 
 // runChild does steps 1–8 of docs/protocol.md for one request and fills
-// res.Failure, res.Error and res.Value.
-func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, seq int, dir requestDir,
-	forkCh, exitCh chan message, res *Result) {
+// res.Failure, res.Error and res.Value. It returns what is left to do once
+// the caller has read the request's output (wait for the exit, run the
+// BeforeGo hook's after, release the child), or nil.
+func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, dir requestDir, res *Result) (finish func()) {
 	fail := func(f Failure, format string, a ...any) {
 		res.Failure = f
 		res.Error = &HandlerError{Type: string(f), Message: fmt.Sprintf(format, a...)}
 	}
-	var goCh channel // where GO is sent: the request socket, or a worker's control channel
-	var hostPID, pidfd int
-	var ok bool
-	if z.spec.Mode == ModeWorker {
-		hostPID, pidfd, ok = z.workerChild(fail)
-		goCh = z.ctl
-	} else {
-		var local *net.UnixConn
-		local, hostPID, pidfd, ok = z.newChild(ctx, seq, forkCh, fail)
-		if local != nil {
-			defer local.Close()
-			goCh = packetChannel{c: local}
-		}
+	watch, err := watchResult(dir.host)
+	if err != nil {
+		fail(FailInternal, "%v", err)
+		return nil
 	}
+	c, ok := z.newChild(ctx, fail)
 	if !ok {
-		return
+		watch.Close()
+		return nil
 	}
-	defer unix.Close(pidfd)
-	res.HostPID = hostPID
+	res.HostPID = c.hostPID
 	res.mark("fork+hello", &res.lap)
-	if req.BeforeGo != nil {
-		after, err := req.BeforeGo(ctx, hostPID)
+	var after func(*Result)
+	// settle runs once the outcome is known: the hook's after (secret files,
+	// limit reclassification) must not wait for the child's exit.
+	settle := func() {
+		watch.Close()
 		if after != nil {
-			defer after(res)
+			after(res)
 		}
+	}
+	if req.BeforeGo != nil {
+		var err error
+		after, err = req.BeforeGo(ctx, c.hostPID)
 		if err != nil {
-			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+			_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
 			fail(FailInternal, "preparing child: %v", err)
-			z.awaitExit(exitCh, pidfd, time.Now().Add(5*time.Second))
-			return
+			z.awaitExit(c, time.Now().Add(5*time.Second), nil)
+			settle()
+			z.release(c)
+			return nil
 		}
 	}
 	res.mark("before_go", &res.lap)
 	goMsg := message{Type: "go", RequestID: req.ID, Dir: dir.sandbox, DeadlineMs: deadline.UnixMilli(),
 		Function: req.Function, Version: req.Version, Strict: req.Strict}
-	if err := goCh.send(goMsg, nil); err != nil {
-		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+	if err := c.conn.send(goMsg, nil); err != nil {
+		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
 		fail(FailCrashed, "child went away before GO: %v", err)
-		return
+		settle()
+		z.release(c)
+		return nil
 	}
-	if z.spec.Mode != ModeWorker {
-		goCh.close()
+	if c.ownConn {
+		c.conn.close()
+		c.conn = nil
 	}
-	z.finish(req, deadline, dir, exitCh, pidfd, res)
+	st := z.awaitExit(c, deadline, watch.ready)
+	z.outcome(req, st, dir, res)
+	settle()
 	res.mark("run", &res.lap)
+	if !st.resultReady {
+		z.release(c)
+		return nil
+	}
+	// The result is in; the child is exiting. Wait for that off the
+	// request path, killing it if it lingers past the deadline.
+	return func() {
+		z.awaitExit(c, time.Now().Add(max(time.Until(deadline), 0)+2*time.Second), nil)
+		z.release(c)
+	}
 }
 
-// newChild asks the agent for a child (fork mode: a fork of the zygote;
-// spawn mode: the agent process itself) and waits for its hello. It
-// returns the supervisor's end of the request socket and a pidfd, both
-// owned by the caller.
-func (z *Zygote) newChild(ctx context.Context, seq int, forkCh chan message,
-	fail func(Failure, string, ...any)) (*net.UnixConn, int, int, bool) {
-	local, remote, err := seqpacketPair()
-	if err != nil {
-		fail(FailInternal, "%v", err)
-		return nil, 0, 0, false
-	}
-	if err := setPassCred(local); err != nil {
-		remote.Close()
-		fail(FailInternal, "setting SO_PASSCRED: %v", err)
-		return local, 0, 0, false
-	}
-	kind := "fork"
-	if z.spec.Mode == ModeSpawn {
-		kind = "run"
-	}
-	z.sendMu.Lock()
-	err = z.ctl.send(message{Type: kind, Seq: seq}, remote)
-	z.sendMu.Unlock()
-	remote.Close()
-	if err != nil {
-		fail(FailZygote, "zygote unavailable: %v", err)
-		return local, 0, 0, false
-	}
-	if z.spec.Mode == ModeFork && !z.awaitForked(ctx, forkCh, fail) {
-		return local, 0, 0, false
-	}
-	hostPID, pidfd, ok := z.awaitHello(local, fail)
-	return local, hostPID, pidfd, ok
-}
-
-// workerChild returns a Node worker's host pid (from its ready message's
-// credentials) and a pidfd for it.
-func (z *Zygote) workerChild(fail func(Failure, string, ...any)) (int, int, bool) {
-	pid := z.Ready().HostPID
-	if pid == 0 {
-		fail(FailInternal, "worker's host pid is unknown")
-		return 0, 0, false
-	}
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		fail(FailCrashed, "worker %d vanished: %v", pid, err)
-		return 0, 0, false
-	}
-	return pid, pidfd, true
-}
-
-func (z *Zygote) awaitForked(ctx context.Context, forkCh chan message, fail func(Failure, string, ...any)) bool {
-	select {
-	case m := <-forkCh:
-		if m.Type == "fork_error" {
-			fail(FailZygote, "zygote could not fork: %s", string(m.Error))
-			return false
-		}
-		return true
-	case <-z.done:
-		fail(FailZygote, "zygote died before forking: %v", z.exitErr)
-	case <-ctx.Done():
-		fail(FailInternal, "request cancelled: %v", ctx.Err())
-	case <-time.After(10 * time.Second):
-		fail(FailZygote, "zygote did not fork within 10s")
-	}
-	return false
-}
-
-// awaitHello reads the child's hello, whose SCM_CREDENTIALS give its host
-// pid, and opens a pidfd for it (owned by the caller).
-func (z *Zygote) awaitHello(local *net.UnixConn, fail func(Failure, string, ...any)) (int, int, bool) {
-	_ = local.SetReadDeadline(time.Now().Add(10 * time.Second))
-	m, creds, err := recv(local)
-	if err != nil || m.Type != "hello" || creds == nil {
-		select {
-		case <-z.done:
-			fail(FailZygote, "zygote died: %v", z.exitErr)
-		default:
-			fail(FailCrashed, "child did not say hello: %v", err)
-		}
-		return 0, 0, false
-	}
-	pidfd, err := unix.PidfdOpen(int(creds.Pid), 0)
-	if err != nil {
-		fail(FailCrashed, "child %d vanished: %v", creds.Pid, err)
-		return 0, 0, false
-	}
-	return int(creds.Pid), pidfd, true
-}
-
-// finish waits for the child to exit (killing it at the deadline) and
-// reads its result.
-func (z *Zygote) finish(req Request, deadline time.Time, dir requestDir, exitCh chan message, pidfd int, res *Result) {
-	st := z.awaitExit(exitCh, pidfd, deadline)
+// outcome turns how the child ended into res's Failure, Error and Value.
+func (z *Zygote) outcome(req Request, st exitStatus, dir requestDir, res *Result) {
 	switch {
 	case st.timedOut:
 		res.Failure = FailTimeout
@@ -376,49 +304,49 @@ func (z *Zygote) finish(req Request, deadline time.Time, dir requestDir, exitCh 
 type exitStatus struct {
 	code, signal         int
 	timedOut, zygoteDied bool
+	resultReady          bool // result.json appeared; the child may still be exiting
 }
 
-// awaitExit waits for the child's exit report (fork mode: the zygote's
-// exited message; spawn mode: the agent process's exit), killing the child
-// through its pidfd at deadline.
-func (z *Zygote) awaitExit(exitCh chan message, pidfd int, deadline time.Time) exitStatus {
+// awaitExit waits until result (if not nil) is closed, or the child's exit
+// is reported (fork mode: the zygote's exited message; spawn and worker
+// mode: the agent process's exit), killing the child through its pidfd at
+// deadline.
+func (z *Zygote) awaitExit(c *child, deadline time.Time, result <-chan struct{}) exitStatus {
 	var st exitStatus
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	for {
-		select {
-		case m := <-exitCh:
-			if m.Code != nil {
-				st.code = *m.Code
-			}
-			st.signal = m.Signal
-			return st
-		case <-z.done:
-			if z.spec.Mode == ModeSpawn || z.spec.Mode == ModeWorker {
-				// The agent process was the child.
-				code := z.cmd.ProcessState.ExitCode()
-				if code > 128 {
-					st.signal = code - 128
-				} else {
-					st.code = code
-				}
-				return st
-			}
-			st.zygoteDied = true
-			return st
-		case <-timer.C:
-			st.timedOut = true
-			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-			// Wait (bounded) for the exit so the request dir is not removed
-			// under a live child.
-			select {
-			case <-exitCh:
-			case <-z.done:
-			case <-time.After(5 * time.Second):
+	select {
+	case <-result:
+		st.resultReady = true
+	case m := <-c.exitCh:
+		if m.Code != nil {
+			st.code = *m.Code
+		}
+		st.signal = m.Signal
+	case <-z.done:
+		if z.spec.Mode == ModeSpawn || z.spec.Mode == ModeWorker {
+			// The agent process was the child.
+			code := z.cmd.ProcessState.ExitCode()
+			if code > 128 {
+				st.signal = code - 128
+			} else {
+				st.code = code
 			}
 			return st
 		}
+		st.zygoteDied = true
+	case <-timer.C:
+		st.timedOut = true
+		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
+		// Wait (bounded) for the exit so the request dir is not removed
+		// under a live child.
+		select {
+		case <-c.exitCh:
+		case <-z.done:
+		case <-time.After(5 * time.Second):
+		}
 	}
+	return st
 }
 
 func readResult(path string, max int64) (*resultFile, error) {

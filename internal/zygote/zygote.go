@@ -61,6 +61,9 @@ type Spec struct {
 	// StrictFilter is the raw BPF program (internal/seccomp.Strict) written
 	// into the request directory as strict.bpf for requests with Strict set.
 	StrictFilter []byte
+	// PreFork is the ceiling of children kept forked ahead of demand (fork
+	// mode; 0 disables pre-forking).
+	PreFork int
 	// ReadyTimeout bounds the import and warm-up, default 60 s.
 	ReadyTimeout time.Duration
 	// Output receives each line the agent process prints outside a request
@@ -127,7 +130,10 @@ type Zygote struct {
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // set before done is closed
 
-	sendMu sync.Mutex // serialises writes on ctl
+	sendMu   sync.Mutex    // serialises writes on ctl
+	pool     *pool         // pre-forked children (fork mode with PreFork > 0)
+	draining chan struct{} // closed by Drain
+	drainOne sync.Once
 
 	mu       sync.Mutex // guards the fields below
 	state    State
@@ -147,7 +153,7 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 	if spec.Log == nil {
 		spec.Log = slog.Default()
 	}
-	z := &Zygote{spec: spec, log: spec.Log, done: make(chan struct{}),
+	z := &Zygote{spec: spec, log: spec.Log, done: make(chan struct{}), draining: make(chan struct{}),
 		forks: map[int]chan message{}, exits: map[int]chan message{}}
 	var undo []func()
 	defer func() {
@@ -213,6 +219,11 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 	z.state = StateReady
 	if spec.Mode != ModeWorker {
 		go z.readLoop()
+	}
+	if spec.Mode == ModeFork && z.ready.ForkSafe {
+		if z.pool = newPool(spec.PreFork); z.pool != nil {
+			go z.fill()
+		}
 	}
 	return z, nil
 }
@@ -490,6 +501,7 @@ func (z *Zygote) Drain(ctx context.Context) error {
 		z.state = StateDraining
 	}
 	z.mu.Unlock()
+	z.drainOne.Do(func() { close(z.draining) })
 	idle := make(chan struct{})
 	go func() { z.inflight.Wait(); close(idle) }()
 	select {

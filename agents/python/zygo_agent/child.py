@@ -9,8 +9,8 @@ after the caller has closed the control socket. In order:
    (rule 7); set ``TMPDIR=dir/tmp`` and reset ``tempfile``; ``PR_SET_DUMPABLE 0``; clear the
    zygote's ``atexit`` handlers; under ``strict``, install ``dir/strict.bpf`` as a second
    seccomp filter; read ``dir/event.json``;
-3. ``handler(event, context)``; ``dir/result.json`` written atomically; the request's own
-   ``atexit`` handlers; flush; ``os._exit``.
+3. ``handler(event, context)``; the request's own ``atexit`` handlers; flush;
+   ``dir/result.json`` written atomically, last; ``os._exit``.
 
 Exit status: ``EXIT_OK`` once ``result.json`` holds the handler's outcome (success or
 exception); ``EXIT_NO_GO`` when the request socket closed or ``go`` was malformed (no
@@ -111,9 +111,13 @@ def _serve(fd: int, handler) -> int:
         _flush_stdio()
         return EXIT_AGENT_ERROR
     outcome = _invoke(handler, event, go.context)
-    write_result(go.dir, outcome)
+    # The request's own atexit handlers and the flush come first: writing
+    # result.json is the last act before os._exit, so the supervisor may answer
+    # the caller as soon as it appears, with the request's output complete.
+    data = encode_result(outcome)
     atexit._run_exitfuncs()
     _flush_stdio()
+    write_encoded_result(go.dir, data)
     return EXIT_OK
 
 
@@ -221,7 +225,12 @@ def encode_result(outcome: dict) -> bytes:
 def write_result(directory: str, outcome: dict) -> None:
     """Write ``directory/result.json`` atomically (a temporary name, then rename).
     Returns nothing; raises ``OSError``."""
-    data = encode_result(outcome)
+    write_encoded_result(directory, encode_result(outcome))
+
+
+def write_encoded_result(directory: str, data: bytes) -> None:
+    """Write already-encoded ``data`` as ``directory/result.json`` atomically (a temporary
+    name, then rename). Returns nothing; raises ``OSError``."""
     tmp = os.path.join(directory, ".result.json.tmp")
     fd = os.open(tmp, _FILE_FLAGS | os.O_TRUNC, 0o600)
     try:

@@ -1,0 +1,185 @@
+package zygote
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// child is one process that will serve exactly one request: a fork of the
+// zygote (fork mode), the agent process itself (spawn mode), or a Node
+// worker. It exists, has said hello, and waits for GO.
+type child struct {
+	seq     int
+	conn    channel // where GO is sent: the request socket, or a worker's control channel
+	ownConn bool    // conn is closed right after GO (request sockets)
+	hostPID int
+	pidfd   int // owned; closed by release
+	exitCh  chan message
+	born    time.Time
+}
+
+// register reserves a sequence number and the channels its forked and
+// exited messages are delivered on.
+func (z *Zygote) register() (seq int, forkCh, exitCh chan message) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.nextSeq++
+	seq = z.nextSeq
+	forkCh, exitCh = make(chan message, 1), make(chan message, 1)
+	z.forks[seq], z.exits[seq] = forkCh, exitCh
+	return seq, forkCh, exitCh
+}
+
+func (z *Zygote) unregister(seq int) {
+	z.mu.Lock()
+	delete(z.forks, seq)
+	delete(z.exits, seq)
+	z.mu.Unlock()
+}
+
+// release closes what the supervisor holds of c and forgets its seq. A
+// child that never got GO sees its request socket close and exits.
+func (z *Zygote) release(c *child) {
+	if c.ownConn && c.conn != nil {
+		c.conn.close()
+	}
+	if c.pidfd > 0 {
+		unix.Close(c.pidfd)
+		c.pidfd = -1
+	}
+	z.unregister(c.seq)
+}
+
+// exited reports whether c's process has already exited (its pidfd is
+// readable, pidfd_open(2)).
+func (c *child) exited() bool {
+	fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
+// newChild makes a child for one request: from the pre-forked pool when one
+// is idle and alive, else a fresh one. On failure res carries why.
+func (z *Zygote) newChild(ctx context.Context, fail func(Failure, string, ...any)) (*child, bool) {
+	switch z.spec.Mode {
+	case ModeWorker:
+		return z.workerChild(fail)
+	case ModeFork:
+		if c := z.pool.take(z); c != nil {
+			return c, true
+		}
+	}
+	return z.makeChild(ctx, fail)
+}
+
+// makeChild asks the agent for a child (fork mode: "fork"; spawn mode:
+// "run", the agent itself) with a new request socket, and waits for its
+// hello, whose SCM_CREDENTIALS give its host pid.
+func (z *Zygote) makeChild(ctx context.Context, fail func(Failure, string, ...any)) (*child, bool) {
+	seq, forkCh, exitCh := z.register()
+	c := &child{seq: seq, exitCh: exitCh, ownConn: true, pidfd: -1, born: time.Now()}
+	local, remote, err := seqpacketPair()
+	if err != nil {
+		z.unregister(seq)
+		fail(FailInternal, "%v", err)
+		return nil, false
+	}
+	c.conn = packetChannel{c: local}
+	if err := setPassCred(local); err != nil {
+		remote.Close()
+		z.release(c)
+		fail(FailInternal, "setting SO_PASSCRED: %v", err)
+		return nil, false
+	}
+	kind := "fork"
+	if z.spec.Mode == ModeSpawn {
+		kind = "run"
+	}
+	z.sendMu.Lock()
+	err = z.ctl.send(message{Type: kind, Seq: seq}, remote)
+	z.sendMu.Unlock()
+	remote.Close()
+	if err != nil {
+		z.release(c)
+		fail(FailZygote, "zygote unavailable: %v", err)
+		return nil, false
+	}
+	if z.spec.Mode == ModeFork && !z.awaitForked(ctx, forkCh, fail) {
+		z.release(c)
+		return nil, false
+	}
+	pid, pidfd, ok := z.awaitHello(local, fail)
+	if !ok {
+		z.release(c)
+		return nil, false
+	}
+	c.hostPID, c.pidfd = pid, pidfd
+	return c, true
+}
+
+// workerChild returns a Node worker as the child: its host pid comes from
+// its ready message's credentials, and GO goes on its control channel.
+func (z *Zygote) workerChild(fail func(Failure, string, ...any)) (*child, bool) {
+	seq, _, exitCh := z.register()
+	pid := z.Ready().HostPID
+	if pid == 0 {
+		z.unregister(seq)
+		fail(FailInternal, "worker's host pid is unknown")
+		return nil, false
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		z.unregister(seq)
+		fail(FailCrashed, "worker %d vanished: %v", pid, err)
+		return nil, false
+	}
+	return &child{seq: seq, conn: z.ctl, hostPID: pid, pidfd: pidfd, exitCh: exitCh, born: time.Now()}, true
+}
+
+func (z *Zygote) awaitForked(ctx context.Context, forkCh chan message, fail func(Failure, string, ...any)) bool {
+	select {
+	case m := <-forkCh:
+		if m.Type == "fork_error" {
+			fail(FailZygote, "zygote could not fork: %s", string(m.Error))
+			return false
+		}
+		return true
+	case <-z.done:
+		fail(FailZygote, "zygote died before forking: %v", z.exitErr)
+	case <-ctx.Done():
+		fail(FailInternal, "request cancelled: %v", ctx.Err())
+	case <-time.After(10 * time.Second):
+		fail(FailZygote, "zygote did not fork within 10s")
+	}
+	return false
+}
+
+// awaitHello reads the child's hello, whose SCM_CREDENTIALS give its host
+// pid, and opens a pidfd for it (owned by the caller).
+func (z *Zygote) awaitHello(local *net.UnixConn, fail func(Failure, string, ...any)) (int, int, bool) {
+	_ = local.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer local.SetReadDeadline(time.Time{})
+	m, creds, err := recv(local)
+	if err != nil || m.Type != "hello" || creds == nil {
+		select {
+		case <-z.done:
+			fail(FailZygote, "zygote died: %v", z.exitErr)
+		default:
+			fail(FailCrashed, "child did not say hello: %v", err)
+		}
+		return 0, 0, false
+	}
+	pidfd, err := unix.PidfdOpen(int(creds.Pid), 0)
+	if err != nil {
+		fail(FailCrashed, "child %d vanished: %v", creds.Pid, err)
+		return 0, 0, false
+	}
+	return int(creds.Pid), pidfd, true
+}
+
+// String describes c for logs.
+func (c *child) String() string { return fmt.Sprintf("child seq=%d pid=%d", c.seq, c.hostPID) }

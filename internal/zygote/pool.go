@@ -1,0 +1,159 @@
+package zygote
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Pre-forking: a fork-mode zygote keeps a few children forked ahead of
+// demand, each past its hello and waiting for GO, so the fork is off the
+// request path. Everything that depends on the request (secrets, cgroup,
+// reseed, TMPDIR, strict filter) still happens at or after GO, so a
+// pre-forked child is exactly as independent as one forked on demand.
+//
+// The pool's target follows traffic: the peak number of requests in flight
+// in the last window, at least 1, at most Spec.PreFork; after IdleAfter
+// without a request it shrinks to 0 (the idle children exit).
+type pool struct {
+	ceiling int
+	ch      chan *child
+	kick    chan struct{}
+
+	mu       sync.Mutex // guards the fields below
+	inflight int
+	peak     int       // highest inflight in the current window
+	lastReq  time.Time // when the last request started
+	winStart time.Time
+}
+
+// Pool tuning.
+const (
+	poolWindow    = 30 * time.Second
+	poolIdleAfter = 60 * time.Second
+	poolTick      = time.Second
+)
+
+func newPool(ceiling int) *pool {
+	if ceiling <= 0 {
+		return nil
+	}
+	return &pool{ceiling: ceiling, ch: make(chan *child, ceiling), kick: make(chan struct{}, 1),
+		lastReq: time.Now(), winStart: time.Now()}
+}
+
+// take returns an idle, live pre-forked child, or nil. Dead ones are
+// released.
+func (p *pool) take(z *Zygote) *child {
+	if p == nil {
+		return nil
+	}
+	defer p.wake()
+	for {
+		select {
+		case c := <-p.ch:
+			if c.exited() {
+				z.release(c)
+				continue
+			}
+			return c
+		default:
+			return nil
+		}
+	}
+}
+
+func (p *pool) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// started and finished track requests in flight, for the target.
+func (p *pool) started() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.inflight++
+	p.lastReq = time.Now()
+	p.peak = max(p.peak, p.inflight)
+	p.mu.Unlock()
+}
+
+func (p *pool) finished() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.inflight--
+	p.mu.Unlock()
+}
+
+// target is how many idle children to keep now.
+func (p *pool) target(now time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now.Sub(p.lastReq) > poolIdleAfter {
+		return 0
+	}
+	if now.Sub(p.winStart) > poolWindow {
+		p.winStart, p.peak = now, p.inflight
+	}
+	return min(max(p.peak, 1), p.ceiling)
+}
+
+// Idle returns the number of pre-forked children waiting.
+func (z *Zygote) Idle() int {
+	if z.pool == nil {
+		return 0
+	}
+	return len(z.pool.ch)
+}
+
+// fill keeps the pool at its target until the zygote stops being ready,
+// then releases every idle child.
+func (z *Zygote) fill() {
+	p := z.pool
+	defer func() {
+		for {
+			select {
+			case c := <-p.ch:
+				z.release(c)
+			default:
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(poolTick)
+	defer tick.Stop()
+	for {
+		if z.State() != StateReady {
+			return
+		}
+		want := p.target(time.Now())
+		for len(p.ch) > want {
+			select {
+			case c := <-p.ch:
+				z.release(c)
+			default:
+			}
+		}
+		for len(p.ch) < want && z.State() == StateReady {
+			c, ok := z.makeChild(context.Background(), func(Failure, string, ...any) {})
+			if !ok {
+				break
+			}
+			p.ch <- c
+		}
+		select {
+		case <-p.kick:
+		case <-tick.C:
+		case <-z.done:
+			return
+		case <-z.draining:
+			return
+		}
+	}
+}
