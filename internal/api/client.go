@@ -73,6 +73,9 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ct
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, &Unreachable{err}
 	}
 	if resp.StatusCode >= 300 {

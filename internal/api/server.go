@@ -14,6 +14,7 @@
 //	PUT    /v1/secrets/{name}              body: the value (raw bytes)
 //	GET    /v1/secrets                     names and update times only
 //	DELETE /v1/secrets/{name}
+//	/v1/sandboxes/..., /v1/checkpoints/...   see sandboxes.go
 package api
 
 import (
@@ -63,6 +64,8 @@ type Server struct {
 	log     *slog.Logger
 	started time.Time
 	version string
+	// sandboxes serves /v1/sandboxes and /v1/checkpoints (sandboxes.go, set by WithSandboxes).
+	sandboxes sandboxAPI
 }
 
 // NewServer returns a Server; version is the daemon's build version.
@@ -83,6 +86,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/secrets/{name}", s.setSecret)
 	mux.HandleFunc("GET /v1/secrets", s.listSecrets)
 	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
+	s.sandboxRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path})
 	})
@@ -101,7 +105,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
-	body := http.MaxBytesReader(w, r.Body, function.MaxBundleBytes)
+	// One byte over the bundle limit, so that ReadBundle's own limit trips
+	// first and the error is errdefs.ErrTooLarge (413), not a read error.
+	body := http.MaxBytesReader(w, r.Body, function.MaxBundleBytes+1)
 	res, err := s.fns.Deploy(r.Context(), body)
 	if err != nil {
 		var ife *function.ImportFailed

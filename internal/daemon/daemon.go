@@ -1,8 +1,8 @@
 // Package daemon is Zygo's composition root: it wires the store, the
-// function manager and the HTTP API together and runs them until its
-// context ends. Only cmd/zygo (through internal/cli) and end-to-end tests
-// may import it; every other package receives its dependencies as
-// interfaces.
+// function manager, the sandbox manager (sandboxes.go) and the HTTP API
+// together and runs them until its context ends. Only cmd/zygo (through
+// internal/cli) and end-to-end tests may import it; every other package
+// receives its dependencies as interfaces.
 package daemon
 
 import (

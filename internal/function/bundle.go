@@ -118,6 +118,9 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 			}
 			return nil, fmt.Errorf("%w: reading bundle: %v", errdefs.ErrInvalidArgument, err)
 		}
+		if h.Typeflag == tar.TypeDir && path.Clean(h.Name) == "." {
+			continue // "./", as `tar -czf - .` writes it
+		}
 		name, err := cleanBundlePath(h.Name)
 		if err != nil {
 			return nil, err

@@ -245,6 +245,12 @@ func TestBundleHash(t *testing.T) {
 			f[2].path, f[2].data = "lib/a.p", "yA = 1\n"
 			return f
 		}},
+		{"one file's content spells the next file's entry", func(f []treeFile) []treeFile {
+			// A hash over path, mode and content simply concatenated would
+			// not tell these apart.
+			f[2].data += f[3].path + "755" + f[3].data
+			return f[:3]
+		}},
 		{"byte moved between two files", func(f []treeFile) []treeFile {
 			f[2].data, f[3].data = "A = 1\nB", " = 2\n"
 			return f
@@ -345,6 +351,7 @@ func gzipOf(t *testing.T, b []byte) []byte {
 // truncatedFile is a bundle whose main.py header promises 1000 bytes and
 // whose gzip stream ends after 10 of them.
 func truncatedFile(t *testing.T) []byte {
+	t.Helper()
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)
 	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "zygo.toml", Mode: 0o644, Size: int64(len(manifestText))})
@@ -370,7 +377,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // streamBundle writes a gzip'd tar to a pipe from a goroutine: the header
 // hdr, then hdr.Size bytes from data. The bundle is never held in memory.
 // The returned reader counts what the consumer took; stop ends the writer.
-func streamBundle(t *testing.T, level int, pre []entry, hdr tar.Header, data io.Reader) (r *countingReader, stop func()) {
+func streamBundle(level int, pre []entry, hdr tar.Header, data io.Reader) (r *countingReader, stop func()) {
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
 	go func() {
@@ -421,7 +428,7 @@ func TestReadBundleTooLarge(t *testing.T) {
 	})
 	t.Run("gzip bomb", func(t *testing.T) {
 		// MaxUnpackedBytes+1 real zero bytes: about 256 KiB compressed.
-		r, stop := streamBundle(t, gzip.BestSpeed, []entry{manifest},
+		r, stop := streamBundle(gzip.BestSpeed, []entry{manifest},
 			tar.Header{Typeflag: tar.TypeReg, Name: "bomb.bin", Mode: 0o644, Size: function.MaxUnpackedBytes + 1}, zeros{})
 		defer stop()
 		_, err := function.ReadBundle(r)
@@ -435,7 +442,7 @@ func TestReadBundleTooLarge(t *testing.T) {
 	t.Run("sum of files", func(t *testing.T) {
 		// Each file alone is under the limit; together they are over it.
 		oneMiB := strings.Repeat("x", 1<<20)
-		r, stop := streamBundle(t, gzip.BestSpeed, []entry{manifest, reg("a.bin", oneMiB)},
+		r, stop := streamBundle(gzip.BestSpeed, []entry{manifest, reg("a.bin", oneMiB)},
 			tar.Header{Typeflag: tar.TypeReg, Name: "b.bin", Mode: 0o644, Size: function.MaxUnpackedBytes - 1<<20}, zeros{})
 		defer stop()
 		_, err := function.ReadBundle(r)
@@ -460,7 +467,7 @@ func TestReadBundleTooLarge(t *testing.T) {
 		// Incompressible data, so that the compressed stream passes
 		// MaxBundleBytes while the unpacked size is still within its limit.
 		rnd := rand.NewChaCha8([32]byte{1}) // an io.Reader
-		r, stop := streamBundle(t, gzip.NoCompression, []entry{manifest},
+		r, stop := streamBundle(gzip.NoCompression, []entry{manifest},
 			tar.Header{Typeflag: tar.TypeReg, Name: "noise.bin", Mode: 0o644, Size: function.MaxBundleBytes + 1<<20}, rnd)
 		defer stop()
 		_, err := function.ReadBundle(r)
@@ -540,4 +547,25 @@ func TestWriteTo(t *testing.T) {
 			t.Errorf("WriteTo left %s.partial behind: %v", dir, err)
 		}
 	})
+}
+
+// TestReadBundleAcceptsDotEntry: `tar -czf - .` writes a "./" directory
+// entry and "./name" paths; such a bundle is accepted.
+func TestReadBundleAcceptsDotEntry(t *testing.T) {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755})
+	manifest := []byte("name = \"dot\"\nruntime = \"python\"\nhandler = \"main:handler\"\n")
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "./zygo.toml", Mode: 0o644, Size: int64(len(manifest))})
+	tw.Write(manifest)
+	tw.Close()
+	gz.Close()
+	u, err := function.ReadBundle(&buf)
+	if err != nil {
+		t.Fatalf("ReadBundle of a tar with ./ entries: %v", err)
+	}
+	if len(u.Files) != 1 || u.Files[0].Path != "zygo.toml" || u.Manifest.Name != "dot" {
+		t.Fatalf("files %+v", u.Files)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -198,8 +199,9 @@ func (m *Manifest) Validate() error {
 			return bad("handler", "%q must be module:function (for example main:handler)", m.Handler)
 		}
 	case RuntimeNode:
-		if !nodeHandlerRE.MatchString(m.Handler) {
-			return bad("handler", "%q must be file.js:export (for example index.js:handler)", m.Handler)
+		if file := strings.SplitN(m.Handler, ":", 2)[0]; !nodeHandlerRE.MatchString(m.Handler) ||
+			strings.HasPrefix(file, "/") || file != path.Clean(file) || strings.HasPrefix(file, "../") {
+			return bad("handler", "%q must be file.js:export with a relative path inside the function (for example index.js:handler)", m.Handler)
 		}
 	case "":
 		return bad("runtime", "is required (python or node)")

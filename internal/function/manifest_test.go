@@ -90,7 +90,8 @@ func TestParseManifestRejects(t *testing.T) {
 		add("python handler", badManifest{h, "name = \"a\"\nruntime = \"python\"\nhandler = \"" + h + "\"\n", "zygo.toml: handler:"})
 	}
 	for _, h := range []string{"", "index:handler", "index.py:handler", "index.js:", "index.js:1handler",
-		"index.js", "main:handler", "index.ts:handler", "in dex.js:handler", "index.js:handler.x"} {
+		"index.js", "main:handler", "index.ts:handler", "in dex.js:handler", "index.js:handler.x",
+		"../x.js:handler", "/abs/x.js:handler", "a/../../x.js:handler", "./x.js:handler"} {
 		add("node handler", badManifest{h, "name = \"a\"\nruntime = \"node\"\nhandler = \"" + h + "\"\n", "zygo.toml: handler:"})
 	}
 	add("mode",

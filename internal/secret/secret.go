@@ -83,7 +83,7 @@ func (s *Store) loadKey(path string) error {
 	if st.Mode().Perm()&0o077 != 0 {
 		return fmt.Errorf("secret key file %s has mode %o: it must be 0600", path, st.Mode().Perm())
 	}
-	if n, err := io.ReadFull(f, s.key[:]); err != nil || n != 32 {
+	if n, err := io.ReadFull(f, s.key[:]); err != nil || n != 32 || st.Size() != 32 {
 		return fmt.Errorf("secret key file %s must hold exactly 32 bytes", path)
 	}
 	return nil
@@ -99,7 +99,8 @@ func ValidName(name string) error {
 }
 
 // Set stores (or replaces) a secret. Errors: errdefs.ErrInvalidArgument for
-// a bad name, an empty value or one over MaxValueBytes.
+// a bad name or an empty value, errdefs.ErrTooLarge for one over
+// MaxValueBytes.
 func (s *Store) Set(ctx context.Context, name string, value []byte) error {
 	if err := ValidName(name); err != nil {
 		return err

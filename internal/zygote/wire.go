@@ -174,6 +174,9 @@ func (s *streamChannel) recv() (message, *unix.Ucred, error) {
 		if i := bytes.IndexByte(s.buf, '\n'); i >= 0 {
 			line := s.buf[:i]
 			s.buf = s.buf[i+1:]
+			if len(line) > maxDatagram {
+				return m, nil, fmt.Errorf("message larger than %d bytes", maxDatagram)
+			}
 			if err := json.Unmarshal(line, &m); err != nil {
 				return m, s.creds, fmt.Errorf("malformed message: %w", err)
 			}

@@ -1,0 +1,614 @@
+package api
+
+// The sandbox routes (docs/ARCHITECTURE.md has the table):
+//
+//	POST   /v1/sandboxes                       body: CreateSandboxBody → 201 the record
+//	GET    /v1/sandboxes                       every record, oldest first
+//	GET    /v1/sandboxes/{id}                  {id} is a sandbox id or name, everywhere
+//	DELETE /v1/sandboxes/{id}                  204
+//	POST   /v1/sandboxes/{id}/exec             body: ExecBody → NDJSON StreamEvents, last: exit
+//	POST   /v1/sandboxes/{id}/run-code         body: CodeBody → NDJSON StreamEvents, last: result
+//	PUT    /v1/sandboxes/{id}/files?path=&mode=    body: the content → 204
+//	GET    /v1/sandboxes/{id}/files?path=      the content
+//	GET    /v1/sandboxes/{id}/files/list?path= []guest.FileInfo
+//	POST   /v1/sandboxes/{id}/checkpoint       body: CheckpointBody → 201 the checkpoint
+//	GET    /v1/sandboxes/{id}/checkpoints      the sandbox's checkpoints
+//	POST   /v1/sandboxes/{id}/fork             body: ForkBody → ForkAnswer
+//	POST   /v1/sandboxes/{id}/rollback         body: RollbackBody → the record
+//	GET    /v1/sandboxes/{id}/generation       GenerationBody
+//	GET    /v1/checkpoints[?sandbox=ID]        every checkpoint, oldest first
+//	GET    /v1/checkpoints/{id}                {id} is a checkpoint id or tag
+//	DELETE /v1/checkpoints/{id}                204; 409 while a sandbox or checkpoint refers to it
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/internal/sandbox"
+)
+
+// Sandboxes is what the server needs from the sandbox manager (*sandbox.Manager). Every id
+// argument is a sandbox id or name; checkpoint arguments are a checkpoint id or tag.
+type Sandboxes interface {
+	Create(ctx context.Context, opts sandbox.CreateOptions) (sandbox.SandboxRecord, error)
+	Get(ctx context.Context, id string) (sandbox.SandboxRecord, error)
+	List(ctx context.Context) ([]sandbox.SandboxRecord, error)
+	Remove(ctx context.Context, id string) error
+	Exec(ctx context.Context, id string, req guest.ExecRequest, stdout, stderr io.Writer) (guest.ExitStatus, error)
+	RunCode(ctx context.Context, id string, req guest.CodeRequest, stdout, stderr io.Writer) (guest.CodeResult, error)
+	PutFile(ctx context.Context, id, path string, perm uint32, r io.Reader) error
+	GetFile(ctx context.Context, id, path string, w io.Writer) error
+	ListFiles(ctx context.Context, id, path string) ([]guest.FileInfo, error)
+	Checkpoint(ctx context.Context, id, tag string) (sandbox.CheckpointRecord, error)
+	Checkpoints(ctx context.Context, sandboxID string) ([]sandbox.CheckpointRecord, error)
+	GetCheckpoint(ctx context.Context, checkpoint string) (sandbox.CheckpointRecord, error)
+	RemoveCheckpoint(ctx context.Context, checkpoint string) error
+	Fork(ctx context.Context, id string, opts sandbox.ForkOptions) (sandbox.ForkResult, error)
+	Rollback(ctx context.Context, id, checkpoint string) (sandbox.SandboxRecord, error)
+}
+
+var _ Sandboxes = (*sandbox.Manager)(nil)
+
+// Limits of the sandbox routes.
+const (
+	// MaxSandboxJSONBytes bounds a JSON request body (an exec's stdin travels in it).
+	MaxSandboxJSONBytes = 16 << 20
+	// MaxFileBytes bounds one file upload. A sandbox's writes live in memory.
+	MaxFileBytes = 256 << 20
+)
+
+// sandboxAPI is the sandbox side of the server.
+type sandboxAPI struct {
+	mgr Sandboxes
+	// unavailable says why mgr is nil: every sandbox route answers 503 with it.
+	unavailable error
+}
+
+// WithSandboxes gives the server its sandbox manager and returns the server. sb nil means
+// sandboxes are unavailable on this daemon; every sandbox route then answers 503 with
+// unavailable's message (which should say how to fix it).
+func (s *Server) WithSandboxes(sb Sandboxes, unavailable error) *Server {
+	s.sandboxes = sandboxAPI{mgr: sb, unavailable: unavailable}
+	return s
+}
+
+type sandboxHandler func(w http.ResponseWriter, r *http.Request, sb Sandboxes)
+
+// sandboxRoutes registers the sandbox routes on mux; Handler calls it.
+func (s *Server) sandboxRoutes(mux *http.ServeMux) {
+	for pattern, h := range map[string]sandboxHandler{
+		"POST /v1/sandboxes":                 s.createSandbox,
+		"GET /v1/sandboxes":                  s.listSandboxes,
+		"GET /v1/sandboxes/{id}":             s.getSandbox,
+		"DELETE /v1/sandboxes/{id}":          s.removeSandbox,
+		"POST /v1/sandboxes/{id}/exec":       s.execSandbox,
+		"POST /v1/sandboxes/{id}/run-code":   s.runCode,
+		"PUT /v1/sandboxes/{id}/files":       s.putFile,
+		"GET /v1/sandboxes/{id}/files":       s.getFile,
+		"GET /v1/sandboxes/{id}/files/list":  s.listFiles,
+		"POST /v1/sandboxes/{id}/checkpoint": s.checkpoint,
+		"GET /v1/sandboxes/{id}/checkpoints": s.sandboxCheckpoints,
+		"POST /v1/sandboxes/{id}/fork":       s.fork,
+		"POST /v1/sandboxes/{id}/rollback":   s.rollback,
+		"GET /v1/sandboxes/{id}/generation":  s.generation,
+		"GET /v1/checkpoints":                s.listCheckpoints,
+		"GET /v1/checkpoints/{id}":           s.getCheckpoint,
+		"DELETE /v1/checkpoints/{id}":        s.removeCheckpoint,
+	} {
+		mux.HandleFunc(pattern, s.needSandboxes(h))
+	}
+}
+
+// needSandboxes answers 503 when sandboxes are unavailable, else calls h.
+func (s *Server) needSandboxes(h sandboxHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sb := s.sandboxes.mgr
+		if sb == nil {
+			msg := "sandboxes are not enabled on this daemon"
+			if s.sandboxes.unavailable != nil {
+				msg = s.sandboxes.unavailable.Error()
+			}
+			writeError(w, http.StatusServiceUnavailable, ErrorBody{Code: "unavailable", Message: msg})
+			return
+		}
+		h(w, r, sb)
+	}
+}
+
+// codeStatus is the HTTP status of each error code, as Server.fail answers them.
+var codeStatus = map[string]int{
+	"not_found": http.StatusNotFound, "bad_request": http.StatusBadRequest,
+	"too_large": http.StatusRequestEntityTooLarge, "exists": http.StatusConflict,
+	"failed_precondition": http.StatusConflict, "unavailable": http.StatusServiceUnavailable,
+	"deadline_exceeded": http.StatusGatewayTimeout, "cancelled": 499, "internal": http.StatusInternalServerError,
+}
+
+// statusOfCode returns the HTTP status of an error code (500 for an unknown one).
+func statusOfCode(code string) int {
+	if st, ok := codeStatus[code]; ok {
+		return st
+	}
+	return http.StatusInternalServerError
+}
+
+// errorCode returns the code and status Server.fail gives err, for errors reported inside a
+// stream or a body of their own. Keep the two in step.
+func (s *Server) errorCode(err error) (string, int) {
+	code := "internal"
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		code = "not_found"
+	case errors.Is(err, errdefs.ErrInvalidArgument):
+		code = "bad_request"
+	case errors.Is(err, errdefs.ErrTooLarge):
+		code = "too_large"
+	case errors.Is(err, errdefs.ErrExists):
+		code = "exists"
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		code = "failed_precondition"
+	case errors.Is(err, errdefs.ErrUnavailable):
+		code = "unavailable"
+	case errors.Is(err, errdefs.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		code = "deadline_exceeded"
+	case errors.Is(err, context.Canceled):
+		code = "cancelled"
+	default:
+		s.log.Error("api", "err", err)
+	}
+	return code, statusOfCode(code)
+}
+
+func (s *Server) errorBody(err error) *ErrorBody {
+	code, _ := s.errorCode(err)
+	return &ErrorBody{Code: code, Message: err.Error()}
+}
+
+// decodeBody reads a JSON body into v; an empty body leaves v as it is. Unknown fields are
+// refused, so a misspelt option is an error rather than ignored. On failure it has answered.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxSandboxJSONBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large",
+				Message: fmt.Sprintf("request body exceeds %d MiB", MaxSandboxJSONBytes>>20)})
+			return false
+		}
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: "decoding request body: " + err.Error()})
+		return false
+	}
+	return true
+}
+
+func badRequest(w http.ResponseWriter, msg string) {
+	writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: msg})
+}
+
+// CreateSandboxBody is the body of POST /v1/sandboxes: name, rootfs_dir, services, env (all
+// optional).
+type CreateSandboxBody = sandbox.CreateOptions
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	var body CreateSandboxBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	rec, err := sb.Create(r.Context(), body)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, rec)
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	recs, err := sb.List(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if recs == nil {
+		recs = []sandbox.SandboxRecord{}
+	}
+	writeJSON(w, http.StatusOK, recs)
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	rec, err := sb.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	if err := sb.Remove(r.Context(), r.PathValue("id")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ExecBody is the body of POST /v1/sandboxes/{id}/exec.
+type ExecBody struct {
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env,omitempty"`   // KEY=VALUE, added to the sandbox's environment
+	Cwd       string   `json:"cwd,omitempty"`   // default /
+	Stdin     []byte   `json:"stdin,omitempty"` // base64 in JSON
+	TimeoutMs int64    `json:"timeout_ms,omitempty"`
+}
+
+// CodeBody is the body of POST /v1/sandboxes/{id}/run-code.
+type CodeBody struct {
+	Code      string `json:"code"`
+	TimeoutMs int64  `json:"timeout_ms,omitempty"`
+}
+
+// StreamEvent is one line of the NDJSON answer of exec and run-code: output chunks as they
+// come, then exactly one of Exit (exec), Result (run-code) or Error (the call failed after the
+// stream began; before that, the answer is an ordinary error with its status).
+type StreamEvent struct {
+	Stream string            `json:"stream,omitempty"` // "stdout" or "stderr"
+	Data   []byte            `json:"data,omitempty"`   // base64 in JSON
+	Exit   *guest.ExitStatus `json:"exit,omitempty"`
+	Result *guest.CodeResult `json:"result,omitempty"`
+	Error  *ErrorBody        `json:"error,omitempty"`
+}
+
+// eventStream writes StreamEvents. The status line goes out with the first event, so an error
+// that comes before any output still gets its own status.
+type eventStream struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+
+	mu      sync.Mutex // guards started and the writes
+	started bool
+}
+
+func newEventStream(w http.ResponseWriter) *eventStream {
+	return &eventStream{w: w, rc: http.NewResponseController(w)}
+}
+
+func (st *eventStream) send(ev StreamEvent) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.started {
+		st.w.Header().Set("Content-Type", "application/x-ndjson")
+		st.w.WriteHeader(http.StatusOK)
+		st.started = true
+	}
+	_ = json.NewEncoder(st.w).Encode(ev)
+	_ = st.rc.Flush()
+}
+
+func (st *eventStream) isStarted() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.started
+}
+
+// writer returns an io.Writer that sends what it is given as events of stream name.
+func (st *eventStream) writer(name string) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		st.send(StreamEvent{Stream: name, Data: append([]byte(nil), p...)})
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// finish ends the stream with err: as an error event once the stream has begun, else as an
+// ordinary error answer.
+func (s *Server) finishStream(w http.ResponseWriter, st *eventStream, err error) {
+	if st.isStarted() {
+		st.send(StreamEvent{Error: s.errorBody(err)})
+		return
+	}
+	s.fail(w, err)
+}
+
+func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	var body ExecBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	if len(body.Argv) == 0 || body.Argv[0] == "" {
+		badRequest(w, "exec needs a command: argv is empty")
+		return
+	}
+	if body.TimeoutMs < 0 {
+		badRequest(w, "timeout_ms must not be negative")
+		return
+	}
+	st := newEventStream(w)
+	req := guest.ExecRequest{Argv: body.Argv, Env: body.Env, Cwd: body.Cwd, Stdin: body.Stdin,
+		Timeout: time.Duration(body.TimeoutMs) * time.Millisecond}
+	status, err := sb.Exec(r.Context(), r.PathValue("id"), req, st.writer("stdout"), st.writer("stderr"))
+	if err != nil {
+		s.finishStream(w, st, err)
+		return
+	}
+	st.send(StreamEvent{Exit: &status})
+}
+
+func (s *Server) runCode(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	var body CodeBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	if body.TimeoutMs < 0 {
+		badRequest(w, "timeout_ms must not be negative")
+		return
+	}
+	st := newEventStream(w)
+	req := guest.CodeRequest{Code: body.Code, Timeout: time.Duration(body.TimeoutMs) * time.Millisecond}
+	res, err := sb.RunCode(r.Context(), r.PathValue("id"), req, st.writer("stdout"), st.writer("stderr"))
+	if err != nil {
+		s.finishStream(w, st, err)
+		return
+	}
+	st.send(StreamEvent{Result: &res})
+}
+
+// filePath returns the ?path= of a files route, which must be absolute; on failure it has
+// answered.
+func filePath(w http.ResponseWriter, r *http.Request) (string, bool) {
+	p := r.URL.Query().Get("path")
+	if p == "" || p[0] != '/' {
+		badRequest(w, "path must be an absolute path inside the sandbox (?path=/...)")
+		return "", false
+	}
+	return p, true
+}
+
+// limitedBody is a request body that remembers whether it hit its limit.
+type limitedBody struct {
+	r       io.Reader
+	tooLong bool
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		b.tooLong = true
+	}
+	return n, err
+}
+
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	p, ok := filePath(w, r)
+	if !ok {
+		return
+	}
+	mode := uint64(0o644)
+	if m := r.URL.Query().Get("mode"); m != "" {
+		var err error
+		if mode, err = strconv.ParseUint(m, 8, 32); err != nil || mode > 0o7777 {
+			badRequest(w, "mode must be octal permission bits, e.g. 644 or 0755")
+			return
+		}
+	}
+	body := &limitedBody{r: http.MaxBytesReader(w, r.Body, MaxFileBytes)}
+	if err := sb.PutFile(r.Context(), r.PathValue("id"), p, uint32(mode), body); err != nil {
+		if body.tooLong {
+			writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large",
+				Message: fmt.Sprintf("file exceeds %d MiB", MaxFileBytes>>20)})
+			return
+		}
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// lazyBody writes a 200 octet-stream answer on the first byte, so an error before any byte
+// still gets its own status.
+type lazyBody struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (b *lazyBody) Write(p []byte) (int, error) {
+	if !b.started {
+		b.w.Header().Set("Content-Type", "application/octet-stream")
+		b.w.WriteHeader(http.StatusOK)
+		b.started = true
+	}
+	return b.w.Write(p)
+}
+
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	p, ok := filePath(w, r)
+	if !ok {
+		return
+	}
+	body := &lazyBody{w: w}
+	err := sb.GetFile(r.Context(), r.PathValue("id"), p, body)
+	switch {
+	case err != nil && !body.started:
+		s.fail(w, err)
+	case err != nil: // half sent: all we can do is cut the answer short
+		s.log.Warn("sending file", "path", p, "err", err)
+		panic(http.ErrAbortHandler)
+	case !body.started: // an empty file
+		body.Write(nil)
+	}
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	p, ok := filePath(w, r)
+	if !ok {
+		return
+	}
+	infos, err := sb.ListFiles(r.Context(), r.PathValue("id"), p)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if infos == nil {
+		infos = []guest.FileInfo{}
+	}
+	writeJSON(w, http.StatusOK, infos)
+}
+
+// CheckpointBody is the body of POST /v1/sandboxes/{id}/checkpoint.
+type CheckpointBody struct {
+	Tag string `json:"tag,omitempty"`
+}
+
+func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	var body CheckpointBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	cp, err := sb.Checkpoint(r.Context(), r.PathValue("id"), body.Tag)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, cp)
+}
+
+func (s *Server) writeCheckpoints(w http.ResponseWriter, r *http.Request, sb Sandboxes, sandboxID string) {
+	cps, err := sb.Checkpoints(r.Context(), sandboxID)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if cps == nil {
+		cps = []sandbox.CheckpointRecord{}
+	}
+	writeJSON(w, http.StatusOK, cps)
+}
+
+func (s *Server) sandboxCheckpoints(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	s.writeCheckpoints(w, r, sb, r.PathValue("id"))
+}
+
+func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	s.writeCheckpoints(w, r, sb, r.URL.Query().Get("sandbox"))
+}
+
+func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	cp, err := sb.GetCheckpoint(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, cp)
+}
+
+func (s *Server) removeCheckpoint(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	if err := sb.RemoveCheckpoint(r.Context(), r.PathValue("id")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ForkBody is the body of POST /v1/sandboxes/{id}/fork.
+type ForkBody struct {
+	N int `json:"n"` // children, 1..the daemon's bound (sandbox.MaxForkN)
+	// From is the checkpoint (id or tag) to restore; empty: checkpoint the sandbox now.
+	From string `json:"from,omitempty"`
+}
+
+// ForkChildBody is one child's outcome: its record, or why it failed (it was destroyed).
+type ForkChildBody struct {
+	Index   int                    `json:"index"`
+	Sandbox *sandbox.SandboxRecord `json:"sandbox,omitempty"`
+	Error   *ErrorBody             `json:"error,omitempty"`
+}
+
+// ForkAnswer is the answer of a fork: 200 when at least one child runs (partial success is
+// normal, and every failure is listed); when every child failed, the status of their errors'
+// category with Error set, and the children still listed.
+type ForkAnswer struct {
+	Error      *ErrorBody               `json:"error,omitempty"`
+	Checkpoint sandbox.CheckpointRecord `json:"checkpoint"`
+	Children   []ForkChildBody          `json:"children"`
+	Succeeded  int                      `json:"succeeded"`
+	Failed     int                      `json:"failed"`
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	var body ForkBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	res, err := sb.Fork(r.Context(), r.PathValue("id"), sandbox.ForkOptions{N: body.N, From: body.From})
+	if err != nil && len(res.Children) == 0 { // nothing was attempted: bad n, unknown id, the checkpoint failed
+		s.fail(w, err)
+		return
+	}
+	ans := ForkAnswer{Checkpoint: res.Checkpoint, Children: make([]ForkChildBody, 0, len(res.Children))}
+	for i, c := range res.Children {
+		cb := ForkChildBody{Index: i}
+		if c.Err != nil {
+			cb.Error = s.errorBody(c.Err)
+			ans.Failed++
+		} else {
+			rec := c.Sandbox
+			cb.Sandbox = &rec
+			ans.Succeeded++
+		}
+		ans.Children = append(ans.Children, cb)
+	}
+	status := http.StatusOK
+	if err != nil {
+		ans.Error = s.errorBody(err)
+		_, status = s.errorCode(err)
+	}
+	writeJSON(w, status, ans)
+}
+
+// RollbackBody is the body of POST /v1/sandboxes/{id}/rollback.
+type RollbackBody struct {
+	To string `json:"to"` // checkpoint id or tag
+}
+
+func (s *Server) rollback(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	var body RollbackBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	if body.To == "" {
+		badRequest(w, "rollback needs the checkpoint to go back to: {\"to\": \"cp-...\"}")
+		return
+	}
+	rec, err := sb.Rollback(r.Context(), r.PathValue("id"), body.To)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+// GenerationBody is the answer of GET /v1/sandboxes/{id}/generation.
+type GenerationBody struct {
+	SandboxID  string `json:"sandbox_id"`
+	Generation string `json:"generation"` // 128 bits, 32 hex digits; new on every fork and rollback
+}
+
+func (s *Server) generation(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	rec, err := sb.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, GenerationBody{SandboxID: rec.ID, Generation: rec.Generation})
+}

@@ -1,0 +1,219 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/internal/sandbox"
+)
+
+// fakeSandboxes is a hand-written Sandboxes: each method answers from its fields.
+type fakeSandboxes struct {
+	Sandboxes // methods a test does not set panic
+
+	rec       sandbox.SandboxRecord
+	err       error
+	execOut   string // written to stdout before exec returns
+	execErr   error
+	file      []byte
+	putPath   string
+	putMode   uint32
+	forkRes   sandbox.ForkResult
+	forkErr   error
+	removeErr error
+}
+
+func (f *fakeSandboxes) Create(context.Context, sandbox.CreateOptions) (sandbox.SandboxRecord, error) {
+	return f.rec, f.err
+}
+
+func (f *fakeSandboxes) Get(context.Context, string) (sandbox.SandboxRecord, error) {
+	return f.rec, f.err
+}
+
+func (f *fakeSandboxes) Exec(_ context.Context, _ string, _ guest.ExecRequest, stdout, _ io.Writer) (guest.ExitStatus, error) {
+	if f.execOut != "" {
+		io.WriteString(stdout, f.execOut)
+	}
+	return guest.ExitStatus{Code: 3}, f.execErr
+}
+
+func (f *fakeSandboxes) PutFile(_ context.Context, _, path string, perm uint32, r io.Reader) error {
+	f.putPath, f.putMode = path, perm
+	b, _ := io.ReadAll(r)
+	f.file = b
+	return f.err
+}
+
+func (f *fakeSandboxes) GetFile(_ context.Context, _, _ string, w io.Writer) error {
+	if f.err != nil {
+		return f.err
+	}
+	_, err := w.Write(f.file)
+	return err
+}
+
+func (f *fakeSandboxes) Fork(context.Context, string, sandbox.ForkOptions) (sandbox.ForkResult, error) {
+	return f.forkRes, f.forkErr
+}
+
+func (f *fakeSandboxes) RemoveCheckpoint(context.Context, string) error { return f.removeErr }
+
+func newTestServer(t *testing.T, sb Sandboxes, unavailable error) *Client {
+	t.Helper()
+	srv := NewServer(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(sb, unavailable)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return NewTCPClient(strings.TrimPrefix(ts.URL, "http://"))
+}
+
+func wantAPIError(t *testing.T, err error, status int, substr string) *Error {
+	t.Helper()
+	var ae *Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("want *Error %d, got %v", status, err)
+	}
+	if ae.Status != status || !strings.Contains(ae.Body.Message, substr) {
+		t.Errorf("got %d %q, want %d containing %q", ae.Status, ae.Body.Message, status, substr)
+	}
+	return ae
+}
+
+func TestSandboxRoutesUnavailable(t *testing.T) {
+	c := newTestServer(t, nil, errors.New("sandboxes are unavailable on this daemon: runsc not found (install it with scripts/install-runsc.sh)"))
+	_, err := c.ListSandboxes(context.Background())
+	wantAPIError(t, err, http.StatusServiceUnavailable, "scripts/install-runsc.sh")
+	c = newTestServer(t, nil, nil)
+	_, err = c.CreateSandbox(context.Background(), CreateSandboxBody{})
+	wantAPIError(t, err, http.StatusServiceUnavailable, "not enabled")
+}
+
+func TestSandboxErrorStatuses(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		err    error
+		status int
+	}{
+		{fmt.Errorf("sandbox %q: %w", "x", errdefs.ErrNotFound), 404},
+		{fmt.Errorf("bad: %w", errdefs.ErrInvalidArgument), 400},
+		{fmt.Errorf("name: %w", errdefs.ErrExists), 409},
+		{&sandbox.TransitionError{ID: "x", From: sandbox.Failed, To: sandbox.Checkpointing}, 409},
+		{fmt.Errorf("guest: %w", errdefs.ErrUnavailable), 503},
+		{errors.New("boom"), 500},
+	} {
+		cl := newTestServer(t, &fakeSandboxes{err: c.err}, nil)
+		_, err := cl.GetSandbox(ctx, "x")
+		wantAPIError(t, err, c.status, c.err.Error())
+	}
+}
+
+func TestSandboxTokenNeverInJSON(t *testing.T) {
+	c := newTestServer(t, &fakeSandboxes{rec: sandbox.SandboxRecord{ID: "sb-1", Token: "very-secret-token"}}, nil)
+	resp, err := c.do(context.Background(), "GET", "/v1/sandboxes/sb-1", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if bytes.Contains(b, []byte("very-secret-token")) {
+		t.Errorf("the guest token is in the API answer: %s", b)
+	}
+}
+
+func TestSandboxBadBodies(t *testing.T) {
+	c := newTestServer(t, &fakeSandboxes{}, nil)
+	ctx := context.Background()
+	err := c.getJSON(ctx, "POST", "/v1/sandboxes", strings.NewReader(`{"nmae": "x"}`), "application/json", nil)
+	wantAPIError(t, err, 400, "nmae")
+	_, err = c.Exec(ctx, "sb-1", ExecBody{}, nil, nil)
+	wantAPIError(t, err, 400, "argv is empty")
+	_, err = c.Rollback(ctx, "sb-1", "")
+	wantAPIError(t, err, 400, "checkpoint")
+	err = c.PutFile(ctx, "sb-1", "relative/path", 0o644, strings.NewReader("x"))
+	wantAPIError(t, err, 400, "absolute")
+}
+
+func TestSandboxExecStream(t *testing.T) {
+	ctx := context.Background()
+	// Output, then the exit status.
+	f := &fakeSandboxes{execOut: "hello\n"}
+	var out bytes.Buffer
+	st, err := newTestServer(t, f, nil).Exec(ctx, "sb-1", ExecBody{Argv: []string{"x"}}, &out, nil)
+	if err != nil || st.Code != 3 || out.String() != "hello\n" {
+		t.Errorf("exec: %+v %v %q", st, err, out.String())
+	}
+	// An error before any output keeps its own status.
+	f = &fakeSandboxes{execErr: fmt.Errorf("guest: no such file: %w", errdefs.ErrNotFound)}
+	_, err = newTestServer(t, f, nil).Exec(ctx, "sb-1", ExecBody{Argv: []string{"x"}}, nil, nil)
+	wantAPIError(t, err, 404, "no such file")
+	// An error after output arrives as the stream's last event, with the same category.
+	f = &fakeSandboxes{execOut: "partial", execErr: fmt.Errorf("guest died: %w", errdefs.ErrUnavailable)}
+	out.Reset()
+	_, err = newTestServer(t, f, nil).Exec(ctx, "sb-1", ExecBody{Argv: []string{"x"}}, &out, nil)
+	wantAPIError(t, err, 503, "guest died")
+	if out.String() != "partial" {
+		t.Errorf("output before the error: %q", out.String())
+	}
+}
+
+func TestSandboxFiles(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeSandboxes{}
+	c := newTestServer(t, f, nil)
+	if err := c.PutFile(ctx, "sb-1", "/root/a", 0o600, strings.NewReader("data")); err != nil {
+		t.Fatal(err)
+	}
+	if f.putPath != "/root/a" || f.putMode != 0o600 || string(f.file) != "data" {
+		t.Errorf("put reached the manager as %q %o %q", f.putPath, f.putMode, f.file)
+	}
+	f.file = nil // an empty file is 200 with no body
+	var b bytes.Buffer
+	if err := c.GetFile(ctx, "sb-1", "/root/empty", &b); err != nil || b.Len() != 0 {
+		t.Errorf("get of an empty file: %v %q", err, b.String())
+	}
+	f.err = fmt.Errorf("open /x: %w", errdefs.ErrNotFound)
+	wantAPIError(t, c.GetFile(ctx, "sb-1", "/x", &b), 404, "/x")
+}
+
+func TestSandboxFork(t *testing.T) {
+	ctx := context.Background()
+	ok := sandbox.ForkChild{Sandbox: sandbox.SandboxRecord{ID: "sb-ok"}}
+	bad := sandbox.ForkChild{Err: fmt.Errorf("resealing: %w", errdefs.ErrUnavailable)}
+	bad.Error = bad.Err.Error()
+
+	// Partial success: 200, every child listed.
+	f := &fakeSandboxes{forkRes: sandbox.ForkResult{Children: []sandbox.ForkChild{ok, bad}}}
+	ans, err := newTestServer(t, f, nil).Fork(ctx, "sb-1", 2, "")
+	if err != nil || ans.Succeeded != 1 || ans.Failed != 1 || ans.Children[0].Sandbox.ID != "sb-ok" ||
+		ans.Children[1].Error == nil || ans.Children[1].Error.Code != "unavailable" {
+		t.Errorf("partial fork: %+v %v", ans, err)
+	}
+	// Every child failed: the category's status, and the children are still listed.
+	f = &fakeSandboxes{forkRes: sandbox.ForkResult{Children: []sandbox.ForkChild{bad, bad}},
+		forkErr: fmt.Errorf("every child failed: %w", errors.Join(bad.Err, bad.Err))}
+	ans, err = newTestServer(t, f, nil).Fork(ctx, "sb-1", 2, "")
+	wantAPIError(t, err, 503, "every child failed")
+	if len(ans.Children) != 2 || ans.Failed != 2 {
+		t.Errorf("all-failed fork lost its children: %+v", ans)
+	}
+	// Refused before any child: an ordinary error.
+	f = &fakeSandboxes{forkErr: fmt.Errorf("fork n=0: must be between 1 and 16: %w", errdefs.ErrInvalidArgument)}
+	_, err = newTestServer(t, f, nil).Fork(ctx, "sb-1", 0, "")
+	wantAPIError(t, err, 400, "between 1 and 16")
+}
+
+func TestCheckpointRemoveReferenced(t *testing.T) {
+	f := &fakeSandboxes{removeErr: fmt.Errorf("checkpoint cp-1 is still referenced by sandbox sb-2: %w", errdefs.ErrFailedPrecondition)}
+	err := newTestServer(t, f, nil).RemoveCheckpoint(context.Background(), "cp-1")
+	wantAPIError(t, err, 409, "still referenced by sandbox sb-2")
+}

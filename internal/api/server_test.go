@@ -1,0 +1,552 @@
+package api_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/function"
+	"github.com/zygo-run/zygo/internal/secret"
+	"github.com/zygo-run/zygo/internal/store"
+	"github.com/zygo-run/zygo/internal/zygote"
+)
+
+// fakeFunctions is a hand-written api.Functions. err, when set, is what
+// every method returns; the other fields are the successful answers.
+type fakeFunctions struct {
+	mu       sync.Mutex
+	err      error
+	deploy   func(io.Reader) (*function.DeployResult, error) // overrides err and res
+	inv      *function.Invocation
+	statuses []function.Status
+
+	// recorded calls
+	invoked    []string // names
+	events     [][]byte
+	removed    []string
+	deployBody []byte
+}
+
+var _ api.Functions = (*fakeFunctions)(nil)
+
+func (f *fakeFunctions) Deploy(ctx context.Context, bundle io.Reader) (*function.DeployResult, error) {
+	if f.deploy != nil {
+		return f.deploy(bundle)
+	}
+	b, err := io.ReadAll(bundle)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.deployBody = b
+	f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &function.DeployResult{Name: "hello", Version: "sha256:abc", Mode: function.ModeFork, ReadyMs: 12}, nil
+}
+
+func (f *fakeFunctions) Invoke(ctx context.Context, name string, event []byte) (*function.Invocation, error) {
+	f.mu.Lock()
+	f.invoked = append(f.invoked, name)
+	f.events = append(f.events, event)
+	f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	return f.inv, nil
+}
+
+func (f *fakeFunctions) List() []function.Status { return f.statuses }
+
+func (f *fakeFunctions) Get(name string) (function.Status, error) {
+	if f.err != nil {
+		return function.Status{}, f.err
+	}
+	for _, s := range f.statuses {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return function.Status{}, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
+}
+
+func (f *fakeFunctions) Remove(ctx context.Context, name string) error {
+	f.removed = append(f.removed, name)
+	return f.err
+}
+
+// fakeLogs is a hand-written api.Logs that records its query.
+type fakeLogs struct {
+	err   error
+	lines []store.LogLine
+	q     *store.LogQuery
+}
+
+func (l *fakeLogs) Logs(ctx context.Context, q store.LogQuery) ([]store.LogLine, error) {
+	l.q = &q
+	return l.lines, l.err
+}
+
+// fakeSecrets is a hand-written api.Secrets.
+type fakeSecrets struct {
+	err    error
+	set    map[string][]byte
+	metas  []secret.Meta
+	remove []string
+}
+
+func (s *fakeSecrets) Set(ctx context.Context, name string, value []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	if s.set == nil {
+		s.set = map[string][]byte{}
+	}
+	s.set[name] = value
+	return nil
+}
+
+func (s *fakeSecrets) List(ctx context.Context) ([]secret.Meta, error) { return s.metas, s.err }
+
+func (s *fakeSecrets) Remove(ctx context.Context, name string) error {
+	s.remove = append(s.remove, name)
+	return s.err
+}
+
+type fixture struct {
+	fns     *fakeFunctions
+	logs    *fakeLogs
+	secrets *fakeSecrets
+	h       http.Handler
+	logBuf  *bytes.Buffer
+}
+
+func newFixture() *fixture {
+	var buf bytes.Buffer
+	f := &fixture{
+		fns: &fakeFunctions{statuses: []function.Status{
+			{Name: "hello", Version: "sha256:abc", Runtime: function.RuntimePython, State: "ready"},
+			{Name: "other", Version: "sha256:def", Runtime: function.RuntimeNode, State: "starting"},
+		}},
+		logs:    &fakeLogs{},
+		secrets: &fakeSecrets{},
+		logBuf:  &buf,
+	}
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	f.h = api.NewServer(f.fns, f.logs, f.secrets, log, "test-version").Handler()
+	return f
+}
+
+// do serves one request and returns the recorded response.
+func (f *fixture) do(method, target string, body io.Reader) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, target, body)
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	return rec
+}
+
+// errorOf decodes an {"error": ...} body, failing the test if the response
+// is not one.
+func errorOf(t *testing.T, rec *httptest.ResponseRecorder) api.ErrorBody {
+	t.Helper()
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q, want application/json", ct)
+	}
+	var eb struct {
+		Error *api.ErrorBody `json:"error"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Error == nil {
+		t.Fatalf("body is not an error object (%v): %s", err, rec.Body)
+	}
+	return *eb.Error
+}
+
+func TestErrorCategories(t *testing.T) {
+	categories := []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{errdefs.ErrNotFound, 404, "not_found"},
+		{errdefs.ErrInvalidArgument, 400, "bad_request"},
+		{errdefs.ErrTooLarge, 413, "too_large"},
+		{errdefs.ErrExists, 409, "exists"},
+		{errdefs.ErrFailedPrecondition, 409, "failed_precondition"},
+		{errdefs.ErrUnavailable, 503, "unavailable"},
+		{errdefs.ErrDeadlineExceeded, 504, "deadline_exceeded"},
+		{context.DeadlineExceeded, 504, "deadline_exceeded"},
+		{context.Canceled, 499, "cancelled"},
+		{errors.New("disk on fire"), 500, "internal"},
+	}
+	routes := []struct{ method, target, body string }{
+		{"POST", "/v1/functions", "bundle"},
+		{"GET", "/v1/functions/hello", ""},
+		{"DELETE", "/v1/functions/hello", ""},
+		{"POST", "/v1/functions/hello/invoke", `{}`},
+		{"GET", "/v1/functions/hello/logs", ""},
+		{"PUT", "/v1/secrets/API_KEY", "v"},
+		{"GET", "/v1/secrets", ""},
+		{"DELETE", "/v1/secrets/API_KEY", ""},
+	}
+	for _, c := range categories {
+		for _, r := range routes {
+			t.Run(c.code+" "+r.method+" "+r.target, func(t *testing.T) {
+				f := newFixture()
+				// Wrapped with context, as the managers do.
+				err := fmt.Errorf("doing the thing for %q: %w", "hello", c.err)
+				f.fns.err, f.secrets.err = err, err
+				if r.target == "/v1/functions/hello/logs" {
+					f.fns.err, f.logs.err = nil, err // the function exists; reading its logs fails
+				}
+				rec := f.do(r.method, r.target, strings.NewReader(r.body))
+				if rec.Code != c.status {
+					t.Errorf("status %d, want %d; body %s", rec.Code, c.status, rec.Body)
+				}
+				eb := errorOf(t, rec)
+				if eb.Code != c.code || eb.Message != err.Error() {
+					t.Errorf("error body %+v, want code %q and message %q", eb, c.code, err)
+				}
+			})
+		}
+	}
+	// Only unclassified errors are logged as server errors.
+	f := newFixture()
+	f.fns.err = fmt.Errorf("wrapped: %w", errdefs.ErrNotFound)
+	f.do("GET", "/v1/functions/x", nil)
+	if f.logBuf.Len() != 0 {
+		t.Errorf("a not-found was logged: %s", f.logBuf)
+	}
+	f.fns.err = errors.New("disk on fire")
+	f.do("GET", "/v1/functions/x", nil)
+	if !strings.Contains(f.logBuf.String(), "disk on fire") {
+		t.Errorf("an internal error was not logged: %q", f.logBuf)
+	}
+}
+
+func TestInvokeSuccess(t *testing.T) {
+	f := newFixture()
+	f.fns.inv = &function.Invocation{RequestID: "r-123", Version: "sha256:abc", Value: json.RawMessage(`{"answer":42}`),
+		Elapsed: 12345 * time.Microsecond}
+	rec := f.do("POST", "/v1/functions/hello/invoke", strings.NewReader(`{"q":"life"}`))
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if got := rec.Body.String(); got != "{\"answer\":42}\n" {
+		t.Errorf("body %q, want the handler's value and a newline", got)
+	}
+	for h, want := range map[string]string{
+		"Content-Type": "application/json", "X-Zygo-Request-Id": "r-123",
+		"X-Zygo-Version": "sha256:abc", "X-Zygo-Duration-Ms": "12.35",
+	} {
+		if got := rec.Header().Get(h); got != want {
+			t.Errorf("%s: %q, want %q", h, got, want)
+		}
+	}
+	if !slices.Equal(f.fns.invoked, []string{"hello"}) || string(f.fns.events[0]) != `{"q":"life"}` {
+		t.Errorf("Invoke called with %q %q", f.fns.invoked, f.fns.events)
+	}
+}
+
+func TestInvokeFailures(t *testing.T) {
+	for _, c := range []struct {
+		failure zygote.Failure
+		status  int
+	}{
+		{zygote.FailHandler, 500},
+		{zygote.FailTimeout, 504},
+		{zygote.FailCrashed, 502},
+		{zygote.FailZygote, 503},
+		{zygote.FailResponseLarge, 502},
+		{zygote.FailInternal, 500},
+		{zygote.FailLimit, 502},
+	} {
+		t.Run(string(c.failure), func(t *testing.T) {
+			f := newFixture()
+			f.fns.inv = &function.Invocation{RequestID: "r-9", Version: "sha256:abc", Failure: c.failure,
+				Error: &zygote.HandlerError{Type: "ValueError", Message: "bad input", Traceback: "Traceback (most recent call last):\n..."}}
+			rec := f.do("POST", "/v1/functions/hello/invoke", strings.NewReader(`1`))
+			if rec.Code != c.status {
+				t.Errorf("status %d, want %d", rec.Code, c.status)
+			}
+			if got := rec.Header().Get("X-Zygo-Request-Id"); got != "r-9" {
+				t.Errorf("X-Zygo-Request-Id %q, want r-9 on a failed request too", got)
+			}
+			eb := errorOf(t, rec)
+			want := api.ErrorBody{Code: string(c.failure), RequestID: "r-9", Type: "ValueError", Message: "bad input",
+				Traceback: "Traceback (most recent call last):\n..."}
+			if eb != want {
+				t.Errorf("error body %+v, want %+v", eb, want)
+			}
+		})
+	}
+	t.Run("without details", func(t *testing.T) {
+		f := newFixture()
+		f.fns.inv = &function.Invocation{RequestID: "r-10", Failure: zygote.FailCrashed}
+		rec := f.do("POST", "/v1/functions/hello/invoke", strings.NewReader(`1`))
+		if eb := errorOf(t, rec); rec.Code != 502 || eb.Code != "crashed" || eb.RequestID != "r-10" {
+			t.Errorf("status %d, body %+v", rec.Code, eb)
+		}
+	})
+}
+
+// zeroReader reads as an endless run of zero bytes, so a large body costs
+// the test no memory.
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+func TestInvokeEventLimit(t *testing.T) {
+	const limit = function.MaxBodyKiB << 10
+	f := newFixture()
+	rec := f.do("POST", "/v1/functions/hello/invoke", io.LimitReader(zeroReader{}, limit+1))
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("event of %d bytes: status %d, want 413", limit+1, rec.Code)
+	}
+	if eb := errorOf(t, rec); eb.Code != "too_large" {
+		t.Errorf("error body %+v", eb)
+	}
+	if len(f.fns.invoked) != 0 {
+		t.Errorf("Invoke was called for an event over the limit")
+	}
+
+	// Exactly the limit reaches the manager, whole.
+	f.fns.inv = &function.Invocation{RequestID: "r", Value: json.RawMessage(`null`)}
+	rec = f.do("POST", "/v1/functions/hello/invoke", io.LimitReader(zeroReader{}, limit))
+	if rec.Code != 200 || len(f.fns.events) != 1 || len(f.fns.events[0]) != limit {
+		t.Errorf("event of exactly %d bytes: status %d, events %d", limit, rec.Code, len(f.fns.events))
+	}
+}
+
+func TestLogs(t *testing.T) {
+	f := newFixture()
+	f.logs.lines = []store.LogLine{{ID: 7, Function: "hello", Line: "a"}, {ID: 9, Function: "hello", Line: "b"}}
+	rec := f.do("GET", "/v1/functions/hello/logs?request=r-1&after=5&limit=2", nil)
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if want := (store.LogQuery{Function: "hello", RequestID: "r-1", AfterID: 5, Limit: 2}); f.logs.q == nil || *f.logs.q != want {
+		t.Errorf("query %+v, want %+v", f.logs.q, want)
+	}
+	var body api.LogsBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	if len(body.Lines) != 2 || body.Next != 9 {
+		t.Errorf("body %+v, want 2 lines and next 9", body)
+	}
+
+	// No new lines: next stays at after, and lines is [] rather than null.
+	f.logs.lines = nil
+	rec = f.do("GET", "/v1/functions/hello/logs?after=42", nil)
+	if !strings.Contains(rec.Body.String(), `"lines": []`) {
+		t.Errorf("empty answer %s, want \"lines\": []", rec.Body)
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Next != 42 {
+		t.Errorf("empty answer next = %d (%v), want 42", body.Next, err)
+	}
+	if f.logs.q.Limit != 0 || f.logs.q.RequestID != "" {
+		t.Errorf("defaults: query %+v", f.logs.q)
+	}
+
+	for _, q := range []string{"after=abc", "after=1.5", "after=99999999999999999999", "limit=0", "limit=-1",
+		"limit=10001", "limit=ten", "after=1&limit=1e3"} {
+		t.Run(q, func(t *testing.T) {
+			f := newFixture()
+			rec := f.do("GET", "/v1/functions/hello/logs?"+q, nil)
+			if rec.Code != 400 {
+				t.Errorf("status %d, want 400", rec.Code)
+			}
+			if eb := errorOf(t, rec); eb.Code != "bad_request" {
+				t.Errorf("error body %+v", eb)
+			}
+			if f.logs.q != nil {
+				t.Errorf("the store was queried with %+v", f.logs.q)
+			}
+		})
+	}
+	for _, q := range []string{"limit=1", "limit=10000", "limit=", "after="} { // empty means not given
+		if rec := f.do("GET", "/v1/functions/hello/logs?"+q, nil); rec.Code != 200 {
+			t.Errorf("%s: status %d", q, rec.Code)
+		}
+	}
+	// An unknown function is a 404, not an empty list.
+	rec = f.do("GET", "/v1/functions/nope/logs", nil)
+	if rec.Code != 404 || errorOf(t, rec).Code != "not_found" {
+		t.Errorf("logs of an unknown function: status %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestDeploy(t *testing.T) {
+	t.Run("created", func(t *testing.T) {
+		f := newFixture()
+		rec := f.do("POST", "/v1/functions", strings.NewReader("the bundle bytes"))
+		if rec.Code != 201 {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		var res function.DeployResult
+		if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || res.Name != "hello" || res.Version != "sha256:abc" {
+			t.Errorf("body %s (%v)", rec.Body, err)
+		}
+		if string(f.fns.deployBody) != "the bundle bytes" {
+			t.Errorf("Deploy read %q", f.fns.deployBody)
+		}
+	})
+	t.Run("unchanged", func(t *testing.T) {
+		f := newFixture()
+		f.fns.deploy = func(io.Reader) (*function.DeployResult, error) {
+			return &function.DeployResult{Name: "hello", Unchanged: true}, nil
+		}
+		if rec := f.do("POST", "/v1/functions", strings.NewReader("b")); rec.Code != 200 {
+			t.Errorf("status %d, want 200 for an unchanged version", rec.Code)
+		}
+	})
+	t.Run("import failed", func(t *testing.T) {
+		f := newFixture()
+		f.fns.deploy = func(io.Reader) (*function.DeployResult, error) {
+			ie := &zygote.ImportError{Type: "ModuleNotFoundError", Message: "No module named 'numpyy'",
+				Traceback: "Traceback (most recent call last):\n  File \"/code/main.py\", line 1\nModuleNotFoundError: No module named 'numpyy'\n"}
+			return nil, fmt.Errorf("deploying hello: %w", &function.ImportFailed{ImportError: ie})
+		}
+		rec := f.do("POST", "/v1/functions", strings.NewReader("b"))
+		if rec.Code != http.StatusUnprocessableEntity {
+			t.Fatalf("status %d, want 422: %s", rec.Code, rec.Body)
+		}
+		eb := errorOf(t, rec)
+		if eb.Code != "import_failed" || eb.Type != "ModuleNotFoundError" ||
+			!strings.Contains(eb.Traceback, `File "/code/main.py", line 1`) ||
+			!strings.Contains(eb.Message, "No module named 'numpyy'") || !strings.Contains(eb.Message, "previous version keeps serving") {
+			t.Errorf("error body %+v", eb)
+		}
+	})
+	t.Run("bundle over the compressed limit", func(t *testing.T) {
+		// What the manager does first with the body.
+		f := newFixture()
+		f.fns.deploy = func(r io.Reader) (*function.DeployResult, error) {
+			_, err := function.ReadBundle(r)
+			return nil, err
+		}
+		body, stop := incompressibleBundle(function.MaxBundleBytes + 1<<20)
+		defer stop()
+		rec := f.do("POST", "/v1/functions", body)
+		if rec.Code != http.StatusRequestEntityTooLarge {
+			t.Errorf("status %d, want 413: %s", rec.Code, rec.Body)
+		}
+	})
+}
+
+// incompressibleBundle streams a gzip'd tar holding one file of size random
+// bytes, so its compressed size is about size too. stop ends the writer.
+func incompressibleBundle(size int64) (io.Reader, func()) {
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		gz, _ := gzip.NewWriterLevel(pw, gzip.NoCompression)
+		tw := tar.NewWriter(gz)
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "noise.bin", Mode: 0o644, Size: size})
+		if _, err := io.CopyN(tw, rand.NewChaCha8([32]byte{2}), size); err != nil {
+			pw.CloseWithError(err)
+			return
+		}
+		tw.Close()
+		pw.CloseWithError(gz.Close())
+	}()
+	return pr, func() { pr.Close(); <-done }
+}
+
+func TestUnknownRoute(t *testing.T) {
+	for _, c := range []struct{ method, target string }{
+		{"GET", "/"},
+		{"GET", "/v2/functions"},
+		{"GET", "/v1/functions/hello/nope"},
+		{"POST", "/v1/status"},
+		{"PATCH", "/v1/functions/hello"},
+	} {
+		f := newFixture()
+		rec := f.do(c.method, c.target, nil)
+		if rec.Code != 404 {
+			t.Errorf("%s %s: status %d, want 404", c.method, c.target, rec.Code)
+			continue
+		}
+		eb := errorOf(t, rec)
+		if eb.Code != "not_found" || !strings.Contains(eb.Message, c.method+" "+c.target) {
+			t.Errorf("%s %s: error body %+v", c.method, c.target, eb)
+		}
+	}
+}
+
+func TestStatusListGetRemove(t *testing.T) {
+	f := newFixture()
+	rec := f.do("GET", "/v1/status", nil)
+	var st api.StatusBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != 200 || st.Version != "test-version" || st.Functions != 2 {
+		t.Errorf("status: %d %s (%v)", rec.Code, rec.Body, err)
+	}
+
+	rec = f.do("GET", "/v1/functions", nil)
+	var list []function.Status
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list) != 2 || list[1].Name != "other" {
+		t.Errorf("list: %s (%v)", rec.Body, err)
+	}
+
+	rec = f.do("GET", "/v1/functions/other", nil)
+	var one function.Status
+	if err := json.Unmarshal(rec.Body.Bytes(), &one); err != nil || one.Name != "other" || one.Runtime != function.RuntimeNode {
+		t.Errorf("get: %s (%v)", rec.Body, err)
+	}
+
+	rec = f.do("DELETE", "/v1/functions/other", nil)
+	if rec.Code != 204 || rec.Body.Len() != 0 || !slices.Equal(f.fns.removed, []string{"other"}) {
+		t.Errorf("remove: %d %q, removed %q", rec.Code, rec.Body, f.fns.removed)
+	}
+}
+
+func TestSecretRoutes(t *testing.T) {
+	f := newFixture()
+	value := []byte("s3cr3t\x00\xff\n")
+	rec := f.do("PUT", "/v1/secrets/API_KEY", bytes.NewReader(value))
+	if rec.Code != 204 || !bytes.Equal(f.secrets.set["API_KEY"], value) {
+		t.Errorf("set: %d, stored %q", rec.Code, f.secrets.set["API_KEY"])
+	}
+
+	rec = f.do("PUT", "/v1/secrets/BIG", io.LimitReader(zeroReader{}, secret.MaxValueBytes+1))
+	if rec.Code != 413 || errorOf(t, rec).Code != "too_large" {
+		t.Errorf("oversize value: status %d %s", rec.Code, rec.Body)
+	}
+	if _, ok := f.secrets.set["BIG"]; ok {
+		t.Error("an oversize value reached the store")
+	}
+
+	at := time.UnixMilli(1_700_000_000_000).UTC()
+	f.secrets.metas = []secret.Meta{{Name: "API_KEY", UpdatedAt: at}}
+	rec = f.do("GET", "/v1/secrets", nil)
+	var metas []secret.Meta
+	if err := json.Unmarshal(rec.Body.Bytes(), &metas); err != nil || len(metas) != 1 || !metas[0].UpdatedAt.Equal(at) {
+		t.Errorf("list: %s (%v)", rec.Body, err)
+	}
+	if bytes.Contains(rec.Body.Bytes(), []byte("s3cr3t")) {
+		t.Errorf("list shows a value: %s", rec.Body)
+	}
+
+	rec = f.do("DELETE", "/v1/secrets/API_KEY", nil)
+	if rec.Code != 204 || !slices.Equal(f.secrets.remove, []string{"API_KEY"}) {
+		t.Errorf("remove: %d, removed %q", rec.Code, f.secrets.remove)
+	}
+}

@@ -1,0 +1,214 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
+	"github.com/zygo-run/zygo/internal/store"
+)
+
+// SandboxConfig configures the gVisor sandboxes. The zero value finds runsc and zygo-guest by
+// itself. When either is missing the daemon still serves functions and every /v1/sandboxes
+// call answers 503 with the reason and how to fix it.
+type SandboxConfig struct {
+	// Disabled turns sandboxes off.
+	Disabled bool
+	// Runsc is the runsc binary [/usr/local/bin/runsc, else runsc on PATH].
+	Runsc string
+	// GuestBinary is the static zygo-guest that is PID 1 of every sandbox [zygo-guest next to
+	// the running zygo executable (make build puts both in bin/), else zygo-guest on PATH].
+	GuestBinary string
+	// EngineDir holds runsc's state and one directory per engine instance [STATE/gv, or
+	// /run/zygo/gv-HASH when that is longer than MaxEngineDir]. Checkpoint images are kept in
+	// STATE/images whatever this is.
+	EngineDir string
+	// ReadyTimeout bounds each wait for a guest agent: create, restore, reseal, attach [60s].
+	ReadyTimeout time.Duration
+}
+
+// MaxEngineDir is the longest engine state directory: the guest's socket is
+// ENGINE/instances/<engine id, 26 bytes>/host/agent.sock and a unix socket path has at most 107
+// bytes (108 with its NUL).
+const MaxEngineDir = 107 - len("/instances/") - len("sb-0123456789abcdef-012345") - len("/host/agent.sock")
+
+// sandboxes is the daemon's sandbox side: a Manager, or the reason there is none.
+type sandboxes struct {
+	mgr *sandbox.Manager
+	be  *gvisor.Backend
+	err error // why sandboxes are unavailable; nil when mgr is set
+	log *slog.Logger
+}
+
+// openSandboxes builds the gVisor backend and the sandbox Manager on the store and adopts the
+// sandboxes an earlier daemon left running (Recover). It never fails the daemon: a missing
+// runsc or guest binary leaves sandboxes unavailable, with the reason logged and kept for the
+// API's 503 answers.
+func openSandboxes(ctx context.Context, cfg Config, st *store.Store, log *slog.Logger) *sandboxes {
+	s := &sandboxes{log: log}
+	mgr, be, err := newSandboxManager(ctx, cfg, st, log)
+	if err != nil {
+		s.err = fmt.Errorf("sandboxes are unavailable on this daemon: %w", err)
+		log.Warn("sandboxes unavailable; functions are served as usual", "err", err)
+		return s
+	}
+	t0 := time.Now()
+	rep, err := mgr.Recover(ctx)
+	if err != nil {
+		_ = mgr.Close()
+		s.err = fmt.Errorf("sandboxes are unavailable on this daemon: recovering: %w", err)
+		log.Warn("sandboxes unavailable; functions are served as usual", "err", err)
+		return s
+	}
+	log.Info("sandboxes ready", "backend", "gvisor", "adopted", len(rep.Adopted), "failed", len(rep.Failed),
+		"dropped", len(rep.Dropped), "orphans_destroyed", len(rep.Orphans), "recover_ms", time.Since(t0).Milliseconds())
+	for _, id := range rep.Failed {
+		log.Warn("sandbox engine died while the daemon was down; marked failed (zygo sandbox rm removes it)", "sandbox_id", id)
+	}
+	s.mgr, s.be = mgr, be
+	return s
+}
+
+func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, log *slog.Logger) (*sandbox.Manager, *gvisor.Backend, error) {
+	sc := cfg.Sandbox
+	if sc.Disabled {
+		return nil, nil, errors.New("disabled by configuration (zygo serve --no-sandboxes)")
+	}
+	if os.Geteuid() != 0 {
+		return nil, nil, errors.New("gVisor sandboxes need the daemon to run as root")
+	}
+	guestBin, err := findGuestBinary(sc.GuestBinary)
+	if err != nil {
+		return nil, nil, err
+	}
+	engineDir, err := engineDir(cfg.StateDir, sc.EngineDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	be, err := gvisor.New(gvisor.Config{Runsc: sc.Runsc, StateDir: engineDir, GuestBinary: guestBin,
+		Log: log.With("component", "gvisor")})
+	if err != nil {
+		return nil, nil, err
+	}
+	reg, err := store.NewSandboxRegistry(ctx, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("sandbox engine", "backend", be.Name(), "guest", guestBin, "engine_dir", engineDir)
+	mgr, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: reg,
+		ImageDir: filepath.Join(cfg.StateDir, "images"), Log: log.With("component", "sandbox"),
+		ReadyTimeout: sc.ReadyTimeout})
+	return mgr, be, err
+}
+
+// api returns the Manager for the API server, or nil (a nil interface) when unavailable.
+func (s *sandboxes) api() api.Sandboxes {
+	if s.mgr == nil {
+		return nil
+	}
+	return s.mgr
+}
+
+// close lets go of the sandboxes without stopping them: they keep running and the next daemon
+// adopts them. When none is left it also releases what runsc keeps for the whole engine dir
+// (the mount of its empty network namespace), so a stopped daemon with no sandboxes leaves
+// nothing mounted.
+func (s *sandboxes) close() {
+	if s.mgr == nil {
+		return
+	}
+	if err := s.mgr.Close(); err != nil {
+		s.log.Warn("closing sandbox manager", "err", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.be.ReleaseHost(ctx); err != nil && !errdefs.IsFailedPrecondition(err) {
+		s.log.Warn("releasing the sandbox engine's host resources", "err", err)
+	}
+}
+
+// findGuestBinary returns the zygo-guest to use: the configured path, else the one next to
+// the running executable, else the one on PATH. It must be statically linked: it runs inside
+// a root that has no dynamic loader of its choosing.
+func findGuestBinary(configured string) (string, error) {
+	const how = "build it with `make build` (bin/zygo-guest, CGO_ENABLED=0) or pass `zygo serve --guest-binary PATH`"
+	p := configured
+	if p == "" {
+		if exe, err := os.Executable(); err == nil {
+			if exe, err = filepath.EvalSymlinks(exe); err == nil {
+				if c := filepath.Join(filepath.Dir(exe), "zygo-guest"); fileExists(c) {
+					p = c
+				}
+			}
+		}
+	}
+	if p == "" {
+		p, _ = exec.LookPath("zygo-guest")
+	}
+	if p == "" {
+		return "", fmt.Errorf("zygo-guest not found next to the zygo binary or on PATH: %s", how)
+	}
+	if !fileExists(p) {
+		return "", fmt.Errorf("guest binary %s not found: %s", p, how)
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if err := checkStatic(abs); err != nil {
+		return "", fmt.Errorf("%w: %s", err, how)
+	}
+	return abs, nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// checkStatic returns an error when p is not an ELF executable without an interpreter.
+func checkStatic(p string) error {
+	f, err := elf.Open(p)
+	if err != nil {
+		return fmt.Errorf("guest binary %s is not an executable: %v", p, err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return fmt.Errorf("guest binary %s is dynamically linked", p)
+		}
+	}
+	return nil
+}
+
+// engineDir returns the backend's state directory: configured, or STATE/gv when that is short
+// enough for the sockets under it, else a directory under /run named after the state dir.
+func engineDir(stateDir, configured string) (string, error) {
+	if configured != "" {
+		abs, err := filepath.Abs(configured)
+		if err != nil {
+			return "", err
+		}
+		if len(abs) > MaxEngineDir {
+			return "", fmt.Errorf("engine dir %s is longer than %d bytes: unix socket paths under it would not fit", abs, MaxEngineDir)
+		}
+		return abs, nil
+	}
+	if d := filepath.Join(stateDir, "gv"); len(d) <= MaxEngineDir {
+		return d, nil
+	}
+	sum := sha256.Sum256([]byte(stateDir))
+	return "/run/zygo/gv-" + hex.EncodeToString(sum[:6]), nil
+}

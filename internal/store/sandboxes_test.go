@@ -1,0 +1,63 @@
+package store_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/internal/sandbox/sandboxtest"
+	"github.com/zygo-run/zygo/internal/store"
+)
+
+func openRegistry(t *testing.T, path string) (*store.Store, *store.SandboxRegistry) {
+	t.Helper()
+	st, err := store.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	reg, err := store.NewSandboxRegistry(context.Background(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, reg
+}
+
+func TestSandboxRegistryContract(t *testing.T) {
+	sandboxtest.RunRegistry(t, func(t *testing.T) sandbox.Registry {
+		_, reg := openRegistry(t, filepath.Join(t.TempDir(), "zygo.db"))
+		return reg
+	})
+}
+
+// The same contract on the in-memory fake, so the two cannot drift apart.
+func TestMemRegistryContract(t *testing.T) {
+	sandboxtest.RunRegistry(t, func(*testing.T) sandbox.Registry { return sandbox.NewMemRegistry() })
+}
+
+// Records survive closing and reopening the database (a daemon restart), tokens included.
+func TestSandboxRegistryPersists(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "zygo.db")
+	st, reg := openRegistry(t, path)
+	rec := sandbox.SandboxRecord{ID: "sb-1", Name: "one", Backend: "gvisor", EngineID: "sb-1-aaaaaa",
+		State: sandbox.Running, Generation: "g", Token: "secret-token"}
+	if err := reg.PutSandbox(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	cp := sandbox.CheckpointRecord{ID: "cp-1", SandboxID: "sb-1", Backend: "gvisor", Dir: "/x", Token: "cp-token"}
+	if err := reg.PutCheckpoint(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	_, reg2 := openRegistry(t, path) // CREATE TABLE IF NOT EXISTS on an existing file
+	got, err := reg2.GetSandbox(ctx, "sb-1")
+	if err != nil || got.Token != "secret-token" || got.State != sandbox.Running {
+		t.Errorf("after reopen: %+v, %v", got, err)
+	}
+	gcp, err := reg2.GetCheckpoint(ctx, "cp-1")
+	if err != nil || gcp.Token != "cp-token" {
+		t.Errorf("checkpoint after reopen: %+v, %v", gcp, err)
+	}
+}
