@@ -12,8 +12,11 @@ all: build
 deps:
 	./scripts/deps.sh
 
+# bin/zygo-guest is PID 1 of every gVisor sandbox; it must be static. The daemon finds it next
+# to bin/zygo.
 build:
 	$(GO) build -o $(BIN)/zygo ./cmd/zygo
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/zygo-guest ./cmd/zygo-guest
 
 test: deps build
 	cd agents/python && $(PY) -m unittest discover -s tests

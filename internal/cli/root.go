@@ -33,11 +33,13 @@ func Execute() int {
 	}
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "daemon state directory (default $ZYGO_STATE_DIR, else "+daemon.DefaultStateDir()+")")
 	root.PersistentFlags().StringVar(&g.addr, "addr", "", "talk to the daemon over loopback TCP (host:port) instead of its unix socket")
-	root.AddCommand(newServeCmd(g), newUpCmd(g), newInvokeCmd(g), newLsCmd(g), newLogsCmd(g), newRmCmd(g), newStatusCmd(g), newSecretCmd(g), newCheckCmd(g))
+	root.AddCommand(newServeCmd(g), newUpCmd(g), newInvokeCmd(g), newLsCmd(g), newLogsCmd(g), newRmCmd(g), newStatusCmd(g), newSecretCmd(g), newCheckCmd(g), newSandboxCmd(g))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "zygo: "+err.Error())
+		if msg := err.Error(); msg != "" { // an exitError may carry only a status
+			fmt.Fprintln(os.Stderr, "zygo: "+msg)
+		}
 		var ee *exitError
 		if errors.As(err, &ee) {
 			return ee.code

@@ -15,6 +15,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	var uid uint32
 	var readyTimeout time.Duration
 	var debug bool
+	var sbx daemon.SandboxConfig
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Zygo daemon in the foreground",
@@ -27,7 +28,7 @@ func newServeCmd(g *globals) *cobra.Command {
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			return daemon.Run(cmd.Context(), daemon.Config{
 				StateDir: g.resolveStateDir(), Listen: listen, Bwrap: bwrap,
-				SandboxHostUID: uid, ReadyTimeout: readyTimeout, Log: log,
+				SandboxHostUID: uid, ReadyTimeout: readyTimeout, Sandbox: sbx, Log: log,
 			}, nil)
 		},
 	}
@@ -36,5 +37,8 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().Uint32Var(&uid, "sandbox-uid", 0, "host uid sandboxes run as when the daemon is root (default 65534)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level")
+	cmd.Flags().StringVar(&sbx.GuestBinary, "guest-binary", "", "static zygo-guest for gVisor sandboxes (default: next to zygo, then PATH)")
+	cmd.Flags().StringVar(&sbx.Runsc, "runsc", "", "runsc binary (default /usr/local/bin/runsc, then PATH)")
+	cmd.Flags().BoolVar(&sbx.Disabled, "no-sandboxes", false, "serve functions only; sandbox calls answer 503")
 	return cmd
 }

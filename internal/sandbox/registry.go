@@ -105,9 +105,17 @@ func (r *MemRegistry) PutSandbox(_ context.Context, rec SandboxRecord) error {
 			return fmt.Errorf("sandbox name %q: %w", rec.Name, errdefs.ErrExists)
 		}
 	}
-	rec.Services = slices.Clone(rec.Services)
-	r.sandboxes[rec.ID] = rec
+	r.sandboxes[rec.ID] = cloneSandbox(rec)
 	return nil
+}
+
+// cloneSandbox copies the slices of rec, so that a stored record and a handed-out one never
+// share memory.
+func cloneSandbox(rec SandboxRecord) SandboxRecord {
+	rec.Services = slices.Clone(rec.Services)
+	rec.Options.Services = slices.Clone(rec.Options.Services)
+	rec.Options.Env = slices.Clone(rec.Options.Env)
+	return rec
 }
 
 func (r *MemRegistry) GetSandbox(_ context.Context, id string) (SandboxRecord, error) {
@@ -117,7 +125,7 @@ func (r *MemRegistry) GetSandbox(_ context.Context, id string) (SandboxRecord, e
 	if !ok {
 		return rec, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	return rec, nil
+	return cloneSandbox(rec), nil
 }
 
 func (r *MemRegistry) ListSandboxes(context.Context) ([]SandboxRecord, error) {
@@ -125,7 +133,7 @@ func (r *MemRegistry) ListSandboxes(context.Context) ([]SandboxRecord, error) {
 	defer r.mu.Unlock()
 	out := make([]SandboxRecord, 0, len(r.sandboxes))
 	for _, rec := range r.sandboxes {
-		out = append(out, rec)
+		out = append(out, cloneSandbox(rec))
 	}
 	slices.SortFunc(out, func(a, b SandboxRecord) int {
 		return cmpTimeID(a.CreatedAt, b.CreatedAt, a.ID, b.ID)
@@ -149,7 +157,7 @@ func (r *MemRegistry) PutCheckpoint(_ context.Context, rec CheckpointRecord) err
 	if _, ok := r.checkpoints[rec.ID]; ok {
 		return fmt.Errorf("checkpoint %q: %w", rec.ID, errdefs.ErrExists)
 	}
-	r.checkpoints[rec.ID] = rec
+	r.checkpoints[rec.ID] = cloneCheckpoint(rec)
 	return nil
 }
 
@@ -160,7 +168,7 @@ func (r *MemRegistry) GetCheckpoint(_ context.Context, id string) (CheckpointRec
 	if !ok {
 		return rec, fmt.Errorf("checkpoint %q: %w", id, errdefs.ErrNotFound)
 	}
-	return rec, nil
+	return cloneCheckpoint(rec), nil
 }
 
 func (r *MemRegistry) ListCheckpoints(context.Context) ([]CheckpointRecord, error) {
@@ -168,7 +176,7 @@ func (r *MemRegistry) ListCheckpoints(context.Context) ([]CheckpointRecord, erro
 	defer r.mu.Unlock()
 	out := make([]CheckpointRecord, 0, len(r.checkpoints))
 	for _, rec := range r.checkpoints {
-		out = append(out, rec)
+		out = append(out, cloneCheckpoint(rec))
 	}
 	slices.SortFunc(out, func(a, b CheckpointRecord) int {
 		return cmpTimeID(a.CreatedAt, b.CreatedAt, a.ID, b.ID)
@@ -184,6 +192,12 @@ func (r *MemRegistry) DeleteCheckpoint(_ context.Context, id string) error {
 	}
 	delete(r.checkpoints, id)
 	return nil
+}
+
+func cloneCheckpoint(rec CheckpointRecord) CheckpointRecord {
+	rec.Options.Services = slices.Clone(rec.Options.Services)
+	rec.Options.Env = slices.Clone(rec.Options.Env)
+	return rec
 }
 
 func cmpTimeID(ta, tb time.Time, a, b string) int {

@@ -1,0 +1,251 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/internal/guest"
+)
+
+// newSandboxCmd is `zygo sandbox`: long-lived gVisor sandboxes that can be checkpointed,
+// forked N ways and rolled back. Its subcommands live in sandbox*.go.
+func newSandboxCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "sandbox",
+		Aliases: []string{"sb"},
+		Short:   "Long-lived gVisor sandboxes: create, exec, run-code, files, checkpoint, fork, rollback",
+		Long: "A sandbox is a gVisor container with zygo-guest as PID 1, a read-only root and writes kept in\n" +
+			"memory, so its files and processes are part of every checkpoint. Fork and rollback restore a\n" +
+			"checkpoint and reseal every copy (new generation, identity, tokens) before it can be used.\n" +
+			"ID is a sandbox id or name; CHECKPOINT is a checkpoint id or tag.",
+	}
+	cmd.AddCommand(newSandboxCreateCmd(g), newSandboxLsCmd(g), newSandboxRmCmd(g), newSandboxGenerationCmd(g),
+		newSandboxExecCmd(g), newSandboxRunCodeCmd(g), newSandboxFilesCmd(g),
+		newSandboxCheckpointCmd(g), newSandboxCheckpointsCmd(g), newSandboxForkCmd(g), newSandboxRollbackCmd(g))
+	return cmd
+}
+
+func newSandboxCreateCmd(g *globals) *cobra.Command {
+	var body api.CreateSandboxBody
+	var services, onFork []string
+	cmd := &cobra.Command{
+		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--env KEY=VALUE]...",
+		Short: "Start a sandbox and print its id",
+		Long: "Start a sandbox and print its id once its guest agent answers.\n" +
+			"--service NAME=CMD starts CMD (run by /bin/sh -c) at boot and keeps it running.\n" +
+			"--on-fork NAME=restart|keep|signal[:SIGNAL] says what each fork or rollback does to it\n" +
+			"(default keep; signal defaults to SIGHUP, sent after the new generation is published).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			svcs, err := parseServices(services, onFork)
+			if err != nil {
+				return err
+			}
+			body.Services = svcs
+			if body.RootfsDir != "" {
+				abs, err := rootfsDir(body.RootfsDir)
+				if err != nil {
+					return err
+				}
+				body.RootfsDir = abs
+			}
+			rec, err := g.client().CreateSandbox(cmd.Context(), body)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&body.Name, "name", "", "a unique name (default: the id)")
+	cmd.Flags().StringVar(&body.RootfsDir, "rootfs", "", "a directory to use, read-only, as the root instead of the host's /usr")
+	cmd.Flags().StringArrayVar(&services, "service", nil, "NAME=CMD: a service started at boot (repeatable)")
+	cmd.Flags().StringArrayVar(&onFork, "on-fork", nil, "NAME=restart|keep|signal[:SIGNAL]: a service's fork policy (repeatable)")
+	cmd.Flags().StringArrayVar(&body.Env, "env", nil, "KEY=VALUE in the environment of every exec and service (repeatable)")
+	return cmd
+}
+
+func rootfsDir(d string) (string, error) {
+	abs, err := filepath.Abs(d)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(abs)
+	if err != nil || !st.IsDir() {
+		return "", fmt.Errorf("--rootfs %s: not a directory", d)
+	}
+	return abs, nil
+}
+
+// parseServices turns NAME=CMD flags and NAME=POLICY flags into services.
+func parseServices(services, onFork []string) ([]guest.Service, error) {
+	var out []guest.Service
+	idx := map[string]int{}
+	for _, s := range services {
+		name, command, ok := strings.Cut(s, "=")
+		if !ok || name == "" || strings.TrimSpace(command) == "" {
+			return nil, fmt.Errorf("--service %q: want NAME=CMD", s)
+		}
+		if _, dup := idx[name]; dup {
+			return nil, fmt.Errorf("--service %s given twice", name)
+		}
+		idx[name] = len(out)
+		out = append(out, guest.Service{Name: name, Argv: []string{"/bin/sh", "-c", command}, OnFork: guest.OnForkKeep})
+	}
+	for _, p := range onFork {
+		name, policy, ok := strings.Cut(p, "=")
+		i, known := idx[name]
+		if !ok || !known {
+			return nil, fmt.Errorf("--on-fork %q: want NAME=POLICY for a NAME given with --service", p)
+		}
+		pol, sig, _ := strings.Cut(policy, ":")
+		switch guest.OnFork(pol) {
+		case guest.OnForkRestart, guest.OnForkKeep:
+			if sig != "" {
+				return nil, fmt.Errorf("--on-fork %q: only signal takes a :SIGNAL", p)
+			}
+		case guest.OnForkSignal:
+			if sig != "" {
+				n, err := parseSignal(sig)
+				if err != nil {
+					return nil, fmt.Errorf("--on-fork %q: %w", p, err)
+				}
+				out[i].Signal = n
+			}
+		default:
+			return nil, fmt.Errorf("--on-fork %q: policy must be restart, keep or signal[:SIGNAL]", p)
+		}
+		out[i].OnFork = guest.OnFork(pol)
+	}
+	return out, nil
+}
+
+var signalNames = map[string]syscall.Signal{"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT,
+	"TERM": syscall.SIGTERM, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "KILL": syscall.SIGKILL}
+
+func parseSignal(s string) (int, error) {
+	if n, err := strconv.Atoi(s); err == nil && n > 0 && n < 65 {
+		return n, nil
+	}
+	if sig, ok := signalNames[strings.TrimPrefix(strings.ToUpper(s), "SIG")]; ok {
+		return int(sig), nil
+	}
+	return 0, fmt.Errorf("unknown signal %q (a number or HUP, INT, QUIT, TERM, USR1, USR2, KILL)", s)
+}
+
+func newSandboxLsCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List sandboxes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			recs, err := g.client().ListSandboxes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd, recs)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPARENT\tCHECKPOINT\tGENERATION\tAGE")
+			for _, r := range recs {
+				state := string(r.State)
+				if r.Error != "" {
+					state += " (" + r.Error + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, state, dash(r.ParentID),
+					dash(r.CheckpointID), r.Generation, age(r.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the records as JSON")
+	return cmd
+}
+
+func newSandboxRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID...",
+		Short: "Destroy sandboxes (their checkpoints stay; see `checkpoints rm`)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			failed := 0
+			for _, id := range args {
+				if err := g.client().RemoveSandbox(cmd.Context(), id); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "zygo: removing %s: %v\n", id, err)
+					failed++
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", id)
+			}
+			if failed > 0 {
+				return &exitError{code: 1, err: fmt.Errorf("%d of %d sandboxes not removed", failed, len(args))}
+			}
+			return nil
+		},
+	}
+}
+
+func newSandboxGenerationCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "generation ID",
+		Short: "Print the sandbox's generation: 128 random bits, new on every fork and rollback",
+		Long: "Print the sandbox's generation token (32 hex digits). Every copy made by fork or rollback\n" +
+			"gets a new one, published inside at /run/zygo/generation and /run/zygo/identity.json.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gen, err := g.client().Generation(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), gen.Generation)
+			return nil
+		},
+	}
+}
+
+func printJSON(cmd *cobra.Command, v any) error {
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// age renders how long ago t was, coarsely: 5s, 3m, 2h, 4d.
+func age(t time.Time) string {
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// stdoutIsTerminal reports whether the command's stdout is a terminal: progress is shown only
+// then.
+func stdoutIsTerminal(cmd *cobra.Command) bool {
+	f, ok := cmd.OutOrStdout().(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

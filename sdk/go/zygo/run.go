@@ -1,0 +1,121 @@
+package zygo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// ExecOptions are the optional parts of an exec.
+type ExecOptions struct {
+	Env     []string // KEY=VALUE added to the sandbox's environment
+	Cwd     string   // default /
+	Stdin   []byte
+	Timeout time.Duration // the command is killed after it; 0: until ctx ends
+	// Stdout and Stderr, when set, receive the output as it arrives (it is also in the result).
+	Stdout, Stderr io.Writer
+}
+
+// ExecResult is how a command ended and what it printed.
+type ExecResult struct {
+	ExitCode int    `json:"code"`             // 128+N when killed by signal N
+	Signal   int    `json:"signal,omitempty"` // the signal that killed it, or 0
+	TimedOut bool   `json:"timed_out,omitempty"`
+	Stdout   []byte `json:"-"`
+	Stderr   []byte `json:"-"`
+}
+
+// CodeResult is the outcome of RunCode. A Python exception is OK false with its traceback in
+// Error, not a Go error: the interpreter and its variables survive it.
+type CodeResult struct {
+	OK     bool   `json:"ok"`
+	Value  string `json:"value,omitempty"` // repr of the last statement when it is an expression
+	Error  string `json:"error,omitempty"`
+	Stdout string `json:"-"`
+	Stderr string `json:"-"`
+}
+
+// event is one line of the daemon's streamed answer.
+type event struct {
+	Stream string      `json:"stream,omitempty"`
+	Data   []byte      `json:"data,omitempty"`
+	Exit   *ExecResult `json:"exit,omitempty"`
+	Result *CodeResult `json:"result,omitempty"`
+	Error  *Error      `json:"error,omitempty"`
+}
+
+// stream posts in and reads events until the last, copying output to the buffers and writers.
+func (c *Client) stream(ctx context.Context, path string, in any, outB, errB *bytes.Buffer, outW, errW io.Writer) (event, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return event{}, err
+	}
+	resp, err := c.do(ctx, "POST", path, bytes.NewReader(b), "application/json")
+	if err != nil {
+		return event{}, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev event
+		if err := dec.Decode(&ev); err != nil {
+			return event{}, fmt.Errorf("reading the daemon's answer: %w", err)
+		}
+		switch {
+		case ev.Error != nil:
+			return event{}, ev.Error
+		case ev.Exit != nil || ev.Result != nil:
+			return ev, nil
+		case ev.Stream == "stdout":
+			outB.Write(ev.Data)
+			if outW != nil {
+				outW.Write(ev.Data)
+			}
+		case ev.Stream == "stderr":
+			errB.Write(ev.Data)
+			if errW != nil {
+				errW.Write(ev.Data)
+			}
+		}
+	}
+}
+
+// Exec runs argv in the sandbox and returns how it ended. A command that cannot start (a
+// missing binary) is an error for which IsNotFound is true, not an exit code.
+func (sb *Sandbox) Exec(ctx context.Context, argv []string, opts *ExecOptions) (ExecResult, error) {
+	if opts == nil {
+		opts = &ExecOptions{}
+	}
+	body := map[string]any{"argv": argv, "env": opts.Env, "cwd": opts.Cwd, "stdin": opts.Stdin,
+		"timeout_ms": opts.Timeout.Milliseconds()}
+	var out, errb bytes.Buffer
+	ev, err := sb.c.stream(ctx, sbPath(sb.ID, "exec"), body, &out, &errb, opts.Stdout, opts.Stderr)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	if ev.Exit == nil {
+		return ExecResult{}, fmt.Errorf("exec answer without an exit status")
+	}
+	res := *ev.Exit
+	res.Stdout, res.Stderr = out.Bytes(), errb.Bytes()
+	return res, nil
+}
+
+// RunCode runs Python source in the sandbox's persistent interpreter: variables survive
+// between calls and are carried into forks (with random generators reseeded in each copy).
+func (sb *Sandbox) RunCode(ctx context.Context, code string) (CodeResult, error) {
+	var out, errb bytes.Buffer
+	ev, err := sb.c.stream(ctx, sbPath(sb.ID, "run-code"), map[string]any{"code": code}, &out, &errb, nil, nil)
+	if err != nil {
+		return CodeResult{}, err
+	}
+	if ev.Result == nil {
+		return CodeResult{}, fmt.Errorf("run-code answer without a result")
+	}
+	res := *ev.Result
+	res.Stdout, res.Stderr = out.String(), errb.String()
+	return res, nil
+}

@@ -1,0 +1,226 @@
+// Package zygo is the Go SDK for Zygo's sandboxes: long-lived gVisor sandboxes that can be
+// checkpointed, forked N ways and rolled back, each copy resealed (new generation, identity and
+// tokens) before it is handed out. It talks to a running `zygo serve` over its HTTP API (a
+// unix socket, or loopback TCP) and depends only on the standard library.
+//
+//	c := zygo.NewClient(zygo.DefaultSocket())
+//	sb, err := c.Create(ctx, zygo.CreateOptions{Name: "agent"})
+//	res, err := sb.RunCode(ctx, "x = 41")
+//	cp, err := sb.Checkpoint(ctx, "base")
+//	fork, err := sb.Fork(ctx, 3, cp.ID)  // three independent copies of the running sandbox
+//
+// examples/sdk-go is a complete program. Errors from the daemon are *Error values; test them
+// with IsNotFound and friends. Every method takes a context; cancelling it abandons the call
+// (an exec or run-code in flight is killed).
+package zygo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Client talks to one Zygo daemon. Safe for concurrent use.
+type Client struct {
+	base string
+	hc   *http.Client
+}
+
+// NewClient returns a client for the daemon listening on the unix socket at socketPath.
+func NewClient(socketPath string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		MaxIdleConnsPerHost: 32,
+	}
+	return &Client{base: "http://zygo", hc: &http.Client{Transport: tr}}
+}
+
+// NewTCPClient returns a client for a daemon started with `zygo serve --listen addr`.
+func NewTCPClient(addr string) *Client {
+	return &Client{base: "http://" + addr, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}}
+}
+
+// DefaultSocket returns where the CLI looks for the daemon: $ZYGO_STATE_DIR/zygo.sock, else
+// /var/lib/zygo/zygo.sock.
+func DefaultSocket() string {
+	if d := os.Getenv("ZYGO_STATE_DIR"); d != "" {
+		return filepath.Join(d, "zygo.sock")
+	}
+	return "/var/lib/zygo/zygo.sock"
+}
+
+// Error is a call the daemon refused or failed. Status is the HTTP status; Code is one of
+// not_found, bad_request, too_large, exists, failed_precondition, unavailable,
+// deadline_exceeded, internal.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func hasCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// IsNotFound reports whether err says the sandbox, checkpoint, file or binary does not exist.
+func IsNotFound(err error) bool { return hasCode(err, "not_found") }
+
+// IsBadRequest reports whether err says the request was malformed or out of range (a fork N
+// beyond the bound, for one).
+func IsBadRequest(err error) bool { return hasCode(err, "bad_request") }
+
+// IsConflict reports whether err says the object is in a state that forbids the call (a
+// checkpoint still referenced, a sandbox that is not running) or the name is taken.
+func IsConflict(err error) bool { return hasCode(err, "failed_precondition") || hasCode(err, "exists") }
+
+// IsUnavailable reports whether err says sandboxes (or the engine, or a guest) are not
+// available on this daemon; the message says why.
+func IsUnavailable(err error) bool { return hasCode(err, "unavailable") }
+
+// do sends one request; a non-2xx answer becomes an *Error. The caller closes the body.
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ctype string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("zygo daemon unreachable: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, readError(resp)
+	}
+	return resp, nil
+}
+
+func readError(resp *http.Response) error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var eb struct {
+		Error *Error `json:"error"`
+	}
+	if json.Unmarshal(raw, &eb) != nil || eb.Error == nil {
+		return &Error{Status: resp.StatusCode, Code: "http", Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw))}
+	}
+	eb.Error.Status = resp.StatusCode
+	return eb.Error
+}
+
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	ctype := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, ctype = bytes.NewReader(b), "application/json"
+	}
+	resp, err := c.do(ctx, method, path, body, ctype)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+func sbPath(id string, rest ...string) string {
+	p := "/v1/sandboxes/" + url.PathEscape(id)
+	for _, r := range rest {
+		p += "/" + r
+	}
+	return p
+}
+
+// Service is a long-lived process a sandbox starts at boot.
+type Service struct {
+	Name string   `json:"name"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"`
+	// OnFork is what a fork or rollback does to it: "restart" (a fresh process), "signal"
+	// (Signal, default SIGHUP, after the new generation is published) or "keep" (default).
+	OnFork string `json:"on_fork,omitempty"`
+	Signal int    `json:"signal,omitempty"`
+}
+
+// CreateOptions are chosen at create; forks and rollbacks inherit them.
+type CreateOptions struct {
+	Name      string    `json:"name,omitempty"`       // unique; default the id
+	RootfsDir string    `json:"rootfs_dir,omitempty"` // a host directory to use, read-only, as the root
+	Services  []Service `json:"services,omitempty"`
+	Env       []string  `json:"env,omitempty"` // KEY=VALUE for every exec and service
+}
+
+// Sandbox is a sandbox's record at the time it was read, and the handle to act on it.
+type Sandbox struct {
+	ID           string    `json:"id"`
+	Name         string    `json:"name"`
+	State        string    `json:"state"` // running, failed, ...
+	ParentID     string    `json:"parent_id,omitempty"`
+	CheckpointID string    `json:"checkpoint_id,omitempty"`
+	Generation   string    `json:"generation"` // 128 bits as 32 hex digits; new on every fork and rollback
+	Error        string    `json:"error,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+
+	c *Client
+}
+
+// Create starts a sandbox and returns it once its guest agent answers.
+func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	sb := &Sandbox{c: c}
+	return sb, c.call(ctx, "POST", "/v1/sandboxes", opts, sb)
+}
+
+// Get returns the sandbox with that id or name.
+func (c *Client) Get(ctx context.Context, idOrName string) (*Sandbox, error) {
+	sb := &Sandbox{c: c}
+	return sb, c.call(ctx, "GET", sbPath(idOrName), nil, sb)
+}
+
+// List returns every sandbox, oldest first.
+func (c *Client) List(ctx context.Context) ([]*Sandbox, error) {
+	var out []*Sandbox
+	if err := c.call(ctx, "GET", "/v1/sandboxes", nil, &out); err != nil {
+		return nil, err
+	}
+	for _, sb := range out {
+		sb.c = c
+	}
+	return out, nil
+}
+
+// Remove destroys the sandbox. Its checkpoints stay.
+func (sb *Sandbox) Remove(ctx context.Context) error {
+	return sb.c.call(ctx, "DELETE", sbPath(sb.ID), nil, nil)
+}
+
+// CurrentGeneration asks the daemon for the sandbox's generation now (sb.Generation is the one
+// it had when sb was read).
+func (sb *Sandbox) CurrentGeneration(ctx context.Context) (string, error) {
+	var g struct {
+		Generation string `json:"generation"`
+	}
+	err := sb.c.call(ctx, "GET", sbPath(sb.ID, "generation"), nil, &g)
+	return g.Generation, err
+}

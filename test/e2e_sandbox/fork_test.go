@@ -1,0 +1,105 @@
+package e2esandbox
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var forkSummaryRE = regexp.MustCompile(`(\d+) of (\d+) children running in (\S+)`)
+
+// TestForkMany forks 3 and then 11 children through the CLI and logs the wall time of each
+// (no threshold: timings are reported, not asserted). Every child runs, with its own
+// generation and hostname, and answers exec.
+func TestForkMany(t *testing.T) {
+	d := startDaemon(t)
+	src := d.OK("sandbox", "create", "--name", "many")
+	d.OK("sandbox", "run-code", src, "--code", "import random; x = 41")
+	for _, n := range []int{3, 11} {
+		t0 := time.Now()
+		out, errOut, code := d.CLI("sandbox", "fork", src, "-n", strconv.Itoa(n))
+		wall := time.Since(t0)
+		kids := lines(out)
+		if code != 0 || len(kids) != n {
+			t.Fatalf("fork -n %d: exit %d, %d children\nstderr: %s", n, code, len(kids), errOut)
+		}
+		m := forkSummaryRE.FindStringSubmatch(errOut)
+		if m == nil || m[1] != strconv.Itoa(n) {
+			t.Fatalf("fork -n %d summary: %q", n, errOut)
+		}
+		t0 = time.Now()
+		gens, hosts, draws := map[string]bool{}, map[string]bool{}, map[string]bool{}
+		for _, k := range kids {
+			gens[d.OK("sandbox", "generation", k)] = true
+			hosts[d.OK("sandbox", "exec", k, "--", "cat", "/etc/hostname")] = true
+			draws[d.OK("sandbox", "run-code", k, "--code", "(x, random.random())")] = true
+		}
+		answer := time.Since(t0)
+		if len(gens) != n || len(hosts) != n || len(draws) != n {
+			t.Errorf("fork -n %d: %d distinct generations, %d hostnames, %d (x, random) values; want %d each",
+				n, len(gens), len(hosts), len(draws), n)
+		}
+		for v := range draws {
+			if !strings.HasPrefix(v, "(41, ") {
+				t.Errorf("a child lost x: %s", v)
+			}
+		}
+		t.Logf("fork -n %d through the CLI: %s wall (daemon: %s); then %d generation+exec+run-code rounds: %s",
+			n, wall.Round(time.Millisecond), m[3], n, answer.Round(time.Millisecond))
+		for _, k := range kids {
+			d.OK("sandbox", "rm", k)
+		}
+	}
+}
+
+// TestServicesOnFork declares services through the CLI and checks their on_fork policy in a
+// child: restart gives a fresh process, signal delivers the chosen signal, keep leaves it.
+func TestServicesOnFork(t *testing.T) {
+	d := startDaemon(t)
+	src := d.OK("sandbox", "create", "--name", "svc",
+		"--service", "fresh=echo $$ > /tmp/fresh.pid; exec sleep 1000",
+		"--service", "sig=trap 'echo got >> /tmp/sig.log' USR1; while :; do sleep 0.1; done",
+		"--service", "same=echo $$ > /tmp/same.pid; exec sleep 1000",
+		"--on-fork", "fresh=restart", "--on-fork", "sig=signal:USR1")
+	waitFile := func(id, path string) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, _, code := d.CLI("sandbox", "files", "get", id, path)
+			if code == 0 && strings.TrimSpace(out) != "" {
+				return strings.TrimSpace(out)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never appeared in %s", path, id)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	freshPid, samePid := waitFile(src, "/tmp/fresh.pid"), waitFile(src, "/tmp/same.pid")
+	kids := lines(d.OK("sandbox", "fork", src, "-n", "1"))
+	if len(kids) != 1 {
+		t.Fatalf("fork -n 1 printed %q", kids)
+	}
+	kid := kids[0]
+	if got := waitFile(kid, "/tmp/sig.log"); got != "got" {
+		t.Errorf("signal service in the child logged %q, want got", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for waitFile(kid, "/tmp/fresh.pid") == freshPid && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := waitFile(kid, "/tmp/fresh.pid"); got == freshPid {
+		t.Errorf("restart service in the child still has the parent's pid %s", got)
+	}
+	if got := waitFile(kid, "/tmp/same.pid"); got != samePid {
+		t.Errorf("keep service in the child: pid file %s, want the parent's %s", got, samePid)
+	}
+	if out, _, _ := d.CLI("sandbox", "files", "get", src, "/tmp/sig.log"); out != "" {
+		t.Errorf("the parent's signal service was signalled too: %q", out)
+	}
+	if msg := d.Fails("sandbox", "create", "--service", "a=true", "--on-fork", "b=restart"); !strings.Contains(msg, "--on-fork") {
+		t.Errorf("--on-fork for an undeclared service: %q", msg)
+	}
+}

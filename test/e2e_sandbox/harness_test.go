@@ -1,0 +1,369 @@
+// Package e2esandbox drives Zygo's gVisor sandboxes end to end: the real zygo binary (daemon
+// and CLI), the real zygo-guest and the real runsc. Each test runs its own daemon on a short
+// temporary state dir; the tests check what is left on the host (runsc containers, processes,
+// files, mounts) as well as what the CLI prints.
+//
+// Needs root and the pinned runsc (sudo scripts/install-runsc.sh); a missing one fails the
+// tests with that command, it never skips them.
+package e2esandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/internal/daemon"
+	"github.com/zygo-run/zygo/internal/sandbox"
+)
+
+// binDir holds zygo and, beside it, zygo-guest: where the daemon looks for the guest first.
+var (
+	binDir  string
+	zygoBin string
+	repo    string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "zygo-e2e-sb-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	_, file, _, _ := runtime.Caller(0)
+	repo = filepath.Join(filepath.Dir(file), "..", "..")
+	binDir, zygoBin = dir, filepath.Join(dir, "zygo")
+	for _, b := range []struct{ out, pkg, cgo string }{
+		{zygoBin, "./cmd/zygo", ""},
+		{filepath.Join(dir, "zygo-guest"), "./cmd/zygo-guest", "CGO_ENABLED=0"}, // static, as make build does
+	} {
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		cmd.Dir = repo
+		cmd.Env = os.Environ()
+		if b.cgo != "" {
+			cmd.Env = append(cmd.Env, b.cgo)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b.pkg, err, out)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// runscPath returns the runsc the daemon will use, failing the test (never skipping) with how
+// to install it when there is none, or when we are not root.
+func runscPath(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("gVisor sandboxes need root: run these tests as root (sudo go test ./test/e2e_sandbox/)")
+	}
+	p := "/usr/local/bin/runsc"
+	if _, err := os.Stat(p); err != nil {
+		if p, err = exec.LookPath("runsc"); err != nil {
+			t.Fatal("runsc not found: install the pinned static build with `sudo scripts/install-runsc.sh` (or `make deps`)")
+		}
+	}
+	return p
+}
+
+// lockedBuffer is a bytes.Buffer safe for the daemon's writes and the test's reads.
+type lockedBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Daemon is a `zygo serve` process on its own state dir.
+type Daemon struct {
+	t        *testing.T
+	StateDir string
+	Runsc    string
+	Args     []string // extra serve flags
+	cmd      *exec.Cmd
+	log      *lockedBuffer
+	Client   *api.Client
+}
+
+// newStateDir returns a short state dir (unix socket paths under it are limited to 108 bytes).
+// It is removed when the test ends, after checking nothing is mounted under it.
+func newStateDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/tmp", "zsb-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if m := mountsUnder(d); len(m) > 0 {
+			t.Errorf("mounts left under the state dir: %v", m)
+			for _, p := range m {
+				_ = syscall.Unmount(p, syscall.MNT_DETACH)
+			}
+		}
+		os.RemoveAll(d)
+	})
+	return d
+}
+
+// startDaemon starts `zygo serve` on a new state dir and waits until it answers. At the end
+// of the test it removes every sandbox and checkpoint and stops the daemon.
+func startDaemon(t *testing.T, args ...string) *Daemon {
+	t.Helper()
+	d := &Daemon{t: t, StateDir: newStateDir(t), Runsc: runscPath(t), Args: args}
+	d.Start()
+	t.Cleanup(func() {
+		if d.cmd == nil || d.cmd.ProcessState != nil {
+			d.Start() // the test stopped it: clean up through a daemon all the same
+		}
+		d.removeAll()
+		d.Stop()
+	})
+	return d
+}
+
+// Start starts the daemon on d.StateDir and waits until it answers.
+func (d *Daemon) Start() {
+	d.t.Helper()
+	d.log = &lockedBuffer{}
+	d.cmd = exec.Command(zygoBin, append([]string{"serve", "--state-dir", d.StateDir}, d.Args...)...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.Client = api.NewUnixClient(daemon.SocketPath(d.StateDir))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := d.Client.Status(context.Background()); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.Stop()
+			d.t.Fatalf("daemon did not answer within 60s; log:\n%s", d.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop sends SIGTERM and waits for a clean exit (idempotent).
+func (d *Daemon) Stop() {
+	if d.cmd == nil || d.cmd.ProcessState != nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			d.t.Errorf("daemon exited uncleanly: %v\n%s", err, d.log)
+		}
+	case <-time.After(30 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-done
+		d.t.Errorf("daemon did not stop within 30s after SIGTERM")
+	}
+}
+
+// Log returns what the daemon logged so far.
+func (d *Daemon) Log() string { return d.log.String() }
+
+// removeAll removes every sandbox and then every checkpoint (children first: a checkpoint is
+// referenced by the sandboxes restored from it and by its descendants).
+func (d *Daemon) removeAll() {
+	ctx := context.Background()
+	recs, _ := d.Client.ListSandboxes(ctx)
+	for i := len(recs) - 1; i >= 0; i-- {
+		if err := d.Client.RemoveSandbox(ctx, recs[i].ID); err != nil {
+			d.t.Errorf("cleanup: removing %s: %v", recs[i].ID, err)
+		}
+	}
+	for range 8 { // descendants before ancestors
+		cps, _ := d.Client.Checkpoints(ctx, "")
+		if len(cps) == 0 {
+			return
+		}
+		for i := len(cps) - 1; i >= 0; i-- {
+			_ = d.Client.RemoveCheckpoint(ctx, cps[i].ID)
+		}
+	}
+}
+
+// CLI runs `zygo ARGS...` against this daemon and returns stdout, stderr and the exit code.
+// It fails the test if the command takes more than 3 minutes.
+func (d *Daemon) CLI(args ...string) (stdout, stderr string, code int) {
+	d.t.Helper()
+	return d.CLIIn("", args...)
+}
+
+// CLIIn is CLI with stdin.
+func (d *Daemon) CLIIn(stdin string, args ...string) (stdout, stderr string, code int) {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, zygoBin, append([]string{"--state-dir", d.StateDir}, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = &o, &e, strings.NewReader(stdin)
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		d.t.Fatalf("zygo %v did not finish within 3 minutes (a hang)", args)
+	}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		d.t.Fatalf("running zygo %v: %v", args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+// OK runs the CLI and fails the test unless it exits 0; it returns stdout, trimmed.
+func (d *Daemon) OK(args ...string) string {
+	d.t.Helper()
+	out, errOut, code := d.CLI(args...)
+	if code != 0 {
+		d.t.Fatalf("zygo %s: exit %d\nstdout: %s\nstderr: %s\ndaemon log (tail):\n%s",
+			strings.Join(args, " "), code, out, errOut, tail(d.Log(), 30))
+	}
+	return strings.TrimSpace(out)
+}
+
+// Fails runs the CLI, fails the test unless it exits non-zero, and returns stderr.
+func (d *Daemon) Fails(args ...string) string {
+	d.t.Helper()
+	out, errOut, code := d.CLI(args...)
+	if code == 0 {
+		d.t.Fatalf("zygo %s succeeded, want a failure; stdout: %s", strings.Join(args, " "), out)
+	}
+	return errOut
+}
+
+// Sandboxes returns `zygo sandbox ls --json`.
+func (d *Daemon) Sandboxes() []sandbox.SandboxRecord {
+	d.t.Helper()
+	var recs []sandbox.SandboxRecord
+	if err := json.Unmarshal([]byte(d.OK("sandbox", "ls", "--json")), &recs); err != nil {
+		d.t.Fatalf("decoding sandbox ls --json: %v", err)
+	}
+	return recs
+}
+
+// Record returns one sandbox's record from `zygo sandbox ls --json`.
+func (d *Daemon) Record(id string) sandbox.SandboxRecord {
+	d.t.Helper()
+	for _, r := range d.Sandboxes() {
+		if r.ID == id || r.Name == id {
+			return r
+		}
+	}
+	d.t.Fatalf("sandbox %s not listed", id)
+	return sandbox.SandboxRecord{}
+}
+
+// EngineDir is the gVisor backend's state dir (the daemon's default for a short state dir).
+func (d *Daemon) EngineDir() string { return filepath.Join(d.StateDir, "gv") }
+
+// Containers returns the ids of the containers runsc still has under the daemon's root.
+func (d *Daemon) Containers() []string {
+	d.t.Helper()
+	out, err := exec.Command(d.Runsc, "--root="+filepath.Join(d.EngineDir(), "runsc"), "list", "--format=json").Output()
+	if err != nil {
+		d.t.Fatalf("runsc list: %v", err)
+	}
+	var sts []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &sts); err != nil {
+		d.t.Fatalf("decoding runsc list %q: %v", out, err)
+	}
+	var ids []string
+	for _, s := range sts {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+// enginesProcesses returns the pids of processes whose command line names the engine dir
+// (runsc's sandbox and gofer processes do, through --root).
+func (d *Daemon) engineProcesses() []string {
+	var pids []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(d.EngineDir()+"/")) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
+
+// mountsUnder returns the mount points at or below dir.
+func mountsUnder(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+func dirEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}

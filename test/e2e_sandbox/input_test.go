@@ -1,0 +1,153 @@
+package e2esandbox
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/api"
+)
+
+// TestSandboxBadInput: unknown ids are 404; fork N out of range is 400 naming the bound;
+// exec of a missing binary is an error, not a hang; exit codes and output pass through the
+// CLI; a Python exception keeps the interpreter's state.
+func TestSandboxBadInput(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+
+	for _, args := range [][]string{
+		{"sandbox", "exec", "sb-nosuch", "--", "true"},
+		{"sandbox", "generation", "sb-nosuch"},
+		{"sandbox", "checkpoint", "sb-nosuch"},
+		{"sandbox", "rollback", "sb-nosuch", "--to", "cp-nosuch"},
+		{"sandbox", "rm", "sb-nosuch"},
+	} {
+		if msg := d.Fails(args...); !strings.Contains(msg, "not found") {
+			t.Errorf("zygo %s: %q, want not found", strings.Join(args, " "), msg)
+		}
+	}
+	_, err := d.Client.GetSandbox(ctx, "sb-nosuch")
+	wantStatus(t, err, http.StatusNotFound, "")
+
+	sb := d.OK("sandbox", "create")
+	for _, n := range []string{"0", "1000", "-3"} {
+		if msg := d.Fails("sandbox", "fork", sb, "-n", n); !strings.Contains(msg, "between 1 and 16") {
+			t.Errorf("fork -n %s: %q, want the bound named", n, msg)
+		}
+	}
+	_, err = d.Client.Fork(ctx, sb, 1000, "")
+	wantStatus(t, err, http.StatusBadRequest, "between 1 and 16")
+	_, err = d.Client.Fork(ctx, sb, 2, "cp-nosuch")
+	wantStatus(t, err, http.StatusNotFound, "")
+	if cps, _ := d.Client.Checkpoints(ctx, sb); len(cps) != 0 {
+		t.Errorf("refused forks left checkpoints: %+v", cps)
+	}
+
+	// A missing binary is an error, quickly.
+	t0 := time.Now()
+	if msg := d.Fails("sandbox", "exec", sb, "--", "/no/such/binary"); !strings.Contains(msg, "not found") && !strings.Contains(msg, "no such file") {
+		t.Errorf("exec of a missing binary: %q", msg)
+	}
+	if el := time.Since(t0); el > 30*time.Second {
+		t.Errorf("exec of a missing binary took %s", el)
+	}
+	_, err = d.Client.Exec(ctx, sb, api.ExecBody{Argv: []string{"no-such-command"}}, nil, nil)
+	wantStatus(t, err, http.StatusNotFound, "")
+
+	// Exit codes and both streams pass through.
+	out, errOut, code := d.CLI("sandbox", "exec", sb, "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 7")
+	if code != 7 || out != "out\n" || errOut != "err\n" {
+		t.Errorf("exec exit 7: code %d stdout %q stderr %q", code, out, errOut)
+	}
+	out, _, code = d.CLIIn("piped", "sandbox", "exec", "-i", sb, "cat")
+	if code != 0 || out != "piped" {
+		t.Errorf("exec -i cat: code %d stdout %q", code, out)
+	}
+	if _, errOut, code := d.CLI("sandbox", "exec", sb, "--timeout", "1s", "--", "sleep", "30"); code != 137 || !strings.Contains(errOut, "timed out") {
+		t.Errorf("exec --timeout 1s of sleep 30: exit %d (want 137, SIGKILL) stderr %q", code, errOut)
+	}
+
+	// A Python exception: exit 1 with the traceback; the interpreter's state survives.
+	d.OK("sandbox", "run-code", sb, "--code", "y = 5")
+	_, errOut, code = d.CLIIn("1/0", "sandbox", "run-code", sb)
+	if code != 1 || !strings.Contains(errOut, "ZeroDivisionError") {
+		t.Errorf("run-code 1/0: code %d stderr %q", code, errOut)
+	}
+	if v := d.OK("sandbox", "run-code", sb, "--code", "print('p'); y * 2"); v != "p\n10" {
+		t.Errorf("run-code after an exception: %q", v)
+	}
+
+	// A duplicate name is refused.
+	d.OK("sandbox", "create", "--name", "dup")
+	if msg := d.Fails("sandbox", "create", "--name", "dup"); !strings.Contains(msg, "already exists") {
+		t.Errorf("second sandbox named dup: %q", msg)
+	}
+}
+
+func wantStatus(t *testing.T, err error, status int, substr string) {
+	t.Helper()
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("want an API error with status %d, got %v", status, err)
+	}
+	if ae.Status != status || !strings.Contains(ae.Body.Message, substr) {
+		t.Errorf("status %d %q, want %d containing %q", ae.Status, ae.Body.Message, status, substr)
+	}
+}
+
+// TestSandboxUnavailable: without runsc or the guest binary the daemon still serves functions,
+// and sandbox calls answer 503 saying how to install what is missing.
+func TestSandboxUnavailable(t *testing.T) {
+	for _, c := range []struct {
+		flag, want string
+	}{
+		{"--runsc=/nonexistent/runsc", "scripts/install-runsc.sh"},
+		{"--guest-binary=/nonexistent/zygo-guest", "make build"},
+	} {
+		t.Run(strings.TrimPrefix(strings.SplitN(c.flag, "=", 2)[0], "--"), func(t *testing.T) {
+			d := startDaemon(t, c.flag)
+			d.OK("status")
+			if msg := d.Fails("sandbox", "ls"); !strings.Contains(msg, c.want) {
+				t.Errorf("sandbox ls with %s: %q, want it to mention %q", c.flag, msg, c.want)
+			}
+			_, err := d.Client.CreateSandbox(context.Background(), api.CreateSandboxBody{})
+			wantStatus(t, err, http.StatusServiceUnavailable, c.want)
+		})
+	}
+}
+
+// TestSDKExample runs examples/sdk-go against a daemon: create, run-code, checkpoint, fork 3,
+// each child's generation printed; it removes what it made.
+func TestSDKExample(t *testing.T) {
+	d := startDaemon(t)
+	bin := filepath.Join(t.TempDir(), "sdk-go")
+	build := exec.Command("go", "build", "-o", bin, "./examples/sdk-go")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building examples/sdk-go: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--socket", filepath.Join(d.StateDir, "zygo.sock")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("examples/sdk-go: %v\n%s", err, out)
+	}
+	gens := map[string]bool{}
+	for _, l := range lines(string(out)) {
+		if f := strings.Fields(l); len(f) > 4 && f[0] == "child" && f[3] == "generation" {
+			gens[f[4]] = true
+			if !strings.Contains(l, "(42, ") || !strings.Contains(l, "written before the checkpoint") {
+				t.Errorf("child line %q: want x + 1 == 42 and the file", l)
+			}
+		}
+	}
+	if len(gens) != 3 {
+		t.Errorf("want 3 children with distinct generations, got %d:\n%s", len(gens), out)
+	}
+	if recs := d.Sandboxes(); len(recs) != 0 {
+		t.Errorf("the example left sandboxes: %+v", recs)
+	}
+}
