@@ -64,7 +64,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	state := filepath.Join(work, "state")
-	stop, err := daemon.Background(ctx, daemon.Config{StateDir: state, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	stop, err := daemon.Background(ctx, daemon.Config{StateDir: state, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Sandbox: daemon.SandboxConfig{Disabled: true}})
 	if err != nil {
 		return nil, err
 	}

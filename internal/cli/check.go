@@ -106,7 +106,7 @@ func checkDaemon(ctx context.Context, g *globals, useExisting bool, work string)
 		return nil, nil, err
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	stopDaemon, err := daemon.Background(ctx, daemon.Config{StateDir: state, Log: log})
+	stopDaemon, err := daemon.Background(ctx, daemon.Config{StateDir: state, Log: log, Sandbox: daemon.SandboxConfig{Disabled: true}})
 	if err != nil {
 		return nil, nil, err
 	}
