@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 )
 
-//go:embed python/zygo_agent/*.py
+//go:embed python/zygo_agent/*.py node/*.js
 var files embed.FS
 
 // Extract writes the embedded agents under root/<content hash>/ (skipped

@@ -243,10 +243,17 @@ func (d *deployment) result(unchanged bool) *DeployResult {
 }
 
 // outputSink stores what the agent prints outside requests.
-func (d *deployment) outputSink() func(stream, line string) {
-	return func(stream, line string) {
+func (d *deployment) outputSink() func(requestID, stream, line string) {
+	return func(requestID, stream, line string) {
+		if requestID != "" && len(d.manifest.Secrets) > 0 {
+			// A worker's or spawned agent's own fds after GO: scrub secrets
+			// like the request's captured output.
+			if values, err := d.m.secretValues(context.Background(), d.manifest.Secrets); err == nil {
+				line = redact(line, values)
+			}
+		}
 		d.m.appendLogs(context.Background(), []store.LogLine{{Function: d.name, Version: d.version,
-			Stream: stream, At: time.Now(), Line: line}})
+			RequestID: requestID, Stream: stream, At: time.Now(), Line: line}})
 	}
 }
 

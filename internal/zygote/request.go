@@ -237,6 +237,9 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 	res.mark("before_go", &res.lap)
 	goMsg := message{Type: "go", RequestID: req.ID, Dir: dir.sandbox, DeadlineMs: deadline.UnixMilli(),
 		Function: req.Function, Version: req.Version, Strict: req.Strict}
+	if z.spec.Mode != ModeFork {
+		z.current.Store(req.ID)
+	}
 	if err := c.conn.send(goMsg, nil); err != nil {
 		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
 		fail(FailCrashed, "child went away before GO: %v", err)

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,9 +67,12 @@ type Spec struct {
 	PreFork int
 	// ReadyTimeout bounds the import and warm-up, default 60 s.
 	ReadyTimeout time.Duration
-	// Output receives each line the agent process prints outside a request
-	// (import-time prints, agent diagnostics). May be nil.
-	Output func(stream, line string)
+	// Output receives each line the agent process prints on its own stdout
+	// and stderr (import-time prints, agent diagnostics). requestID is empty,
+	// except for spawned agents and Node workers after GO, whose process is
+	// the request: what they write to fds 1 and 2 directly (a subprocess,
+	// native code) belongs to it. May be nil.
+	Output func(requestID, stream, line string)
 	Log    *slog.Logger
 }
 
@@ -132,6 +136,7 @@ type Zygote struct {
 
 	sendMu   sync.Mutex    // serialises writes on ctl
 	pool     *pool         // pre-forked children (fork mode with PreFork > 0)
+	current  atomic.Value  // string: the request a spawned agent or worker serves, after GO
 	draining chan struct{} // closed by Drain
 	drainOne sync.Once
 
@@ -352,7 +357,8 @@ func (z *Zygote) pumpLines(stream string, r io.Reader) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if z.spec.Output != nil {
-			z.spec.Output(stream, sc.Text())
+			req, _ := z.current.Load().(string)
+			z.spec.Output(req, stream, sc.Text())
 		}
 	}
 }

@@ -1,0 +1,20 @@
+'use strict';
+// Diagnostics of the agent itself: one fs.writeSync to fd 2 per line, prefixed "zygo-agent: ".
+//
+// fd 2 is the worker's own stderr, which the supervisor reads and logs without a request id.
+// It stays so after `go`: the request's output goes to dir/stderr through process.stderr
+// (see request.js), the agent's own lines do not.
+
+const fs = require('fs');
+
+/** Write one line to fd 2. Returns nothing; never throws (errors are dropped). */
+function log(message) {
+  const line = 'zygo-agent: ' + String(message).replace(/\n/g, ' | ') + '\n';
+  try {
+    fs.writeSync(2, line);
+  } catch {
+    // nothing to do: fd 2 is gone or full
+  }
+}
+
+module.exports = { log };

@@ -1,0 +1,195 @@
+'use strict';
+// The one request a worker serves, from `go` to result.json (the last section of
+// docs/protocol.md). zygo_worker.js owns the order and the exit; this module owns the steps:
+//
+//   parseGo       validate the go message
+//   prepare       before user code: close fd 3; send process.stdout/stderr writes to
+//                 dir/stdout and dir/stderr; TMPDIR=dir/tmp; read dir/event.json
+//   makeContext   the handler's second argument
+//   encodeOutcome the result's JSON text, in the Python agent's shape
+//   writeResult   dir/result.json, atomically
+
+const fs = require('fs');
+const path = require('path');
+const wire = require('./wire');
+const { describe, error } = require('./errors');
+
+const { O_WRONLY, O_CREAT, O_TRUNC, O_APPEND, O_NOFOLLOW } = fs.constants;
+// fs.openSync adds O_CLOEXEC itself (libuv), so processes the handler spawns do not inherit.
+const LOG_FLAGS = O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW;
+const RESULT_FLAGS = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW;
+
+/** A step before user code failed; `step` names it, `cause` is what it threw. */
+class StepFailed extends Error {
+  constructor(step, cause) {
+    super(`${step}: ${describe(cause).type}: ${describe(cause).message}`);
+    this.step = step;
+    this.cause = cause;
+  }
+}
+
+/**
+ * Return {requestId, dir, deadline, function, version} from a go message; `deadline` is in
+ * epoch milliseconds (now + deadline_ms). Throws TypeError naming the bad field: request_id
+ * must be a string, dir an absolute path, deadline_ms a non-negative integer; function and
+ * version are optional strings ("" when absent).
+ */
+function parseGo(msg, now = Date.now()) {
+  const field = (name, ok, want) => {
+    if (!ok(msg[name])) {
+      throw new TypeError(`go: ${name} must be ${want}, got ${JSON.stringify(msg[name])}`);
+    }
+    return msg[name];
+  };
+  const optional = (v) => v === undefined || v === null || typeof v === 'string';
+  return {
+    requestId: field('request_id', (v) => typeof v === 'string' && v !== '', 'a non-empty string'),
+    dir: field('dir', (v) => typeof v === 'string' && path.isAbsolute(v), 'an absolute path'),
+    deadline: now + field('deadline_ms', (v) => Number.isSafeInteger(v) && v >= 0,
+      'a non-negative integer'),
+    function: field('function', optional, 'a string') || '',
+    version: field('version', optional, 'a string') || '',
+  };
+}
+
+/**
+ * Return the handler's context: requestId and request_id (the public request id),
+ * functionName and function, version, deadline (epoch ms) and getRemainingTimeInMillis()
+ * (milliseconds left, never below 0).
+ */
+function makeContext(go) {
+  return {
+    requestId: go.requestId,
+    request_id: go.requestId,
+    functionName: go.function,
+    function: go.function,
+    version: go.version,
+    deadline: go.deadline,
+    getRemainingTimeInMillis() {
+      return Math.max(0, go.deadline - Date.now());
+    },
+  };
+}
+
+/**
+ * Everything between go and user code, in order; returns the parsed event. `sock` is the
+ * control socket from wire.receive. Throws StepFailed.
+ */
+function prepare(sock, go) {
+  const steps = [
+    ['closing the control socket', () => wire.closeControl(sock)],
+    ['redirecting stdout and stderr', () => redirectStdio(go.dir)],
+    ['setting TMPDIR', () => setTmpdir(path.join(go.dir, 'tmp'))],
+  ];
+  for (const [name, step] of steps) {
+    try {
+      step();
+    } catch (err) {
+      throw new StepFailed(name, err);
+    }
+  }
+  try {
+    return JSON.parse(fs.readFileSync(path.join(go.dir, 'event.json'), 'utf8'));
+  } catch (err) {
+    throw new StepFailed('reading event.json', err);
+  }
+}
+
+/**
+ * Open dir/stdout and dir/stderr (append, 0600) and replace the write method of
+ * process.stdout and process.stderr with synchronous writes to them. The console, and any
+ * reference to those stream objects taken at import, follow. Writes made on fds 1 and 2
+ * directly (fs.writeSync(1), children spawned with inherited stdio) still reach the worker's
+ * own stdout/stderr: Node cannot dup2. Returns nothing; throws the open errors.
+ */
+function redirectStdio(dir) {
+  const out = fs.openSync(path.join(dir, 'stdout'), LOG_FLAGS, 0o600);
+  const err = fs.openSync(path.join(dir, 'stderr'), LOG_FLAGS, 0o600);
+  process.stdout.write = fileWriter(out);
+  process.stderr.write = fileWriter(err);
+}
+
+/**
+ * Return a stream-compatible write(chunk[, encoding][, callback]) that writes synchronously to
+ * `fd`. It returns true; the callback gets the write error (ENOSPC...) or null on the next
+ * tick; it throws TypeError (like Node) for a chunk that is not a string or Uint8Array, or an
+ * unknown encoding.
+ */
+function fileWriter(fd) {
+  return function write(chunk, encoding, callback) {
+    if (typeof encoding === 'function') {
+      callback = encoding;
+      encoding = undefined;
+    }
+    let data;
+    if (typeof chunk === 'string') {
+      data = Buffer.from(chunk, encoding || 'utf8');
+    } else if (chunk instanceof Uint8Array) {
+      data = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    } else {
+      throw new TypeError('The "chunk" argument must be of type string or an instance of ' +
+        'Buffer or Uint8Array');
+    }
+    let failure = null;
+    try {
+      writeAll(fd, data);
+    } catch (e) {
+      failure = e;
+    }
+    if (typeof callback === 'function') process.nextTick(callback, failure);
+    return true;
+  };
+}
+
+/** Make `dir` (created 0700 if missing) the TMPDIR; os.tmpdir() reads it on every call. */
+function setTmpdir(dir) {
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  process.env.TMPDIR = dir;
+}
+
+/**
+ * Return the JSON text of an outcome: {"ok":true,"value":V} or {"ok":false,"error":{...}}.
+ * undefined becomes null. A value JSON.stringify rejects (a BigInt, a cycle, a throwing
+ * toJSON) or cannot represent (a function or symbol) becomes an ok:false result with the
+ * error's type (TypeError for those) and traceback "". NaN and Infinity become null, as
+ * JSON.stringify does. Never throws.
+ */
+function encodeOutcome(outcome) {
+  if (!outcome.ok) return JSON.stringify({ ok: false, error: outcome.error });
+  let json;
+  try {
+    json = outcome.value === undefined ? 'null' : JSON.stringify(outcome.value);
+    if (json === undefined) {
+      throw new TypeError(`the handler returned a ${typeof outcome.value}, which has no JSON form`);
+    }
+  } catch (err) {
+    const d = describe(err);
+    return JSON.stringify({ ok: false,
+      error: error(d.type, `handler result is not JSON-serialisable: ${d.message}`) });
+  }
+  return '{"ok":true,"value":' + json + '}';
+}
+
+/**
+ * Write `text` (from encodeOutcome) to dir/result.json atomically (dir/.result.json.tmp,
+ * then rename). Returns nothing; throws the fs errors.
+ */
+function writeResult(dir, text) {
+  const tmp = path.join(dir, '.result.json.tmp');
+  const fd = fs.openSync(tmp, RESULT_FLAGS, 0o600);
+  try {
+    writeAll(fd, Buffer.from(text));
+  } finally {
+    fs.closeSync(fd);
+  }
+  fs.renameSync(tmp, path.join(dir, 'result.json'));
+}
+
+function writeAll(fd, data) {
+  for (let off = 0; off < data.length;) off += fs.writeSync(fd, data, off, data.length - off);
+}
+
+module.exports = {
+  StepFailed, parseGo, makeContext, prepare, redirectStdio, fileWriter, setTmpdir,
+  encodeOutcome, writeResult,
+};

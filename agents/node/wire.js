@@ -1,0 +1,157 @@
+'use strict';
+// The worker's channel to the supervisor: fd 3, an AF_UNIX SOCK_STREAM socket carrying
+// newline-delimited JSON, one object with a string "type" per line, at most 64 KiB per line
+// (newline included). See "The worker protocol (Node)" in docs/protocol.md.
+//
+// The worker sends only before it starts reading (ready, import_error), so sends are
+// synchronous writes on the raw fd; reading (waiting for go) goes through a net.Socket so that
+// the event loop keeps running import-time timers meanwhile. Node calls libuv's
+// uv_disable_stdio_inheritance() at start-up, which marks fds 0 to 15 close-on-exec, so
+// processes spawned by user code never inherit fd 3.
+
+const fs = require('fs');
+const net = require('net');
+const { StringDecoder } = require('string_decoder');
+const { log } = require('./agentlog');
+const { cutHead, cutTail } = require('./errors');
+
+const CONTROL_FD = 3;
+const MAX_LINE = 64 * 1024;
+const SEND_TIMEOUT_MS = 10000;
+
+/** Return true if fd 3 is open and is a socket. Never throws. */
+function controlFdIsSocket() {
+  try {
+    return fs.fstatSync(CONTROL_FD).isSocket();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Return `msg` as one JSON line (with its newline) of at most MAX_LINE bytes. When a message
+ * carrying an `error` object is too long, its traceback and then its message are cut until it
+ * fits. Throws RangeError if the line still does not fit, TypeError if `msg` is not JSON.
+ */
+function encode(msg) {
+  let line = JSON.stringify(msg) + '\n';
+  if (Buffer.byteLength(line) <= MAX_LINE) return line;
+  if (msg.error && typeof msg.error === 'object') {
+    const note = '[cut to fit the 64 KiB line limit]';
+    const e = msg.error;
+    for (const error of [
+      { ...e, traceback: cutTail(String(e.traceback || ''), 8192) },
+      { ...e, traceback: note },
+      { ...e, traceback: note, message: cutHead(String(e.message || ''), 1024) },
+    ]) {
+      line = JSON.stringify({ ...msg, error }) + '\n';
+      if (Buffer.byteLength(line) <= MAX_LINE) return line;
+    }
+  }
+  throw new RangeError(`${msg.type} message is ${Buffer.byteLength(line)} bytes, over 64 KiB`);
+}
+
+/**
+ * Write `msg` on fd 3, blocking until the whole line is written (retrying on EAGAIN for up to
+ * 10 s). Returns nothing; throws the write error (EPIPE when the supervisor closed its end,
+ * EAGAIN after the timeout) or encode's errors.
+ */
+function sendSync(msg) {
+  const data = Buffer.from(encode(msg));
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  const giveUp = Date.now() + SEND_TIMEOUT_MS;
+  let off = 0;
+  while (off < data.length) {
+    try {
+      off += fs.writeSync(CONTROL_FD, data, off, data.length - off);
+    } catch (err) {
+      if (err.code !== 'EAGAIN' || Date.now() > giveUp) throw err;
+      Atomics.wait(pause, 0, 0, 2); // the socket is non-blocking and full: wait 2 ms
+    }
+  }
+}
+
+/**
+ * Start reading fd 3. Calls onMessage(obj) for every line that is a JSON object with a string
+ * `type`, in order; lines that are not, or exceed 64 KiB, are logged and skipped. Calls
+ * onClose() once when the peer closes the socket or it fails. Returns the net.Socket, which
+ * keeps the event loop alive until closeControl. Throws if fd 3 cannot be wrapped.
+ */
+function receive(onMessage, onClose) {
+  const sock = new net.Socket({ fd: CONTROL_FD, readable: true, writable: true });
+  const decoder = new StringDecoder('utf8');
+  let pending = '';
+  let discarding = false; // inside a line that went over MAX_LINE
+  let closed = false;
+  const close = () => {
+    if (!closed) {
+      closed = true;
+      onClose();
+    }
+  };
+  sock.on('data', (chunk) => {
+    pending += decoder.write(chunk);
+    let nl;
+    while (!closed && !sock.destroyed && (nl = pending.indexOf('\n')) !== -1) {
+      const line = pending.slice(0, nl);
+      pending = pending.slice(nl + 1);
+      if (discarding) {
+        discarding = false;
+        continue;
+      }
+      const msg = parseLine(line);
+      if (msg) onMessage(msg);
+    }
+    if (Buffer.byteLength(pending) >= MAX_LINE) {
+      log('control socket: line over 64 KiB skipped');
+      pending = '';
+      discarding = true;
+    }
+  });
+  sock.on('error', (err) => {
+    log(`control socket: ${err.message}`);
+    close();
+  });
+  sock.on('end', close);
+  sock.on('close', close);
+  return sock;
+}
+
+/** Return the message in `line`, or null (logged) if it is not a JSON object with a type. */
+function parseLine(line) {
+  if (Buffer.byteLength(line) + 1 > MAX_LINE) {
+    log('control socket: line over 64 KiB skipped');
+    return null;
+  }
+  let msg;
+  try {
+    msg = JSON.parse(line);
+  } catch (err) {
+    log(`control socket: line is not JSON: ${err.message}`);
+    return null;
+  }
+  if (msg === null || typeof msg !== 'object' || Array.isArray(msg) ||
+      typeof msg.type !== 'string') {
+    log('control socket: line is not a JSON object with a string "type"');
+    return null;
+  }
+  return msg;
+}
+
+/**
+ * Destroy `sock` and make sure fd 3 is closed. libuv closes the fd synchronously inside
+ * destroy(); fd 3 is closed by hand only if it is still a socket right after (nothing opens a
+ * file in between, so it cannot be someone else's fd). Returns nothing; throws if fd 3 is
+ * still open afterwards.
+ */
+function closeControl(sock) {
+  sock.removeAllListeners();
+  sock.on('error', () => {}); // nothing more is read: late errors do not matter
+  sock.destroy();
+  if (controlFdIsSocket()) fs.closeSync(CONTROL_FD);
+  if (controlFdIsSocket()) throw new Error('fd 3 is still a socket after closing it');
+}
+
+module.exports = {
+  CONTROL_FD, MAX_LINE, controlFdIsSocket, encode, sendSync, receive, parseLine, closeControl,
+};
