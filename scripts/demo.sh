@@ -29,6 +29,7 @@ $ZYGO status
 echo; echo "== deploying"
 $ZYGO up examples/hello
 $ZYGO up examples/stats
+$ZYGO up examples/hello-node
 mkdir -p "$STATE.cold"; cp examples/stats/main.py "$STATE.cold/"
 sed -e 's/^name = .*/name = "stats-cold"/' -e 's/^mode = .*/mode = "spawn"/' examples/stats/zygo.toml >"$STATE.cold/zygo.toml"
 $ZYGO up "$STATE.cold"
@@ -37,6 +38,9 @@ $ZYGO ls
 echo; echo "== hello, three requests: each has its own random draw, uuid and temp folder"
 for i in 1 2 3; do $ZYGO invoke hello --data "{\"name\": \"request $i\"}"; done
 
+echo; echo "== hello-node, three requests: each served by a fresh Node worker made ready ahead of time"
+for i in 1 2 3; do $ZYGO invoke hello-node --data "{\"name\": \"node $i\"}"; done
+
 echo; echo "== stats (NumPy imported once, in the zygote), five requests: every draw differs"
 $ZYGO invoke stats --data '{"n": 500}' --repeat 5 2>/dev/null
 
@@ -44,7 +48,8 @@ echo; echo "== latency, measured side by side in this run ($N requests each, con
 warm=$($ZYGO invoke stats --data '{"n": 100}' --repeat "$N" 2>&1 >/dev/null | tail -1)
 cold=$($ZYGO invoke stats-cold --data '{"n": 100}' --repeat "$((N / 5))" 2>&1 >/dev/null | tail -1)
 hello=$($ZYGO invoke hello --repeat "$N" 2>&1 >/dev/null | tail -1)
-printf '  %-28s %s\n' "hello, warm (fork):" "$hello" "stats, warm (fork):" "$warm" "stats, cold (spawn):" "$cold"
+node=$($ZYGO invoke hello-node --repeat "$((N / 2))" 2>&1 >/dev/null | tail -1)
+printf '  %-28s %s\n' "hello, warm (fork):" "$hello" "stats, warm (fork):" "$warm" "stats, cold (spawn):" "$cold" "hello-node (workers):" "$node"
 p50() { sed -E 's/.*p50 ([0-9.]+) ms.*/\1/' <<<"$1"; }
 awk -v w="$(p50 "$warm")" -v c="$(p50 "$cold")" 'BEGIN { printf "  cold p50 / warm p50 = %.1fx\n", c / w }'
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,7 +73,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	c := api.NewUnixClient(daemon.SocketPath(state))
 	r := &Report{Machine: machine(), When: time.Now().UTC()}
 	b := &runner{ctx: ctx, c: c, cfg: cfg, work: work, rep: r}
-	for _, step := range []func() error{b.warm, b.cold, b.floor, b.growth, b.memory} {
+	for _, step := range []func() error{b.warm, b.cold, b.floor, b.node, b.growth, b.memory} {
 		if err := step(); err != nil {
 			return r, err
 		}
@@ -87,7 +88,7 @@ type runner struct {
 	work string
 	rep  *Report
 
-	helloP50, statsP50, floorP50 time.Duration
+	helloP50, statsP50, floorP50, nodeP50 time.Duration
 }
 
 func (b *runner) say(format string, a ...any) { fmt.Fprintf(b.cfg.Progress, format+"\n", a...) }
@@ -163,6 +164,104 @@ func (b *runner) floor() error {
 	b.add("fork floor, python3 + numpy (300 forks)", fmt.Sprintf("p50 %.2f ms, p99 %.2f ms", ms(s.P50), ms(s.P99)),
 		fmt.Sprintf("Zygo warm stats p50 / floor p50 = %.2f (target <= 1.0)", ratio(b.statsP50, s.P50)))
 	return nil
+}
+
+// node compares a Node function served by ready workers (pool_size 2) with
+// the same function started cold for each request (pool_size 0) and with
+// the Python zygote, and reports what the idle pool costs.
+func (b *runner) node() error {
+	b.say("Node workers")
+	src, err := os.ReadFile(filepath.Join(b.cfg.Root, "examples", "hello-node", "index.js"))
+	if err != nil {
+		return err
+	}
+	for _, pool := range []int{2, 0} {
+		name := fmt.Sprintf("node-pool-%d", pool)
+		dir := filepath.Join(b.work, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		manifest := fmt.Sprintf("name = %q\nruntime = \"node\"\nhandler = \"index.js:handler\"\npool_size = %d\n", name, pool)
+		if err := os.WriteFile(filepath.Join(dir, "zygo.toml"), []byte(manifest), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "index.js"), src, 0o644); err != nil {
+			return err
+		}
+		if err := b.deploy(dir); err != nil {
+			return err
+		}
+		n := b.cfg.N / 2
+		if pool == 0 {
+			n = b.cfg.ColdN
+		} else {
+			// Let the pool refill between requests, as it would between real ones.
+			if _, err := Invoke(b.ctx, b.c, name, `{}`, 4, 1); err != nil {
+				return err
+			}
+		}
+		s, err := Invoke(b.ctx, b.c, name, `{}`, n, 1)
+		if err != nil {
+			return err
+		}
+		label := fmt.Sprintf("warm Node (ready workers, pool_size 2), concurrency 1 (%d requests)", s.N)
+		ratioText := fmt.Sprintf("Node warm / Python warm hello = %.1fx", ratio(s.P50, b.helloP50))
+		if pool == 0 {
+			label = fmt.Sprintf("cold Node (a fresh worker per request), concurrency 1 (%d requests)", s.N)
+			ratioText = fmt.Sprintf("cold/warm Node p50 = %.1fx", ratio(s.P50, b.nodeP50))
+		} else {
+			b.nodeP50 = s.P50
+			time.Sleep(2 * time.Second) // the pool refills
+			kib := 0
+			for _, pid := range workerPIDs() {
+				if k, err := PSSKiB(pid); err == nil {
+					kib += k
+				}
+			}
+			b.add("PSS of the idle Node pool (2 workers)", fmt.Sprintf("%.1f MiB", float64(kib)/1024), "")
+		}
+		b.add(label, fmt.Sprintf("p50 %.2f ms, p99 %.2f ms", ms(s.P50), ms(s.P99)), ratioText)
+	}
+	return nil
+}
+
+// workerPIDs returns the host pids of Node workers descended from this
+// process (the private daemon runs in it).
+func workerPIDs() []int {
+	self := os.Getpid()
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if !strings.Contains(string(cmd), "zygo_worker.js") || strings.Contains(string(cmd), "bwrap") {
+			continue
+		}
+		for p, hops := pid, 0; p > 1 && hops < 16; hops++ {
+			if p = parentPID(p); p == self {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func parentPID(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 func (b *runner) growth() error {

@@ -87,7 +87,15 @@ func (d *deployment) start(ctx context.Context) error {
 		if d.pool != nil {
 			d.pool.close()
 		}
-		d.pool = newWorkerPool(d, d.manifest.PoolSize, z)
+		size := 0
+		if d.manifest.PoolSize != nil {
+			size = *d.manifest.PoolSize
+		}
+		if size == 0 {
+			z.Stop() // the import check; every request starts its own worker
+			z = nil
+		}
+		d.pool = newWorkerPool(d, size, z)
 		d.setLocked("ready", nil, nil)
 	case mode == zygote.ModeSpawn:
 		z.Stop()

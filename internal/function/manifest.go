@@ -45,6 +45,9 @@ const (
 	ModeFork Mode = "fork"
 	// ModeSpawn starts a fresh interpreter for each request (cold start).
 	ModeSpawn Mode = "spawn"
+	// ModeWorker serves each request from a Node worker made ready ahead of
+	// time (runtime "node" only, and its only mode).
+	ModeWorker Mode = "worker"
 )
 
 // Limits are the per-request limits of a function, from the [limits] table.
@@ -74,8 +77,9 @@ type Manifest struct {
 	// PreFork is the ceiling of children a Python zygote keeps forked ahead
 	// of demand (0 turns pre-forking off).
 	PreFork *int `toml:"prefork" json:"prefork,omitempty"`
-	// PoolSize is how many Node workers are kept ready (runtime "node").
-	PoolSize int               `toml:"pool_size" json:"pool_size,omitempty"`
+	// PoolSize is how many Node workers are kept ready (runtime "node");
+	// 0 starts a fresh worker for each request (cold).
+	PoolSize *int `toml:"pool_size" json:"pool_size,omitempty"`
 	Env      map[string]string `toml:"env" json:"env,omitempty"`
 	Limits   Limits            `toml:"limits" json:"limits"`
 }
@@ -147,6 +151,9 @@ func LoadManifest(dir string) (*Manifest, error) {
 func (m *Manifest) applyDefaults() {
 	if m.Mode == "" {
 		m.Mode = ModeFork
+		if m.Runtime == RuntimeNode {
+			m.Mode = ModeWorker
+		}
 	}
 	if m.Interpreter == "" {
 		switch m.Runtime {
@@ -163,8 +170,9 @@ func (m *Manifest) applyDefaults() {
 		n := DefaultPreFork
 		m.PreFork = &n
 	}
-	if m.PoolSize == 0 && m.Runtime == RuntimeNode {
-		m.PoolSize = DefaultPoolSize
+	if m.PoolSize == nil && m.Runtime == RuntimeNode {
+		n := DefaultPoolSize
+		m.PoolSize = &n
 	}
 	l := &m.Limits
 	if l.TimeoutMs == 0 {
@@ -208,7 +216,10 @@ func (m *Manifest) Validate() error {
 	default:
 		return bad("runtime", "%q is not one of python, node", m.Runtime)
 	}
-	if m.Mode != ModeFork && m.Mode != ModeSpawn {
+	switch {
+	case m.Runtime == RuntimeNode && m.Mode != ModeWorker:
+		return bad("mode", "%q does not apply to runtime = \"node\": every Node request gets a fresh worker (mode \"worker\")", m.Mode)
+	case m.Runtime != RuntimeNode && m.Mode != ModeFork && m.Mode != ModeSpawn:
 		return bad("mode", "%q is not one of fork, spawn", m.Mode)
 	}
 	if !filepath.IsAbs(m.Interpreter) || filepath.Clean(m.Interpreter) != m.Interpreter {
@@ -223,14 +234,11 @@ func (m *Manifest) Validate() error {
 	if m.Runtime == RuntimeNode && m.PreFork != nil {
 		return bad("prefork", "applies only to runtime = \"python\" (Node keeps pool_size workers)")
 	}
-	if m.Runtime == RuntimeNode && (m.PoolSize < 1 || m.PoolSize > MaxPoolSize) {
-		return bad("pool_size", "%d is outside 1..%d", m.PoolSize, MaxPoolSize)
+	if m.Runtime == RuntimeNode && (*m.PoolSize < 0 || *m.PoolSize > MaxPoolSize) {
+		return bad("pool_size", "%d is outside 0..%d", *m.PoolSize, MaxPoolSize)
 	}
-	if m.Runtime != RuntimeNode && m.PoolSize != 0 {
+	if m.Runtime != RuntimeNode && m.PoolSize != nil {
 		return bad("pool_size", "applies only to runtime = \"node\"")
-	}
-	if m.Runtime == RuntimeNode && m.Mode == ModeSpawn {
-		return bad("mode", "\"spawn\" does not apply to runtime = \"node\" (every Node request already gets a fresh worker)")
 	}
 	if m.Runtime == RuntimeNode && m.Strict {
 		return bad("strict", "is not supported for runtime = \"node\" yet")

@@ -106,6 +106,11 @@ func TestParseManifestRejects(t *testing.T) {
 		badManifest{"negative", pyBase + "concurrency = -1\n", "zygo.toml: concurrency:"},
 		badManifest{"above max", pyBase + "concurrency = 257\n", "zygo.toml: concurrency:"},
 	)
+	add("prefork",
+		badManifest{"node", nodeBase + "prefork = 1\n", "zygo.toml: prefork:"},
+		badManifest{"negative", pyBase + "prefork = -1\n", "zygo.toml: prefork:"},
+		badManifest{"above max", pyBase + "prefork = 65\n", "zygo.toml: prefork:"},
+	)
 	add("pool_size",
 		badManifest{"python", pyBase + "pool_size = 2\n", "zygo.toml: pool_size:"},
 		badManifest{"python negative", pyBase + "pool_size = -1\n", "zygo.toml: pool_size:"},
@@ -155,7 +160,10 @@ func TestParseManifestAcceptsBounds(t *testing.T) {
 		{"limits low", pyBase + "[limits]\ntimeout_ms = 1\nmemory_mib = 16\npids = 1\ncpu_ms = 1\nmax_request_kib = 1\nmax_response_kib = 1\n"},
 		{"limits high", pyBase + "[limits]\ntimeout_ms = 900000\nmemory_mib = 65536\npids = 65536\ncpu_ms = 900000\nmax_request_kib = 65536\nmax_response_kib = 65536\n"},
 		{"concurrency bounds", pyBase + "concurrency = 256\n"},
+		{"pool_size 0 (a fresh worker per request)", nodeBase + "pool_size = 0\n"},
 		{"pool_size 1", nodeBase + "pool_size = 1\n"},
+		{"prefork 0", pyBase + "prefork = 0\n"},
+		{"prefork 64", pyBase + "prefork = 64\n"},
 		{"pool_size 64", nodeBase + "pool_size = 64\n"},
 		{"secret 128 chars", pyBase + "secrets = [\"S" + strings.Repeat("x", 127) + "\"]\n"},
 		{"spawn with python", pyBase + "mode = \"spawn\"\n"},
@@ -178,7 +186,7 @@ func TestParseManifestDefaults(t *testing.T) {
 	}
 	want := function.Manifest{
 		Name: "hello", Runtime: function.RuntimePython, Handler: "main:handler", Mode: function.ModeFork,
-		Interpreter: "/usr/bin/python3", Concurrency: 8, PoolSize: 0,
+		Interpreter: "/usr/bin/python3", Concurrency: 8, PoolSize: nil, PreFork: intp(2),
 		Limits: function.Limits{TimeoutMs: 30000, MemoryMiB: 256, MaxRequestKiB: 6 * 1024, MaxResponseKiB: 6 * 1024},
 	}
 	checkManifest(t, "python", py, &want)
@@ -187,7 +195,8 @@ func TestParseManifestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want.Runtime, want.Handler, want.Interpreter, want.PoolSize = function.RuntimeNode, "index.js:handler", "/usr/bin/node", 2
+	want.Runtime, want.Handler, want.Interpreter, want.PoolSize, want.PreFork = function.RuntimeNode, "index.js:handler", "/usr/bin/node", intp(2), nil
+	want.Mode = function.ModeWorker
 	checkManifest(t, "node", node, &want)
 
 	// Zero values of optional keys mean "default", set values are kept.
@@ -209,8 +218,8 @@ max_response_kib = 20
 		t.Fatal(err)
 	}
 	want = function.Manifest{
-		Name: "hello", Runtime: function.RuntimeNode, Handler: "index.js:handler", Mode: function.ModeFork,
-		Interpreter: "/opt/node/bin/node", Concurrency: 3, PoolSize: 5, Secrets: []string{"B", "A"},
+		Name: "hello", Runtime: function.RuntimeNode, Handler: "index.js:handler", Mode: function.ModeWorker,
+		Interpreter: "/opt/node/bin/node", Concurrency: 3, PoolSize: intp(5), Secrets: []string{"B", "A"},
 		Env:    map[string]string{"GREETING": "hi"},
 		Limits: function.Limits{TimeoutMs: 1500, MemoryMiB: 64, PIDs: 32, CPUMs: 700, MaxRequestKiB: 10, MaxResponseKiB: 20},
 	}
@@ -220,7 +229,7 @@ max_response_kib = 20
 func checkManifest(t *testing.T, what string, got, want *function.Manifest) {
 	t.Helper()
 	if got.Name != want.Name || got.Runtime != want.Runtime || got.Handler != want.Handler || got.Mode != want.Mode ||
-		got.Interpreter != want.Interpreter || got.Concurrency != want.Concurrency || got.PoolSize != want.PoolSize ||
+		got.Interpreter != want.Interpreter || got.Concurrency != want.Concurrency || !eqIntp(got.PoolSize, want.PoolSize) || !eqIntp(got.PreFork, want.PreFork) ||
 		got.Strict != want.Strict || got.Limits != want.Limits || !slices.Equal(got.Secrets, want.Secrets) ||
 		len(got.Env) != len(want.Env) {
 		t.Errorf("%s manifest:\n got %+v\nwant %+v", what, *got, *want)
@@ -257,3 +266,7 @@ func TestLoadManifest(t *testing.T) {
 		t.Errorf("LoadManifest = %+v, %v", m, err)
 	}
 }
+
+func intp(n int) *int { return &n }
+
+func eqIntp(a, b *int) bool { return (a == nil && b == nil) || (a != nil && b != nil && *a == *b) }

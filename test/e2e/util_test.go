@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -69,3 +70,7 @@ func readProcessMemory(t *testing.T, pid int) []byte {
 	}
 	return out
 }
+
+func execCmd(name string, args ...string) error { return exec.Command(name, args...).Run() }
+
+func toString(v any) string { b, _ := json.Marshal(v); return string(b) }
