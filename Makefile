@@ -20,8 +20,10 @@ build:
 
 test: deps build
 	cd agents/python && $(PY) -m unittest discover -s tests
+	cd agents/node && node --test test/
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 40m ./...
+	./$(BIN)/zygo check functions
 
 demo: deps build
 	./scripts/demo.sh
