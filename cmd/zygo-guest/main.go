@@ -1,6 +1,9 @@
 // Command zygo-guest is PID 1 of every Zygo gVisor sandbox: it reads its boot file, dials the
 // host's socket in /zygo/host and serves exec, run-code, files and reseal (package
 // internal/guest). It must be built static: CGO_ENABLED=0 go build ./cmd/zygo-guest.
+//
+// Hidden subcommand: `zygo-guest probe ...` is the Go probe of `zygo check sandboxes`
+// (package internal/forkcheck/goprobe); it is here because this binary is inside every sandbox.
 package main
 
 import (
@@ -8,10 +11,14 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/zygo-run/zygo/internal/forkcheck/goprobe"
 	"github.com/zygo-run/zygo/internal/guest"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		os.Exit(goprobe.Main(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	a := guest.New(guest.Config{Log: log})
 	ctx := context.Background() // PID 1 lives until the sandbox is killed

@@ -114,6 +114,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	log := cfg.Log
+	closeInheritedFDs()
 	if err := prepareStateDir(cfg.StateDir); err != nil {
 		return err
 	}
@@ -291,4 +292,21 @@ func Background(ctx context.Context, cfg Config) (stop func() error, err error) 
 		cancel()
 		return <-errc
 	}, nil
+}
+
+// closeInheritedFDs marks every descriptor above stderr close-on-exec, so
+// that nothing the daemon inherited from whoever started it (a shell's
+// stray fds, a CI runner's pipes) reaches bwrap and the sandboxes. The Go
+// runtime opens its own descriptors close-on-exec already.
+func closeInheritedFDs() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		var fd int
+		if _, err := fmt.Sscan(e.Name(), &fd); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }

@@ -201,11 +201,7 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 		res.Failure = f
 		res.Error = &HandlerError{Type: string(f), Message: fmt.Sprintf(format, a...)}
 	}
-	watch, err := watchResult(dir.host)
-	if err != nil {
-		fail(FailInternal, "%v", err)
-		return nil
-	}
+	watch := z.watcher.watch(dir.host)
 	c, ok := z.newChild(ctx, fail)
 	if !ok {
 		watch.Close()
@@ -235,7 +231,9 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 		}
 	}
 	res.mark("before_go", &res.lap)
-	goMsg := message{Type: "go", RequestID: req.ID, Dir: dir.sandbox, DeadlineMs: deadline.UnixMilli(),
+	// deadline_ms is the time left, milliseconds, counted by the child from
+	// when it receives GO (the sandbox's clock need not agree with ours).
+	goMsg := message{Type: "go", RequestID: req.ID, Dir: dir.sandbox, DeadlineMs: max(time.Until(deadline).Milliseconds(), 0),
 		Function: req.Function, Version: req.Version, Strict: req.Strict}
 	if z.spec.Mode != ModeFork {
 		z.current.Store(req.ID)

@@ -2,54 +2,105 @@ package zygote
 
 import (
 	"encoding/binary"
-	"fmt"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// resultWatch tells when a request's result.json appears: the agent writes
-// it last, by rename, just before it exits, so the supervisor can answer the
-// caller without waiting for the child's exit and reaping (inotify(7),
-// IN_MOVED_TO; events fire on the host inode whatever mount wrote it).
-type resultWatch struct {
-	f     *os.File
-	ready chan struct{} // closed when result.json has been renamed into place
+// resultWatcher tells when a request's result.json appears: the agent
+// writes it last, by rename, just before it exits, so the supervisor can
+// answer the caller without waiting for the child's exit and reaping
+// (inotify(7), IN_MOVED_TO; events fire on the host inode whatever mount
+// wrote it). One inotify instance serves a whole zygote — instances are a
+// per-user limit (fs.inotify.max_user_instances, often 128), watches are
+// not scarce — and when inotify is unavailable requests simply wait for
+// the child's exit.
+type resultWatcher struct {
+	f *os.File // nil when inotify is unavailable
+
+	mu    sync.Mutex // guards waits
+	waits map[int32]chan struct{}
 }
 
-// watchResult starts watching dir. The caller must Close the watch.
-func watchResult(dir string) (*resultWatch, error) {
+func newResultWatcher() *resultWatcher {
+	w := &resultWatcher{waits: map[int32]chan struct{}{}}
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("inotify_init1: %w", err)
+		return w
 	}
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_MOVED_TO); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("inotify_add_watch %s: %w", dir, err)
-	}
-	w := &resultWatch{f: os.NewFile(uintptr(fd), "inotify"), ready: make(chan struct{})}
+	w.f = os.NewFile(uintptr(fd), "inotify")
 	go w.read()
-	return w, nil
+	return w
 }
 
-func (w *resultWatch) read() {
-	buf := make([]byte, 4096)
+// resultWatch is one directory's watch.
+type resultWatch struct {
+	w     *resultWatcher
+	wd    int32
+	ready chan struct{} // closed when result.json is in place; nil: no early answer
+}
+
+// watch starts watching dir. It never fails: without inotify, ready is nil
+// and the caller waits for the exit instead.
+func (w *resultWatcher) watch(dir string) *resultWatch {
+	if w.f == nil {
+		return &resultWatch{}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wd, err := unix.InotifyAddWatch(int(w.f.Fd()), dir, unix.IN_MOVED_TO)
+	if err != nil {
+		return &resultWatch{}
+	}
+	ch := make(chan struct{})
+	w.waits[int32(wd)] = ch
+	return &resultWatch{w: w, wd: int32(wd), ready: ch}
+}
+
+// Close stops the watch (idempotent).
+func (r *resultWatch) Close() {
+	if r.w == nil {
+		return
+	}
+	r.w.mu.Lock()
+	if _, ok := r.w.waits[r.wd]; ok {
+		delete(r.w.waits, r.wd)
+		_, _ = unix.InotifyRmWatch(int(r.w.f.Fd()), uint32(r.wd))
+	}
+	r.w.mu.Unlock()
+	r.w = nil
+}
+
+func (w *resultWatcher) read() {
+	buf := make([]byte, 64<<10)
 	for {
 		n, err := w.f.Read(buf)
 		if err != nil {
 			return
 		}
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			wd := int32(binary.NativeEndian.Uint32(buf[off : off+4]))
 			nameLen := int(binary.NativeEndian.Uint32(buf[off+12 : off+16]))
 			start := off + unix.SizeofInotifyEvent
 			end := min(start+nameLen, n)
-			name := string(trimNUL(buf[start:end]))
-			if name == "result.json" {
-				close(w.ready)
-				return
+			if string(trimNUL(buf[start:end])) == "result.json" {
+				w.mu.Lock()
+				if ch, ok := w.waits[wd]; ok {
+					close(ch)
+					delete(w.waits, wd)
+				}
+				w.mu.Unlock()
 			}
 			off = end
 		}
+	}
+}
+
+// close releases the inotify instance.
+func (w *resultWatcher) close() {
+	if w != nil && w.f != nil {
+		w.f.Close()
 	}
 }
 
@@ -61,6 +112,3 @@ func trimNUL(b []byte) []byte {
 	}
 	return b
 }
-
-// Close stops the watch.
-func (w *resultWatch) Close() { w.f.Close() }

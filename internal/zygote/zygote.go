@@ -134,9 +134,10 @@ type Zygote struct {
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // set before done is closed
 
-	sendMu   sync.Mutex    // serialises writes on ctl
-	pool     *pool         // pre-forked children (fork mode with PreFork > 0)
-	current  atomic.Value  // string: the request a spawned agent or worker serves, after GO
+	sendMu   sync.Mutex   // serialises writes on ctl
+	pool     *pool        // pre-forked children (fork mode with PreFork > 0)
+	current  atomic.Value // string: the request a spawned agent or worker serves, after GO
+	watcher  *resultWatcher
 	draining chan struct{} // closed by Drain
 	drainOne sync.Once
 
@@ -222,6 +223,7 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 	}
 	z.ready.Took = time.Since(t0)
 	z.state = StateReady
+	z.watcher = newResultWatcher()
 	if spec.Mode != ModeWorker {
 		go z.readLoop()
 	}
@@ -349,6 +351,7 @@ func (z *Zygote) wait(outR, errR, statusR *os.File) {
 	z.state = StateStopped
 	z.mu.Unlock()
 	z.ctl.close()
+	z.watcher.close()
 	close(z.done)
 }
 

@@ -69,6 +69,13 @@ type Daemon struct {
 // waits until it answers. It is stopped when the test ends.
 func startDaemon(t *testing.T, stateDir string) *Daemon {
 	t.Helper()
+	return startDaemonWith(t, stateDir, nil)
+}
+
+// startDaemonWith is startDaemon with extra descriptors inherited by the
+// daemon (fds 3, 4, ...), as a careless parent process would leave them.
+func startDaemonWith(t *testing.T, stateDir string, extra []*os.File) *Daemon {
+	t.Helper()
 	requireTools(t)
 	if stateDir == "" {
 		var err error
@@ -81,6 +88,7 @@ func startDaemon(t *testing.T, stateDir string) *Daemon {
 	d := &Daemon{t: t, StateDir: stateDir, log: &bytes.Buffer{}}
 	d.cmd = exec.Command(zygoBin, "serve", "--state-dir", stateDir)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	d.cmd.ExtraFiles = extra
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -214,3 +214,84 @@ func TestProtocolRule4_NoRequestDataInZygote(t *testing.T) {
 		}
 	}
 }
+
+// TestProtocolRule12_NoCrossProcessMemory: a request can reach neither the
+// zygote's nor a sibling's memory, descriptors or environment through
+// /proc (the zygote is non-dumpable before any user code, and children
+// inherit that from their first instant).
+func TestProtocolRule12_NoCrossProcessMemory(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	// Keep siblings (and pre-forked children) around while the attacker runs.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.InvokeMany("probe", 4, 4, func(int) any { return map[string]any{"action": "sleep", "seconds": 1} })
+	}()
+	time.Sleep(300 * time.Millisecond)
+	var r struct {
+		ZygoteMemRW   string            `json:"zygote mem rw"`
+		ZygoteEnviron string            `json:"zygote environ"`
+		ZygoteFD      string            `json:"zygote fd"`
+		OthersFD      map[string]string `json:"others fd"`
+		SelfFD        string            `json:"self fd"`
+	}
+	d.Invoke("probe", map[string]any{"action": "attack"}, &r)
+	<-done
+	for what, got := range map[string]string{"zygote mem rw": r.ZygoteMemRW, "zygote environ": r.ZygoteEnviron, "zygote fd": r.ZygoteFD} {
+		if got == "ok" {
+			t.Errorf("a request opened the %s", what)
+		}
+	}
+	if len(r.OthersFD) == 0 {
+		t.Fatal("no sibling was visible: the test did not test anything")
+	}
+	for pid, got := range r.OthersFD {
+		if got == "ok" {
+			t.Errorf("a request listed /proc/%s/fd of another process", pid)
+		}
+	}
+	if r.SelfFD != "ok" {
+		t.Errorf("a request cannot list its own descriptors: %q", r.SelfFD)
+	}
+}
+
+// TestStrayDescriptorsDoNotReachRequests: a descriptor the daemon inherited
+// from whoever started it is not open in a request.
+func TestStrayDescriptorsDoNotReachRequests(t *testing.T) {
+	f, err := os.Open("/etc/hostname")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d := startDaemonWith(t, "", []*os.File{f})
+	d.Up(fixture("probe"))
+	var fds [][2]any
+	d.Invoke("probe", map[string]any{"action": "fds"}, &fds)
+	for _, fd := range fds {
+		n, _ := fd[0].(float64)
+		target, _ := fd[1].(string)
+		if n > 2 || strings.Contains(target, "hostname") {
+			t.Errorf("a request holds fd %v -> %s (all: %v)", fd[0], target, fds)
+		}
+	}
+}
+
+func TestContextDeadlineAndAsyncHandlers(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	var r struct {
+		Remaining float64 `json:"remaining_ms"`
+		Deadline  float64
+		Now       float64
+	}
+	d.Invoke("probe", map[string]any{"action": "deadline"}, &r)
+	if r.Remaining <= 0 || r.Remaining > 3000 || r.Deadline-r.Now > 3.001 || r.Deadline <= r.Now {
+		t.Errorf("timeout_ms is 3000, context says %+v", r)
+	}
+	var x int
+	d.Invoke("probe", map[string]any{"action": "async_handler", "x": 21}, &x)
+	if x != 42 {
+		t.Errorf("async handler returned %d", x)
+	}
+}

@@ -21,7 +21,7 @@ import sys
 import uuid
 from typing import List, NoReturn, Optional
 
-from . import child, loader, recorder, reseed, warmup, wire, zygote
+from . import libc, child, loader, recorder, reseed, warmup, wire, zygote
 from .agentlog import log
 
 CONTROL_FD = 3
@@ -51,6 +51,12 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
     for name in _NATIVE_POOL_VARS:  # step 1
         os.environ.setdefault(name, "1")
     control = _open_control_socket()
+    _close_stray_fds()
+    # Non-dumpable before any user code: the zygote's /proc/PID/mem, fd/ and
+    # environ become unreachable for the sandbox uid (it has no CAP_SYS_PTRACE),
+    # and every child inherits the flag from its first instant, so neither a
+    # request nor a sibling can read or write another process's memory.
+    libc.set_dumpable(False)
     recorder.install()  # step 2
     try:
         handler = loader.load_handler(code_dir, args.handler)  # step 3
@@ -72,6 +78,13 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
     if args.mode == "spawn":
         sys.exit(zygote.serve_spawn(control, serve))
     sys.exit(zygote.Zygote(control, serve).serve())
+
+
+def _close_stray_fds() -> None:
+    """Close every descriptor but 0, 1, 2 and the control socket: whatever the process
+    that started the supervisor leaked must not reach user code (``os.closerange`` ignores
+    descriptors that are not open)."""
+    os.closerange(CONTROL_FD + 1, os.sysconf("SC_OPEN_MAX"))
 
 
 def _open_control_socket() -> socket.socket:

@@ -19,6 +19,7 @@ result); ``EXIT_AGENT_ERROR`` when a step before or after the handler failed (a
 """
 
 import atexit
+import inspect
 import json
 import os
 import socket
@@ -151,7 +152,7 @@ def _prepare(sock: socket.socket, go: _Go):
         ("resetting inherited descriptors", fdreset.reset_inherited),
         ("reseeding", reseed.reseed_all),
         ("setting TMPDIR", lambda: set_tmpdir(os.path.join(go.dir, "tmp"))),
-        ("marking the process non-dumpable", lambda: libc.set_dumpable(False)),
+        ("keeping the process non-dumpable", lambda: libc.set_dumpable(False)),
         ("clearing the zygote's atexit handlers", atexit._clear),
     ]
     if go.strict:  # last, so nothing of ours runs under it before user code
@@ -206,7 +207,11 @@ def set_tmpdir(path: str) -> None:
 
 def _invoke(handler, event, context: Context) -> dict:
     try:
-        return {"ok": True, "value": handler(event, context)}
+        value = handler(event, context)
+        if inspect.iscoroutine(value):  # an ``async def`` handler
+            import asyncio
+            value = asyncio.run(value)
+        return {"ok": True, "value": value}
     except BaseException as exc:  # noqa: BLE001 - SystemExit included: it is the request's
         return {"ok": False, "error": errors.describe(exc, skip_frames=1)}
 

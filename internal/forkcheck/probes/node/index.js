@@ -9,6 +9,7 @@ Math.random();
 crypto.randomUUID();
 crypto.randomBytes(16);
 const GLOBAL = { touchedBy: null };
+const STARTED = process.hrtime.bigint().toString(); // when this worker imported the handler
 
 function sockets() {
   let n = 0;
@@ -33,6 +34,7 @@ exports.handler = async (event, context) => {
     'vm new context Math.random()': vm.runInNewContext('Math.random()'),
     'TMPDIR': os.tmpdir(),
     'pid': process.pid,
+    'import time (monotonic ns)': STARTED,
     'global set by an earlier request': earlier,
     'sockets in the fd table': sockets(),
     "another function's secret": secretsSeen(),

@@ -140,3 +140,42 @@ def unserialisable(event, context):
 
 def handler(event, context):
     return globals()[event["action"]](event, context)
+
+
+def attack(event, context):
+    """Try to reach other processes of the sandbox: the zygote and siblings."""
+    out = {}
+    def attempt(name, fn):
+        try:
+            fn()
+            out[name] = "ok"
+        except OSError as e:
+            out[name] = errno.errorcode.get(e.errno, str(e.errno))
+    attempt("zygote mem rw", lambda: open(f"/proc/{os.getppid()}/mem", "r+b").close())
+    attempt("zygote environ", lambda: open(f"/proc/{os.getppid()}/environ", "rb").read())
+    attempt("zygote fd", lambda: os.listdir(f"/proc/{os.getppid()}/fd"))
+    others = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) not in (os.getpid(), os.getppid(), 1):
+            try:
+                os.listdir(f"/proc/{p}/fd")
+                others[p] = "ok"
+            except OSError as e:
+                others[p] = errno.errorcode.get(e.errno, str(e.errno))
+    out["others fd"] = others
+    attempt("self fd", lambda: os.listdir("/proc/self/fd"))
+    return out
+
+
+def deadline(event, context):
+    return {"remaining_ms": context.remaining_ms(), "deadline": context.deadline, "now": time.time()}
+
+
+async def _async_work(x):
+    import asyncio
+    await asyncio.sleep(0.01)
+    return x * 2
+
+
+def async_handler(event, context):
+    return _async_work(event.get("x", 21))

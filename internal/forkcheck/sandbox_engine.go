@@ -1,0 +1,130 @@
+package forkcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
+)
+
+// EngineConfig configures a private sandbox engine. Zero fields take the defaults in brackets.
+type EngineConfig struct {
+	// GuestBinary is the static zygo-guest, with its hidden `probe` subcommand [zygo-guest
+	// next to the running executable, else on PATH].
+	GuestBinary string
+	// Runsc is the runsc binary [the gvisor backend's default: /usr/local/bin/runsc, PATH].
+	Runsc string
+	// Log receives the Manager's and backend's logs [discarded].
+	Log *slog.Logger
+}
+
+// SandboxEngine is a sandbox Manager of the check's own: the gVisor backend and an in-memory
+// registry on a fresh temporary state dir, so the check needs no daemon and touches no
+// user's sandboxes (as the functions mode runs a private daemon). Close removes all of it.
+type SandboxEngine struct {
+	Manager *sandbox.Manager
+	be      *gvisor.Backend
+	dir     string
+}
+
+// NewSandboxEngine makes a private engine. It returns an error naming
+// scripts/install-runsc.sh when runsc is missing, and one naming `make build` when zygo-guest
+// is missing; on error nothing is left behind.
+func NewSandboxEngine(cfg EngineConfig) (*SandboxEngine, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("gVisor sandboxes need root: run zygo check sandboxes as root")
+	}
+	guestBin, err := findGuest(cfg.GuestBinary)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	// Short: the guest's socket path under it must fit a unix socket (108 bytes).
+	dir, err := os.MkdirTemp("/tmp", "zgc-")
+	if err != nil {
+		return nil, err
+	}
+	be, err := gvisor.New(gvisor.Config{Runsc: cfg.Runsc, StateDir: filepath.Join(dir, "e"), GuestBinary: guestBin, Log: log})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err // a missing runsc names scripts/install-runsc.sh
+	}
+	m, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: sandbox.NewMemRegistry(),
+		ImageDir: filepath.Join(dir, "images"), Log: log})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &SandboxEngine{Manager: m, be: be, dir: dir}, nil
+}
+
+// Close removes every sandbox and checkpoint the engine made, releases what runsc keeps on
+// the host and deletes the state dir. It uses its own bounded context, so it also cleans up
+// after an interrupted check.
+func (e *SandboxEngine) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var errs []error
+	recs, _ := e.Manager.List(ctx)
+	for _, r := range recs {
+		if err := e.Manager.Remove(ctx, r.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	ids, _ := e.be.List(ctx)
+	for _, id := range ids {
+		if err := e.be.Destroy(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	_ = e.Manager.Close()
+	if err := e.be.ReleaseHost(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		errs = append(errs, os.RemoveAll(e.dir))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cleaning up the check's sandboxes in %s: %w", e.dir, err)
+	}
+	return nil
+}
+
+// findGuest returns the zygo-guest to use: configured, else next to the running executable
+// (make build puts both in bin/), else on PATH.
+func findGuest(configured string) (string, error) {
+	const how = "build it with `make build` (bin/zygo-guest, CGO_ENABLED=0) or pass --guest-binary PATH"
+	p := configured
+	if p == "" {
+		if exe, err := os.Executable(); err == nil {
+			if exe, err = filepath.EvalSymlinks(exe); err == nil {
+				if c := filepath.Join(filepath.Dir(exe), "zygo-guest"); regular(c) {
+					p = c
+				}
+			}
+		}
+	}
+	if p == "" {
+		p, _ = exec.LookPath("zygo-guest")
+	}
+	if p == "" || !regular(p) {
+		return "", fmt.Errorf("zygo-guest not found (%q): %s", p, how)
+	}
+	return filepath.Abs(p)
+}
+
+func regular(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
