@@ -235,3 +235,32 @@ func TestLoadNumpyExample(t *testing.T) {
 		t.Fatalf("served count: %+v %v", st, err)
 	}
 }
+
+// TestWarmupGeneratorsOutsideGlobals: generators made at import wherever
+// they live (a dict, a class attribute, a closure, a default argument, a
+// bare _random.Random) are reseeded in every child; an explicitly seeded one
+// stays deterministic.
+func TestWarmupGeneratorsOutsideGlobals(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("hiddengen"))
+	cols := map[string][]float64{}
+	for _, raw := range forkN(t, d, "hiddengen", 6, 3) {
+		var r map[string]float64
+		json.Unmarshal(raw, &r)
+		for k, v := range r {
+			cols[k] = append(cols[k], v)
+		}
+	}
+	for k, vals := range cols {
+		want := 6
+		if k == "explicit" {
+			want = 1
+		}
+		if n := distinct(vals); n != want {
+			t.Errorf("%s: %d distinct of 6, want %d", k, n, want)
+		}
+	}
+	if len(cols) != 6 {
+		t.Fatalf("got columns %v", cols)
+	}
+}

@@ -11,6 +11,7 @@ state; the ``tempfile`` name sequence and cached directory; generator objects cr
 without an explicit seed (those the intent recorder saw, and those warm-up registered).
 """
 
+import _random
 import os
 import random
 import ssl
@@ -34,8 +35,8 @@ _registered: List[object] = []  # NumPy Generator / BitGenerator objects from wa
 
 
 def register_numpy_generator(obj) -> None:
-    """Reseed ``obj`` (a NumPy ``Generator`` or ``BitGenerator``) in every later
-    :func:`reseed_all`. Returns nothing."""
+    """Reseed ``obj`` (a NumPy ``Generator`` or ``BitGenerator``, or a bare
+    ``_random.Random``) in every later :func:`reseed_all`. Returns nothing."""
     _registered.append(obj)
 
 
@@ -111,7 +112,10 @@ def reseed_import_time_generators() -> None:
     for rng in recorder.unseeded_instances():
         rng.seed()
     for gen in _registered:
-        bitgen = getattr(gen, "bit_generator", gen)
+        if isinstance(gen, _random.Random):  # a bare _random.Random (no recorder hook)
+            gen.seed(int.from_bytes(os.urandom(32), "big"))
+            continue
+        bitgen = getattr(gen, "bit_generator", gen)  # NumPy: reseed the stream itself
         bitgen.state = type(bitgen)().state
 
 

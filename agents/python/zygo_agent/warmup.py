@@ -6,6 +6,7 @@ Each check returns one ``{"name", "level", "detail", ...}`` object; ``level`` is
 no state, except that :func:`run` returns the NumPy generators the children must reseed.
 """
 
+import gc
 import os
 import random
 import re
@@ -110,8 +111,49 @@ def check_generators(code_dir: str) -> Tuple[dict, List[object]]:
                           "explicit_seed": explicit, "reseeded": reseeded})
             if reseeded and kind.startswith("numpy."):
                 to_reseed.append(obj)
+    swept = _sweep_generators(seen)
+    for obj, kind, explicit in swept:
+        items.append({"name": f"<{kind} held outside module globals>", "kind": kind,
+                      "explicit_seed": explicit, "reseeded": explicit is not True})
+        if explicit is not True:
+            to_reseed.append(obj)
     others = len([r for r in recorder.unseeded_instances() if id(r) not in seen])
     return _generators_check(items, others), to_reseed
+
+
+def _sweep_generators(seen: set) -> List[Tuple[object, str, Optional[bool]]]:
+    """Find the generators that module globals do not hold — in a dict, a class attribute,
+    a closure, a cache, a default argument — by walking every object the garbage collector
+    tracks and what those refer to. Returns ``(object, kind, explicit seed?)`` for NumPy
+    ``Generator``/``BitGenerator`` objects and bare ``_random.Random`` objects (the
+    ``random.Random`` subclass is already covered by the intent recorder, wherever it lives).
+    ``seen`` holds the ids already reported; it is updated."""
+    import _random
+    np_random = sys.modules.get("numpy.random")
+    np_types = (np_random.Generator, np_random.BitGenerator) if np_random else ()
+    found = []
+
+    def consider(obj) -> None:
+        if id(obj) in seen:
+            return
+        if type(obj) is _random.Random:
+            seen.add(id(obj))
+            found.append((obj, "_random.Random", None))
+        elif np_types and isinstance(obj, np_types):
+            if np_random is not None and obj is getattr(np_random.mtrand, "_rand", None):
+                return
+            seen.add(id(obj))
+            explicit = _numpy_seed_explicit(obj, np_random)
+            found.append((obj, "numpy.random." + type(obj).__name__, explicit))
+
+    for obj in gc.get_objects():
+        consider(obj)
+        for ref in gc.get_referents(obj):
+            if not gc.is_tracked(ref):
+                consider(ref)
+    # A Generator and its BitGenerator are one stream: reseed it once.
+    bitgens = {id(getattr(o, "bit_generator", None)) for o, _, _ in found}
+    return [f for f in found if id(f[0]) not in bitgens][:64]
 
 
 def _socket_owners(code_dir: Optional[str]) -> dict:
