@@ -24,6 +24,7 @@ test: deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 40m ./...
 	./$(BIN)/zygo check functions
+	./$(BIN)/zygo check sandboxes
 
 demo: deps build
 	./scripts/demo.sh

@@ -35,9 +35,16 @@ func NewUnixClient(socketPath string) *Client {
 	return &Client{base: "http://zygo", hc: &http.Client{Transport: tr}}
 }
 
-// NewTCPClient returns a client for a daemon at host:port.
-func NewTCPClient(addr string) *Client {
-	return &Client{base: "http://" + addr, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+// NewTCPClient returns a client for a daemon serving loopback TCP at
+// host:port (`zygo serve --listen`). Every request carries token as
+// "Authorization: Bearer token", as that listener requires (see
+// RequireToken); with token "" none is sent and the daemon answers 401.
+func NewTCPClient(addr, token string) *Client {
+	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 64}
+	if token != "" {
+		rt = &bearerTransport{token: token, next: rt}
+	}
+	return &Client{base: "http://" + addr, hc: &http.Client{Transport: rt}}
 }
 
 // Error is a failed API call: the HTTP status and the server's error body.
@@ -84,7 +91,7 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ct
 		var eb struct {
 			Error ErrorBody `json:"error"`
 		}
-		if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" {
+		if json.Unmarshal(b, &eb) != nil || eb.Error.Code == "" {
 			eb.Error = ErrorBody{Code: "http", Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))}
 		}
 		return nil, &Error{Status: resp.StatusCode, Body: eb.Error}
@@ -163,6 +170,13 @@ func (c *Client) Logs(ctx context.Context, name, requestID string, after int64) 
 	q.Set("after", strconv.FormatInt(after, 10))
 	var out LogsBody
 	return &out, c.getJSON(ctx, "GET", "/v1/functions/"+url.PathEscape(name)+"/logs?"+q.Encode(), nil, "", &out)
+}
+
+// IsUnauthenticated reports whether err is an API 401: a TCP call without
+// the daemon's token, or with a wrong one.
+func IsUnauthenticated(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusUnauthorized
 }
 
 // IsNotFound reports whether err is an API 404.

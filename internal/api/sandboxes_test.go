@@ -74,7 +74,7 @@ func newTestServer(t *testing.T, sb Sandboxes, unavailable error) *Client {
 	srv := NewServer(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(sb, unavailable)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	return NewTCPClient(strings.TrimPrefix(ts.URL, "http://"))
+	return NewTCPClient(strings.TrimPrefix(ts.URL, "http://"), "")
 }
 
 func wantAPIError(t *testing.T, err error, status int, substr string) *Error {

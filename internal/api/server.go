@@ -25,7 +25,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
@@ -303,7 +305,19 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
-	if err := s.secrets.Remove(r.Context(), r.PathValue("name")); err != nil {
+	name := r.PathValue("name")
+	var users []string
+	for _, f := range s.fns.List() {
+		if f.Manifest != nil && slices.Contains(f.Manifest.Secrets, name) {
+			users = append(users, f.Name)
+		}
+	}
+	if len(users) > 0 {
+		writeError(w, http.StatusConflict, ErrorBody{Code: "failed_precondition", Message: fmt.Sprintf(
+			"secret %q is used by %s: deploy them without it (or zygo rm them) first", name, strings.Join(users, ", "))})
+		return
+	}
+	if err := s.secrets.Remove(r.Context(), name); err != nil {
 		s.fail(w, err)
 		return
 	}

@@ -422,3 +422,20 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// Close kills and removes every group under the parent (Cleanup), then
+// removes the parent itself and the levels above it that are left empty,
+// up to but not including the hierarchy root. Call it once, at shutdown,
+// after the last request. Errors are returned joined; a non-empty level is
+// left in place silently (another daemon may use it).
+func (m *Manager) Close() error {
+	err := m.Cleanup()
+	for _, root := range m.roots {
+		for rel := m.parent; rel != "/" && rel != "." && rel != ""; rel = path.Dir(rel) {
+			if rmErr := os.Remove(filepath.Join(root, rel)); rmErr != nil {
+				break // not empty (another daemon's groups), or already gone
+			}
+		}
+	}
+	return err
+}

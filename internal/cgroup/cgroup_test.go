@@ -485,3 +485,21 @@ func TestCleanupRemovesLeftovers(t *testing.T) {
 		t.Errorf("leftover process: want killed, have %v", ws)
 	}
 }
+
+// TestCloseRemovesParent: at shutdown nothing of the daemon's is left in
+// any hierarchy, not even its parent directory.
+func TestCloseRemovesParent(t *testing.T) {
+	m := newManager(t)
+	c := startPython(t, "time.sleep(60)\n")
+	if _, err := m.Place(t.Context(), "fn/req", c.cmd.Process.Pid, Limits{MemoryMiB: 64}); err != nil {
+		t.Fatal(err)
+	}
+	c.go_()
+	if err := m.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	assertGone(t, m, m.parent)
+	if ws := c.wait(t, 5*time.Second); !ws.Signaled() {
+		t.Errorf("process left in the group: want killed, have %v", ws)
+	}
+}

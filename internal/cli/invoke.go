@@ -68,7 +68,7 @@ func readData(data string, stdin io.Reader) ([]byte, error) {
 
 func describeInvokeError(err error) error {
 	var ae *api.Error
-	if errors.As(err, &ae) {
+	if errors.As(err, &ae) && !api.IsUnauthenticated(err) { // a 401 keeps its type: run explains it
 		b := ae.Body
 		msg := b.Message
 		if b.Type != "" && !strings.HasPrefix(msg, b.Type) {

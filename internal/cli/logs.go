@@ -31,7 +31,10 @@ func newLogsCmd(g *globals) *cobra.Command {
 				printLogs(cmd.OutOrStdout(), body)
 				after = body.Next
 				if !follow {
-					return nil
+					if len(body.Lines) == 0 {
+						return nil
+					}
+					continue // the next page
 				}
 				if len(body.Lines) == 0 {
 					select {

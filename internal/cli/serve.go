@@ -2,7 +2,6 @@ package cli
 
 import (
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,14 +24,14 @@ func newServeCmd(g *globals) *cobra.Command {
 			if debug {
 				level = slog.LevelDebug
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			return daemon.Run(cmd.Context(), daemon.Config{
 				StateDir: g.resolveStateDir(), Listen: listen, Bwrap: bwrap,
 				SandboxHostUID: uid, ReadyTimeout: readyTimeout, Sandbox: sbx, Log: log,
 			}, nil)
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this loopback TCP address (127.0.0.1:PORT)")
+	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this loopback TCP address (127.0.0.1:PORT or localhost:PORT; PORT 0 picks one, logged); calls on it need the token in STATE/api.token")
 	cmd.Flags().StringVar(&bwrap, "bwrap", "", "path of bwrap (default: found on PATH)")
 	cmd.Flags().Uint32Var(&uid, "sandbox-uid", 0, "host uid sandboxes run as when the daemon is root (default 65534)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")

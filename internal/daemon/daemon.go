@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -35,8 +36,11 @@ var Version = "dev"
 // Config is the daemon's configuration, validated by Run.
 type Config struct {
 	StateDir string // holds zygo.db, zygo.sock, versions/, run/, agents/
-	// Listen is an optional loopback TCP address (127.0.0.1:PORT or
-	// [::1]:PORT) served in addition to the unix socket.
+	// Listen is an optional loopback TCP address (127.0.0.1:PORT, [::1]:PORT
+	// or localhost:PORT, which means 127.0.0.1) served in addition to the
+	// unix socket; port 0 picks a free one, logged at start. Any local user
+	// can connect to it, so every call on it must carry the bearer token of
+	// TokenPath (created on first use).
 	Listen string
 	// Bwrap is the bubblewrap binary; "" looks it up on PATH.
 	Bwrap string
@@ -54,6 +58,11 @@ type Config struct {
 
 // SocketPath returns the daemon's unix socket inside stateDir.
 func SocketPath(stateDir string) string { return filepath.Join(stateDir, "zygo.sock") }
+
+// TokenPath returns the file inside stateDir holding the bearer token that
+// calls on the --listen TCP address must carry (mode 0600, made by the
+// daemon; see api.LoadToken).
+func TokenPath(stateDir string) string { return filepath.Join(stateDir, "api.token") }
 
 // DefaultStateDir follows the XDG base directory spec for a user
 // ($XDG_STATE_HOME/zygo, else ~/.local/state/zygo) and uses /var/lib/zygo
@@ -86,12 +95,17 @@ func (c *Config) validate() error {
 		c.Bwrap = p
 	}
 	if c.Listen != "" {
-		host, _, err := net.SplitHostPort(c.Listen)
+		host, port, err := net.SplitHostPort(c.Listen)
 		if err != nil {
 			return fmt.Errorf("--listen %q: %v", c.Listen, err)
 		}
+		if strings.EqualFold(host, "localhost") {
+			// Not looked up: /etc/hosts could map the name anywhere.
+			host = "127.0.0.1"
+			c.Listen = net.JoinHostPort(host, port)
+		}
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			return fmt.Errorf("--listen %q: only loopback addresses are allowed (127.0.0.1:PORT or [::1]:PORT)", c.Listen)
+			return fmt.Errorf("--listen %q: only loopback addresses are allowed (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)", c.Listen)
 		}
 	}
 	if c.SandboxHostUID == 0 && os.Geteuid() == 0 {
@@ -116,6 +130,9 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	log := cfg.Log
 	closeInheritedFDs()
 	if err := prepareStateDir(cfg.StateDir); err != nil {
+		return err
+	}
+	if err := checkTraversable(cfg.StateDir, cfg.SandboxHostUID); err != nil {
 		return err
 	}
 	unlock, err := lockStateDir(cfg.StateDir)
@@ -148,6 +165,11 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	}
 	if lim := newLimiter(cfg, log); lim != nil {
 		fcfg.Limiter = lim
+		defer func() {
+			if err := lim.Close(); err != nil {
+				log.Warn("removing cgroups", "err", err)
+			}
+		}()
 	}
 	mgr, err := function.NewManager(fcfg, st, secrets)
 	if err != nil {
@@ -160,23 +182,26 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	sbx := openSandboxes(ctx, cfg, st, log)
 	defer sbx.close()
 	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err)
-	srv := &http.Server{Handler: apiSrv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	listeners, err := listen(cfg)
+	eps, err := listen(cfg, apiSrv.Handler())
 	if err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
-	errc := make(chan error, len(listeners))
-	for _, l := range listeners {
+	errc := make(chan error, len(eps))
+	for _, ep := range eps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := ep.srv.Serve(ep.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
 			}
 		}()
 	}
-	log.Info("zygo daemon serving", "state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir), "listen", cfg.Listen, "version", Version)
+	attrs := []any{"state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir), "version", Version}
+	if len(eps) > 1 {
+		attrs = append(attrs, "listen", eps[1].l.Addr().String(), "token_file", TokenPath(cfg.StateDir))
+	}
+	log.Info("zygo daemon serving", attrs...)
 	if ready != nil {
 		ready()
 	}
@@ -186,7 +211,9 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(sctx)
+	for _, ep := range eps {
+		_ = ep.srv.Shutdown(sctx)
+	}
 	wg.Wait()
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")
@@ -225,7 +252,28 @@ func lockStateDir(dir string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-func listen(cfg Config) ([]net.Listener, error) {
+// endpoint is one listener and the server answering on it.
+type endpoint struct {
+	l   net.Listener
+	srv *http.Server
+}
+
+// listen opens the unix socket (mode 0600: its owner alone may call), served
+// by h, and, with cfg.Listen, the loopback TCP listener, served by h behind
+// the bearer token of TokenPath, which it loads or creates first. On error
+// nothing is left listening.
+func listen(cfg Config, h http.Handler) ([]endpoint, error) {
+	var tcpHandler http.Handler
+	if cfg.Listen != "" {
+		tok, err := api.LoadToken(TokenPath(cfg.StateDir))
+		if err != nil {
+			return nil, err
+		}
+		tcpHandler = api.RequireToken(tok, h)
+	}
+	newServer := func(h http.Handler) *http.Server {
+		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	}
 	sock := SocketPath(cfg.StateDir)
 	os.Remove(sock) // stale socket from a daemon that died; we hold the lock
 	ul, err := net.Listen("unix", sock)
@@ -236,16 +284,16 @@ func listen(cfg Config) ([]net.Listener, error) {
 		ul.Close()
 		return nil, err
 	}
-	ls := []net.Listener{ul}
+	eps := []endpoint{{ul, newServer(h)}}
 	if cfg.Listen != "" {
 		tl, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			ul.Close()
 			return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 		}
-		ls = append(ls, tl)
+		eps = append(eps, endpoint{tl, newServer(tcpHandler)})
 	}
-	return ls, nil
+	return eps, nil
 }
 
 // newLimiter returns the per-request cgroup manager, or nil (with a warning)
@@ -307,6 +355,29 @@ func closeInheritedFDs() {
 		var fd int
 		if _, err := fmt.Sscan(e.Name(), &fd); err == nil && fd > 2 {
 			syscall.CloseOnExec(fd)
+		}
+	}
+}
+
+// checkTraversable fails when a parent of the state dir cannot be traversed
+// by the sandbox uid: bwrap, running as that uid, could not bind the
+// function's code and the agents, and every deploy would fail obscurely.
+func checkTraversable(stateDir string, uid uint32) error {
+	if uid == 0 {
+		return nil
+	}
+	for dir := filepath.Dir(stateDir); ; dir = filepath.Dir(dir) {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if ok && st.Mode().Perm()&0o001 == 0 && sys.Uid != uid {
+			return fmt.Errorf("state dir %s: its parent %s (mode %o) cannot be traversed by the sandbox uid %d: "+
+				"choose a state dir under a path others can traverse, or `chmod o+x %s`", stateDir, dir, st.Mode().Perm(), uid, dir)
+		}
+		if dir == "/" {
+			return nil
 		}
 	}
 }

@@ -65,10 +65,17 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// config is a daemon configuration for dir with its log kept in logs, shown
-// if the test fails. Sandboxes and per-request cgroups are off: these tests
-// are about the daemon's own lifecycle, and must not leave cgroups behind.
+// config is a daemon configuration for dir with its log kept in memory,
+// shown if the test fails. Sandboxes and per-request cgroups are off: these
+// tests are about the daemon's own lifecycle, and must not leave cgroups
+// behind.
 func config(t *testing.T, dir string) daemon.Config {
+	cfg, _ := configWithLog(t, dir)
+	return cfg
+}
+
+// configWithLog is config, also returning the daemon's log.
+func configWithLog(t *testing.T, dir string) (daemon.Config, *syncBuffer) {
 	logs := &syncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -76,7 +83,7 @@ func config(t *testing.T, dir string) daemon.Config {
 		}
 	})
 	return daemon.Config{StateDir: dir, NoCgroups: true, Sandbox: daemon.SandboxConfig{Disabled: true},
-		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, logs
 }
 
 // running is a daemon started by start.
@@ -180,7 +187,11 @@ func TestRunLifecycle(t *testing.T) {
 	if fns, err := c.List(ctx); err != nil || len(fns) != 0 {
 		t.Errorf("List on a new state dir = %+v, %v", fns, err)
 	}
-	if _, err := api.NewTCPClient(cfg.Listen).Status(ctx); err != nil {
+	tok, err := os.ReadFile(daemon.TokenPath(dir))
+	if err != nil {
+		t.Fatalf("reading the token the daemon made: %v", err)
+	}
+	if _, err := api.NewTCPClient(cfg.Listen, string(tok)).Status(ctx); err != nil {
 		t.Errorf("status over --listen %s: %v", cfg.Listen, err)
 	}
 	for p, want := range map[string]fs.FileMode{dir: fs.ModeDir | 0o711, sock: fs.ModeSocket | 0o600} {
@@ -224,7 +235,7 @@ func TestRunLifecycle(t *testing.T) {
 
 func TestListenOnlyLoopback(t *testing.T) {
 	requireBwrap(t)
-	for _, addr := range []string{"0.0.0.0:7777", ":7777", "[::]:7777", "192.0.2.1:7777", "example.com:80", "localhost:7777"} {
+	for _, addr := range []string{"0.0.0.0:7777", ":7777", "[::]:7777", "192.0.2.1:7777", "example.com:80", "localhost.example.com:7777"} {
 		t.Run(addr, func(t *testing.T) {
 			dir := stateDir(t)
 			cfg := config(t, dir)

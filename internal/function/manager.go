@@ -94,7 +94,10 @@ type DeployResult struct {
 
 // ImportFailed is returned by Deploy when the new version fails to import;
 // the previous version keeps serving.
-type ImportFailed struct{ *zygote.ImportError }
+type ImportFailed struct {
+	*zygote.ImportError
+	HadPrevious bool // a previous version exists and keeps serving
+}
 
 // Deploy reads a bundle (see ReadBundle), stores it as an immutable version,
 // starts its zygote, waits for READY, switches traffic to it and drains the
@@ -135,7 +138,7 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 		var ie *zygote.ImportError
 		if errors.As(err, &ie) {
 			m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Type+": "+ie.Message+"\n"+ie.Traceback))
-			return nil, &ImportFailed{ie}
+			return nil, &ImportFailed{ImportError: ie, HadPrevious: old != nil}
 		}
 		return nil, err
 	}

@@ -79,7 +79,7 @@ type Manifest struct {
 	PreFork *int `toml:"prefork" json:"prefork,omitempty"`
 	// PoolSize is how many Node workers are kept ready (runtime "node");
 	// 0 starts a fresh worker for each request (cold).
-	PoolSize *int `toml:"pool_size" json:"pool_size,omitempty"`
+	PoolSize *int              `toml:"pool_size" json:"pool_size,omitempty"`
 	Env      map[string]string `toml:"env" json:"env,omitempty"`
 	Limits   Limits            `toml:"limits" json:"limits"`
 }
@@ -288,10 +288,10 @@ func (l *Limits) validate(bad func(key, format string, a ...any) error) error {
 // and may not be overridden by a manifest.
 func reservedEnv(k string) bool {
 	switch k {
-	case "TMPDIR", "HOME", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH":
+	case "TMPDIR", "HOME", "PATH":
 		return true
 	}
-	return strings.HasPrefix(k, "ZYGO_")
+	return strings.HasPrefix(k, "ZYGO_") || strings.HasPrefix(k, "LD_")
 }
 
 // SortedEnv returns the manifest's environment as sorted KEY=VALUE pairs.

@@ -117,18 +117,23 @@ func redact(s string, values map[string][]byte) string {
 	return s
 }
 
+func redactLines(lines []string, values map[string][]byte) []string {
+	if len(lines) == 0 {
+		return lines
+	}
+	return strings.Split(redact(strings.Join(lines, "\n"), values), "\n")
+}
+
 // redactResult scrubs secret values from what a request printed and from
 // its error, before they reach the logs or the caller's error message.
 func redactResult(res *zygote.Result, values map[string][]byte) {
 	if len(values) == 0 {
 		return
 	}
-	for i := range res.Stdout {
-		res.Stdout[i] = redact(res.Stdout[i], values)
-	}
-	for i := range res.Stderr {
-		res.Stderr[i] = redact(res.Stderr[i], values)
-	}
+	// Over the joined output, so that a value spanning lines (a PEM key) is
+	// found too.
+	res.Stdout = redactLines(res.Stdout, values)
+	res.Stderr = redactLines(res.Stderr, values)
 	if e := res.Error; e != nil {
 		e.Message, e.Traceback, e.Type = redact(e.Message, values), redact(e.Traceback, values), redact(e.Type, values)
 	}

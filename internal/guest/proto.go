@@ -76,7 +76,9 @@ type Identity struct {
 	Hostname     string    `json:"hostname,omitempty"`
 	ResumedAt    time.Time `json:"resumed_at"`
 	// SuspendedNS is how long this copy spent as a checkpoint image (wall time between the
-	// checkpoint and the restore), in nanoseconds. The monotonic clock did not advance then.
+	// checkpoint and the restore), in nanoseconds. On gVisor the monotonic clock jumps forward
+	// by about this much on restore (docs/sandboxes.md, "Clock policy"): deadlines measured on
+	// it already include the suspension.
 	SuspendedNS int64 `json:"suspended_ns"`
 }
 

@@ -380,10 +380,18 @@ func readLines(path string) []string {
 	}
 	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(io.LimitReader(f, maxLogBytes))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		out = append(out, string(bytes.ToValidUTF8(sc.Bytes(), []byte("\uFFFD"))))
+	r := bufio.NewReaderSize(io.LimitReader(f, maxLogBytes), 64<<10)
+	for {
+		line, err := r.ReadSlice('\n')
+		if len(line) > 0 { // a line longer than the buffer arrives in pieces
+			out = append(out, string(bytes.ToValidUTF8(bytes.TrimSuffix(line, []byte("\n")), []byte("\uFFFD"))))
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			break
+		}
+	}
+	if st, err := f.Stat(); err == nil && st.Size() > maxLogBytes {
+		out = append(out, fmt.Sprintf("[zygo: output truncated: %d bytes written, the first %d kept]", st.Size(), maxLogBytes))
 	}
 	return out
 }

@@ -134,12 +134,15 @@ type Zygote struct {
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // set before done is closed
 
-	sendMu   sync.Mutex   // serialises writes on ctl
-	pool     *pool        // pre-forked children (fork mode with PreFork > 0)
-	current  atomic.Value // string: the request a spawned agent or worker serves, after GO
-	watcher  *resultWatcher
-	draining chan struct{} // closed by Drain
-	drainOne sync.Once
+	sendMu  sync.Mutex   // serialises writes on ctl
+	pool    *pool        // pre-forked children (fork mode with PreFork > 0)
+	current atomic.Value // string: the request a spawned agent or worker serves, after GO
+	watcher *resultWatcher
+
+	tailMu     sync.Mutex    // guards stderrTail
+	stderrTail []string      // the agent's (and bwrap's) last stderr lines, for start-up errors
+	draining   chan struct{} // closed by Drain
+	drainOne   sync.Once
 
 	mu       sync.Mutex // guards the fields below
 	state    State
@@ -359,12 +362,23 @@ func (z *Zygote) pumpLines(stream string, r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
+		if stream == "stderr" {
+			z.tailMu.Lock()
+			z.stderrTail = append(z.stderrTail, sc.Text())
+			if len(z.stderrTail) > stderrTailLines {
+				z.stderrTail = z.stderrTail[1:]
+			}
+			z.tailMu.Unlock()
+		}
 		if z.spec.Output != nil {
 			req, _ := z.current.Load().(string)
 			z.spec.Output(req, stream, sc.Text())
 		}
 	}
 }
+
+// stderrTailLines is how many stderr lines a start-up error quotes.
+const stderrTailLines = 20
 
 // describeExit turns bwrap's exit into words; bwrap reports a signal N that
 // killed the agent as status 128+N.
@@ -405,7 +419,13 @@ func (z *Zygote) awaitReady(ctx context.Context) error {
 	case r := <-ch:
 		if r.err != nil {
 			<-z.done
-			return fmt.Errorf("%w: agent exited before ready: %v", errdefs.ErrUnavailable, z.exitErr)
+			z.tailMu.Lock()
+			tail := strings.Join(z.stderrTail, "\n")
+			z.tailMu.Unlock()
+			if tail != "" {
+				tail = "; its last output:\n" + tail
+			}
+			return fmt.Errorf("%w: agent exited before ready: %v%s", errdefs.ErrUnavailable, z.exitErr, tail)
 		}
 		if r.creds != nil {
 			z.mu.Lock()

@@ -47,9 +47,28 @@ func NewClient(socketPath string) *Client {
 	return &Client{base: "http://zygo", hc: &http.Client{Transport: tr}}
 }
 
-// NewTCPClient returns a client for a daemon started with `zygo serve --listen addr`.
-func NewTCPClient(addr string) *Client {
-	return &Client{base: "http://" + addr, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}}
+// NewTCPClient returns a client for a daemon started with `zygo serve --listen addr`. That
+// listener is open to every local user, so each call must carry the daemon's token: the
+// contents of api.token in its state directory (mode 0600), sent as "Authorization: Bearer
+// token". With token "" none is sent, and the daemon answers 401 (IsUnauthenticated).
+func NewTCPClient(addr, token string) *Client {
+	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 32}
+	if token != "" {
+		rt = &bearerTransport{token: token, next: rt}
+	}
+	return &Client{base: "http://" + addr, hc: &http.Client{Transport: rt}}
+}
+
+// bearerTransport adds "Authorization: Bearer token" to every request it sends through next.
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (t *bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context()) // a RoundTripper must not modify the caller's request
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	return t.next.RoundTrip(r)
 }
 
 // DefaultSocket returns where the CLI looks for the daemon: $ZYGO_STATE_DIR/zygo.sock, else
@@ -63,7 +82,7 @@ func DefaultSocket() string {
 
 // Error is a call the daemon refused or failed. Status is the HTTP status; Code is one of
 // not_found, bad_request, too_large, exists, failed_precondition, unavailable,
-// deadline_exceeded, internal.
+// deadline_exceeded, unauthenticated, internal.
 type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
@@ -87,6 +106,10 @@ func IsBadRequest(err error) bool { return hasCode(err, "bad_request") }
 // IsConflict reports whether err says the object is in a state that forbids the call (a
 // checkpoint still referenced, a sandbox that is not running) or the name is taken.
 func IsConflict(err error) bool { return hasCode(err, "failed_precondition") || hasCode(err, "exists") }
+
+// IsUnauthenticated reports whether err says the call lacked the daemon's token, or carried
+// a wrong one (TCP only; see NewTCPClient).
+func IsUnauthenticated(err error) bool { return hasCode(err, "unauthenticated") }
 
 // IsUnavailable reports whether err says sandboxes (or the engine, or a guest) are not
 // available on this daemon; the message says why.

@@ -20,7 +20,7 @@ func newTestClient(t *testing.T, answers map[string]func(w http.ResponseWriter))
 		w.Write([]byte(`{"error": {"code": "not_found", "message": "no route"}}`))
 	}))
 	t.Cleanup(ts.Close)
-	return NewTCPClient(strings.TrimPrefix(ts.URL, "http://"))
+	return NewTCPClient(strings.TrimPrefix(ts.URL, "http://"), "")
 }
 
 func answer(status int, body string) func(http.ResponseWriter) {
@@ -88,5 +88,34 @@ func TestFork(t *testing.T) {
 	}
 	if _, err := (&Sandbox{ID: "bad", c: c}).Fork(ctx, 0, ""); !IsBadRequest(err) || !strings.Contains(err.Error(), "16") {
 		t.Errorf("bad n: %v", err)
+	}
+}
+
+// TestTCPToken checks that a TCP client sends its token on every call (Fork builds its own
+// request) and that the daemon's 401 is IsUnauthenticated.
+func TestTCPToken(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer t0k" {
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error": {"code": "unauthenticated", "message": "this API listener requires a bearer token"}}`))
+			return
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"error": {"code": "bad_request", "message": "past the token"}}`))
+	}))
+	t.Cleanup(ts.Close)
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	ctx := context.Background()
+	for _, c := range []struct {
+		token string
+		want  func(error) bool
+	}{{"", IsUnauthenticated}, {"wrong", IsUnauthenticated}, {"t0k", IsBadRequest}} {
+		cl := NewTCPClient(addr, c.token)
+		if _, err := cl.Get(ctx, "x"); !c.want(err) {
+			t.Errorf("token %q: Get = %v", c.token, err)
+		}
+		if _, err := (&Sandbox{ID: "x", c: cl}).Fork(ctx, 1, ""); !c.want(err) {
+			t.Errorf("token %q: Fork = %v", c.token, err)
+		}
 	}
 }
