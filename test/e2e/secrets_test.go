@@ -102,6 +102,13 @@ func TestSecrets(t *testing.T) {
 	if !strings.Contains(ls, "API_KEY") || strings.Contains(ls, "s3cr3t") {
 		t.Errorf("zygo secret ls:\n%s", ls)
 	}
+	// A value spanning lines (a PEM key) is redacted too.
+	d.setSecret(t, "API_KEY", "-----BEGIN KEY-----\ns3cr3t-line-two\n-----END KEY-----")
+	d.TryInvoke("secretfn", map[string]any{"action": "leak"})
+	logs, _, _ = d.CLI("logs", "secretfn")
+	if strings.Contains(logs, "s3cr3t-line-two") {
+		t.Errorf("a multi-line secret reached the logs:\n%s", logs)
+	}
 	// At rest: encrypted, key file 0600.
 	db, _ := os.ReadFile(filepath.Join(d.StateDir, "zygo.db"))
 	wal, _ := os.ReadFile(filepath.Join(d.StateDir, "zygo.db-wal"))
@@ -110,6 +117,13 @@ func TestSecrets(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(d.StateDir, "secret.key")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("secret.key: %v %v", st.Mode(), err)
+	}
+	// A secret a deployed function names cannot be removed from under it.
+	if _, errOut, code := d.CLI("secret", "rm", "API_KEY"); code == 0 || !strings.Contains(errOut, "secretfn") {
+		t.Errorf("removing a secret in use: exit %d %q", code, errOut)
+	}
+	if _, _, code := d.CLI("rm", "secretfn"); code != 0 {
+		t.Fatal("zygo rm secretfn failed")
 	}
 	if _, _, code := d.CLI("secret", "rm", "API_KEY"); code != 0 {
 		t.Error("zygo secret rm failed")
