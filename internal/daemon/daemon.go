@@ -182,7 +182,17 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	sbx := openSandboxes(ctx, cfg, st, log)
 	defer sbx.close()
 	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err)
-	eps, err := listen(cfg, apiSrv.Handler())
+	err = serveAPI(ctx, cfg, apiSrv.Handler(), ready)
+	os.Remove(SocketPath(cfg.StateDir))
+	log.Info("zygo daemon stopped")
+	return err
+}
+
+// serveAPI serves h on the daemon's listeners (see listen), calls ready, if
+// not nil, once they accept calls, and returns when ctx ends (nil) or a
+// listener fails (its error), after shutting every server down.
+func serveAPI(ctx context.Context, cfg Config, h http.Handler, ready func()) error {
+	eps, err := listen(cfg, h)
 	if err != nil {
 		return err
 	}
@@ -201,7 +211,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if len(eps) > 1 {
 		attrs = append(attrs, "listen", eps[1].l.Addr().String(), "token_file", TokenPath(cfg.StateDir))
 	}
-	log.Info("zygo daemon serving", attrs...)
+	cfg.Log.Info("zygo daemon serving", attrs...)
 	if ready != nil {
 		ready()
 	}
@@ -215,8 +225,6 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		_ = ep.srv.Shutdown(sctx)
 	}
 	wg.Wait()
-	os.Remove(SocketPath(cfg.StateDir))
-	log.Info("zygo daemon stopped")
 	return err
 }
 
