@@ -19,6 +19,7 @@ result); ``EXIT_AGENT_ERROR`` when a step before or after the handler failed (a
 """
 
 import atexit
+import io
 import inspect
 import json
 import os
@@ -101,6 +102,7 @@ def _serve(fd: int, handler) -> int:
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)  # a default timeout set at import must not apply here
     wire.send_with_credentials(sock, {"type": "hello", "pid": os.getpid()})
+    _prewarm(sock.fileno())
     go = _wait_for_go(sock)
     if go is None:
         return EXIT_NO_GO
@@ -120,6 +122,20 @@ def _serve(fd: int, handler) -> int:
     _flush_stdio()
     write_encoded_result(go.dir, data)
     return EXIT_OK
+
+
+def _prewarm(request_fd: int) -> None:
+    """Do, before GO, the work that does not depend on the request, so that a pre-forked
+    child has paid its copy-on-write faults off the request path: replace inherited kernel
+    objects (rule 9 needs nothing from the request) and run the reseed hooks once. The reseed
+    hooks run again after GO (rule 7): what user code sees is seeded after the request is
+    known. Never raises: a failure here is retried, and reported, after GO."""
+    try:
+        fdreset.reset_inherited(keep=(request_fd,))
+        reseed.reseed_all()
+        io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True).write("")
+    except Exception:  # noqa: BLE001 - the same steps run, and report, after GO
+        pass
 
 
 def _wait_for_go(sock: socket.socket):
