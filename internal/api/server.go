@@ -220,6 +220,11 @@ func (s *Server) getLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Lines are stored off the request path; wait for those already produced
+	// so that a caller sees its own request's output.
+	if f, ok := s.fns.(interface{ FlushLogs(context.Context) }); ok {
+		f.FlushLogs(r.Context())
+	}
 	lines, err := s.logs.Logs(r.Context(), q)
 	if err != nil {
 		s.fail(w, err)

@@ -63,6 +63,8 @@ type Manager struct {
 
 	mu  sync.Mutex // guards fns
 	fns map[string]*deployment
+
+	logs *logWriter // stores log lines off the request path
 }
 
 // NewManager returns a Manager with no functions loaded; call Restore to
@@ -78,7 +80,8 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{cfg: cfg, reg: reg, secrets: secrets, strict: strict, limiter: cfg.Limiter, log: cfg.Log, fns: map[string]*deployment{}}, nil
+	return &Manager{cfg: cfg, reg: reg, secrets: secrets, strict: strict, limiter: cfg.Limiter, log: cfg.Log,
+		fns: map[string]*deployment{}, logs: newLogWriter(reg.AppendLogs, cfg.Log)}, nil
 }
 
 // DeployResult describes a deployed version.
@@ -252,6 +255,7 @@ func (m *Manager) Shutdown() {
 		go func() { defer wg.Done(); d.stop() }()
 	}
 	wg.Wait()
+	m.logs.close()
 }
 
 // Status is one function as `zygo ls` shows it.
@@ -295,14 +299,13 @@ func (m *Manager) Get(name string) (Status, error) {
 	return d.status(), nil
 }
 
-func (m *Manager) appendLogs(ctx context.Context, lines []store.LogLine) {
-	if len(lines) == 0 {
-		return
-	}
-	if err := m.reg.AppendLogs(context.WithoutCancel(ctx), lines); err != nil {
-		m.log.Error("storing logs", "err", err)
-	}
+func (m *Manager) appendLogs(_ context.Context, lines []store.LogLine) {
+	m.logs.append(lines)
 }
+
+// FlushLogs returns once every log line produced before the call is stored
+// (or ctx ends): the logs API calls it so a caller sees its request's lines.
+func (m *Manager) FlushLogs(ctx context.Context) { m.logs.Flush(ctx) }
 
 func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
 	id := newID("z")
