@@ -140,8 +140,8 @@ func statusOfCode(code string) int {
 	return http.StatusInternalServerError
 }
 
-// errorCode returns the code and status Server.fail gives err, for errors reported inside a
-// stream or a body of their own. Keep the two in step.
+// errorCode maps err's errdefs category to an error code and an HTTP status: Server.fail
+// uses it, and so do errors reported inside a stream or a body of their own.
 func (s *Server) errorCode(err error) (string, int) {
 	code := "internal"
 	switch {

@@ -30,7 +30,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
@@ -249,28 +248,11 @@ type ErrorBody struct {
 	RequestID string `json:"request_id,omitempty"`
 }
 
+// fail answers err with the status and code of its errdefs category (the
+// one mapping from categories to HTTP, shared with the sandbox routes via
+// errorCode).
 func (s *Server) fail(w http.ResponseWriter, err error) {
-	code, status := "internal", http.StatusInternalServerError
-	switch {
-	case errors.Is(err, errdefs.ErrNotFound):
-		code, status = "not_found", http.StatusNotFound
-	case errors.Is(err, errdefs.ErrInvalidArgument):
-		code, status = "bad_request", http.StatusBadRequest
-	case errors.Is(err, errdefs.ErrTooLarge):
-		code, status = "too_large", http.StatusRequestEntityTooLarge
-	case errors.Is(err, errdefs.ErrExists):
-		code, status = "exists", http.StatusConflict
-	case errors.Is(err, errdefs.ErrFailedPrecondition):
-		code, status = "failed_precondition", http.StatusConflict
-	case errors.Is(err, errdefs.ErrUnavailable):
-		code, status = "unavailable", http.StatusServiceUnavailable
-	case errors.Is(err, errdefs.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
-		code, status = "deadline_exceeded", http.StatusGatewayTimeout
-	case errors.Is(err, context.Canceled):
-		code, status = "cancelled", 499
-	default:
-		s.log.Error("api", "err", err)
-	}
+	code, status := s.errorCode(err)
 	writeError(w, status, ErrorBody{Code: code, Message: err.Error()})
 }
 
