@@ -142,6 +142,7 @@ func (c *Client) Remove(ctx context.Context, name string) error {
 type InvokeResult struct {
 	Value     json.RawMessage
 	RequestID string
+	Child     string        // where the request's process came from (X-Zygo-Child)
 	Elapsed   time.Duration // as measured by the client, round trip
 }
 
@@ -158,7 +159,8 @@ func (c *Client) Invoke(ctx context.Context, name string, event []byte) (*Invoke
 	if err != nil {
 		return nil, err
 	}
-	return &InvokeResult{Value: bytes.TrimSpace(b), RequestID: resp.Header.Get("X-Zygo-Request-Id"), Elapsed: time.Since(t0)}, nil
+	return &InvokeResult{Value: bytes.TrimSpace(b), RequestID: resp.Header.Get("X-Zygo-Request-Id"),
+		Child: resp.Header.Get("X-Zygo-Child"), Elapsed: time.Since(t0)}, nil
 }
 
 // Logs returns log lines after id `after`, optionally of one request.

@@ -178,6 +178,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Zygo-Request-Id", inv.RequestID)
 	w.Header().Set("X-Zygo-Version", inv.Version)
+	w.Header().Set("X-Zygo-Child", string(inv.Child))
 	w.Header().Set("X-Zygo-Duration-Ms", strconv.FormatFloat(float64(inv.Elapsed.Microseconds())/1000, 'f', 2, 64))
 	if inv.Failure != zygote.FailNone {
 		e := ErrorBody{Code: string(inv.Failure), RequestID: inv.RequestID}

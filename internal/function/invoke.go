@@ -20,7 +20,8 @@ type Invocation struct {
 	Failure   zygote.Failure  // "" on success
 	Error     *zygote.HandlerError
 	Elapsed   time.Duration
-	Spawned   bool // served by a fresh interpreter, not a fork
+	Spawned   bool             // served by a fresh interpreter, not a fork
+	Child     zygote.ChildKind // preforked, forked, spawned or worker
 }
 
 // Invoke runs one request of function name with event (valid JSON, at most
@@ -87,7 +88,7 @@ func (m *Manager) Invoke(ctx context.Context, name string, event []byte) (*Invoc
 	if m.log.Enabled(ctx, slog.LevelDebug) {
 		m.log.Debug("request done", "function", d.name, "request_id", req.ID, "failure", res.Failure, "phases", res.Phases)
 	}
-	inv.Value, inv.Failure, inv.Error, inv.Elapsed = res.Value, res.Failure, res.Error, res.Elapsed
+	inv.Value, inv.Failure, inv.Error, inv.Elapsed, inv.Child = res.Value, res.Failure, res.Error, res.Elapsed, res.Child
 	m.appendLogs(ctx, requestLines(d, req.ID, res))
 	return inv, nil
 }

@@ -2,7 +2,9 @@ package guest
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,7 +80,8 @@ func (a *Agent) baseEnv() []string {
 	return append([]string(nil), a.env...)
 }
 
-// Boot reads and removes the boot file, publishes the identity and starts the services. It
+// Boot reads and removes the boot file, writes the hostname and machine id (as PID 1 only),
+// publishes the identity and starts the services. It
 // returns an error when the boot file is missing or malformed.
 func (a *Agent) Boot(ctx context.Context) error {
 	raw, err := os.ReadFile(a.cfg.BootPath)
@@ -97,6 +100,16 @@ func (a *Agent) Boot(ctx context.Context) error {
 	a.token, a.identity = b.Token, b.Identity
 	a.env = append(append([]string(nil), defaultEnv...), b.Env...)
 	a.mu.Unlock()
+	if os.Getpid() == 1 { // in a sandbox; the package's tests run the agent on a host, whose /etc is not ours
+		if b.MachineID == "" {
+			id := make([]byte, 16)
+			_, _ = rand.Read(id)
+			b.MachineID = hex.EncodeToString(id)
+		}
+		if err := a.writeIdentityFiles(b.Identity.Hostname, b.MachineID); err != nil {
+			return err
+		}
+	}
 	if err := a.publishIdentity(b.Identity); err != nil {
 		return err
 	}

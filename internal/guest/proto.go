@@ -65,6 +65,8 @@ type Boot struct {
 	Identity Identity  `json:"identity"`
 	Services []Service `json:"services,omitempty"`
 	Env      []string  `json:"env,omitempty"` // default environment of exec and services
+	// MachineID is written to /etc/machine-id (32 hex digits; empty: the agent draws one).
+	MachineID string `json:"machine_id,omitempty"`
 }
 
 // Identity is published at IdentityPath after boot and after every reseal.
@@ -186,6 +188,12 @@ type ResealResult struct {
 	// ClockOffset is guest wall clock minus HostTime at receipt, in nanoseconds.
 	ClockOffset time.Duration `json:"clock_offset_ns"`
 	Services    []string      `json:"services,omitempty"` // "name: action" lines
+	// HostSecrets lists the per-machine files the image carried and this copy renewed or
+	// removed ("regenerated /etc/ssh/ssh_host_ed25519_key", "removed /var/lib/systemd/random-seed").
+	HostSecrets []string `json:"host_secrets,omitempty"`
+	// Steps is how long each step took in the guest, by name ("entropy", "identity",
+	// "host_keys", "secrets", "generation", "token", "services", "interpreter", "sample").
+	Steps map[string]time.Duration `json:"steps_ns,omitempty"`
 }
 
 // errorBody is the JSON body of a non-2xx answer.

@@ -10,13 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // handleReseal makes this copy independent, in the order of docs/sandboxes.md: entropy,
-// identity files, secrets, generation, token, services, interpreter. The host destroys the copy
+// identity files, host keys and seed files, secrets, generation, token, services, interpreter. The host destroys the copy
 // when any step fails, so a failed step returns at once.
 func (a *Agent) handleReseal(w http.ResponseWriter, r *http.Request) {
 	var req ResealRequest
@@ -38,32 +39,63 @@ func (a *Agent) reseal(ctx context.Context, req ResealRequest) (ResealResult, er
 	if len(req.NewToken) < 32 || len(req.Identity.Generation) != 32 || len(req.Entropy) < 32 {
 		return res, fmt.Errorf("reseal needs a token, a 32-hex-digit generation and 32 bytes of entropy")
 	}
+	st := newStepTimer(&res)
 	res.ClockOffset = timeNow().Sub(req.HostTime)
 	res.EntropyCredited = addEntropy(req.Entropy)
-	if err := a.writeIdentityFiles(req); err != nil {
+	st.done("entropy")
+	if err := a.writeIdentityFiles(req.Identity.Hostname, req.MachineID); err != nil {
 		return res, err
 	}
+	st.done("identity")
+	var err error
+	if res.HostSecrets, err = a.renewHostSecrets(ctx); err != nil {
+		return res, err
+	}
+	st.done("host_keys")
 	if err := writeSecrets(req.Secrets); err != nil {
 		return res, err
 	}
+	st.done("secrets")
 	if err := a.publishIdentity(req.Identity); err != nil {
 		return res, err
 	}
+	st.done("generation")
 	a.mu.Lock()
 	a.token, a.identity = req.NewToken, req.Identity
 	a.mu.Unlock()
+	st.done("token")
 	svc, err := a.services.onFork(ctx)
 	res.Services = svc
 	if err != nil {
 		return res, err
 	}
+	st.done("services")
 	a.interp.setReseed(req.Entropy)
+	st.done("interpreter")
 	res.Generation = req.Identity.Generation
 	res.EntropySample = make([]byte, 32)
 	if _, err := rand.Read(res.EntropySample); err != nil {
 		return res, fmt.Errorf("sampling entropy: %w", err)
 	}
+	st.done("sample")
 	return res, nil
+}
+
+// stepTimer records how long each reseal step took into ResealResult.Steps.
+type stepTimer struct {
+	res  *ResealResult
+	last time.Time
+}
+
+func newStepTimer(res *ResealResult) *stepTimer {
+	res.Steps = map[string]time.Duration{}
+	return &stepTimer{res: res, last: time.Now()}
+}
+
+func (s *stepTimer) done(step string) {
+	now := time.Now()
+	s.res.Steps[step] = now.Sub(s.last)
+	s.last = now
 }
 
 // addEntropy mixes b into the kernel pool and reports whether the kernel credited it
@@ -88,20 +120,21 @@ func addEntropy(b []byte) bool {
 	return errno == 0
 }
 
-// writeIdentityFiles sets the hostname and writes /etc/hostname and /etc/machine-id.
-func (a *Agent) writeIdentityFiles(req ResealRequest) error {
-	if h := req.Identity.Hostname; h != "" {
-		if err := unix.Sethostname([]byte(h)); err != nil {
+// writeIdentityFiles sets the hostname and writes /etc/hostname and /etc/machine-id
+// (machineID: 32 hex digits).
+func (a *Agent) writeIdentityFiles(hostname, machineID string) error {
+	if hostname != "" {
+		if err := unix.Sethostname([]byte(hostname)); err != nil {
 			a.log.Warn("setting hostname", "err", err) // runsc already applied the bundle's
 		}
-		if err := writeAtomic("/etc/hostname", []byte(h+"\n"), 0o644); err != nil {
+		if err := writeAtomic("/etc/hostname", []byte(hostname+"\n"), 0o644); err != nil {
 			return fmt.Errorf("writing hostname: %w", err)
 		}
 	}
-	if _, err := hex.DecodeString(req.MachineID); err != nil || len(req.MachineID) != 32 {
-		return fmt.Errorf("machine id %q is not 32 hex digits", req.MachineID)
+	if _, err := hex.DecodeString(machineID); err != nil || len(machineID) != 32 {
+		return fmt.Errorf("machine id %q is not 32 hex digits", machineID)
 	}
-	if err := writeAtomic("/etc/machine-id", []byte(req.MachineID+"\n"), 0o444); err != nil {
+	if err := writeAtomic("/etc/machine-id", []byte(machineID+"\n"), 0o444); err != nil {
 		return fmt.Errorf("writing machine-id: %w", err)
 	}
 	return nil

@@ -189,7 +189,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (rec SandboxRe
 		}
 	}()
 	undo.Add(func(ctx context.Context) error { return m.reg.DeleteSandbox(ctx, rec.ID) })
-	boot := guest.Boot{Token: rec.Token, Services: opts.Services, Env: opts.Env, Identity: guest.Identity{
+	boot := guest.Boot{Token: rec.Token, Services: opts.Services, Env: opts.Env, MachineID: newID("", 16), Identity: guest.Identity{
 		SandboxID: rec.ID, Generation: rec.Generation, Hostname: rec.EngineID, ResumedAt: now}}
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: opts.RootfsDir, Boot: boot, Token: rec.Token}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)

@@ -84,6 +84,11 @@ func (m *Manager) resealChild(ctx context.Context, rec *SandboxRecord, cp Checkp
 	}
 	rec.Generation, rec.Token = next.Generation, next.Token
 	m.log.Info("resealed", "sandbox_id", rec.ID, "generation", rec.Generation, "clock_offset", res.ClockOffset)
+	if len(res.HostSecrets) > 0 {
+		// Case BH-20: the checkpoint holds per-machine secrets; each copy renewed its own.
+		m.log.Warn("the checkpoint carries per-machine secrets; renewed in this copy", "sandbox_id", rec.ID,
+			"checkpoint", cp.ID, "files", res.HostSecrets)
+	}
 	return res, nil
 }
 

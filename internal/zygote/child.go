@@ -20,7 +20,18 @@ type child struct {
 	pidfd   int // owned; closed by release
 	exitCh  chan message
 	born    time.Time
+	kind    ChildKind
 }
+
+// ChildKind says where a request's process came from.
+type ChildKind string
+
+const (
+	ChildPreForked ChildKind = "preforked" // an idle child of the zygote's pool
+	ChildForked    ChildKind = "forked"    // forked for this request
+	ChildSpawned   ChildKind = "spawned"   // a fresh interpreter (spawn mode)
+	ChildWorker    ChildKind = "worker"    // a Node worker made ready ahead of time
+)
 
 // register reserves a sequence number and the channels its forked and
 // exited messages are delivered on.
@@ -70,6 +81,7 @@ func (z *Zygote) newChild(ctx context.Context, fail func(Failure, string, ...any
 		return z.workerChild(fail)
 	case ModeFork:
 		if c := z.pool.take(z); c != nil {
+			c.kind = ChildPreForked
 			return c, true
 		}
 	}
@@ -81,7 +93,10 @@ func (z *Zygote) newChild(ctx context.Context, fail func(Failure, string, ...any
 // hello, whose SCM_CREDENTIALS give its host pid.
 func (z *Zygote) makeChild(ctx context.Context, fail func(Failure, string, ...any)) (*child, bool) {
 	seq, forkCh, exitCh := z.register()
-	c := &child{seq: seq, exitCh: exitCh, ownConn: true, pidfd: -1, born: time.Now()}
+	c := &child{seq: seq, exitCh: exitCh, ownConn: true, pidfd: -1, born: time.Now(), kind: ChildForked}
+	if z.spec.Mode == ModeSpawn {
+		c.kind = ChildSpawned
+	}
 	local, remote, err := seqpacketPair()
 	if err != nil {
 		z.unregister(seq)
@@ -137,7 +152,7 @@ func (z *Zygote) workerChild(fail func(Failure, string, ...any)) (*child, bool) 
 		fail(FailCrashed, "worker %d vanished: %v", pid, err)
 		return nil, false
 	}
-	return &child{seq: seq, conn: z.ctl, hostPID: pid, pidfd: pidfd, exitCh: exitCh, born: time.Now()}, true
+	return &child{seq: seq, conn: z.ctl, hostPID: pid, pidfd: pidfd, exitCh: exitCh, born: time.Now(), kind: ChildWorker}, true
 }
 
 func (z *Zygote) awaitForked(ctx context.Context, forkCh chan message, fail func(Failure, string, ...any)) bool {

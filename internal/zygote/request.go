@@ -63,6 +63,7 @@ type Result struct {
 	Stdout  []string      // lines the request printed
 	Stderr  []string
 	HostPID int
+	Child   ChildKind // where the request's process came from
 	Elapsed time.Duration
 	lap     time.Time // start of the current phase
 
@@ -207,7 +208,7 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 		watch.Close()
 		return nil
 	}
-	res.HostPID = c.hostPID
+	res.HostPID, res.Child = c.hostPID, c.kind
 	res.mark("fork+hello", &res.lap)
 	var after func(*Result)
 	// settle runs once the outcome is known: the hook's after (secret files,

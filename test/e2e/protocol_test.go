@@ -295,3 +295,56 @@ func TestContextDeadlineAndAsyncHandlers(t *testing.T) {
 		t.Errorf("async handler returned %d", x)
 	}
 }
+
+// TestPreForkedChildrenStayIndependent: requests served by children forked
+// ahead of demand still differ in every random row and see no earlier
+// request's state; prefork = 0 forks on demand.
+func TestPreForkedChildrenStayIndependent(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("probe"))
+	d.Invoke("probe", map[string]any{"action": "rng"}, nil) // traffic: the pool fills
+	type rng struct {
+		Random  float64 `json:"random"`
+		NP      int64   `json:"np"`
+		URandom string  `json:"urandom"`
+		PID     int     `json:"pid"`
+	}
+	var rs []rng
+	pre := 0
+	for i := 0; i < 6; i++ {
+		time.Sleep(300 * time.Millisecond) // let the pool refill between requests
+		var r rng
+		res := d.Invoke("probe", map[string]any{"action": "rng"}, &r)
+		if res.Child == "preforked" {
+			pre++
+		}
+		rs = append(rs, r)
+		var g struct{ Before int }
+		d.Invoke("probe", map[string]any{"action": "set_global"}, &g)
+		if g.Before != 0 {
+			t.Fatalf("a pre-forked child saw a global set by an earlier request")
+		}
+	}
+	if pre < 5 {
+		t.Fatalf("only %d of 6 requests were served by pre-forked children", pre)
+	}
+	var a, b, c, p []any
+	for _, r := range rs {
+		a, b, c, p = append(a, r.Random), append(b, r.NP), append(c, r.URandom), append(p, r.PID)
+	}
+	for name, col := range map[string][]any{"random.random()": a, "numpy": b, "os.urandom": c, "pid": p} {
+		if n := distinct(col); n != len(rs) {
+			t.Errorf("%s: %d distinct of %d across pre-forked children", name, n, len(rs))
+		}
+	}
+
+	off := writeFunction(t, map[string]string{
+		"zygo.toml": "name = \"noprefork\"\nruntime = \"python\"\nhandler = \"main:handler\"\nprefork = 0\n",
+		"main.py":   "def handler(e, c):\n    return 1\n",
+	})
+	d.Up(off)
+	time.Sleep(300 * time.Millisecond)
+	if res := d.Invoke("noprefork", map[string]any{}, nil); res.Child != "forked" {
+		t.Errorf("prefork = 0: child kind %q, want forked", res.Child)
+	}
+}
