@@ -313,6 +313,15 @@ func (b *runner) memory() error {
 			zpid = f.ZygotePID
 		}
 	}
+	// Idle pre-forked children: what the pool costs at rest.
+	time.Sleep(2 * time.Second) // the pool fills (one child until traffic asks for more)
+	idleKiB, idle := 0, Children(zpid)
+	for _, pid := range idle {
+		if k, err := PSSKiB(pid); err == nil {
+			idleKiB += k
+		}
+	}
+	b.add(fmt.Sprintf("PSS of the idle pre-forked pool (%d children)", len(idle)), fmt.Sprintf("%.1f MiB", float64(idleKiB)/1024), "")
 	done := make(chan error, 1)
 	go func() { _, err := b.c.Invoke(b.ctx, "pss", []byte(`{}`)); done <- err }()
 	time.Sleep(700 * time.Millisecond)
