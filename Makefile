@@ -21,6 +21,8 @@ build:
 test: deps build
 	cd agents/python && $(PY) -m unittest discover -s tests
 	cd agents/node && node --test test/
+	cd sdk/python && $(PY) -m unittest discover -s tests
+	cd sdk/node/zygo-sandbox && node --test test/
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 40m ./...
 	./$(BIN)/zygo check functions

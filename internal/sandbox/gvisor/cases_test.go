@@ -44,7 +44,7 @@ for line in sys.stdin:
                       "generation": zygo_sandbox.current()}), flush=True)
 `,
 	// BH-03: kernel randomness on the very first read after the restore. The process spins
-	// (5 ms) and notices that it was frozen (a monotonic gap over 2 s: the copy waited 3 s as
+	// (5 ms) and notices that it was frozen (a monotonic gap over 2 s: the copy waited 4 s as
 	// an image); its first draw then happens before, or at the latest about when, reseal runs.
 	"bh03": `
 import json, os, select, sys, time, uuid
@@ -64,7 +64,7 @@ first, last = None, time.monotonic()
 while True:
     r, _, _ = select.select([sys.stdin], [], [], 0.005)
     now = time.monotonic()
-    if first is None and now - last > 2:
+    if now - last > 2:   # the latest freeze wins: a stall before the checkpoint is overwritten
         first = sample()
         first["resealed_already"] = gen() != g0
     last = now

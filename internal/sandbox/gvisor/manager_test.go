@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,9 +93,25 @@ func (h *harness) sh(t testing.TB, id, script string) string {
 }
 
 // TestManagerForkRollback is issue 4's walk: create, write, run-code, checkpoint, fork 3,
-// independence of the children, rollback, rm.
+// independence of the children, rollback, rm. With issue 5's checks: the 3 children and 2
+// rollbacks of one checkpoint have 5 distinct generations, hostnames, machine-ids and guest
+// tokens, and in every copy the token that was in the image is refused once it is resealed.
 func TestManagerForkRollback(t *testing.T) {
-	h := newHarness(t, nil)
+	var mu sync.Mutex // guards imageTokenRefused
+	imageTokenRefused := map[string]bool{}
+	reseal := func(ctx context.Context, tg sandbox.ResealTarget) (guest.ResealResult, error) {
+		res, err := sandbox.DefaultReseal(ctx, tg)
+		if err == nil {
+			tg.Guest.SetToken(tg.Checkpoint.Token)
+			_, ierr := tg.Guest.Info(ctx)
+			tg.Guest.SetToken(tg.Sandbox.Token)
+			mu.Lock()
+			imageTokenRefused[tg.Sandbox.Generation] = ierr != nil && strings.Contains(ierr.Error(), "bad token")
+			mu.Unlock()
+		}
+		return res, err
+	}
+	h := newHarness(t, reseal)
 	ctx := tctx(t)
 	src, err := h.m.Create(ctx, sandbox.CreateOptions{Name: "src"})
 	if err != nil {
@@ -135,21 +153,48 @@ func TestManagerForkRollback(t *testing.T) {
 		}
 	}
 
+	checkRollbacks(t, h, src, cp, kids, func(gen string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return imageTokenRefused[gen]
+	})
+
+	// A referenced checkpoint cannot be removed.
+	if err := h.m.RemoveCheckpoint(ctx, cp.ID); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("RemoveCheckpoint while referenced = %v, want ErrFailedPrecondition", err)
+	}
+	checkRemoveAll(t, h, cp.ID)
+}
+
+// checkRollbacks rolls src back to cp twice: each brings the checkpoint's file back, keeps the
+// id and is a new copy; the 3 children and 2 rollbacks have distinct generations, hostnames,
+// machine-ids and tokens, and refused(generation) says the image's token was refused there.
+func checkRollbacks(t *testing.T, h *harness, src sandbox.SandboxRecord, cp sandbox.CheckpointRecord, kids []sandbox.SandboxRecord, refused func(string) bool) {
 	// Rollback brings the checkpoint's file back, keeps the id, and is a new generation.
+	ctx := tctx(t)
 	h.m.PutFile(ctx, src.ID, "/root/data.txt", 0o644, strings.NewReader("v2"))
-	gens := map[string]bool{src.Generation: true}
-	for _, k := range kids {
-		gens[k.Generation] = true
+	facts := map[string]map[string]string{"generation": {}, "hostname": {}, "machine-id": {}, "token": {}}
+	note := func(who string, rec sandbox.SandboxRecord) {
+		facts["generation"][who] = rec.Generation
+		facts["token"][who] = rec.Token
+		facts["hostname"][who] = h.sh(t, rec.ID, "hostname")
+		facts["machine-id"][who] = h.file(t, rec.ID, "/etc/machine-id")
+		if !refused(rec.Generation) {
+			t.Errorf("%s: the image's token still works after reseal", who)
+		}
+	}
+	for i, k := range kids {
+		note(fmt.Sprintf("child %d", i), k)
 	}
 	for i := range 2 {
 		rb, err := h.m.Rollback(ctx, src.ID, cp.ID)
 		if err != nil {
 			t.Fatalf("Rollback %d: %v", i, err)
 		}
-		if rb.ID != src.ID || gens[rb.Generation] {
-			t.Errorf("rollback %d: id %s generation %s (seen before: %v)", i, rb.ID, rb.Generation, gens[rb.Generation])
+		if rb.ID != src.ID {
+			t.Errorf("rollback %d: id %s, want %s", i, rb.ID, src.ID)
 		}
-		gens[rb.Generation] = true
+		note(fmt.Sprintf("rollback %d", i), rb)
 		if got := h.file(t, src.ID, "/root/data.txt"); got != "v1" {
 			t.Errorf("after rollback the file is %q, want v1", got)
 		}
@@ -157,12 +202,15 @@ func TestManagerForkRollback(t *testing.T) {
 			t.Errorf("guest publishes generation %q, record has %q", got, rb.Generation)
 		}
 	}
-
-	// A referenced checkpoint cannot be removed.
-	if err := h.m.RemoveCheckpoint(ctx, cp.ID); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("RemoveCheckpoint while referenced = %v, want ErrFailedPrecondition", err)
+	// The image holds the source's token (a checkpoint does not reseal the source).
+	facts["generation"]["source"], facts["token"]["source"] = src.Generation, src.Token
+	for kind, vals := range facts {
+		distinct(t, kind+" of the 3 children and 2 rollbacks", vals)
+		if n := len(vals); n < 5 {
+			t.Errorf("%s: %d values, want every copy's", kind, n)
+		}
 	}
-	checkRemoveAll(t, h, cp.ID)
+
 }
 
 func checkChildren(t *testing.T, h *harness, src sandbox.SandboxRecord, cp sandbox.CheckpointRecord, kids []sandbox.SandboxRecord) {

@@ -3,6 +3,8 @@ package gvisor_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +26,7 @@ const (
 // callback (it does not call check(): the watcher must do it alone), waits a little longer so
 // that a second call would show, and answers one JSON line.
 const pyWatch = `
-import json, random, sys, threading, time
+import json, random, ssl, sys, threading, time
 import numpy as np
 import zygo_sandbox
 
@@ -36,7 +38,7 @@ def renew(gen, ident):
     with lock:
         calls.append(gen)
 
-random.random(); np.random.random()   # the generators' state is memory at the checkpoint
+random.random(); np.random.random(); ssl.RAND_bytes(16)   # the generators' state is memory at the checkpoint
 print("ready", flush=True)
 for line in sys.stdin:
     want = line.strip()
@@ -45,12 +47,13 @@ for line in sys.stdin:
         time.sleep(0.01)
     time.sleep(0.3)
     with lock:
-        print(json.dumps({"calls": calls, "draw": "%r %r" % (random.random(), float(np.random.random()))}), flush=True)
+        print(json.dumps({"calls": calls, "rows": {"random.random()": repr(random.random()),
+            "numpy np.random.random()": repr(float(np.random.random())), "ssl.RAND_bytes(16)": ssl.RAND_bytes(16).hex()}}), flush=True)
 `
 
 // nodeWatch is pyWatch in Node: a generator the process owns (mulberry32), reseeded from the
 // kernel through zygo-sandbox's randomBytes. Math.random and crypto are reported, not asserted:
-// nothing in the process can reseed them.
+// nothing in the process can reseed them (V8's state, OpenSSL's generator inside the process).
 const nodeWatch = `
 const zygo = require('` + sdkNode + `');
 const crypto = require('crypto');
@@ -62,7 +65,7 @@ function mulberry32(a) {
 let rng = mulberry32(crypto.randomBytes(4).readUInt32LE(0));
 const calls = [];
 zygo.onNewGeneration((gen) => { rng = mulberry32(zygo.randomBytes(4).readUInt32LE(0)); calls.push(gen); });
-rng(); Math.random(); crypto.randomBytes(8);
+rng(); Math.random(); crypto.randomBytes(8); crypto.randomUUID();
 console.log('ready');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 (async () => {
@@ -71,8 +74,9 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
     const deadline = Date.now() + 3000;
     while (want !== 'none' && !calls.includes(want) && Date.now() < deadline) await sleep(10);
     await sleep(300);
-    console.log(JSON.stringify({ calls, draw: String(rng()), math_random: Math.random(),
-      crypto_random_bytes: crypto.randomBytes(8).toString('hex') }));
+    console.log(JSON.stringify({ calls, rows: { 'a generator the process owns (mulberry32)': String(rng()),
+      'zygo-sandbox randomBytes(16)': zygo.randomBytes(16).toString('hex'), 'Math.random()': String(Math.random()),
+      'crypto.randomUUID()': crypto.randomUUID(), 'crypto.randomBytes(16)': crypto.randomBytes(16).toString('hex') } }));
   }
 })();
 `
@@ -89,13 +93,64 @@ func buildGoWatch(t *testing.T) string {
 	return out
 }
 
+// mustDiffer are the rows each helper must make differ in every copy; the other rows are
+// reported only (what the helpers cannot reach: see docs/sandboxes.md, "For code inside a
+// sandbox").
+var mustDiffer = map[string][]string{
+	"python": {"random.random()", "numpy np.random.random()", "ssl.RAND_bytes(16)"},
+	"node":   {"a generator the process owns (mulberry32)", "zygo-sandbox randomBytes(16)"},
+	"go":     {"a generator the process owns (math/rand/v2 ChaCha8)", "crypto/rand.Read(16 bytes)"},
+}
+
 // TestGenerationWatchers runs the in-sandbox helpers (sdk/python, sdk/node, sdk/go) in
 // long-lived processes of a real sandbox, checkpoints it, forks 3 and rolls the source back
 // once. In every copy each helper's callback ran exactly once, with that copy's generation, and
-// the generator it reseeded draws a value no sibling draws; in the source (no new generation)
-// it never ran.
+// the generators it reseeded draw values no other copy draws; in the source (no new generation)
+// it never ran, and its draws are what every copy would have drawn without the helper.
 func TestGenerationWatchers(t *testing.T) {
 	h := newHarness(t, nil)
+	ctx := tctx(t)
+	src, procs := startWatchers(t, h)
+	cp, err := h.m.Checkpoint(ctx, src.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids := h.forkN(t, src.ID, cp, 3)
+	// rows[proc][row][copy]: the source first. It is not a new copy, so no callback runs there;
+	// its draws are what every copy would draw without the helper (they share its memory).
+	rows := watcherRows{}
+	for _, p := range procs {
+		r := h.report(t, src.ID, p.name, "none")
+		if calls := decodeCalls(t, r); len(calls) != 0 {
+			t.Errorf("%s in the source: callback ran for %v, want never", p.name, calls)
+		}
+		rows.add(t, p.name, "source", r)
+	}
+	rb, err := h.m.Rollback(ctx, src.ID, cp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies := map[string]sandbox.SandboxRecord{"rollback": rb}
+	for i, k := range kids {
+		copies[fmt.Sprintf("child %d", i)] = k
+	}
+	for label, c := range copies {
+		for _, p := range procs {
+			r := h.report(t, c.ID, p.name, c.Generation)
+			if calls := decodeCalls(t, r); !slices.Equal(calls, []string{c.Generation}) {
+				t.Errorf("%s in %s: callbacks for %v, want exactly one, for %s", p.name, label, calls, c.Generation)
+			}
+			rows.add(t, p.name, label, r)
+		}
+	}
+	for _, p := range procs {
+		rows.check(t, p.name)
+	}
+}
+
+// startWatchers creates the source sandbox, puts the three helpers and their programs in it,
+// starts the programs and waits until each is ready.
+func startWatchers(t *testing.T, h *harness) (sandbox.SandboxRecord, []proc) {
 	ctx := tctx(t)
 	goBin := buildGoWatch(t)
 	src, err := h.m.Create(ctx, sandbox.CreateOptions{Name: "watch"})
@@ -127,47 +182,44 @@ func TestGenerationWatchers(t *testing.T) {
 	for _, p := range procs {
 		h.waitReady(t, src.ID, p.name)
 	}
-	cp, err := h.m.Checkpoint(ctx, src.ID, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kids := h.forkN(t, src.ID, cp, 3)
+	return src, procs
+}
 
-	type copyOf struct{ id, gen, label string }
-	var copies []copyOf
-	for i, k := range kids {
-		copies = append(copies, copyOf{k.ID, k.Generation, "child " + string(rune('0'+i))})
+// watcherRows holds what each copy reported: program -> row -> copy -> value.
+type watcherRows map[string]map[string]map[string]string
+
+func (w watcherRows) add(t *testing.T, prog, who string, r map[string]json.RawMessage) {
+	t.Helper()
+	var vals map[string]string
+	if err := json.Unmarshal(r["rows"], &vals); err != nil {
+		t.Fatalf("%s in %s: rows %s: %v", prog, who, r["rows"], err)
 	}
-	// The source first: it is not a new copy, so no callback; its draw is what every copy would
-	// draw without the helper (they share its memory at the checkpoint).
-	draws := map[string]map[string]string{}
-	for _, p := range procs {
-		r := h.report(t, src.ID, p.name, "none")
-		if calls := decodeCalls(t, r); len(calls) != 0 {
-			t.Errorf("%s in the source: callback ran for %v, want never", p.name, calls)
+	if w[prog] == nil {
+		w[prog] = map[string]map[string]string{}
+	}
+	for k, v := range vals {
+		if w[prog][k] == nil {
+			w[prog][k] = map[string]string{}
 		}
-		draws[p.name] = map[string]string{"source": str(r["draw"])}
+		w[prog][k][who] = v
 	}
-	rb, err := h.m.Rollback(ctx, src.ID, cp.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copies = append(copies, copyOf{rb.ID, rb.Generation, "rollback"})
-	for _, c := range copies {
-		for _, p := range procs {
-			r := h.report(t, c.id, p.name, c.gen)
-			if calls := decodeCalls(t, r); !slices.Equal(calls, []string{c.gen}) {
-				t.Errorf("%s in %s: callbacks for %v, want exactly one, for %s", p.name, c.label, calls, c.gen)
-			}
-			draws[p.name][c.label] = str(r["draw"])
-			if p.name == "node" {
-				t.Logf("node in %s: Math.random() %s, crypto.randomBytes %s (not reseedable; reported only)",
-					c.label, r["math_random"], r["crypto_random_bytes"])
-			}
+}
+
+// check fails the test unless every row of mustDiffer[prog] differs in every copy, and logs
+// how many distinct values every row had.
+func (w watcherRows) check(t *testing.T, prog string) {
+	for _, row := range slices.Sorted(maps.Keys(w[prog])) {
+		vals := w[prog][row]
+		if slices.Contains(mustDiffer[prog], row) {
+			distinct(t, prog+" "+row+" (source, 3 children, 1 rollback)", vals)
 		}
+		n := len(slices.Compact(slices.Sorted(maps.Values(vals))))
+		t.Logf("%-6s %-55s %d distinct of %d", prog, row, n, len(vals))
 	}
-	for _, p := range procs {
-		distinct(t, p.name+" draws after reseed (source, 3 children, 1 rollback)", draws[p.name])
+	for _, row := range mustDiffer[prog] {
+		if w[prog][row] == nil {
+			t.Errorf("%s did not report %q", prog, row)
+		}
 	}
 }
 

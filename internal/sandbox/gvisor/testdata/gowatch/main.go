@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -43,7 +44,13 @@ func main() {
 		}
 		time.Sleep(300 * time.Millisecond)
 		mu.Lock()
-		b, _ := json.Marshal(map[string]any{"calls": calls, "draw": fmt.Sprint(rng.Uint64()), "global": fmt.Sprint(rand.Uint64())})
+		var kernel [16]byte
+		_, _ = cryptorand.Read(kernel[:])
+		b, _ := json.Marshal(map[string]any{"calls": calls, "rows": map[string]string{
+			"a generator the process owns (math/rand/v2 ChaCha8)":  fmt.Sprint(rng.Uint64()),
+			"math/rand/v2 rand.Uint64() (the runtime's generator)": fmt.Sprint(rand.Uint64()),
+			"crypto/rand.Read(16 bytes)":                           fmt.Sprintf("%x", kernel),
+		}})
 		mu.Unlock()
 		fmt.Println(string(b))
 	}
