@@ -47,12 +47,21 @@ func summarise(lat []time.Duration, wall time.Duration) Stats {
 // Invoke runs n requests of fn with conc in flight through client and
 // returns their latency statistics; any failed request is an error.
 func Invoke(ctx context.Context, c *api.Client, fn string, event string, n, conc int) (Stats, error) {
+	return InvokePaced(ctx, c, fn, event, n, conc, 0)
+}
+
+// InvokePaced is Invoke with a pause of gap before each request (after the
+// first), as traffic that leaves a pool time to refill would.
+func InvokePaced(ctx context.Context, c *api.Client, fn string, event string, n, conc int, gap time.Duration) (Stats, error) {
 	lat := make([]time.Duration, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
+		if i > 0 && gap > 0 {
+			time.Sleep(gap)
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -64,7 +73,7 @@ func Invoke(ctx context.Context, c *api.Client, fn string, event string, n, conc
 		}()
 	}
 	wg.Wait()
-	wall := time.Since(t0)
+	wall := time.Since(t0) - time.Duration(max(n-1, 0))*gap
 	for _, err := range errs {
 		if err != nil {
 			return Stats{}, fmt.Errorf("invoking %s: %w", fn, err)

@@ -191,7 +191,7 @@ func (b *runner) node() error {
 		if err := b.deploy(dir); err != nil {
 			return err
 		}
-		n := b.cfg.N / 2
+		n := b.cfg.N / 4
 		if pool == 0 {
 			n = b.cfg.ColdN
 		} else {
@@ -200,11 +200,17 @@ func (b *runner) node() error {
 				return err
 			}
 		}
-		s, err := Invoke(b.ctx, b.c, name, `{}`, n, 1)
+		// Warm: 250 ms between requests, so that each finds a ready worker (a
+		// replacement takes about one cold start); cold: back to back.
+		gap := 250 * time.Millisecond
+		if pool == 0 {
+			gap = 0
+		}
+		s, err := InvokePaced(b.ctx, b.c, name, `{}`, n, 1, gap)
 		if err != nil {
 			return err
 		}
-		label := fmt.Sprintf("warm Node (ready workers, pool_size 2), concurrency 1 (%d requests)", s.N)
+		label := fmt.Sprintf("warm Node (ready workers, pool_size 2, 250 ms apart), concurrency 1 (%d requests)", s.N)
 		ratioText := fmt.Sprintf("Node warm / Python warm hello = %.1fx", ratio(s.P50, b.helloP50))
 		if pool == 0 {
 			label = fmt.Sprintf("cold Node (a fresh worker per request), concurrency 1 (%d requests)", s.N)
