@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -194,8 +195,9 @@ func badRequest(w http.ResponseWriter, msg string) {
 	writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: msg})
 }
 
-// CreateSandboxBody is the body of POST /v1/sandboxes: name, rootfs_dir, services, env (all
-// optional).
+// CreateSandboxBody is the body of POST /v1/sandboxes: name, rootfs_dir, services, env,
+// secrets (all optional). Secrets are names of the daemon's secret store; an unknown one is a
+// 400 naming it.
 type CreateSandboxBody = sandbox.CreateOptions
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
@@ -209,6 +211,39 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, sb Sandbo
 		return
 	}
 	writeJSON(w, http.StatusCreated, rec)
+}
+
+// sandboxSecretUsers returns the sandboxes ("sandbox NAME") and checkpoints ("checkpoint ID")
+// that name the secret; none when sandboxes are unavailable.
+func (s *Server) sandboxSecretUsers(ctx context.Context, name string) ([]string, error) {
+	sb := s.sandboxes.mgr
+	if sb == nil {
+		return nil, nil
+	}
+	var users []string
+	recs, err := sb.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if slices.Contains(r.Options.Secrets, name) {
+			users = append(users, "sandbox "+r.Name)
+		}
+	}
+	cps, err := sb.Checkpoints(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cps {
+		if slices.Contains(c.Options.Secrets, name) {
+			u := "checkpoint " + c.ID
+			if c.Tag != "" {
+				u += " (" + c.Tag + ")"
+			}
+			users = append(users, u)
+		}
+	}
+	return users, nil
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, sb Sandboxes) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
 )
@@ -31,6 +32,8 @@ type fakeSandboxes struct {
 	forkRes   sandbox.ForkResult
 	forkErr   error
 	removeErr error
+	recs      []sandbox.SandboxRecord    // List
+	cps       []sandbox.CheckpointRecord // Checkpoints
 }
 
 func (f *fakeSandboxes) Create(context.Context, sandbox.CreateOptions) (sandbox.SandboxRecord, error) {
@@ -68,6 +71,12 @@ func (f *fakeSandboxes) Fork(context.Context, string, sandbox.ForkOptions) (sand
 }
 
 func (f *fakeSandboxes) RemoveCheckpoint(context.Context, string) error { return f.removeErr }
+
+func (f *fakeSandboxes) List(context.Context) ([]sandbox.SandboxRecord, error) { return f.recs, f.err }
+
+func (f *fakeSandboxes) Checkpoints(context.Context, string) ([]sandbox.CheckpointRecord, error) {
+	return f.cps, f.err
+}
 
 func newTestServer(t *testing.T, sb Sandboxes, unavailable error) *Client {
 	t.Helper()
@@ -216,4 +225,42 @@ func TestCheckpointRemoveReferenced(t *testing.T) {
 	f := &fakeSandboxes{removeErr: fmt.Errorf("checkpoint cp-1 is still referenced by sandbox sb-2: %w", errdefs.ErrFailedPrecondition)}
 	err := newTestServer(t, f, nil).RemoveCheckpoint(context.Background(), "cp-1")
 	wantAPIError(t, err, 409, "still referenced by sandbox sb-2")
+}
+
+// noFunctions is a Functions with none deployed.
+type noFunctions struct{ Functions }
+
+func (noFunctions) List() []function.Status { return nil }
+
+// removedSecrets is a Secrets that records what it removed.
+type removedSecrets struct {
+	Secrets
+	removed []string
+}
+
+func (s *removedSecrets) Remove(_ context.Context, name string) error {
+	s.removed = append(s.removed, name)
+	return nil
+}
+
+// TestSecretRemoveRefusedWhileSandboxesUseIt: a secret named by a sandbox or a checkpoint
+// cannot be removed (409 naming them); one nobody names can.
+func TestSecretRemoveRefusedWhileSandboxesUseIt(t *testing.T) {
+	ctx := context.Background()
+	sb := &fakeSandboxes{
+		recs: []sandbox.SandboxRecord{{ID: "sb-1", Name: "agent", Options: sandbox.CreateOptions{Secrets: []string{"API_KEY"}}}},
+		cps:  []sandbox.CheckpointRecord{{ID: "cp-1", Tag: "base", Options: sandbox.CreateOptions{Secrets: []string{"API_KEY", "DB"}}}},
+	}
+	sec := &removedSecrets{}
+	srv := NewServer(noFunctions{}, nil, sec, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(sb, nil)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	c := NewTCPClient(strings.TrimPrefix(ts.URL, "http://"), "")
+	err := c.RemoveSecret(ctx, "API_KEY")
+	wantAPIError(t, err, http.StatusConflict, `secret "API_KEY" is used by sandbox agent, checkpoint cp-1 (base)`)
+	err = c.RemoveSecret(ctx, "DB")
+	wantAPIError(t, err, http.StatusConflict, `secret "DB" is used by checkpoint cp-1 (base)`)
+	if err := c.RemoveSecret(ctx, "OTHER"); err != nil || fmt.Sprint(sec.removed) != "[OTHER]" {
+		t.Errorf("removing an unused secret: %v, removed %v", err, sec.removed)
+	}
 }

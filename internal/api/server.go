@@ -292,6 +292,9 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ms)
 }
 
+// removeSecret refuses while a function, a sandbox or a checkpoint names the secret: a
+// function would fail its next request, a sandbox or checkpoint its next copy's reseal, and a
+// checkpoint image still holds the value in the sandbox's memory.
 func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var users []string
@@ -303,6 +306,16 @@ func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
 	if len(users) > 0 {
 		writeError(w, http.StatusConflict, ErrorBody{Code: "failed_precondition", Message: fmt.Sprintf(
 			"secret %q is used by %s: deploy them without it (or zygo rm them) first", name, strings.Join(users, ", "))})
+		return
+	}
+	sbUsers, err := s.sandboxSecretUsers(r.Context(), name)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if len(sbUsers) > 0 {
+		writeError(w, http.StatusConflict, ErrorBody{Code: "failed_precondition", Message: fmt.Sprintf(
+			"secret %q is used by %s: remove them first (zygo sandbox rm, zygo sandbox checkpoints rm)", name, strings.Join(sbUsers, ", "))})
 		return
 	}
 	if err := s.secrets.Remove(r.Context(), name); err != nil {

@@ -40,12 +40,14 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	var body api.CreateSandboxBody
 	var services, onFork []string
 	cmd := &cobra.Command{
-		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--env KEY=VALUE]...",
+		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--env KEY=VALUE]... [--secret NAME]...",
 		Short: "Start a sandbox and print its id",
 		Long: "Start a sandbox and print its id once its guest agent answers.\n" +
 			"--service NAME=CMD starts CMD (run by /bin/sh -c) at boot and keeps it running.\n" +
 			"--on-fork NAME=restart|keep|signal[:SIGNAL] says what each fork or rollback does to it\n" +
-			"(default keep; signal defaults to SIGHUP, sent after the new generation is published).",
+			"(default keep; signal defaults to SIGHUP, sent after the new generation is published).\n" +
+			"--secret NAME (set first with `zygo secret set NAME`) is written to /run/secrets/NAME (0400)\n" +
+			"at create, and again with its current value in every fork child and rollback.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			svcs, err := parseServices(services, onFork)
@@ -73,6 +75,7 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringArrayVar(&services, "service", nil, "NAME=CMD: a service started at boot (repeatable)")
 	cmd.Flags().StringArrayVar(&onFork, "on-fork", nil, "NAME=restart|keep|signal[:SIGNAL]: a service's fork policy (repeatable)")
 	cmd.Flags().StringArrayVar(&body.Env, "env", nil, "KEY=VALUE in the environment of every exec and service (repeatable)")
+	cmd.Flags().StringArrayVar(&body.Secrets, "secret", nil, "NAME: a secret written to /run/secrets/NAME, rewritten in every copy (repeatable)")
 	return cmd
 }
 

@@ -179,7 +179,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err := mgr.Restore(ctx); err != nil {
 		return err
 	}
-	sbx := openSandboxes(ctx, cfg, st, log)
+	sbx := openSandboxes(ctx, cfg, st, secrets, log)
 	defer sbx.close()
 	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err)
 	err = serveAPI(ctx, cfg, apiSrv.Handler(), ready)

@@ -17,6 +17,7 @@ import (
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
+	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
 )
 
@@ -56,9 +57,9 @@ type sandboxes struct {
 // sandboxes an earlier daemon left running (Recover). It never fails the daemon: a missing
 // runsc or guest binary leaves sandboxes unavailable, with the reason logged and kept for the
 // API's 503 answers.
-func openSandboxes(ctx context.Context, cfg Config, st *store.Store, log *slog.Logger) *sandboxes {
+func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, log *slog.Logger) *sandboxes {
 	s := &sandboxes{log: log}
-	mgr, be, err := newSandboxManager(ctx, cfg, st, log)
+	mgr, be, err := newSandboxManager(ctx, cfg, st, secrets, log)
 	if err != nil {
 		s.err = fmt.Errorf("sandboxes are unavailable on this daemon: %w", err)
 		log.Warn("sandboxes unavailable; functions are served as usual", "err", err)
@@ -81,7 +82,7 @@ func openSandboxes(ctx context.Context, cfg Config, st *store.Store, log *slog.L
 	return s
 }
 
-func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, log *slog.Logger) (*sandbox.Manager, *gvisor.Backend, error) {
+func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, log *slog.Logger) (*sandbox.Manager, *gvisor.Backend, error) {
 	sc := cfg.Sandbox
 	if sc.Disabled {
 		return nil, nil, errors.New("disabled by configuration (zygo serve --no-sandboxes)")
@@ -109,8 +110,31 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, log *sl
 	log.Info("sandbox engine", "backend", be.Name(), "guest", guestBin, "engine_dir", engineDir)
 	mgr, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: reg,
 		ImageDir: filepath.Join(cfg.StateDir, "images"), Log: log.With("component", "sandbox"),
-		ReadyTimeout: sc.ReadyTimeout})
+		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets)})
 	return mgr, be, err
+}
+
+// sandboxSecrets returns the Manager's SecretsFunc over the daemon's secret store. It decrypts
+// the named secrets each time it is called (at create and at every reseal), so each copy gets
+// the values current at that moment.
+func sandboxSecrets(st *secret.Store) sandbox.SecretsFunc {
+	return func(ctx context.Context, names []string) (sandbox.SecretValues, error) {
+		out := make(sandbox.SecretValues, len(names))
+		for _, n := range names {
+			if err := secret.ValidName(n); err != nil {
+				return nil, err
+			}
+			v, err := st.Value(ctx, n)
+			if errdefs.IsNotFound(err) {
+				return nil, &sandbox.UnknownSecretError{Name: n}
+			}
+			if err != nil {
+				return nil, err
+			}
+			out[n] = v
+		}
+		return out, nil
+	}
 }
 
 // api returns the Manager for the API server, or nil (a nil interface) when unavailable.

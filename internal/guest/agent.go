@@ -195,6 +195,7 @@ func (a *Agent) mux() http.Handler {
 	m.HandleFunc("GET /v1/files", a.handleGetFile)
 	m.HandleFunc("PUT /v1/files", a.handlePutFile)
 	m.HandleFunc("GET /v1/files/list", a.handleListFiles)
+	m.HandleFunc("PUT /v1/secrets", a.handleSecrets)
 	m.HandleFunc("POST /v1/reseal", a.handleReseal)
 	return a.authenticate(m)
 }

@@ -399,6 +399,16 @@ func (c *Client) ListFiles(ctx context.Context, path string) ([]FileInfo, error)
 	return out, nil
 }
 
+// WriteSecrets makes secrets the exact contents of /run/secrets (SecretsDir): one file per
+// name, mode 0400; other files there are removed. Create uses it; a restored copy gets its
+// secrets through Reseal. Its errors name secrets, never values.
+func (c *Client) WriteSecrets(ctx context.Context, secrets map[string][]byte) error {
+	if err := c.doJSON(ctx, http.MethodPut, "/v1/secrets", SecretsRequest{Secrets: secrets}, nil); err != nil {
+		return fmt.Errorf("writing secrets: %w", err)
+	}
+	return nil
+}
+
 // Reseal asks the agent to make this copy independent (see ResealRequest). On success the
 // client's token is req.NewToken; on failure it is unchanged and the copy must be destroyed.
 func (c *Client) Reseal(ctx context.Context, req ResealRequest) (ResealResult, error) {

@@ -163,6 +163,12 @@ type Info struct {
 	Now        time.Time `json:"now"`
 }
 
+// SecretsRequest is the body of PUT /v1/secrets: the secrets of a created sandbox.
+type SecretsRequest struct {
+	// Secrets are written to SecretsDir/NAME, mode 0400; others there are removed.
+	Secrets map[string][]byte `json:"secrets"`
+}
+
 // ResealRequest makes a restored copy independent. Driven by the host, executed by the agent.
 type ResealRequest struct {
 	NewToken  string   `json:"new_token"`

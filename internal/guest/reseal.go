@@ -140,7 +140,22 @@ func (a *Agent) writeIdentityFiles(hostname, machineID string) error {
 	return nil
 }
 
-// writeSecrets replaces the contents of SecretsDir with secrets.
+// handleSecrets writes a created sandbox's secrets (a restored copy gets them in its reseal).
+func (a *Agent) handleSecrets(w http.ResponseWriter, r *http.Request) {
+	var req SecretsRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid", "decoding secrets: malformed body") // the decoder's message may quote the body
+		return
+	}
+	if err := writeSecrets(req.Secrets); err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// writeSecrets replaces the contents of SecretsDir with secrets. Its errors name secrets,
+// never values.
 func writeSecrets(secrets map[string][]byte) error {
 	if err := os.MkdirAll(SecretsDir, 0o700); err != nil {
 		return fmt.Errorf("making %s: %w", SecretsDir, err)

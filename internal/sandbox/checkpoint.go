@@ -340,6 +340,7 @@ func (m *Manager) restoreInPlace(ctx context.Context, ck Checkpointer, rec *Sand
 	}
 	saved := *rec
 	saved.CheckpointID = cp.ID
+	saved.Options.Secrets = cp.Options.Secrets // the copy is the image's: it gets the image's secrets
 	if _, err := m.resealChild(ctx, &saved, cp, inst, spec.Hostname); err != nil {
 		var undo cleanup.Stack
 		undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, inst.ID) })

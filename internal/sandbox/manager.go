@@ -27,6 +27,10 @@ type CreateOptions struct {
 	RootfsDir string          `json:"rootfs_dir,omitempty"` // see Spec.RootfsDir
 	Services  []guest.Service `json:"services,omitempty"`
 	Env       []string        `json:"env,omitempty"` // default environment inside
+	// Secrets names secrets of the daemon's store. Their values are written to
+	// /run/secrets/NAME (mode 0400) at create and, with the then current values, in every
+	// restored copy (reseal). Names only: a value never enters a record.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // ManagerConfig configures a Manager. Zero fields take the defaults in brackets.
@@ -43,6 +47,9 @@ type ManagerConfig struct {
 	MaxForkN int
 	// Reseal is the reseal hook run on every restored copy before it is Running [DefaultReseal].
 	Reseal ResealFunc
+	// Secrets reads the current values of the secrets a sandbox names (CreateOptions.Secrets),
+	// at create and at every reseal. nil: no sandbox may name secrets (Create refuses them).
+	Secrets SecretsFunc
 	// Now is the clock [time.Now].
 	Now func() time.Time
 }
@@ -171,6 +178,10 @@ func (m *Manager) Generation(ctx context.Context, idOrName string) (string, erro
 // Create starts a new sandbox and returns its record once the guest answers. On error
 // nothing is left: no record, no engine instance.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (rec SandboxRecord, err error) {
+	secrets, err := m.createSecrets(ctx, opts.Secrets)
+	if err != nil {
+		return SandboxRecord{}, err
+	}
 	now := m.cfg.Now()
 	rec = SandboxRecord{ID: newID("sb-", 8), Backend: m.be.Name(), State: Creating, Token: newToken(),
 		Generation: newGeneration(), Options: opts, CreatedAt: now, UpdatedAt: now}
@@ -199,11 +210,16 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (rec SandboxRe
 		return SandboxRecord{}, fmt.Errorf("creating sandbox %s: %w", rec.ID, err)
 	}
 	undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, inst.ID) })
+	if len(secrets) > 0 {
+		if err := inst.Guest.WriteSecrets(cctx, secrets); err != nil {
+			return SandboxRecord{}, fmt.Errorf("writing the secrets of sandbox %s: %w", rec.ID, err)
+		}
+	}
 	if err := m.setState(ctx, &rec, Running, nil); err != nil {
 		return SandboxRecord{}, err
 	}
 	m.addLive(rec.ID, inst)
-	m.log.Info("created sandbox", "sandbox_id", rec.ID, "generation", rec.Generation)
+	m.log.Info("created sandbox", "sandbox_id", rec.ID, "generation", rec.Generation, "secrets", len(secrets))
 	return rec, nil
 }
 

@@ -115,6 +115,7 @@ func cloneSandbox(rec SandboxRecord) SandboxRecord {
 	rec.Services = slices.Clone(rec.Services)
 	rec.Options.Services = slices.Clone(rec.Options.Services)
 	rec.Options.Env = slices.Clone(rec.Options.Env)
+	rec.Options.Secrets = slices.Clone(rec.Options.Secrets)
 	return rec
 }
 
@@ -197,6 +198,7 @@ func (r *MemRegistry) DeleteCheckpoint(_ context.Context, id string) error {
 func cloneCheckpoint(rec CheckpointRecord) CheckpointRecord {
 	rec.Options.Services = slices.Clone(rec.Options.Services)
 	rec.Options.Env = slices.Clone(rec.Options.Env)
+	rec.Options.Secrets = slices.Clone(rec.Options.Secrets)
 	return rec
 }
 

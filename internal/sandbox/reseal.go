@@ -21,6 +21,10 @@ type ResealTarget struct {
 	Hostname   string
 	Guest      *guest.Client
 	ResumedAt  time.Time
+	// Secrets are the current values of the secrets the copy names (Sandbox.Options.Secrets),
+	// read through ManagerConfig.Secrets just before the hook runs; nil when it names none.
+	// DefaultReseal writes exactly these to /run/secrets.
+	Secrets SecretValues
 }
 
 // ResealFunc makes one restored copy independent. It returns only after the guest has
@@ -30,13 +34,14 @@ type ResealFunc func(ctx context.Context, t ResealTarget) (guest.ResealResult, e
 
 // DefaultReseal is the built-in ResealFunc: fresh host entropy, the new generation and
 // identity, a per-copy machine id, the clock check and the token rotation, all executed by
-// zygo-guest (see guest.ResealRequest). It checks that the guest reports the new generation.
-// Secrets are not re-issued here: a daemon that has them wraps DefaultReseal and sets them.
+// zygo-guest (see guest.ResealRequest), and the copy's secrets (t.Secrets) rewritten into
+// /run/secrets. It checks that the guest reports the new generation.
 func DefaultReseal(ctx context.Context, t ResealTarget) (guest.ResealResult, error) {
-	return ResealWith(ctx, t, nil)
+	return ResealWith(ctx, t, t.Secrets)
 }
 
-// ResealWith is DefaultReseal that also re-writes secrets into /run/secrets.
+// ResealWith is DefaultReseal with secrets, instead of t.Secrets, as the exact contents of
+// /run/secrets (other files there are removed).
 func ResealWith(ctx context.Context, t ResealTarget, secrets map[string][]byte) (guest.ResealResult, error) {
 	entropy := make([]byte, 64)
 	machineID := make([]byte, 16)
@@ -78,7 +83,12 @@ func (m *Manager) resealChild(ctx context.Context, rec *SandboxRecord, cp Checkp
 	next.Generation, next.Token = newGeneration(), newToken()
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
-	res, err := m.cfg.Reseal(rctx, ResealTarget{Sandbox: next, Checkpoint: cp, Hostname: hostname, Guest: inst.Guest, ResumedAt: m.cfg.Now()})
+	secrets, err := m.secretValues(rctx, next.Options.Secrets) // the current values: a rotation reaches this copy
+	if err != nil {
+		return guest.ResealResult{}, fmt.Errorf("resealing %s: %w", rec.ID, err)
+	}
+	res, err := m.cfg.Reseal(rctx, ResealTarget{Sandbox: next, Checkpoint: cp, Hostname: hostname, Guest: inst.Guest,
+		ResumedAt: m.cfg.Now(), Secrets: secrets})
 	if err != nil {
 		return res, fmt.Errorf("resealing %s: %w", rec.ID, err)
 	}

@@ -193,6 +193,10 @@ type CreateOptions struct {
 	RootfsDir string    `json:"rootfs_dir,omitempty"` // a host directory to use, read-only, as the root
 	Services  []Service `json:"services,omitempty"`
 	Env       []string  `json:"env,omitempty"` // KEY=VALUE for every exec and service
+	// Secrets names secrets set with `zygo secret set NAME`: each is written to
+	// /run/secrets/NAME (mode 0400) at create and, with its current value, in every fork child
+	// and rollback. An unknown name is an error (IsBadRequest) naming it.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // Sandbox is a sandbox's record at the time it was read, and the handle to act on it.

@@ -2,6 +2,7 @@ package zygo
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -117,5 +118,24 @@ func TestTCPToken(t *testing.T) {
 		if _, err := (&Sandbox{ID: "x", c: cl}).Fork(ctx, 1, ""); !c.want(err) {
 			t.Errorf("token %q: Fork = %v", c.token, err)
 		}
+	}
+}
+
+func TestCreateSendsSecretNames(t *testing.T) {
+	var body string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		body = string(b)
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"error": {"code": "bad_request", "message": "invalid argument: secrets: unknown secret \"NOPE\" (set it with ` + "`zygo secret set NOPE`" + `)"}}`))
+	}))
+	defer ts.Close()
+	c := NewTCPClient(strings.TrimPrefix(ts.URL, "http://"), "")
+	_, err := c.Create(context.Background(), CreateOptions{Name: "a", Secrets: []string{"API_KEY", "NOPE"}})
+	if body != `{"name":"a","secrets":["API_KEY","NOPE"]}` {
+		t.Errorf("body %s", body)
+	}
+	if !IsBadRequest(err) || !strings.Contains(err.Error(), `unknown secret "NOPE"`) {
+		t.Errorf("unknown secret: %v", err)
 	}
 }
