@@ -119,7 +119,8 @@ func baseArgs(spec Spec) []string {
 		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
 		"--proc", "/proc", "--dev", "/dev",
 	}
-	for _, p := range []string{"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl", "/etc/localtime", "/usr/share/zoneinfo"} {
+	// TLS clients need the CA certificates and OpenSSL's config, never /etc/ssl/private.
+	for _, p := range []string{"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/localtime", "/usr/share/zoneinfo"} {
 		a = append(a, "--ro-bind-try", p, p)
 	}
 	for _, f := range []string{"passwd", "group", "hosts"} {

@@ -12,6 +12,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -54,6 +55,11 @@ CREATE INDEX IF NOT EXISTS logs_request ON logs (request_id);
 // Open opens (creating if needed) the database at path. The caller owns the
 // returned Store and must Close it.
 func Open(ctx context.Context, path string) (*Store, error) {
+	// The database holds logs, tokens and records: only its owner may read
+	// it. SQLite gives the -wal and -shm files the database file's mode.
+	if err := restrictFile(path); err != nil {
+		return nil, err
+	}
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -186,4 +192,20 @@ func (s *Store) DeleteFunction(ctx context.Context, name string) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// restrictFile creates path (mode 0600) if missing and makes sure an
+// existing one, and its WAL and shared-memory files, are 0600.
+func restrictFile(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening store %s: %w", path, err)
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("restricting %s: %w", p, err)
+		}
+	}
+	return nil
 }

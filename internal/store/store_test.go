@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -366,5 +367,30 @@ func TestReopenKeepsData(t *testing.T) {
 	more, _ := st2.Logs(ctx, store.LogQuery{Function: "hello", AfterID: lines[1].ID})
 	if len(more) != 1 || more[0].RequestID != "r2" {
 		t.Errorf("after the old ids: %+v", more)
+	}
+}
+
+// TestStoreFilesAreOwnerOnly: the database (logs, tokens, records) and its
+// WAL and shared-memory files are readable by their owner only.
+func TestStoreFilesAreOwnerOnly(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "zygo.db")
+	os.WriteFile(path, nil, 0o644) // an old, too open file is tightened too
+	s, err := store.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.SetActive(t.Context(), "f", "h"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %o, want 600", p, st.Mode().Perm())
+		}
 	}
 }

@@ -29,6 +29,8 @@ func TestSandboxShape(t *testing.T) {
 		Connect     string   `json:"connect"`
 		Interfaces  []string `json:"interfaces"`
 		Mount       string   `json:"mount"`
+		SSLPrivate  bool     `json:"ssl_private"`
+		SSLCerts    bool     `json:"ssl_certs"`
 	}
 	d.Invoke("probe", map[string]any{"action": "info"}, &r)
 	checks := []struct {
@@ -45,6 +47,8 @@ func TestSandboxShape(t *testing.T) {
 		{"write to /tmp", r.WriteTmp, "ok"},
 		{"mount(2) under the seccomp filter", r.Mount, "EPERM"},
 		{"network interfaces", strings.Join(r.Interfaces, ","), "lo"},
+		{"/etc/ssl/private visible", r.SSLPrivate, false},
+		{"/etc/ssl/certs visible", r.SSLCerts, true},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

@@ -54,6 +54,7 @@ def info(event, context):
         "mount": _try(lambda: __import__("ctypes").CDLL(None, use_errno=True).syscall(165, b"x", b"/tmp", b"tmpfs", 0, None) == 0 or (_ for _ in ()).throw(OSError(__import__("ctypes").get_errno(), "mount"))),
         "tmpdir": tempfile.gettempdir(), "env_tmpdir": os.environ.get("TMPDIR"),
         "request_id": context.request_id, "function": context.function,
+        "ssl_private": os.path.exists("/etc/ssl/private"), "ssl_certs": os.path.isdir("/etc/ssl/certs"),
     }
 
 def rng(event, context):
