@@ -23,8 +23,20 @@ import (
 	"github.com/zygo-run/zygo/internal/errdefs"
 )
 
-// helloTimeout bounds how long a new connection may take to present its Hello.
-const helloTimeout = 5 * time.Second
+// Limits on connections that have not authenticated yet. Sandbox code can reach the host
+// socket, so everything before the token check is bounded: bytes, time and count.
+const (
+	// helloTimeout bounds how long a new connection may take to present its Hello. The agent
+	// writes it right after connecting.
+	helloTimeout = 2 * time.Second
+	// maxHelloBytes bounds the Hello line, newline included (a real one is ~200 bytes).
+	maxHelloBytes = 4 << 10
+	// maxPendingConns bounds the connections of one Client still in the Hello exchange;
+	// further ones are closed at once.
+	maxPendingConns = 4
+	// rejectLogEvery is how often rejected connections are logged: the first, then a count.
+	rejectLogEvery = time.Minute
+)
 
 // Client is the host's end of the channel to one guest agent. It accepts the agent's
 // connections (Serve), keeps the newest authenticated one, and sends requests over it. Calls
@@ -40,6 +52,32 @@ type Client struct {
 	changed chan struct{} // closed and replaced whenever cc changes or the client closes
 	closed  bool
 	epoch   uint64 // counts accepted connections; the current one is number epoch
+
+	pending int // connections in the Hello exchange (guarded by mu)
+	rejects rateLog
+}
+
+// rateLog logs the first of a kind of event, then at most once per rejectLogEvery with the
+// number of events it held back.
+type rateLog struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// warn logs msg now, or counts it when one was logged less than rejectLogEvery ago.
+func (r *rateLog) warn(log *slog.Logger, msg string, args ...any) {
+	r.mu.Lock()
+	now := time.Now()
+	if !r.last.IsZero() && now.Sub(r.last) < rejectLogEvery {
+		r.suppressed++
+		r.mu.Unlock()
+		return
+	}
+	n := r.suppressed
+	r.last, r.suppressed = now, 0
+	r.mu.Unlock()
+	log.Warn(msg, append(args, "suppressed_since_last", n)...)
 }
 
 // NewClient returns a Client that accepts connections presenting token.
@@ -80,23 +118,56 @@ func (c *Client) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return fmt.Errorf("accepting guest connection: %w", err)
 		}
-		go c.handshake(conn)
+		if !c.reserve() {
+			c.rejects.warn(c.log, "rejecting guest connection", "err", "too many unauthenticated connections")
+			conn.Close()
+			continue
+		}
+		go func() {
+			defer c.unreserve()
+			c.handshake(conn)
+		}()
 	}
+}
+
+// reserve takes one of the maxPendingConns slots for a connection in the Hello exchange.
+func (c *Client) reserve() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending >= maxPendingConns {
+		return false
+	}
+	c.pending++
+	return true
+}
+
+func (c *Client) unreserve() {
+	c.mu.Lock()
+	c.pending--
+	c.mu.Unlock()
 }
 
 // handshake authenticates one connection and makes it current. It closes conn on failure.
 func (c *Client) handshake(conn net.Conn) {
 	_ = conn.SetDeadline(time.Now().Add(helloTimeout))
-	br := bufio.NewReaderSize(conn, 1024)
+	// Never read more than maxHelloBytes before the token is checked.
+	br := bufio.NewReaderSize(&io.LimitedReader{R: conn, N: maxHelloBytes}, 1024)
 	line, err := br.ReadBytes('\n')
 	if err != nil {
-		c.log.Debug("reading guest hello", "err", err)
+		switch {
+		case errors.Is(err, io.EOF) && len(line) >= maxHelloBytes:
+			c.rejects.warn(c.log, "rejecting guest connection", "err", fmt.Sprintf("hello longer than %d bytes", maxHelloBytes))
+		case len(line) == 0:
+			c.log.Debug("reading guest hello", "err", err) // closed before saying anything
+		default:
+			c.rejects.warn(c.log, "rejecting guest connection", "err", err)
+		}
 		conn.Close()
 		return
 	}
 	var h Hello
 	if err := json.Unmarshal(line, &h); err != nil || h.Proto != ProtocolVersion || !c.tokenOK(h.Token) {
-		c.log.Warn("rejecting guest connection", "err", err, "proto", h.Proto)
+		c.rejects.warn(c.log, "rejecting guest connection", "err", err, "proto", h.Proto)
 		_ = json.NewEncoder(conn).Encode(HelloReply{Error: "bad hello or token"})
 		conn.Close()
 		return

@@ -115,6 +115,85 @@ func (m *Manager) GetCheckpoint(ctx context.Context, idOrTag string) (Checkpoint
 	return cp, err
 }
 
+// checkpointFor resolves idOrTag for a fork or rollback of sandbox rec and checks that the
+// checkpoint belongs to rec's lineage (see docs/sandboxes.md): it was taken of rec itself or
+// of one of the sandboxes rec descends from by fork. A tag resolves among rec's own
+// checkpoints first, then among its lineage's, newest first. A checkpoint outside the lineage
+// is refused with an error wrapping errdefs.ErrInvalidArgument that names it and its sandbox.
+func (m *Manager) checkpointFor(ctx context.Context, rec SandboxRecord, idOrTag string) (CheckpointRecord, error) {
+	all, err := m.reg.ListCheckpoints(ctx)
+	if err != nil {
+		return CheckpointRecord{}, fmt.Errorf("listing checkpoints: %w", err)
+	}
+	lineage, err := m.lineage(ctx, rec, all)
+	if err != nil {
+		return CheckpointRecord{}, err
+	}
+	cp, err := m.reg.GetCheckpoint(ctx, idOrTag) // an exact id wins
+	if err != nil && !errdefs.IsNotFound(err) {
+		return CheckpointRecord{}, err
+	}
+	if err != nil && idOrTag != "" {
+		found := false
+		for _, own := range []bool{true, false} { // own checkpoints first, then the lineage's
+			for i := len(all) - 1; i >= 0 && !found; i-- {
+				c := all[i]
+				if c.Tag == idOrTag && (c.SandboxID == rec.ID) == own && lineage[c.SandboxID] {
+					cp, err, found = c, nil, true
+				}
+			}
+		}
+		if !found { // a tag only others use: resolve it to refuse it by name below
+			for i := len(all) - 1; i >= 0 && !found; i-- {
+				if all[i].Tag == idOrTag {
+					cp, err, found = all[i], nil, true
+				}
+			}
+		}
+	}
+	if err != nil {
+		return CheckpointRecord{}, err
+	}
+	if !lineage[cp.SandboxID] {
+		return CheckpointRecord{}, fmt.Errorf("checkpoint %s (tag %q) belongs to sandbox %s, which is not sandbox %s nor one it was forked from: %w",
+			cp.ID, cp.Tag, cp.SandboxID, rec.ID, errdefs.ErrInvalidArgument)
+	}
+	return cp, nil
+}
+
+// lineage returns the ids of rec and of every sandbox it descends from by fork: the chain of
+// ParentIDs, and, for ancestors whose records are gone, the sandboxes the checkpoints on
+// rec's checkpoint chain were taken of.
+func (m *Manager) lineage(ctx context.Context, rec SandboxRecord, all []CheckpointRecord) (map[string]bool, error) {
+	ids := map[string]bool{rec.ID: true}
+	for p := rec.ParentID; p != "" && !ids[p]; {
+		ids[p] = true
+		prec, err := m.reg.GetSandbox(ctx, p)
+		if errdefs.IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading sandbox %s: %w", p, err)
+		}
+		p = prec.ParentID
+	}
+	byID := make(map[string]CheckpointRecord, len(all))
+	for _, c := range all {
+		byID[c.ID] = c
+	}
+	seen := map[string]bool{}
+	for c := rec.CheckpointID; c != "" && !seen[c]; {
+		seen[c] = true
+		cp, ok := byID[c]
+		if !ok {
+			break
+		}
+		ids[cp.SandboxID] = true
+		c = cp.ParentID
+	}
+	return ids, nil
+}
+
 // RemoveCheckpoint deletes a checkpoint's image and record. It refuses, with an error wrapping
 // errdefs.ErrFailedPrecondition that names them, while a sandbox was restored from it or a
 // checkpoint descends from it.
@@ -194,7 +273,7 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 	if opts.From == "" {
 		res.Checkpoint, err = m.Checkpoint(ctx, parent.ID, "fork")
 	} else {
-		res.Checkpoint, err = m.GetCheckpoint(ctx, opts.From)
+		res.Checkpoint, err = m.checkpointFor(ctx, parent, opts.From)
 	}
 	if err != nil {
 		return res, err
@@ -293,11 +372,15 @@ func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (Sa
 	if err != nil {
 		return SandboxRecord{}, err
 	}
-	cp, err := m.GetCheckpoint(ctx, checkpoint)
+	target, err := m.Get(ctx, idOrName)
 	if err != nil {
 		return SandboxRecord{}, err
 	}
-	rec, e, err := m.acquire(ctx, idOrName, false)
+	cp, err := m.checkpointFor(ctx, target, checkpoint)
+	if err != nil {
+		return target, err
+	}
+	rec, e, err := m.acquire(ctx, target.ID, false)
 	if err != nil {
 		return rec, err
 	}

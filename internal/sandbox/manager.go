@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -176,14 +177,18 @@ func (m *Manager) Generation(ctx context.Context, idOrName string) (string, erro
 }
 
 // Create starts a new sandbox and returns its record once the guest answers. On error
-// nothing is left: no record, no engine instance.
-func (m *Manager) Create(ctx context.Context, opts CreateOptions) (rec SandboxRecord, err error) {
+// nothing is left: no record, no engine instance. A bad RootfsDir (relative, missing, not a
+// directory, empty) is refused with errdefs.ErrInvalidArgument before anything is made.
+func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord, error) {
+	if err := ValidateRootfs(opts.RootfsDir); err != nil {
+		return SandboxRecord{}, err
+	}
 	secrets, err := m.createSecrets(ctx, opts.Secrets)
 	if err != nil {
 		return SandboxRecord{}, err
 	}
 	now := m.cfg.Now()
-	rec = SandboxRecord{ID: newID("sb-", 8), Backend: m.be.Name(), State: Creating, Token: newToken(),
+	rec := SandboxRecord{ID: newID("sb-", 8), Backend: m.be.Name(), State: Creating, Token: newToken(),
 		Generation: newGeneration(), Options: opts, CreatedAt: now, UpdatedAt: now}
 	rec.Name = opts.Name
 	if rec.Name == "" {
@@ -193,13 +198,24 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (rec SandboxRe
 	if err := m.reg.PutSandbox(ctx, rec); err != nil {
 		return SandboxRecord{}, fmt.Errorf("saving sandbox: %w", err)
 	}
+	// Undo by construction: every step below pushes its undo and the stack runs on any exit
+	// (error return or panic) unless released at the very end. The undos capture their own
+	// copies of the ids, never a variable a return statement may overwrite.
 	var undo cleanup.Stack
 	defer func() {
-		if err != nil {
-			_ = undo.Run(ctx, 0)
+		if uerr := undo.Run(ctx, 0); uerr != nil {
+			m.log.Error("cleaning up failed create", "sandbox_id", rec.ID, "err", uerr)
 		}
 	}()
-	undo.Add(func(ctx context.Context) error { return m.reg.DeleteSandbox(ctx, rec.ID) })
+	id := rec.ID
+	undo.Add(func(ctx context.Context) error {
+		if err := m.reg.DeleteSandbox(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+		return nil
+	})
+	engineID := rec.EngineID
+	undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, engineID) }) // a half-made instance too
 	boot := guest.Boot{Token: rec.Token, Services: opts.Services, Env: opts.Env, MachineID: newID("", 16), Identity: guest.Identity{
 		SandboxID: rec.ID, Generation: rec.Generation, Hostname: rec.EngineID, ResumedAt: now}}
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: opts.RootfsDir, Boot: boot, Token: rec.Token}
@@ -209,7 +225,10 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (rec SandboxRe
 	if err != nil {
 		return SandboxRecord{}, fmt.Errorf("creating sandbox %s: %w", rec.ID, err)
 	}
-	undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, inst.ID) })
+	if inst.ID != engineID {
+		instID := inst.ID
+		undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, instID) })
+	}
 	if len(secrets) > 0 {
 		if err := inst.Guest.WriteSecrets(cctx, secrets); err != nil {
 			return SandboxRecord{}, fmt.Errorf("writing the secrets of sandbox %s: %w", rec.ID, err)
@@ -218,9 +237,38 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (rec SandboxRe
 	if err := m.setState(ctx, &rec, Running, nil); err != nil {
 		return SandboxRecord{}, err
 	}
+	undo.Release()
 	m.addLive(rec.ID, inst)
 	m.log.Info("created sandbox", "sandbox_id", rec.ID, "generation", rec.Generation, "secrets", len(secrets))
 	return rec, nil
+}
+
+// ValidateRootfs checks a CreateOptions.RootfsDir: empty (the default root) or an absolute
+// path to an existing, non-empty directory. It returns an error wrapping
+// errdefs.ErrInvalidArgument that names the path.
+func ValidateRootfs(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("rootfs %q: must be an absolute path: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("rootfs %q: %v: %w", dir, err, errdefs.ErrInvalidArgument)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("rootfs %q: not a directory: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("rootfs %q: %v: %w", dir, err, errdefs.ErrInvalidArgument)
+	}
+	defer f.Close()
+	if names, _ := f.Readdirnames(1); len(names) == 0 {
+		return fmt.Errorf("rootfs %q: directory is empty: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 func (m *Manager) addLive(id string, inst *Instance) {

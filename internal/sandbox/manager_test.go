@@ -20,6 +20,8 @@ type fakeBackend struct {
 	mu          sync.Mutex // guards the fields below
 	running     map[string]bool
 	failRestore func(spec Spec) error
+	failCreate  error // when set, Create fails with it after making the instance
+	creates     int
 	destroyed   []string
 }
 
@@ -38,7 +40,11 @@ func (f *fakeBackend) Create(_ context.Context, spec Spec) (*Instance, error) {
 	if f.running[spec.ID] {
 		return nil, errdefs.ErrExists
 	}
+	f.creates++
 	f.running[spec.ID] = true
+	if f.failCreate != nil { // half-made: the instance exists, the call fails
+		return nil, f.failCreate
+	}
 	return &Instance{ID: spec.ID}, nil
 }
 
@@ -89,6 +95,7 @@ func (f *fakeBackend) Restore(ctx context.Context, dir string, spec Spec) (*Inst
 	}
 	f.mu.Lock()
 	fail := f.failRestore
+	f.creates-- // a restore is not a create
 	f.mu.Unlock()
 	if fail != nil {
 		if err := fail(spec); err != nil {

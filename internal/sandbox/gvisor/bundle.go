@@ -69,7 +69,9 @@ var capabilities = []string{
 
 // hostBinds are host paths bound read-only when the sandbox uses the host's files; missing
 // ones are skipped. /bin, /lib, /lib64 and /sbin are symlinks into /usr in the template.
-var hostBinds = []string{"/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl"}
+// Of /etc/ssl only what TLS clients read is bound: the CA certificates and openssl.cnf. Never
+// /etc/ssl itself: it holds private/, the host's TLS private keys.
+var hostBinds = []string{"/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl/certs", "/etc/ssl/openssl.cnf"}
 
 // bundleSpec returns the OCI spec of instance spec.ID whose host directory is hostDir.
 func (b *Backend) bundleSpec(spec sandbox.Spec, hostDir string) ociSpec {
@@ -116,19 +118,20 @@ func writeJSON(path string, v any, perm os.FileMode) error {
 
 // templateDirs and templateFiles make the default root: empty mount points and a few /etc
 // files; everything else comes from the read-only binds, and every write lands in memory.
-var templateDirs = []string{"usr", "etc/alternatives", "etc/ssl", "proc", "sys", "dev", "tmp", "run", "root",
+var templateDirs = []string{"usr", "etc/alternatives", "etc/ssl/certs", "proc", "sys", "dev", "tmp", "run", "root",
 	"var/tmp", "home", "zygo/host", "mnt"}
 
 var templateFiles = map[string]string{
-	"etc/passwd":        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-	"etc/group":         "root:x:0:\nnogroup:x:65534:\n",
-	"etc/hosts":         "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
-	"etc/resolv.conf":   "",
-	"etc/ld.so.cache":   "",
-	"etc/machine-id":    "",
-	"etc/hostname":      "",
-	"zygo/guest":        "",
-	"etc/nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+	"etc/passwd":          "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+	"etc/group":           "root:x:0:\nnogroup:x:65534:\n",
+	"etc/hosts":           "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
+	"etc/resolv.conf":     "",
+	"etc/ld.so.cache":     "",
+	"etc/ssl/openssl.cnf": "",
+	"etc/machine-id":      "",
+	"etc/hostname":        "",
+	"zygo/guest":          "",
+	"etc/nsswitch.conf":   "passwd: files\ngroup: files\nhosts: files\n",
 }
 
 // ensureRootfs creates the template root at dir if it is not complete. It never changes an
