@@ -425,9 +425,9 @@ const boundsText = `
   directory and event file (dir), the cgroup placement and secret files (before_go), and in the
   child after GO the reseed, stdio redirection, TMPDIR and the handler itself, whose first
   writes take copy-on-write faults (run); then the HTTP round trip and JSON outside the
-  daemon's phases. Next steps, not done: create the request directory and the cgroup for a
-  pre-forked child before the request (moving the pid stays at GO), and skip the HTTP layer for
-  in-process callers.
+  daemon's phases. Request directories are made ahead of demand with the pool; next
+  steps, not done: create the cgroup for a pre-forked child before the request (moving the pid
+  stays at GO), and skip the HTTP layer for in-process callers.
 - **Cold/warm of at least 50x for the NumPy example.** A cold start here (bwrap + interpreter +
   NumPy import) is about 150-180 ms; 50x would need a warm p50 near 3.5 ms, which the
   per-request work above does not fit in on this host.

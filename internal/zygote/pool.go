@@ -147,6 +147,14 @@ func (z *Zygote) fill() {
 			}
 			p.ch <- c
 		}
+		// Request directories too: only the event is written on the request path.
+		for len(z.dirs) < want {
+			d, err := z.newDir()
+			if err != nil {
+				break
+			}
+			z.dirs <- d
+		}
 		select {
 		case <-p.kick:
 		case <-tick.C:

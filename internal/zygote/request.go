@@ -156,23 +156,15 @@ type requestDir struct {
 // makeRequestDir creates the request directory with an unguessable name,
 // owned by the sandbox's host uid, mode 0700, with tmp/ and event.json.
 func (z *Zygote) makeRequestDir(req Request) (requestDir, error) {
-	var tok [16]byte
-	if _, err := rand.Read(tok[:]); err != nil {
-		return requestDir{}, err
+	d, err := z.takeDir()
+	if err != nil {
+		return d, err
 	}
-	name := hex.EncodeToString(tok[:])
-	d := requestDir{host: filepath.Join(z.reqRoot, name), sandbox: nsbox.ReqDir + "/" + name}
 	uid := int(z.spec.Box.HostUID)
-	if err := os.Mkdir(d.host, 0o700); err != nil {
-		return d, fmt.Errorf("creating request dir: %w", err)
-	}
-	if err := os.Mkdir(filepath.Join(d.host, "tmp"), 0o700); err != nil {
-		return d, fmt.Errorf("creating request tmp: %w", err)
-	}
 	if err := os.WriteFile(filepath.Join(d.host, "event.json"), req.Event, 0o400); err != nil {
 		return d, fmt.Errorf("writing event: %w", err)
 	}
-	owned := []string{d.host, filepath.Join(d.host, "tmp"), filepath.Join(d.host, "event.json")}
+	owned := []string{filepath.Join(d.host, "event.json")}
 	if req.Strict {
 		if len(z.spec.StrictFilter) == 0 {
 			return d, fmt.Errorf("strict request but no strict filter configured")
@@ -185,6 +177,44 @@ func (z *Zygote) makeRequestDir(req Request) (requestDir, error) {
 	}
 	if uid != 0 {
 		for _, p := range owned {
+			if err := os.Chown(p, uid, uid); err != nil {
+				return d, fmt.Errorf("chowning request dir: %w", err)
+			}
+		}
+	}
+	return d, nil
+}
+
+// takeDir returns an empty request directory: one made ahead of demand
+// when a pre-forked pool keeps some ready, else a new one. Its name is a
+// fresh 128-bit token that only the supervisor knows until GO.
+func (z *Zygote) takeDir() (requestDir, error) {
+	select {
+	case d := <-z.dirs:
+		return d, nil
+	default:
+		return z.newDir()
+	}
+}
+
+// newDir creates a request directory (mode 0700, owned by the sandbox's
+// host uid) with tmp/ inside, under an unguessable name.
+func (z *Zygote) newDir() (requestDir, error) {
+	var tok [16]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return requestDir{}, err
+	}
+	name := hex.EncodeToString(tok[:])
+	d := requestDir{host: filepath.Join(z.reqRoot, name), sandbox: nsbox.ReqDir + "/" + name}
+	if err := os.Mkdir(d.host, 0o700); err != nil {
+		return d, fmt.Errorf("creating request dir: %w", err)
+	}
+	tmp := filepath.Join(d.host, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return d, fmt.Errorf("creating request tmp: %w", err)
+	}
+	if uid := int(z.spec.Box.HostUID); uid != 0 {
+		for _, p := range []string{d.host, tmp} {
 			if err := os.Chown(p, uid, uid); err != nil {
 				return d, fmt.Errorf("chowning request dir: %w", err)
 			}

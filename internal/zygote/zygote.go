@@ -134,9 +134,10 @@ type Zygote struct {
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // set before done is closed
 
-	sendMu  sync.Mutex   // serialises writes on ctl
-	pool    *pool        // pre-forked children (fork mode with PreFork > 0)
-	current atomic.Value // string: the request a spawned agent or worker serves, after GO
+	sendMu  sync.Mutex      // serialises writes on ctl
+	pool    *pool           // pre-forked children (fork mode with PreFork > 0)
+	dirs    chan requestDir // empty request directories made ahead of demand (with a pool)
+	current atomic.Value    // string: the request a spawned agent or worker serves, after GO
 	watcher *resultWatcher
 
 	tailMu     sync.Mutex    // guards stderrTail
@@ -232,6 +233,7 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 	}
 	if spec.Mode == ModeFork && z.ready.ForkSafe {
 		if z.pool = newPool(spec.PreFork); z.pool != nil {
+			z.dirs = make(chan requestDir, spec.PreFork)
 			go z.fill()
 		}
 	}

@@ -15,8 +15,8 @@ import (
 	"testing"
 )
 
-// requestDirsLeft lists request directories still on the host under every
-// zygote's run dir.
+// requestDirsLeft lists the directories of requests (those holding an
+// event) still on the host under every zygote's run dir.
 func requestDirsLeft(t *testing.T, stateDir string) []string {
 	t.Helper()
 	var left []string
@@ -24,7 +24,11 @@ func requestDirsLeft(t *testing.T, stateDir string) []string {
 	for _, z := range zs {
 		rs, _ := os.ReadDir(filepath.Join(stateDir, "run", z.Name(), "req"))
 		for _, r := range rs {
-			left = append(left, filepath.Join(z.Name(), r.Name()))
+			// Empty directories made ahead of demand (no event yet) belong to
+			// no request.
+			if _, err := os.Stat(filepath.Join(stateDir, "run", z.Name(), "req", r.Name(), "event.json")); err == nil {
+				left = append(left, filepath.Join(z.Name(), r.Name()))
+			}
 		}
 	}
 	return left
