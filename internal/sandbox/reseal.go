@@ -92,6 +92,9 @@ func (m *Manager) resealChild(ctx context.Context, rec *SandboxRecord, cp Checkp
 	if err != nil {
 		return res, fmt.Errorf("resealing %s: %w", rec.ID, err)
 	}
+	if err := m.verifyOutOfBand(rctx, inst.ID, next.Generation); err != nil {
+		return res, fmt.Errorf("resealing %s: %w", rec.ID, err)
+	}
 	rec.Generation, rec.Token = next.Generation, next.Token
 	m.log.Info("resealed", "sandbox_id", rec.ID, "generation", rec.Generation, "clock_offset", res.ClockOffset)
 	if len(res.HostSecrets) > 0 {
@@ -117,4 +120,33 @@ func checkDistinct(samples [][]byte) []error {
 		}
 	}
 	return errs
+}
+
+// GenerationReader is an optional Backend capability: it reads the
+// generation an instance has published, through the engine itself (gVisor:
+// runsc exec), not through the guest agent's channel. Reseal's verification
+// then does not rest on a channel that code inside the sandbox might have
+// taken over (docs/sandboxes.md, "Known gaps"). It returns the trimmed
+// contents of /run/zygo/generation, or an error wrapping
+// errdefs.ErrUnavailable when the engine cannot run it.
+type GenerationReader interface {
+	ReadGeneration(ctx context.Context, id string) (string, error)
+}
+
+// verifyOutOfBand checks, when the backend can, that the copy really
+// published want; a copy that did not is not resealed (fail closed).
+func (m *Manager) verifyOutOfBand(ctx context.Context, engineID, want string) error {
+	gr, ok := m.cfg.Backend.(GenerationReader)
+	if !ok {
+		return nil
+	}
+	got, err := gr.ReadGeneration(ctx, engineID)
+	if err != nil {
+		return fmt.Errorf("verifying the generation through the engine: %w", err)
+	}
+	if got != want {
+		return fmt.Errorf("the generation read through the engine (%q) is not the one reseal published: "+
+			"the guest's answers cannot be trusted", got)
+	}
+	return nil
 }

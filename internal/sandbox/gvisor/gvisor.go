@@ -460,3 +460,16 @@ func (b *Backend) ReleaseHost(ctx context.Context) error {
 	}
 	return nil
 }
+
+var _ sandbox.GenerationReader = (*Backend)(nil)
+
+// ReadGeneration reads /run/zygo/generation inside instance id with
+// `runsc exec`, outside the guest agent's channel (see
+// sandbox.GenerationReader). It returns the trimmed contents.
+func (b *Backend) ReadGeneration(ctx context.Context, id string) (string, error) {
+	out, err := b.runsc(ctx, "exec", id, "/usr/bin/cat", "/run/zygo/generation")
+	if err != nil {
+		return "", fmt.Errorf("%w: reading the generation of %s: %v", errdefs.ErrUnavailable, id, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
