@@ -127,3 +127,24 @@ func TestCheckpointLineage(t *testing.T) {
 		t.Errorf("rollback m5 --to dup = %s, %v; want %s", rb.CheckpointID, err, cp5.ID)
 	}
 }
+
+// TestCreateValidatesName: names that would break tables or command lines,
+// or shadow an id, are refused before anything is made.
+func TestCreateValidatesName(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	for _, bad := range []string{"a b", "../x", "x/y", "-x", "line\nbreak", "sb-123", strings.Repeat("a", 64), "ünï"} {
+		if _, err := m.Create(ctx, CreateOptions{Name: bad}); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("name %q: err %v, want invalid argument", bad, err)
+		}
+	}
+	if recs, _ := m.List(ctx); len(recs) != 0 {
+		t.Fatalf("refused creates left %d records", len(recs))
+	}
+	for _, good := range []string{"agent", "Agent_2.v1", strings.Repeat("a", 63)} {
+		if _, err := m.Create(ctx, CreateOptions{Name: good}); err != nil {
+			t.Errorf("name %q: %v", good, err)
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -180,6 +182,9 @@ func (m *Manager) Generation(ctx context.Context, idOrName string) (string, erro
 // nothing is left: no record, no engine instance. A bad RootfsDir (relative, missing, not a
 // directory, empty) is refused with errdefs.ErrInvalidArgument before anything is made.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord, error) {
+	if err := ValidateName(opts.Name); err != nil {
+		return SandboxRecord{}, err
+	}
 	if err := ValidateRootfs(opts.RootfsDir); err != nil {
 		return SandboxRecord{}, err
 	}
@@ -246,6 +251,28 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 // ValidateRootfs checks a CreateOptions.RootfsDir: empty (the default root) or an absolute
 // path to an existing, non-empty directory. It returns an error wrapping
 // errdefs.ErrInvalidArgument that names the path.
+// nameRE is what a sandbox name may look like: it is used on command lines
+// and in tables, so no spaces, slashes, control characters or leading dash.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// ValidateName returns an error wrapping errdefs.ErrInvalidArgument for a
+// name that is not empty and not 1-63 of [A-Za-z0-9_.-] starting with a
+// letter or digit, or that looks like a sandbox id ("sb-…"), which would
+// make it unreachable by name.
+func ValidateName(name string) error {
+	if name == "" {
+		return nil
+	}
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%w: sandbox name %q must be 1-63 of [A-Za-z0-9_.-], starting with a letter or digit",
+			errdefs.ErrInvalidArgument, name)
+	}
+	if strings.HasPrefix(name, "sb-") {
+		return fmt.Errorf("%w: sandbox name %q may not start with \"sb-\" (that is how ids look)", errdefs.ErrInvalidArgument, name)
+	}
+	return nil
+}
+
 func ValidateRootfs(dir string) error {
 	if dir == "" {
 		return nil

@@ -297,7 +297,13 @@ func TestManagerBadInput(t *testing.T) {
 	if _, err := h.m.Rollback(ctx, src.ID, "cp-unknown"); !errdefs.IsNotFound(err) {
 		t.Errorf("Rollback to unknown checkpoint = %v, want ErrNotFound", err)
 	}
-	if _, err := h.m.Create(ctx, sandbox.CreateOptions{Name: src.Name}); !errdefs.IsExists(err) {
+	if _, err := h.m.Create(ctx, sandbox.CreateOptions{Name: src.Name}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("Create with a name that looks like an id = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := h.m.Create(ctx, sandbox.CreateOptions{Name: "taken"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Create(ctx, sandbox.CreateOptions{Name: "taken"}); !errdefs.IsExists(err) {
 		t.Errorf("Create with a taken name = %v, want ErrExists", err)
 	}
 }
