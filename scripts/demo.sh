@@ -13,10 +13,16 @@ LOG=$STATE.log
 N=${DEMO_N:-50}
 
 cleanup() {
+	status=$?
 	if [ -n "${DAEMON:-}" ] && kill -0 "$DAEMON" 2>/dev/null; then
 		kill -TERM "$DAEMON"; wait "$DAEMON" || true
 	fi
 	rm -rf "$STATE" "$STATE.cold"
+	if [ "$status" -eq 0 ]; then
+		rm -f "$LOG"
+	else
+		echo "demo failed; the daemon's log is $LOG" >&2
+	fi
 }
 trap cleanup EXIT
 
