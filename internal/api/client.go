@@ -25,14 +25,7 @@ type Client struct {
 
 // NewUnixClient returns a client for the daemon listening on socketPath.
 func NewUnixClient(socketPath string) *Client {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socketPath)
-		},
-		MaxIdleConnsPerHost: 64,
-	}
-	return &Client{base: "http://zygo", hc: &http.Client{Transport: tr}}
+	return &Client{base: "http://zygo", hc: UnixHTTPClient(socketPath)}
 }
 
 // NewTCPClient returns a client for a daemon serving loopback TCP at
@@ -40,11 +33,31 @@ func NewUnixClient(socketPath string) *Client {
 // "Authorization: Bearer token", as that listener requires (see
 // RequireToken); with token "" none is sent and the daemon answers 401.
 func NewTCPClient(addr, token string) *Client {
+	return &Client{base: "http://" + addr, hc: TCPHTTPClient(token)}
+}
+
+// UnixHTTPClient returns an http.Client whose every connection dials the
+// daemon's unix socket at socketPath (the URL's host is ignored). The Go
+// SDK uses it too.
+func UnixHTTPClient(socketPath string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		MaxIdleConnsPerHost: 64,
+	}}
+}
+
+// TCPHTTPClient returns an http.Client for the daemon's loopback TCP
+// listener that sends token as "Authorization: Bearer token" on every
+// request (none when token is ""). The Go SDK uses it too.
+func TCPHTTPClient(token string) *http.Client {
 	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 64}
 	if token != "" {
 		rt = &bearerTransport{token: token, next: rt}
 	}
-	return &Client{base: "http://" + addr, hc: &http.Client{Transport: rt}}
+	return &http.Client{Transport: rt}
 }
 
 // Error is a failed API call: the HTTP status and the server's error body.

@@ -21,12 +21,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/zygo-run/zygo/internal/api"
 )
 
 // Client talks to one Zygo daemon. Safe for concurrent use.
@@ -37,14 +38,7 @@ type Client struct {
 
 // NewClient returns a client for the daemon listening on the unix socket at socketPath.
 func NewClient(socketPath string) *Client {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socketPath)
-		},
-		MaxIdleConnsPerHost: 32,
-	}
-	return &Client{base: "http://zygo", hc: &http.Client{Transport: tr}}
+	return &Client{base: "http://zygo", hc: api.UnixHTTPClient(socketPath)}
 }
 
 // NewTCPClient returns a client for a daemon started with `zygo serve --listen addr`. That
@@ -52,23 +46,7 @@ func NewClient(socketPath string) *Client {
 // contents of api.token in its state directory (mode 0600), sent as "Authorization: Bearer
 // token". With token "" none is sent, and the daemon answers 401 (IsUnauthenticated).
 func NewTCPClient(addr, token string) *Client {
-	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 32}
-	if token != "" {
-		rt = &bearerTransport{token: token, next: rt}
-	}
-	return &Client{base: "http://" + addr, hc: &http.Client{Transport: rt}}
-}
-
-// bearerTransport adds "Authorization: Bearer token" to every request it sends through next.
-type bearerTransport struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (t *bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context()) // a RoundTripper must not modify the caller's request
-	r.Header.Set("Authorization", "Bearer "+t.token)
-	return t.next.RoundTrip(r)
+	return &Client{base: "http://" + addr, hc: api.TCPHTTPClient(token)}
 }
 
 // DefaultSocket returns where the CLI looks for the daemon: $ZYGO_STATE_DIR/zygo.sock, else
