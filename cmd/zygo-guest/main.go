@@ -20,6 +20,12 @@ func main() {
 		os.Exit(goprobe.Main(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if os.Getpid() == 1 {
+		if err := guest.HardenPID1(); err != nil {
+			log.Error("hardening zygo-guest", "err", err)
+			os.Exit(1)
+		}
+	}
 	a := guest.New(guest.Config{Log: log})
 	ctx := context.Background() // PID 1 lives until the sandbox is killed
 	if err := a.Boot(ctx); err != nil {

@@ -59,6 +59,9 @@ type Agent struct {
 	services  *services
 	startedAt time.Time
 
+	bootServices      []Service // declared at boot, started after the first connection
+	startServicesOnce sync.Once
+
 	mu       sync.Mutex // guards token, identity, env
 	token    string
 	identity Identity
@@ -80,9 +83,10 @@ func (a *Agent) baseEnv() []string {
 	return append([]string(nil), a.env...)
 }
 
-// Boot reads and removes the boot file, writes the hostname and machine id (as PID 1 only),
-// publishes the identity and starts the services. It
-// returns an error when the boot file is missing or malformed.
+// Boot reads the boot file (and removes it where it can: in a sandbox the host directory is
+// read-only and the host removes it), writes the hostname and machine id (as PID 1 only) and
+// publishes the identity; Run starts the services after the first connection. It returns an
+// error when the boot file is missing or malformed.
 func (a *Agent) Boot(ctx context.Context) error {
 	raw, err := os.ReadFile(a.cfg.BootPath)
 	if err != nil {
@@ -113,7 +117,7 @@ func (a *Agent) Boot(ctx context.Context) error {
 	if err := a.publishIdentity(b.Identity); err != nil {
 		return err
 	}
-	a.services.startAll(b.Services)
+	a.bootServices = b.Services
 	return nil
 }
 
@@ -134,6 +138,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = 5 * time.Millisecond
+		// Services start once the host has accepted the first connection: by then it has
+		// removed the boot file (Client.OnFirstConnect), so no code but PID 1 ever sees it.
+		a.startServicesOnce.Do(func() { a.services.startAll(a.bootServices) })
 		srv := &http2.Server{ReadIdleTimeout: 10 * time.Second, PingTimeout: 5 * time.Second}
 		srv.ServeConn(conn, &http2.ServeConnOpts{Context: ctx, Handler: mux})
 		conn.Close()
@@ -142,49 +149,31 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// dial connects to the host and completes the Hello exchange.
+// dial connects to the host and completes the handshake (noise.go): the Hello travels
+// encrypted under the token's key, and the returned connection is the secured channel.
 func (a *Agent) dial(ctx context.Context) (net.Conn, error) {
 	conn, err := dialBlocking(a.cfg.SocketPath)
 	if err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
-	h := Hello{Proto: ProtocolVersion, Token: a.token, SandboxID: a.identity.SandboxID, Generation: a.identity.Generation}
+	token := a.token
+	h := Hello{Proto: ProtocolVersion, SandboxID: a.identity.SandboxID, Generation: a.identity.Generation}
 	a.mu.Unlock()
-	// No deadline on the hello: the connection is blocking; the host answers or closes it
+	// No deadline on the handshake: the connection is blocking; the host answers or closes it
 	// within its own helloTimeout.
 	b, _ := json.Marshal(h)
-	if _, err := conn.Write(append(b, '\n')); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("writing hello: %w", err)
-	}
-	// Read the reply a byte at a time: nothing after the newline may be consumed, it is HTTP/2.
-	line, err := readLine(conn)
+	sc, payload, err := initiateChannel(conn, token, b)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("reading hello reply: %w", err)
+		return nil, err
 	}
 	var rep HelloReply
-	if err := json.Unmarshal(line, &rep); err != nil || !rep.OK {
-		conn.Close()
+	if err := json.Unmarshal(payload, &rep); err != nil || !rep.OK {
+		sc.Close()
 		return nil, fmt.Errorf("host refused hello: %s", rep.Error)
 	}
-	return conn, nil
-}
-
-func readLine(conn net.Conn) ([]byte, error) {
-	var line []byte
-	b := make([]byte, 1)
-	for len(line) < 4096 {
-		if _, err := conn.Read(b); err != nil {
-			return nil, err
-		}
-		if b[0] == '\n' {
-			return line, nil
-		}
-		line = append(line, b[0])
-	}
-	return nil, errors.New("hello reply too long")
+	return sc, nil
 }
 
 func (a *Agent) mux() http.Handler {

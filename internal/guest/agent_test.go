@@ -84,16 +84,21 @@ func TestWrongTokenIsRefused(t *testing.T) {
 	if _, err := c.Info(ctx); err == nil || !strings.Contains(err.Error(), "bad token") {
 		t.Errorf("request with a wrong token = %v", err)
 	}
-	// An impostor dialling the host with a wrong hello is refused.
+	// An impostor dialling the host with a wrong token cannot finish the handshake, and the
+	// host's current connection stays the agent's.
+	before := c.Epoch()
 	conn, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	json.NewEncoder(conn).Encode(Hello{Proto: ProtocolVersion, Token: "nope"})
-	var rep HelloReply
-	if err := json.NewDecoder(conn).Decode(&rep); err != nil || rep.OK {
-		t.Errorf("impostor hello answered %+v %v", rep, err)
+	hello, _ := json.Marshal(Hello{Proto: ProtocolVersion, SandboxID: "sb-test"})
+	if sc, _, err := initiateChannel(conn, "nope", hello); err == nil {
+		sc.Close()
+		t.Fatal("impostor with a wrong token completed the handshake")
+	}
+	if c.Epoch() != before {
+		t.Errorf("host accepted the impostor: epoch %d -> %d", before, c.Epoch())
 	}
 }
 

@@ -1,10 +1,8 @@
 package guest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +27,8 @@ const (
 	// helloTimeout bounds how long a new connection may take to present its Hello. The agent
 	// writes it right after connecting.
 	helloTimeout = 2 * time.Second
-	// maxHelloBytes bounds the Hello line, newline included (a real one is ~200 bytes).
+	// maxHelloBytes bounds each handshake message, the length prefix excluded (a real one is
+	// ~150 bytes).
 	maxHelloBytes = 4 << 10
 	// maxPendingConns bounds the connections of one Client still in the Hello exchange;
 	// further ones are closed at once.
@@ -53,7 +52,8 @@ type Client struct {
 	closed  bool
 	epoch   uint64 // counts accepted connections; the current one is number epoch
 
-	pending int // connections in the Hello exchange (guarded by mu)
+	onFirst func() // called once at the first authenticated connection (guarded by mu)
+	pending int    // connections in the Hello exchange (guarded by mu)
 	rejects rateLog
 }
 
@@ -147,52 +147,57 @@ func (c *Client) unreserve() {
 	c.mu.Unlock()
 }
 
-// handshake authenticates one connection and makes it current. It closes conn on failure.
+// handshake authenticates one connection (the Noise handshake keyed by the token, noise.go)
+// and makes it current. It closes conn on failure.
 func (c *Client) handshake(conn net.Conn) {
 	_ = conn.SetDeadline(time.Now().Add(helloTimeout))
-	// Never read more than maxHelloBytes before the token is checked.
-	br := bufio.NewReaderSize(&io.LimitedReader{R: conn, N: maxHelloBytes}, 1024)
-	line, err := br.ReadBytes('\n')
+	sc, _, err := acceptChannel(conn, c.Token(), func(raw []byte) ([]byte, error) {
+		var h Hello
+		if err := json.Unmarshal(raw, &h); err != nil {
+			return nil, fmt.Errorf("decoding hello: %w", err)
+		}
+		if h.Proto != ProtocolVersion {
+			return nil, fmt.Errorf("guest speaks protocol %d, host %d", h.Proto, ProtocolVersion)
+		}
+		c.authenticated()
+		return json.Marshal(HelloReply{OK: true})
+	})
 	if err != nil {
-		switch {
-		case errors.Is(err, io.EOF) && len(line) >= maxHelloBytes:
-			c.rejects.warn(c.log, "rejecting guest connection", "err", fmt.Sprintf("hello longer than %d bytes", maxHelloBytes))
-		case len(line) == 0:
-			c.log.Debug("reading guest hello", "err", err) // closed before saying anything
-		default:
+		if errors.Is(err, io.EOF) {
+			c.log.Debug("guest connection closed during handshake", "err", err)
+		} else {
 			c.rejects.warn(c.log, "rejecting guest connection", "err", err)
 		}
 		conn.Close()
 		return
 	}
-	var h Hello
-	if err := json.Unmarshal(line, &h); err != nil || h.Proto != ProtocolVersion || !c.tokenOK(h.Token) {
-		c.rejects.warn(c.log, "rejecting guest connection", "err", err, "proto", h.Proto)
-		_ = json.NewEncoder(conn).Encode(HelloReply{Error: "bad hello or token"})
-		conn.Close()
-		return
-	}
-	if err := json.NewEncoder(conn).Encode(HelloReply{OK: true}); err != nil {
-		conn.Close()
-		return
-	}
 	_ = conn.SetDeadline(time.Time{})
-	if br.Buffered() > 0 { // the guest waits for our reply, so nothing may follow the hello yet
-		conn.Close()
-		return
-	}
-	cc, err := c.tr.NewClientConn(conn)
+	cc, err := c.tr.NewClientConn(sc)
 	if err != nil {
-		conn.Close()
+		sc.Close()
 		return
 	}
-	c.setConn(conn, cc)
+	c.setConn(sc, cc)
 }
 
-func (c *Client) tokenOK(tok string) bool {
+// OnFirstConnect sets fn to be called once, when the first guest connection authenticates and
+// before the guest is told so (the guest waits for that answer before it starts services).
+// Backends use it to remove the boot file, which holds the first token, before any code but
+// PID 1 runs in the sandbox. Call it before Serve.
+func (c *Client) OnFirstConnect(fn func()) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(c.token)) == 1
+	c.onFirst = fn
+	c.mu.Unlock()
+}
+
+func (c *Client) authenticated() {
+	c.mu.Lock()
+	fn := c.onFirst
+	c.onFirst = nil
+	c.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 }
 
 func (c *Client) setConn(conn net.Conn, cc *http2.ClientConn) {

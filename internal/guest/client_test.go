@@ -78,8 +78,8 @@ func serveCounting(t *testing.T, log *slog.Logger) (*Client, *countingListener, 
 	return c, cl, sock
 }
 
-// A connection streaming 10 MB without a newline is cut off after maxHelloBytes: the host
-// reads no more than that, and the writer sees the connection closed long before 10 MB.
+// A connection streaming 10 MB that is not a handshake is cut off after at most maxHelloBytes:
+// the host reads no more than that, and the writer sees the connection closed long before 10 MB.
 func TestHelloFloodIsBounded(t *testing.T) {
 	_, cl, sock := serveCounting(t, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	conn, err := net.Dial("unix", sock)

@@ -5,29 +5,38 @@
 // # The channel
 //
 // The host listens on a unix socket in the sandbox's own host directory, which is bind-mounted
-// read-write at /zygo/host; the guest dials out to /zygo/host/agent.sock. A socket the guest
+// read-only at /zygo/host; the guest dials out to /zygo/host/agent.sock. A socket the guest
 // dialled out does not block a gVisor checkpoint (a listening one would), and it is dead after a
 // restore or a checkpoint --leave-running: the agent sees EOF and dials again. A restored copy
 // reads its own bundle, so the same path inside reaches the copy's own host directory and its
 // own listener. The agent dials again forever (backoff 5 ms to 500 ms), so a host that
 // restarts is found again too.
 //
-// On each new connection the guest first writes one JSON line, Hello, carrying its current
-// token; the host answers one JSON line, HelloReply, and closes the connection if the token is
-// wrong. Then the connection carries HTTP/2 with the guest as the server and the host as the
-// client; every request carries "Authorization: Bearer TOKEN". The token is rotated by reseal:
-// after a fork, the parent's token no longer works on the child.
+// Code in the sandbox cannot take the channel's place: the directory is read-only to it (no
+// rename, no listener of its own, no writes to the host's disk), the processes the agent starts
+// lack CAP_SYS_ADMIN (no mount over it), and PID 1 is not dumpable (no reading its memory or
+// descriptors through /proc or ptrace). Even a process that did reach the host's socket learns
+// nothing: each connection opens with a Noise NNpsk0 handshake whose pre-shared key is derived
+// from the current token (noise.go), the Hello inside it, and the token itself never crosses the
+// wire. Without the token a peer cannot finish the handshake, and a relay cannot read or change
+// the frames that follow. Then the connection carries HTTP/2 with the guest as the server and
+// the host as the client; every request also carries "Authorization: Bearer TOKEN". The token
+// is rotated by reseal: after a fork, the parent's token no longer works on the child.
+//
+// The first token reaches the agent in the boot file (BootPath); the host removes it when the
+// first connection authenticates, before the agent starts any service.
 package guest
 
 import "time"
 
 // Paths inside the sandbox.
 const (
-	// HostDir is where the per-sandbox host directory is mounted (read-write).
+	// HostDir is where the per-sandbox host directory is mounted (read-only).
 	HostDir = "/zygo/host"
 	// SocketPath is the host's listener, dialled by the agent.
 	SocketPath = HostDir + "/agent.sock"
-	// BootPath is the boot file the host writes before Create; the agent reads and removes it.
+	// BootPath is the boot file the host writes before Create; the agent reads it, and the
+	// host removes it when the first connection authenticates.
 	BootPath = HostDir + "/boot.json"
 	// BinaryPath is where the agent binary is mounted read-only; it is PID 1.
 	BinaryPath = "/zygo/guest"
@@ -41,18 +50,19 @@ const (
 	SecretsDir = "/run/secrets"
 )
 
-// ProtocolVersion is the Hello version this package speaks.
-const ProtocolVersion = 1
+// ProtocolVersion is the Hello version this package speaks. Version 2 binds the channel to the
+// token (noise.go); version 1 sent the token in a plaintext Hello line.
+const ProtocolVersion = 2
 
-// Hello is the first line the guest writes on every new connection.
+// Hello is the payload of the guest's first handshake message on every new connection
+// (encrypted under the token's key; the token itself is not in it).
 type Hello struct {
 	Proto      int    `json:"proto"`
-	Token      string `json:"token"`
 	SandboxID  string `json:"sandbox_id"`
 	Generation string `json:"generation"`
 }
 
-// HelloReply is the host's one-line answer to Hello.
+// HelloReply is the payload of the host's handshake answer.
 type HelloReply struct {
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`

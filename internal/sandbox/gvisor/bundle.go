@@ -59,8 +59,11 @@ type ociNamespace struct {
 	Type string `json:"type"`
 }
 
-// capabilities of PID 1 and everything it starts: Docker's default set plus CAP_SYS_ADMIN,
-// which the agent needs for sethostname and RNDADDENTROPY. The sandbox boundary is gVisor.
+// capabilities of PID 1: Docker's default set plus CAP_SYS_ADMIN, which the agent needs for
+// sethostname and RNDADDENTROPY. PID 1 drops CAP_SYS_ADMIN from its bounding set before it
+// starts anything (guest.HardenPID1), so every other process gets Docker's default set. Never
+// CAP_SYS_PTRACE: PID 1 holds the channel token and is not dumpable. The sandbox boundary is
+// gVisor.
 var capabilities = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
@@ -103,7 +106,9 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, hostDir string) ociSpec {
 	}
 	s.Mounts = append(s.Mounts,
 		ociMount{Destination: guest.BinaryPath, Type: "bind", Source: b.guestBin, Options: []string{"bind", "ro"}},
-		ociMount{Destination: guest.HostDir, Type: "bind", Source: hostDir, Options: []string{"rbind", "rw"}},
+		// Read-only: code in the sandbox can neither replace the host's socket nor write to the
+		// host's disk through it (internal/guest/proto.go, "The channel").
+		ociMount{Destination: guest.HostDir, Type: "bind", Source: hostDir, Options: []string{"rbind", "ro"}},
 	)
 	return s
 }

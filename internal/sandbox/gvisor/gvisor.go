@@ -269,6 +269,9 @@ func (b *Backend) listen(in *instance, token string) error {
 	}
 	sctx, stop := context.WithCancel(context.Background())
 	client := guest.NewClient(token, b.log.With("engine_id", in.id))
+	// The boot file holds the first token; the guest's directory is read-only to it, so the
+	// host removes the file once the agent has authenticated, before it starts any service.
+	client.OnFirstConnect(func() { _ = os.Remove(filepath.Join(in.dir, "host", "boot.json")) })
 	go func() {
 		if err := client.Serve(sctx, ln); err != nil {
 			b.log.Warn("guest accept loop ended", "engine_id", in.id, "err", err)
