@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +26,12 @@ type Config struct {
 	BootPath   string // boot file, read and removed at Boot [BootPath]
 	Python     string // interpreter for run-code [/usr/bin/python3]
 	RunDir     string // where generation and identity are published [RunDir]
-	Log        *slog.Logger
+	// Root is the directory the agent treats as the sandbox's / for the files it owns:
+	// /etc/hostname, /etc/machine-id, SSH host keys, boot-time seed files and SecretsDir ["/"
+	// as PID 1]. An agent that is not PID 1 (the package's tests, on a host) must name
+	// another directory: Boot refuses "/" then, so a test can never rewrite the host's files.
+	Root string
+	Log  *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -40,6 +46,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RunDir == "" {
 		c.RunDir = RunDir
+	}
+	if c.Root == "" {
+		c.Root = "/"
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -77,6 +86,9 @@ func New(cfg Config) *Agent {
 	return a
 }
 
+// path returns the sandbox path p (absolute) under Config.Root.
+func (a *Agent) path(p string) string { return filepath.Join(a.cfg.Root, p) }
+
 func (a *Agent) baseEnv() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -88,6 +100,9 @@ func (a *Agent) baseEnv() []string {
 // publishes the identity; Run starts the services after the first connection. It returns an
 // error when the boot file is missing or malformed.
 func (a *Agent) Boot(ctx context.Context) error {
+	if os.Getpid() != 1 && filepath.Clean(a.cfg.Root) == "/" {
+		return errors.New("zygo-guest is not PID 1: set Config.Root to a directory other than / (it would rewrite this host's /etc/machine-id, SSH host keys and /run/secrets)")
+	}
 	raw, err := os.ReadFile(a.cfg.BootPath)
 	if err != nil {
 		return fmt.Errorf("reading boot file: %w", err)
@@ -104,15 +119,13 @@ func (a *Agent) Boot(ctx context.Context) error {
 	a.token, a.identity = b.Token, b.Identity
 	a.env = append(append([]string(nil), defaultEnv...), b.Env...)
 	a.mu.Unlock()
-	if os.Getpid() == 1 { // in a sandbox; the package's tests run the agent on a host, whose /etc is not ours
-		if b.MachineID == "" {
-			id := make([]byte, 16)
-			_, _ = rand.Read(id)
-			b.MachineID = hex.EncodeToString(id)
-		}
-		if err := a.writeIdentityFiles(b.Identity.Hostname, b.MachineID); err != nil {
-			return err
-		}
+	if b.MachineID == "" {
+		id := make([]byte, 16)
+		_, _ = rand.Read(id)
+		b.MachineID = hex.EncodeToString(id)
+	}
+	if err := a.writeIdentityFiles(b.Identity.Hostname, b.MachineID); err != nil {
+		return err
 	}
 	if err := a.publishIdentity(b.Identity); err != nil {
 		return err

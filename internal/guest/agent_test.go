@@ -36,7 +36,7 @@ func startPair(t *testing.T, token string) (*Client, string) {
 	c := NewClient(token, nil)
 	t.Cleanup(func() { c.Close(); ln.Close() })
 	go c.Serve(ctx, ln)
-	a := New(Config{SocketPath: sock, BootPath: filepath.Join(dir, "boot.json"), RunDir: filepath.Join(dir, "run")})
+	a := New(Config{SocketPath: sock, BootPath: filepath.Join(dir, "boot.json"), RunDir: filepath.Join(dir, "run"), Root: filepath.Join(dir, "root")})
 	if err := a.Boot(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -27,14 +27,14 @@ var (
 func (a *Agent) renewHostSecrets(ctx context.Context) ([]string, error) {
 	var out []string
 	for _, p := range seedFiles {
-		switch err := os.Remove(p); {
+		switch err := os.Remove(a.path(p)); {
 		case err == nil:
 			out = append(out, "removed "+p)
 		case !os.IsNotExist(err):
 			return out, fmt.Errorf("removing %s: %w", p, err)
 		}
 	}
-	keys, _ := filepath.Glob(hostKeyGlob)
+	keys, _ := filepath.Glob(a.path(hostKeyGlob))
 	for _, k := range keys {
 		for _, p := range []string{k, k + ".pub"} {
 			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {

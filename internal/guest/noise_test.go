@@ -108,7 +108,7 @@ func startAgentVia(t *testing.T, path, token string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	a := New(Config{SocketPath: path, BootPath: filepath.Join(dir, "boot.json"), RunDir: filepath.Join(dir, "run")})
+	a := New(Config{SocketPath: path, BootPath: filepath.Join(dir, "boot.json"), RunDir: filepath.Join(dir, "run"), Root: filepath.Join(dir, "root")})
 	if err := a.Boot(ctx); err != nil {
 		t.Fatal(err)
 	}

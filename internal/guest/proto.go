@@ -201,13 +201,17 @@ type ResealResult struct {
 	// EntropyCredited is true when RNDADDENTROPY accepted the host bytes (not on gVisor, whose
 	// randomness is host-backed on every call; see docs/sandboxes.md).
 	EntropyCredited bool `json:"entropy_credited"`
-	// ClockOffset is guest wall clock minus HostTime at receipt, in nanoseconds.
+	// ClockOffset is guest wall clock minus HostTime at receipt, in nanoseconds (before any
+	// correction).
 	ClockOffset time.Duration `json:"clock_offset_ns"`
+	// ClockCorrected is true when ClockOffset exceeded ClockTolerance and the agent set the
+	// wall clock to the host's. When it could not, the reseal failed instead.
+	ClockCorrected bool `json:"clock_corrected,omitempty"`
 	Services    []string      `json:"services,omitempty"` // "name: action" lines
 	// HostSecrets lists the per-machine files the image carried and this copy renewed or
 	// removed ("regenerated /etc/ssh/ssh_host_ed25519_key", "removed /var/lib/systemd/random-seed").
 	HostSecrets []string `json:"host_secrets,omitempty"`
-	// Steps is how long each step took in the guest, by name ("entropy", "identity",
+	// Steps is how long each step took in the guest, by name ("clock", "entropy", "identity",
 	// "host_keys", "secrets", "generation", "token", "services", "interpreter", "sample").
 	Steps map[string]time.Duration `json:"steps_ns,omitempty"`
 }

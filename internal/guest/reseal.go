@@ -39,8 +39,14 @@ func (a *Agent) reseal(ctx context.Context, req ResealRequest) (ResealResult, er
 	if len(req.NewToken) < 32 || len(req.Identity.Generation) != 32 || len(req.Entropy) < 32 {
 		return res, fmt.Errorf("reseal needs a token, a 32-hex-digit generation and 32 bytes of entropy")
 	}
+	if req.HostTime.IsZero() {
+		return res, fmt.Errorf("reseal needs the host's time (host_time)")
+	}
 	st := newStepTimer(&res)
-	res.ClockOffset = timeNow().Sub(req.HostTime)
+	if err := checkClock(req.HostTime, &res); err != nil {
+		return res, err
+	}
+	st.done("clock")
 	res.EntropyCredited = addEntropy(req.Entropy)
 	st.done("entropy")
 	if err := a.writeIdentityFiles(req.Identity.Hostname, req.MachineID); err != nil {
@@ -52,7 +58,7 @@ func (a *Agent) reseal(ctx context.Context, req ResealRequest) (ResealResult, er
 		return res, err
 	}
 	st.done("host_keys")
-	if err := writeSecrets(req.Secrets); err != nil {
+	if err := a.writeSecrets(req.Secrets); err != nil {
 		return res, err
 	}
 	st.done("secrets")
@@ -79,6 +85,36 @@ func (a *Agent) reseal(ctx context.Context, req ResealRequest) (ResealResult, er
 	}
 	st.done("sample")
 	return res, nil
+}
+
+// ClockTolerance is how far the guest's wall clock may be from the host's at reseal before the
+// agent sets it. The offset is measured against ResealRequest.HostTime, stamped when the host
+// built the request, so it includes the request's transit (milliseconds here).
+const ClockTolerance = time.Second
+
+// setWallClock sets CLOCK_REALTIME (clock_settime(2); needs CAP_SYS_TIME, and gVisor refuses it
+// with EPERM: its wall clock is the host's). A variable so tests can watch it.
+var setWallClock = func(t time.Time) error {
+	ts := unix.NsecToTimespec(t.UnixNano())
+	return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
+}
+
+// checkClock records the guest's wall clock minus hostTime in res.ClockOffset and, when that is
+// more than ClockTolerance either way, sets the wall clock to hostTime (plus the time since
+// the check) and sets res.ClockCorrected. It returns an error, which fails the reseal, when a
+// clock that is off cannot be set: a copy with a wrong wall clock is not handed out. The
+// monotonic clock is never touched (docs/sandboxes.md, "Clock policy").
+func checkClock(hostTime time.Time, res *ResealResult) error {
+	checked := time.Now()
+	res.ClockOffset = timeNow().Sub(hostTime)
+	if res.ClockOffset.Abs() <= ClockTolerance {
+		return nil
+	}
+	if err := setWallClock(hostTime.Add(time.Since(checked))); err != nil {
+		return fmt.Errorf("guest wall clock is off by %v (tolerance %v) and cannot be set: %w", res.ClockOffset, ClockTolerance, err)
+	}
+	res.ClockCorrected = true
+	return nil
 }
 
 // stepTimer records how long each reseal step took into ResealResult.Steps.
@@ -123,18 +159,23 @@ func addEntropy(b []byte) bool {
 // writeIdentityFiles sets the hostname and writes /etc/hostname and /etc/machine-id
 // (machineID: 32 hex digits).
 func (a *Agent) writeIdentityFiles(hostname, machineID string) error {
+	if err := os.MkdirAll(a.path("/etc"), 0o755); err != nil {
+		return fmt.Errorf("making /etc: %w", err)
+	}
 	if hostname != "" {
-		if err := unix.Sethostname([]byte(hostname)); err != nil {
-			a.log.Warn("setting hostname", "err", err) // runsc already applied the bundle's
+		if os.Getpid() == 1 { // only PID 1 owns a UTS namespace (Boot refuses a Root of / otherwise)
+			if err := unix.Sethostname([]byte(hostname)); err != nil {
+				a.log.Warn("setting hostname", "err", err) // runsc already applied the bundle's
+			}
 		}
-		if err := writeAtomic("/etc/hostname", []byte(hostname+"\n"), 0o644); err != nil {
+		if err := writeAtomic(a.path("/etc/hostname"), []byte(hostname+"\n"), 0o644); err != nil {
 			return fmt.Errorf("writing hostname: %w", err)
 		}
 	}
 	if _, err := hex.DecodeString(machineID); err != nil || len(machineID) != 32 {
 		return fmt.Errorf("machine id %q is not 32 hex digits", machineID)
 	}
-	if err := writeAtomic("/etc/machine-id", []byte(machineID+"\n"), 0o444); err != nil {
+	if err := writeAtomic(a.path("/etc/machine-id"), []byte(machineID+"\n"), 0o444); err != nil {
 		return fmt.Errorf("writing machine-id: %w", err)
 	}
 	return nil
@@ -147,30 +188,31 @@ func (a *Agent) handleSecrets(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", "decoding secrets: malformed body") // the decoder's message may quote the body
 		return
 	}
-	if err := writeSecrets(req.Secrets); err != nil {
+	if err := a.writeSecrets(req.Secrets); err != nil {
 		writeError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// writeSecrets replaces the contents of SecretsDir with secrets. Its errors name secrets,
-// never values.
-func writeSecrets(secrets map[string][]byte) error {
-	if err := os.MkdirAll(SecretsDir, 0o700); err != nil {
+// writeSecrets replaces the contents of SecretsDir (under Config.Root) with secrets. Its
+// errors name secrets, never values.
+func (a *Agent) writeSecrets(secrets map[string][]byte) error {
+	dir := a.path(SecretsDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("making %s: %w", SecretsDir, err)
 	}
-	old, _ := os.ReadDir(SecretsDir)
+	old, _ := os.ReadDir(dir)
 	for _, e := range old {
 		if _, keep := secrets[e.Name()]; !keep {
-			_ = os.Remove(filepath.Join(SecretsDir, e.Name()))
+			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
 	for name, val := range secrets {
 		if name == "" || name != filepath.Base(name) || name[0] == '.' {
 			return fmt.Errorf("bad secret name %q", name)
 		}
-		if err := writeAtomic(filepath.Join(SecretsDir, name), val, 0o400); err != nil {
+		if err := writeAtomic(filepath.Join(dir, name), val, 0o400); err != nil {
 			return fmt.Errorf("writing secret %q: %w", name, err)
 		}
 	}

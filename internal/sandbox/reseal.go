@@ -43,13 +43,24 @@ func DefaultReseal(ctx context.Context, t ResealTarget) (guest.ResealResult, err
 // ResealWith is DefaultReseal with secrets, instead of t.Secrets, as the exact contents of
 // /run/secrets (other files there are removed).
 func ResealWith(ctx context.Context, t ResealTarget, secrets map[string][]byte) (guest.ResealResult, error) {
+	req, err := NewResealRequest(t, secrets)
+	if err != nil {
+		return guest.ResealResult{}, err
+	}
+	return SendReseal(ctx, t, req)
+}
+
+// NewResealRequest returns the request DefaultReseal sends for t: fresh host entropy (64 bytes)
+// and machine id, t's new token, generation, identity and hostname, secrets, and the host's
+// wall clock now. It fails only when the host's random source does.
+func NewResealRequest(t ResealTarget, secrets map[string][]byte) (guest.ResealRequest, error) {
 	entropy := make([]byte, 64)
 	machineID := make([]byte, 16)
 	if _, err := rand.Read(entropy); err != nil {
-		return guest.ResealResult{}, fmt.Errorf("drawing entropy: %w", err)
+		return guest.ResealRequest{}, fmt.Errorf("drawing entropy: %w", err)
 	}
 	_, _ = rand.Read(machineID)
-	req := guest.ResealRequest{
+	return guest.ResealRequest{
 		NewToken: t.Sandbox.Token,
 		Identity: guest.Identity{
 			SandboxID: t.Sandbox.ID, ParentID: t.Sandbox.ParentID, CheckpointID: t.Checkpoint.ID,
@@ -60,7 +71,13 @@ func ResealWith(ctx context.Context, t ResealTarget, secrets map[string][]byte) 
 		Entropy:   entropy,
 		HostTime:  time.Now(),
 		Secrets:   secrets,
-	}
+	}, nil
+}
+
+// SendReseal sends req to t's guest and checks the acknowledgement: the guest must report
+// req's generation and an entropy sample of at least 16 bytes. It returns the guest's error,
+// or one wrapping errdefs.ErrUnavailable for a wrong acknowledgement.
+func SendReseal(ctx context.Context, t ResealTarget, req guest.ResealRequest) (guest.ResealResult, error) {
 	res, err := t.Guest.Reseal(ctx, req)
 	if err != nil {
 		return res, err

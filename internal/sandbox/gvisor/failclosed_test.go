@@ -185,3 +185,39 @@ func (r *stateLog) ids() []string {
 	}
 	return out
 }
+
+// A copy whose wall clock is off by more than guest.ClockTolerance and cannot be set is not
+// handed out. The host claims to be an hour ahead; the guest's clock_settime is refused in
+// gVisor (its wall clock is the host's, and PID 1 holds no CAP_SYS_TIME), so the reseal fails
+// with the clock named and the child is destroyed.
+func TestResealFailsClosedOnAClockItCannotSet(t *testing.T) {
+	skewed := func(ctx context.Context, tg sandbox.ResealTarget) (guest.ResealResult, error) {
+		req, err := sandbox.NewResealRequest(tg, tg.Secrets)
+		if err != nil {
+			return guest.ResealResult{}, err
+		}
+		req.HostTime = req.HostTime.Add(time.Hour)
+		return sandbox.SendReseal(ctx, tg, req)
+	}
+	h, log := newHarnessTimeout(t, skewed, 30*time.Second)
+	src, err := h.m.Create(tctx(t), sandbox.CreateOptions{Name: "clock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.m.Fork(tctx(t), src.ID, sandbox.ForkOptions{N: 1})
+	if err == nil || !strings.Contains(err.Error(), "wall clock is off") {
+		t.Fatalf("fork with a clock the guest cannot set = %v, want the clock named", err)
+	}
+	log.mu.Lock()
+	var kids []string
+	for id := range log.states {
+		if id != src.ID {
+			kids = append(kids, id)
+		}
+	}
+	log.mu.Unlock()
+	if len(kids) != 1 {
+		t.Fatalf("want one child record ever made, got %v", kids)
+	}
+	checkGone(t, h, log, kids[0])
+}
