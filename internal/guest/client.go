@@ -53,6 +53,9 @@ type Client struct {
 	epoch   uint64 // counts accepted connections; the current one is number epoch
 
 	onFirst func() // called once at the first authenticated connection (guarded by mu)
+	// incompatible is set when the guest spoke an older protocol (ErrOldGuest); calls that
+	// wait for a connection fail with it at once (guarded by mu).
+	incompatible error
 	pending int    // connections in the Hello exchange (guarded by mu)
 	rejects rateLog
 }
@@ -163,6 +166,15 @@ func (c *Client) handshake(conn net.Conn) {
 		return json.Marshal(HelloReply{OK: true})
 	})
 	if err != nil {
+		if errors.Is(err, ErrOldGuest) {
+			c.mu.Lock()
+			if c.incompatible == nil {
+				c.incompatible = err
+				close(c.changed) // wake waiters: they fail at once instead of timing out
+				c.changed = make(chan struct{})
+			}
+			c.mu.Unlock()
+		}
 		if errors.Is(err, io.EOF) {
 			c.log.Debug("guest connection closed during handshake", "err", err)
 		} else {
@@ -273,6 +285,11 @@ func (c *Client) current(ctx context.Context) (*http2.ClientConn, error) {
 			return nil, fmt.Errorf("guest client closed: %w", errdefs.ErrUnavailable)
 		}
 		cc, ch := c.cc, c.changed
+		if cc == nil && c.incompatible != nil {
+			err := c.incompatible
+			c.mu.Unlock()
+			return nil, fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
+		}
 		if cc != nil && !cc.CanTakeNewRequest() {
 			c.dropLocked(cc)
 			cc, ch = nil, c.changed

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -27,6 +28,11 @@ import (
 // counter), and a changed, dropped or replayed frame ends the connection. The ephemeral keys
 // make every connection's keys fresh, so a transcript recorded before a reseal is of no use
 // after it.
+
+// ErrOldGuest is returned by the host's handshake when the guest speaks protocol 1 (a plaintext
+// JSON Hello): an agent from a checkpoint image made by a Zygo older than protocol 2. Such an
+// image cannot be restored by this version; re-create the sandbox.
+var ErrOldGuest = errors.New("the guest agent speaks channel protocol 1 (its image was made by an older Zygo); this Zygo speaks protocol 2: re-create the sandbox from scratch")
 
 // channelPrologue is mixed into the handshake hash: both sides must agree on the protocol.
 var channelPrologue = []byte("zygo guest channel v2")
@@ -129,7 +135,14 @@ func acceptChannel(conn net.Conn, token string, check func(hello []byte) ([]byte
 	if err != nil {
 		return nil, nil, err
 	}
-	msg, err := readFrame(conn, maxHelloBytes)
+	var hdr [2]byte
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+		return nil, nil, fmt.Errorf("reading handshake: %w", err)
+	}
+	if string(hdr[:]) == `{"` { // protocol 1 opened with a plaintext JSON Hello line
+		return nil, nil, ErrOldGuest
+	}
+	msg, err := readFrame(io.MultiReader(bytes.NewReader(hdr[:]), conn), maxHelloBytes)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading handshake: %w", err)
 	}

@@ -249,3 +249,25 @@ func TestSecureConnLargeWrites(t *testing.T) {
 		t.Fatalf("read %d bytes (err %v), want %d equal bytes", len(back), err, len(msg))
 	}
 }
+
+// A guest from an image made before protocol 2 (a plaintext JSON hello) is recognised: calls
+// waiting for it fail at once with ErrOldGuest instead of timing out.
+func TestOldGuestFailsFast(t *testing.T) {
+	c, sock := startHost(t, strings.Repeat("k", 64))
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte(`{"proto":1,"token":"` + strings.Repeat("k", 64) + `","sandbox_id":"sb-old"}` + "\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	err = c.Wait(ctx)
+	if !errors.Is(err, ErrOldGuest) {
+		t.Fatalf("Wait = %v, want ErrOldGuest", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("Wait took %v; it should fail as soon as the old hello arrives", d)
+	}
+}

@@ -309,6 +309,9 @@ func (b *Backend) waitGuest(ctx context.Context, in *instance) error {
 		if err == nil {
 			return nil
 		}
+		if errors.Is(err, guest.ErrOldGuest) {
+			return fmt.Errorf("guest of %s: %w", in.id, err)
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("waiting for the guest of %s: %w (%w)", in.id, errdefs.ErrUnavailable, ctx.Err())
 		}
