@@ -18,24 +18,13 @@ import (
 // protocol without a sandbox. It returns the client and the socket path.
 func startPair(t *testing.T, token string) (*Client, string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "zgt-") // short: unix socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	c, sock := startHost(t, token)
+	dir := filepath.Dir(sock)
 	boot := Boot{Token: token, Identity: Identity{SandboxID: "sb-test", Generation: strings.Repeat("ab", 16)}}
 	b, _ := json.Marshal(boot)
 	os.WriteFile(filepath.Join(dir, "boot.json"), b, 0o600)
-	sock := filepath.Join(dir, "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c := NewClient(token, nil)
-	t.Cleanup(func() { c.Close(); ln.Close() })
-	go c.Serve(ctx, ln)
 	a := New(Config{SocketPath: sock, BootPath: filepath.Join(dir, "boot.json"), RunDir: filepath.Join(dir, "run"), Root: filepath.Join(dir, "root")})
 	if err := a.Boot(ctx); err != nil {
 		t.Fatal(err)
