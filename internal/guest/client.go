@@ -56,8 +56,8 @@ type Client struct {
 	// incompatible is set when the guest spoke an older protocol (ErrOldGuest); calls that
 	// wait for a connection fail with it at once (guarded by mu).
 	incompatible error
-	pending int    // connections in the Hello exchange (guarded by mu)
-	rejects rateLog
+	pending      int // connections in the Hello exchange (guarded by mu)
+	rejects      rateLog
 }
 
 // rateLog logs the first of a kind of event, then at most once per rejectLogEvery with the

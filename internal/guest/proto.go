@@ -206,8 +206,8 @@ type ResealResult struct {
 	ClockOffset time.Duration `json:"clock_offset_ns"`
 	// ClockCorrected is true when ClockOffset exceeded ClockTolerance and the agent set the
 	// wall clock to the host's. When it could not, the reseal failed instead.
-	ClockCorrected bool `json:"clock_corrected,omitempty"`
-	Services    []string      `json:"services,omitempty"` // "name: action" lines
+	ClockCorrected bool     `json:"clock_corrected,omitempty"`
+	Services       []string `json:"services,omitempty"` // "name: action" lines
 	// HostSecrets lists the per-machine files the image carried and this copy renewed or
 	// removed ("regenerated /etc/ssh/ssh_host_ed25519_key", "removed /var/lib/systemd/random-seed").
 	HostSecrets []string `json:"host_secrets,omitempty"`
