@@ -38,19 +38,21 @@ func newSandboxCmd(g *globals) *cobra.Command {
 
 func newSandboxCreateCmd(g *globals) *cobra.Command {
 	var body api.CreateSandboxBody
-	var services, onFork []string
+	var services, onFork, restart []string
 	cmd := &cobra.Command{
-		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--env KEY=VALUE]... [--secret NAME]...",
+		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--restart NAME=POLICY]... [--env KEY=VALUE]... [--secret NAME]...",
 		Short: "Start a sandbox and print its id",
 		Long: "Start a sandbox and print its id once its guest agent answers.\n" +
 			"--service NAME=CMD starts CMD (run by /bin/sh -c) at boot and keeps it running.\n" +
 			"--on-fork NAME=restart|keep|signal[:SIGNAL] says what each fork or rollback does to it\n" +
 			"(default keep; signal defaults to SIGHUP, sent after the new generation is published).\n" +
+			"--restart NAME=on-failure|always|no says when a service whose process ended is started again\n" +
+			"(default on-failure: a non-zero exit or a signal; after 100 ms, doubled each time up to 30 s).\n" +
 			"--secret NAME (set first with `zygo secret set NAME`) is written to /run/secrets/NAME (0400)\n" +
 			"at create, and again with its current value in every fork child and rollback.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			svcs, err := parseServices(services, onFork)
+			svcs, err := parseServices(services, onFork, restart)
 			if err != nil {
 				return err
 			}
@@ -74,6 +76,7 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&body.RootfsDir, "rootfs", "", "a directory to use, read-only, as the root instead of the host's /usr")
 	cmd.Flags().StringArrayVar(&services, "service", nil, "NAME=CMD: a service started at boot (repeatable)")
 	cmd.Flags().StringArrayVar(&onFork, "on-fork", nil, "NAME=restart|keep|signal[:SIGNAL]: a service's fork policy (repeatable)")
+	cmd.Flags().StringArrayVar(&restart, "restart", nil, "NAME=on-failure|always|no: a service's restart policy (repeatable; default on-failure)")
 	cmd.Flags().StringArrayVar(&body.Env, "env", nil, "KEY=VALUE in the environment of every exec and service (repeatable)")
 	cmd.Flags().StringArrayVar(&body.Secrets, "secret", nil, "NAME: a secret written to /run/secrets/NAME, rewritten in every copy (repeatable)")
 	return cmd
@@ -91,8 +94,9 @@ func rootfsDir(d string) (string, error) {
 	return abs, nil
 }
 
-// parseServices turns NAME=CMD flags and NAME=POLICY flags into services.
-func parseServices(services, onFork []string) ([]guest.Service, error) {
+// parseServices turns NAME=CMD flags, --on-fork NAME=POLICY and --restart NAME=POLICY flags
+// into services. Errors name the flag.
+func parseServices(services, onFork, restart []string) ([]guest.Service, error) {
 	var out []guest.Service
 	idx := map[string]int{}
 	for _, s := range services {
@@ -131,7 +135,20 @@ func parseServices(services, onFork []string) ([]guest.Service, error) {
 		}
 		out[i].OnFork = guest.OnFork(pol)
 	}
-	return out, nil
+	for _, p := range restart {
+		name, policy, ok := strings.Cut(p, "=")
+		i, known := idx[name]
+		if !ok || !known {
+			return nil, fmt.Errorf("--restart %q: want NAME=POLICY for a NAME given with --service", p)
+		}
+		switch guest.Restart(policy) {
+		case guest.RestartOnFailure, guest.RestartAlways, guest.RestartNo:
+		default:
+			return nil, fmt.Errorf("--restart %q: policy must be on-failure, always or no", p)
+		}
+		out[i].Restart = guest.Restart(policy)
+	}
+	return out, guest.ValidateServices(out)
 }
 
 var signalNames = map[string]syscall.Signal{"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT,

@@ -53,7 +53,7 @@ func newSandboxExecCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringArrayVar(&body.Env, "env", nil, "KEY=VALUE added to the command's environment (repeatable)")
 	cmd.Flags().StringVar(&body.Cwd, "cwd", "", "working directory inside the sandbox (default /)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the command after this long (default: no limit)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "after this long SIGTERM the command (its process group), SIGKILL 2s later (default: no limit)")
 	cmd.Flags().BoolVarP(&stdin, "stdin", "i", false, "send stdin to the command")
 	return cmd
 }
@@ -67,7 +67,8 @@ func newSandboxRunCodeCmd(g *globals) *cobra.Command {
 		Long: "Run Python source in the sandbox's persistent interpreter: variables survive between calls\n" +
 			"and are carried into forks. What the code prints is streamed; if the last statement is an\n" +
 			"expression its repr is printed after it, as in a notebook. An exception prints its traceback\n" +
-			"on stderr and exits 1 (the interpreter and its variables survive it).",
+			"on stderr and exits 1 (the interpreter and its variables survive it). Output beyond 16 MiB per\n" +
+			"call is discarded (a marker on stderr shows where; the code keeps running).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src := code
@@ -97,6 +98,6 @@ func newSandboxRunCodeCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&code, "code", "c", "", "the Python source (default: read stdin)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "interrupt the code after this long (KeyboardInterrupt; state survives)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "interrupt the code after this long (KeyboardInterrupt; state survives); code still running 2s later is killed and the interpreter restarted (state lost)")
 	return cmd
 }

@@ -9,7 +9,7 @@ import (
 
 func TestParseServices(t *testing.T) {
 	svcs, err := parseServices([]string{"web=python3 -m http.server", "tick=sleep 1"},
-		[]string{"web=restart", "tick=signal:USR2"})
+		[]string{"web=restart", "tick=signal:USR2"}, []string{"web=always", "tick=no"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -17,23 +17,36 @@ func TestParseServices(t *testing.T) {
 		strings.Join(svcs[0].Argv, " ") != "/bin/sh -c python3 -m http.server" {
 		t.Errorf("web: %+v", svcs[0])
 	}
+	if svcs[0].Restart != guest.RestartAlways || svcs[1].Restart != guest.RestartNo {
+		t.Errorf("restart policies %q %q, want always and no", svcs[0].Restart, svcs[1].Restart)
+	}
 	if svcs[1].OnFork != guest.OnForkSignal || svcs[1].Signal != 12 {
 		t.Errorf("tick: %+v", svcs[1])
 	}
-	if svcs, _ := parseServices([]string{"a=b"}, nil); svcs[0].OnFork != guest.OnForkKeep {
-		t.Errorf("default policy %q, want keep", svcs[0].OnFork)
+	if svcs, _ := parseServices([]string{"a=b"}, nil, nil); svcs[0].OnFork != guest.OnForkKeep || svcs[0].Restart != "" {
+		t.Errorf("default policies %q %q, want keep and \"\" (on-failure)", svcs[0].OnFork, svcs[0].Restart)
 	}
-	for _, bad := range []struct{ svc, pol []string }{
-		{[]string{"noequals"}, nil},
-		{[]string{"=cmd"}, nil},
-		{[]string{"a=x", "a=y"}, nil},
-		{[]string{"a=x"}, []string{"b=restart"}},
-		{[]string{"a=x"}, []string{"a=sometimes"}},
-		{[]string{"a=x"}, []string{"a=restart:HUP"}},
-		{[]string{"a=x"}, []string{"a=signal:NOPE"}},
+	for _, bad := range []struct{ svc, pol, restart []string }{
+		{[]string{"noequals"}, nil, nil},
+		{[]string{"=cmd"}, nil, nil},
+		{[]string{"a=x", "a=y"}, nil, nil},
+		{[]string{"a=x"}, []string{"b=restart"}, nil},
+		{[]string{"a=x"}, []string{"a=sometimes"}, nil},
+		{[]string{"a=x"}, []string{"a=restart:HUP"}, nil},
+		{[]string{"a=x"}, []string{"a=signal:NOPE"}, nil},
+		{[]string{"a=x"}, nil, []string{"a=sometimes"}},
+		{[]string{"a=x"}, nil, []string{"a=On-Failure"}},
+		{[]string{"a=x"}, nil, []string{"b=always"}},
+		{[]string{"a=x"}, nil, []string{"a"}},
+		{[]string{"a b=x"}, nil, nil},
 	} {
-		if _, err := parseServices(bad.svc, bad.pol); err == nil {
-			t.Errorf("parseServices(%q, %q) accepted", bad.svc, bad.pol)
+		_, err := parseServices(bad.svc, bad.pol, bad.restart)
+		if err == nil {
+			t.Errorf("parseServices(%q, %q, %q) accepted", bad.svc, bad.pol, bad.restart)
+			continue
+		}
+		if len(bad.restart) > 0 && !strings.Contains(err.Error(), "--restart") {
+			t.Errorf("parseServices(%q, %q, %q) = %v, want it to name --restart", bad.svc, bad.pol, bad.restart, err)
 		}
 	}
 }

@@ -81,7 +81,7 @@ type Agent struct {
 func New(cfg Config) *Agent {
 	cfg.setDefaults()
 	a := &Agent{cfg: cfg, log: cfg.Log, reaper: newReaper(), startedAt: time.Now(), env: defaultEnv}
-	a.interp = &interp{python: cfg.Python, env: a.baseEnv, reaper: a.reaper}
+	a.interp = &interp{python: cfg.Python, env: a.baseEnv, reaper: a.reaper, grace: InterruptGrace, busy: make(chan struct{}, 1)}
 	a.services = &services{log: cfg.Log, reaper: a.reaper, env: a.baseEnv}
 	return a
 }
@@ -221,6 +221,7 @@ func (a *Agent) handleInfo(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	info := Info{SandboxID: a.identity.SandboxID, Generation: a.identity.Generation, PID: os.Getpid(), StartedAt: a.startedAt, Now: time.Now()}
 	a.mu.Unlock()
+	info.Services = a.services.status()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(info)
 }

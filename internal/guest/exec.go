@@ -16,6 +16,10 @@ import (
 // holding the pipe open must not hang the call).
 const drainGrace = 200 * time.Millisecond
 
+// ExecKillGrace is how long an exec's process group has between the SIGTERM its timeout (or a
+// caller that went away) sends and the SIGKILL that follows.
+const ExecKillGrace = 2 * time.Second
+
 // eventWriter writes NDJSON events and flushes each one. Used by one goroutine.
 type eventWriter struct {
 	enc *json.Encoder
@@ -133,7 +137,11 @@ func (a *Agent) runCommand(ctx context.Context, req ExecRequest, ew *eventWriter
 	go pump(p.outR, "stdout", events)
 	go pump(p.errR, "stderr", events)
 	var st ExitStatus
+	pgid := cmd.Process.Pid
 	exited, timedOut := false, false
+	ctxDone := ctx.Done()
+	var kill <-chan time.Time // armed by SIGTERM: SIGKILL when it fires
+	var killTimer *time.Timer
 	for readers > 0 || !exited {
 		select {
 		case ev, ok := <-events:
@@ -147,11 +155,26 @@ func (a *Agent) runCommand(ctx context.Context, req ExecRequest, ew *eventWriter
 			deadline := time.Now().Add(drainGrace)
 			_ = p.outR.SetReadDeadline(deadline)
 			_ = p.errR.SetReadDeadline(deadline)
-		case <-ctx.Done():
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		case <-ctxDone:
+			// The whole group: a shell's children too. Once; keep collecting until the reaper reports.
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
-			ctx = context.Background() // kill once; keep collecting until the reaper reports
+			ctxDone = nil
+			killTimer = time.NewTimer(ExecKillGrace)
+			kill = killTimer.C
+		case <-kill:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			kill, killTimer = nil, nil
 		}
+	}
+	if killTimer != nil {
+		// The leader is gone but members of its group may still be in their grace (or ignore
+		// SIGTERM): they get their SIGKILL when it ends. The group id cannot be reused while a
+		// member lives.
+		go func() {
+			<-killTimer.C
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}()
 	}
 	st.TimedOut = timedOut
 	return st, nil

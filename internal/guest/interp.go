@@ -13,27 +13,84 @@ import (
 	"os/exec"
 	"sync"
 	"syscall"
+	"time"
+	"unicode/utf8"
 )
 
 //go:embed interp.py
 var interpSource string
 
+// Bounds of one run-code call (docs/sandboxes.md, "Code interpreter").
+const (
+	// MaxCodeOutputBytes bounds what one call streams, stdout and stderr together, in bytes.
+	// Beyond it the output is cut (at a UTF-8 boundary), OutputTruncatedMarker is sent on
+	// stderr, CodeResult.OutputTruncated is set, and the rest is discarded while the code keeps
+	// running (a timeout still stops it).
+	MaxCodeOutputBytes = 16 << 20
+	// MaxCodeValueBytes bounds CodeResult.Value and CodeResult.Error, each, in UTF-8 bytes; a
+	// longer one is cut and ends with "[zygo: value truncated …]".
+	MaxCodeValueBytes = 1 << 20
+	// InterruptGrace is how long code has to stop after the KeyboardInterrupt a timeout (or a
+	// caller that went away) raises. Code still running then (it caught the interrupt, or is
+	// blocked in C code) is killed with the interpreter's whole process group; the call answers
+	// with CodeResult.Restarted and the next call starts a fresh interpreter.
+	InterruptGrace = 2 * time.Second
+	// maxEventLine bounds one line on the interpreter's event pipe. interp.py keeps its lines
+	// far below it (output in 64 Ki-character chunks, values cut at MaxCodeValueBytes); a longer
+	// line (code writing to fd 4 itself) is discarded, never a reason to stop reading.
+	maxEventLine = 8 << 20
+)
+
+// OutputTruncatedMarker is the line sent on stderr where a call's output was cut.
+var OutputTruncatedMarker = fmt.Sprintf("\n[zygo: output truncated: this call wrote more than %d MiB; the rest was discarded, the code kept running]\n", MaxCodeOutputBytes>>20)
+
 // interp is the persistent Python process behind run-code. It is started on first use and
-// lives as long as the sandbox; its globals are part of every checkpoint. Calls are queued by
-// the Python side (one at a time); a call whose ctx ends interrupts the running code with
-// SIGINT and returns.
+// lives as long as the sandbox; its globals are part of every checkpoint. One call runs at a
+// time (later calls wait, bounded by their ctx). A call whose ctx ends interrupts the running
+// code with SIGINT; code that has not stopped InterruptGrace later is SIGKILLed with its
+// process group, and the next call starts a fresh interpreter.
 type interp struct {
 	python string
 	env    func() []string
 	reaper *reaper
+	grace  time.Duration // InterruptGrace; shorter in tests
 
-	mu      sync.Mutex // guards the fields below
-	proc    *os.Process
-	cmdW    *os.File
-	nextID  int64
-	waiters map[int64]chan interpEvent
-	reseed  string // hex seed to apply before the next code; "" when none is pending
-	dead    error  // set when the process ended; the next call starts a new one
+	busy chan struct{} // holds one token while a call is in the interpreter
+
+	mu     sync.Mutex // guards the fields below and every interpProc's guarded fields
+	cur    *interpProc
+	nextID int64
+	reseed string // hex seed to apply before the next code; "" when none is pending
+}
+
+// interpProc is one interpreter process. A killed or exited one is never reused.
+type interpProc struct {
+	proc *os.Process
+	pid  int      // also its process group id
+	cmdW *os.File // commands; written only by the call holding interp.busy
+
+	waiters map[int64]*codeWaiter // guarded by interp.mu; nil once the process is gone
+	exited  bool                  // guarded by interp.mu
+	killed  string                // guarded by interp.mu: why the agent killed it, or ""
+}
+
+// codeWaiter receives the events of one call.
+type codeWaiter struct {
+	ch   chan interpEvent // output events, then the Done one
+	gone chan struct{}    // closed when the caller stops reading: events are dropped
+	fin  chan struct{}    // closed once the Done event was handed over or dropped
+}
+
+// deliver hands ev to the call, or drops it if the caller left; it never blocks on a caller
+// that is gone, so the event pipe is always read.
+func (w *codeWaiter) deliver(ev interpEvent) {
+	select {
+	case w.ch <- ev:
+	case <-w.gone:
+	}
+	if ev.Done {
+		close(w.fin)
+	}
 }
 
 type interpEvent struct {
@@ -44,6 +101,8 @@ type interpEvent struct {
 	OK     bool   `json:"ok"`
 	Value  string `json:"value"`
 	Error  string `json:"error"`
+	// restarted is set by the agent (never by the interpreter) when the process died under the call.
+	restarted bool
 }
 
 // setReseed makes the interpreter reseed its generators before it runs the next code.
@@ -53,8 +112,8 @@ func (in *interp) setReseed(seed []byte) {
 	in.mu.Unlock()
 }
 
-// startLocked starts the Python process. Its fd 3 reads commands, fd 4 writes events; its own
-// stdout and stderr go to the agent's.
+// startLocked starts a Python process in its own process group. Its fd 3 reads commands, fd 4
+// writes events; its own stdout and stderr go to the agent's.
 func (in *interp) startLocked() error {
 	cmdR, cmdW, err := os.Pipe()
 	if err != nil {
@@ -71,6 +130,7 @@ func (in *interp) startLocked() error {
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.ExtraFiles = []*os.File{cmdR, evW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	done, err := in.reaper.start(cmd)
 	cmdR.Close()
 	evW.Close()
@@ -79,103 +139,243 @@ func (in *interp) startLocked() error {
 		evR.Close()
 		return fmt.Errorf("starting %s: %w", in.python, err)
 	}
-	in.proc, in.cmdW, in.dead = cmd.Process, cmdW, nil
-	if in.waiters == nil {
-		in.waiters = make(map[int64]chan interpEvent)
-	}
-	go in.readEvents(evR, done)
+	p := &interpProc{proc: cmd.Process, pid: cmd.Process.Pid, cmdW: cmdW, waiters: make(map[int64]*codeWaiter)}
+	in.cur = p
+	readerDone := make(chan struct{})
+	go in.readEvents(p, evR, readerDone)
+	go in.watch(p, evR, done, readerDone)
 	return nil
 }
 
-// readEvents dispatches events to waiting calls until the process's event pipe closes, then
-// fails every waiter.
-func (in *interp) readEvents(evR *os.File, done <-chan syscall.WaitStatus) {
-	defer evR.Close()
-	sc := bufio.NewScanner(evR)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
+// readEvents dispatches p's events to waiting calls until the event pipe ends (EOF, or the
+// read deadline watch sets once the process exited).
+func (in *interp) readEvents(p *interpProc, evR *os.File, readerDone chan<- struct{}) {
+	defer close(readerDone)
+	br := bufio.NewReaderSize(evR, 64<<10)
+	var buf []byte
+	for {
+		line, tooLong, err := readBoundedLine(br, maxEventLine, buf[:0])
+		buf = line
+		if err != nil {
+			return
+		}
 		var ev interpEvent
-		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+		if tooLong || json.Unmarshal(line, &ev) != nil {
 			continue
 		}
 		in.mu.Lock()
-		ch := in.waiters[ev.ID]
-		if ev.Done {
-			delete(in.waiters, ev.ID)
+		w := p.waiters[ev.ID]
+		if ev.Done && w != nil {
+			delete(p.waiters, ev.ID)
 		}
 		in.mu.Unlock()
-		if ch != nil {
-			ch <- ev
+		if w != nil {
+			w.deliver(ev)
 		}
-	}
-	ws := <-done
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.dead = fmt.Errorf("interpreter exited: %v", exitStatus(ws))
-	in.cmdW.Close()
-	in.proc.Release()
-	in.proc = nil
-	for id, ch := range in.waiters {
-		ch <- interpEvent{ID: id, Done: true, Error: in.dead.Error()}
-		delete(in.waiters, id)
 	}
 }
 
-// submit queues code and returns the channel of its events.
-func (in *interp) submit(code string) (int64, chan interpEvent, *os.Process, error) {
+// readBoundedLine reads one '\n'-terminated line into buf and returns it. A line longer than
+// max is read to its end but not kept (tooLong); the memory used stays below max.
+func readBoundedLine(br *bufio.Reader, max int, buf []byte) (line []byte, tooLong bool, err error) {
+	for {
+		frag, err := br.ReadSlice('\n')
+		if !tooLong && len(buf)+len(frag) <= max {
+			buf = append(buf, frag...)
+		} else {
+			tooLong, buf = true, buf[:0]
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return buf, tooLong, err
+	}
+}
+
+// watch waits for p to exit, lets its last events drain (drainGrace: a process it left behind
+// may hold the pipe), then fails every call still waiting on it and forgets it, so that the
+// next call starts a fresh interpreter.
+func (in *interp) watch(p *interpProc, evR *os.File, done <-chan syscall.WaitStatus, readerDone <-chan struct{}) {
+	ws := <-done
+	_ = evR.SetReadDeadline(time.Now().Add(drainGrace))
+	<-readerDone
+	evR.Close()
+	p.cmdW.Close()
+	p.proc.Release()
 	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.proc == nil {
-		if err := in.startLocked(); err != nil {
-			return 0, nil, nil, err
+	p.exited = true
+	if in.cur == p {
+		in.cur = nil
+	}
+	why := p.killed
+	if why == "" {
+		st := exitStatus(ws)
+		why = fmt.Sprintf("the interpreter exited (code %d)", st.Code)
+		if st.Signal != 0 {
+			why = fmt.Sprintf("the interpreter was killed by signal %d", st.Signal)
 		}
 	}
+	waiters := p.waiters
+	p.waiters = nil
+	in.mu.Unlock()
+	msg := "interpreter restarted: " + why + "; its variables are lost and the next call starts a fresh interpreter"
+	for id, w := range waiters {
+		w.deliver(interpEvent{ID: id, Done: true, Error: msg, restarted: true})
+	}
+}
+
+// interrupt sends SIGINT to p's process group (KeyboardInterrupt in the running code) and, if
+// the call has not finished InterruptGrace later, kills the interpreter. why says what ended
+// the call ("run-code timed out after 500ms").
+func (in *interp) interrupt(p *interpProc, w *codeWaiter, why string) {
+	in.mu.Lock()
+	gone := p.exited
+	in.mu.Unlock()
+	if gone {
+		return
+	}
+	_ = syscall.Kill(-p.pid, syscall.SIGINT)
+	go func() {
+		t := time.NewTimer(in.grace)
+		defer t.Stop()
+		select {
+		case <-w.fin:
+		case <-t.C:
+			in.kill(p, fmt.Sprintf("%s and the code did not stop within %v of KeyboardInterrupt, so the interpreter was killed", why, in.grace))
+		}
+	}()
+}
+
+// kill SIGKILLs p's process group and detaches p, so the next call starts a new interpreter.
+// The calls waiting on p are answered by watch once p is gone, with why.
+func (in *interp) kill(p *interpProc, why string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if p.exited {
+		return
+	}
+	if p.killed == "" {
+		p.killed = why
+	}
+	if in.cur == p {
+		in.cur = nil
+	}
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+}
+
+// submit starts the interpreter if there is none and sends it code. The caller holds in.busy.
+func (in *interp) submit(code string) (*interpProc, *codeWaiter, error) {
+	in.mu.Lock()
+	if in.cur == nil {
+		if err := in.startLocked(); err != nil {
+			in.mu.Unlock()
+			return nil, nil, err
+		}
+	}
+	p := in.cur
 	in.nextID++
 	id := in.nextID
-	ch := make(chan interpEvent, 64)
-	in.waiters[id] = ch
-	b, _ := json.Marshal(map[string]any{"id": id, "code": code, "reseed": in.reseed})
-	if _, err := in.cmdW.Write(append(b, '\n')); err != nil {
-		delete(in.waiters, id)
-		return 0, nil, nil, fmt.Errorf("sending code to interpreter: %w", err)
-	}
+	w := &codeWaiter{ch: make(chan interpEvent, 64), gone: make(chan struct{}), fin: make(chan struct{})}
+	p.waiters[id] = w
+	b, _ := json.Marshal(map[string]any{"id": id, "code": code, "reseed": in.reseed,
+		"max_output": MaxCodeOutputBytes, "max_value": MaxCodeValueBytes})
 	in.reseed = ""
-	return id, ch, in.proc, nil
+	in.mu.Unlock()
+	// Outside in.mu: a long code line may take a while to be read, and the event reader needs
+	// the lock meanwhile. Python reads commands whenever no call runs, which holding busy means.
+	if _, err := p.cmdW.Write(append(b, '\n')); err != nil {
+		in.mu.Lock()
+		if p.waiters != nil {
+			delete(p.waiters, id)
+		}
+		in.mu.Unlock()
+		in.kill(p, "its command pipe broke") // the next call starts a fresh one
+		return nil, nil, fmt.Errorf("sending code to the interpreter: %w", err)
+	}
+	return p, w, nil
 }
 
-// run executes code, sending output events to ew. It returns the result, or an error when the
-// interpreter could not be reached.
+// run executes code, sending output events to ew (at most MaxCodeOutputBytes). It returns the
+// result, or an error when the interpreter could not be reached or the caller left (ctx
+// cancelled). When ctx's deadline passes the code is interrupted and the result says so.
 func (in *interp) run(ctx context.Context, code string, ew *eventWriter) (CodeResult, error) {
-	id, ch, proc, err := in.submit(code)
+	select {
+	case in.busy <- struct{}{}:
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return CodeResult{Error: "timed out waiting for the interpreter: another run-code call was running; this code did not run"}, nil
+		}
+		return CodeResult{}, ctx.Err()
+	}
+	p, w, err := in.submit(code)
 	if err != nil {
+		<-in.busy
 		return CodeResult{}, err
 	}
+	release := true
+	defer func() {
+		close(w.gone)
+		if release {
+			<-in.busy
+		} else { // the caller left while the code runs: the next call waits for it to end
+			go func() { <-w.fin; <-in.busy }()
+		}
+	}()
+	out := outputCap{left: MaxCodeOutputBytes}
+	start := time.Now()
+	ctxDone := ctx.Done()
 	interrupted := false
 	for {
 		select {
-		case ev := <-ch:
+		case ev := <-w.ch:
 			if !ev.Done {
-				ew.send(Event{Stream: ev.Stream, Data: []byte(ev.Data)})
+				out.send(ew, ev)
 				continue
 			}
-			if interrupted && !ev.OK {
-				ev.Error = "timed out: " + ev.Error
+			res := CodeResult{OK: ev.OK, Value: ev.Value, Error: ev.Error, Restarted: ev.restarted, OutputTruncated: out.truncated}
+			if interrupted && !ev.OK && !ev.restarted {
+				res.Error = "timed out: " + res.Error
 			}
-			return CodeResult{OK: ev.OK, Value: ev.Value, Error: ev.Error}, nil
-		case <-ctx.Done():
-			if interrupted {
-				continue
+			return res, nil
+		case <-ctxDone:
+			ctxDone, interrupted = nil, true
+			why := fmt.Sprintf("run-code timed out after %v", time.Since(start).Round(time.Millisecond))
+			if errors.Is(ctx.Err(), context.Canceled) {
+				why = "the caller went away"
 			}
-			interrupted = true
-			_ = proc.Signal(syscall.SIGINT)
-			if errors.Is(ctx.Err(), context.Canceled) { // the caller left: don't wait for the result
-				in.mu.Lock()
-				delete(in.waiters, id)
-				in.mu.Unlock()
+			in.interrupt(p, w, why)
+			if errors.Is(ctx.Err(), context.Canceled) { // don't wait for the result
+				release = false
 				return CodeResult{}, ctx.Err()
 			}
-			ctx = context.Background()
 		}
+	}
+}
+
+// outputCap passes on at most left bytes of one call's output, then the marker once.
+type outputCap struct {
+	left      int
+	truncated bool
+}
+
+func (o *outputCap) send(ew *eventWriter, ev interpEvent) {
+	if o.truncated {
+		return
+	}
+	data := []byte(ev.Data)
+	if len(data) > o.left {
+		cut := o.left // back off to a rune start, so the last rune kept is whole
+		for cut > 0 && o.left-cut < utf8.UTFMax && !utf8.RuneStart(data[cut]) {
+			cut--
+		}
+		data, o.truncated = data[:cut], true
+	}
+	o.left -= len(data)
+	if len(data) > 0 {
+		ew.send(Event{Stream: ev.Stream, Data: data})
+	}
+	if o.truncated {
+		ew.send(Event{Stream: "stderr", Data: []byte(OutputTruncatedMarker)})
 	}
 }
 

@@ -1,16 +1,39 @@
 # The persistent code interpreter of a Zygo sandbox, started by zygo-guest. Commands arrive as
-# JSON lines on fd 3 ({"id", "code", "reseed"}); output and results leave as JSON lines on fd 4.
-# The namespace USER survives between calls and, being memory, is carried into every fork.
-import ast, gc, hashlib, io, json, os, random, signal, sys, traceback
+# JSON lines on fd 3 ({"id", "code", "reseed", "max_output", "max_value"}); output and results
+# leave as JSON lines on fd 4. The namespace USER survives between calls and, being memory, is
+# carried into every fork. Lines on fd 4 stay small: output goes out in chunks of _CHUNK
+# characters, at most max_output bytes of it per call (the agent cuts it exactly and marks the
+# cut), and a value or traceback is cut at max_value bytes.
+import ast, gc, hashlib, io, json, os, random, signal, sys, threading, traceback
 
+# Processes the user code starts must not hold our pipes: a child left behind would keep fd 4
+# open after the interpreter died.
+os.set_inheritable(3, False)
+os.set_inheritable(4, False)
 _cmd = os.fdopen(3, "r", encoding="utf-8")
 _ev = os.fdopen(4, "w", encoding="utf-8")
-_state = {"id": 0, "running": False}
+_CHUNK = 64 * 1024
+_MAIN = threading.get_ident()
+_lock = threading.Lock()  # one event line at a time, whichever thread prints
+_state = {"id": 0, "running": False, "emitting": False, "pending": False, "out": 0, "max_output": 16 << 20}
 
 
 def _emit(obj):
-    _ev.write(json.dumps(obj) + "\n")
-    _ev.flush()
+    line = json.dumps(obj) + "\n"
+    main = threading.get_ident() == _MAIN
+    if main:
+        _state["emitting"] = True  # a SIGINT now is held until the line is whole
+    try:
+        with _lock:
+            _ev.write(line)
+            _ev.flush()
+    finally:
+        if main:
+            _state["emitting"] = False
+    if main and _state["pending"]:
+        _state["pending"] = False
+        if _state["running"]:
+            raise KeyboardInterrupt("run-code timed out")
 
 
 class _Stream(io.TextIOBase):
@@ -21,17 +44,37 @@ class _Stream(io.TextIOBase):
         return True
 
     def write(self, s):
-        if s:
-            _emit({"id": _state["id"], "stream": self._name, "data": s})
-        return len(s)
+        n = len(s)
+        for i in range(0, n, _CHUNK):
+            if _state["out"] > _state["max_output"]:
+                break  # over the bound: the agent already has more than it passes on
+            c = s[i:i + _CHUNK]
+            _state["out"] += len(c.encode("utf-8", "surrogatepass"))
+            _emit({"id": _state["id"], "stream": self._name, "data": c})
+        return n
 
     def isatty(self):
         return False
 
 
 def _on_sigint(signum, frame):
-    if _state["running"]:
-        raise KeyboardInterrupt("run-code timed out")
+    if not _state["running"]:
+        return
+    if _state["emitting"]:
+        _state["pending"] = True
+        return
+    raise KeyboardInterrupt("run-code timed out")
+
+
+def _cut(s, limit):
+    """s cut to at most limit UTF-8 bytes, with a marker saying so."""
+    if s is None:
+        return None
+    b = s.encode("utf-8", "surrogatepass")
+    if len(b) <= limit:
+        return s
+    return (b[:limit].decode("utf-8", "ignore") +
+            "\n[zygo: value truncated: %d of %d bytes shown]" % (limit, len(b)))
 
 
 def _reseed(seed_hex):
@@ -88,23 +131,27 @@ def _main():
     sys.stderr = _Stream("stderr")
     for line in _cmd:
         req = json.loads(line)
-        _state["id"] = req["id"]
+        max_value = req.get("max_value", 1 << 20)
+        _state.update(id=req["id"], out=0, pending=False, max_output=req.get("max_output", 16 << 20))
         if req.get("reseed"):
             try:
                 _reseed(req["reseed"])
             except Exception:
                 sys.stderr.write("zygo: reseed failed:\n" + traceback.format_exc())
-        _state["running"] = True
         try:
-            res = {"ok": True, "value": _run(req["code"])}
+            _state["running"] = True
+            try:
+                res = {"ok": True, "value": _run(req["code"])}
+            finally:
+                _state["running"] = False
         except BaseException:
             res = {"ok": False, "error": traceback.format_exc()}
-        finally:
-            _state["running"] = False
         try:
             sys.stdout.flush()
         except Exception:
             pass
+        res["value"] = _cut(res.get("value"), max_value)
+        res["error"] = _cut(res.get("error"), max_value)
         _emit(dict(res, id=req["id"], done=True))
 
 

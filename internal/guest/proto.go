@@ -106,22 +106,59 @@ const (
 	OnForkKeep OnFork = "keep"
 )
 
-// Service is a long-lived process the agent starts at boot.
+// Restart is when the agent starts a declared service again after its process ended, as
+// Docker's and systemd's restart policies (docs/sandboxes.md, "Services").
+type Restart string
+
+const (
+	// RestartOnFailure restarts a service that exited with a non-zero code or was killed by a
+	// signal, or could not be started. The default.
+	RestartOnFailure Restart = "on-failure"
+	// RestartAlways restarts a service whenever its process ended.
+	RestartAlways Restart = "always"
+	// RestartNo never restarts it (a reseal with OnForkRestart still starts a fresh process).
+	RestartNo Restart = "no"
+)
+
+// Service is a long-lived process the agent starts at boot and supervises.
 type Service struct {
 	Name   string   `json:"name"`
 	Argv   []string `json:"argv"`
 	Env    []string `json:"env,omitempty"`
 	OnFork OnFork   `json:"on_fork,omitempty"` // default keep
 	Signal int      `json:"signal,omitempty"`  // for OnForkSignal; default SIGHUP
+	// Restart is the restart policy; "" means RestartOnFailure. Restarts wait 100 ms, doubled
+	// for each consecutive one up to 30 s, back to 100 ms once a process stayed up 10 s.
+	Restart Restart `json:"restart,omitempty"`
+}
+
+// ServiceStatus is the state of one declared service, as the agent reports it in Info.
+type ServiceStatus struct {
+	Name    string  `json:"name"`
+	Restart Restart `json:"restart"` // the effective policy
+	Running bool    `json:"running"`
+	PID     int     `json:"pid,omitempty"` // of the running process, in the sandbox
+	// Restarts counts the starts the supervisor made after a process ended (not the first
+	// start, not a reseal's OnForkRestart).
+	Restarts int `json:"restarts"`
+	// LastExit is how the last process ended; nil while none has ended.
+	LastExit   *ExitStatus `json:"last_exit,omitempty"`
+	LastExitAt time.Time   `json:"last_exit_at,omitzero"`
+	// LastError is why the last start failed ("" when it did not).
+	LastError string `json:"last_error,omitempty"`
+	// NextRestartAt is when a restart is due while the service waits in backoff.
+	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
 }
 
 // ExecRequest runs one command in the sandbox.
 type ExecRequest struct {
-	Argv    []string      `json:"argv"`
-	Env     []string      `json:"env,omitempty"` // appended to the boot environment
-	Cwd     string        `json:"cwd,omitempty"` // default /
-	Stdin   []byte        `json:"stdin,omitempty"`
-	Timeout time.Duration `json:"timeout_ns,omitempty"` // 0: until ctx ends
+	Argv  []string `json:"argv"`
+	Env   []string `json:"env,omitempty"` // appended to the boot environment
+	Cwd   string   `json:"cwd,omitempty"` // default /
+	Stdin []byte   `json:"stdin,omitempty"`
+	// Timeout ends the command: SIGTERM to its process group, SIGKILL ExecKillGrace later.
+	// 0: until ctx ends (which does the same).
+	Timeout time.Duration `json:"timeout_ns,omitempty"`
 }
 
 // ExitStatus is how a process ended.
@@ -142,7 +179,9 @@ type Event struct {
 
 // CodeRequest runs Python source in the persistent interpreter.
 type CodeRequest struct {
-	Code    string        `json:"code"`
+	Code string `json:"code"`
+	// Timeout raises KeyboardInterrupt in the code; if it still runs InterruptGrace later the
+	// interpreter is killed and restarted (CodeResult.Restarted). 0: until ctx ends.
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
 }
 
@@ -151,8 +190,17 @@ type CodeResult struct {
 	OK bool `json:"ok"`
 	// Value is repr() of the last statement when it is an expression, as in a notebook cell.
 	Value string `json:"value,omitempty"`
-	// Error is the traceback when OK is false.
+	// Error is the traceback when OK is false. Value and Error are each cut at
+	// MaxCodeValueBytes.
 	Error string `json:"error,omitempty"`
+	// OutputTruncated is true when the call printed more than MaxCodeOutputBytes: what is
+	// beyond was discarded and OutputTruncatedMarker sent on stderr where it was cut.
+	OutputTruncated bool `json:"output_truncated,omitempty"`
+	// Restarted is true when the interpreter died under the call: killed because the code did
+	// not stop within InterruptGrace of a timeout's KeyboardInterrupt, or it exited. OK is then
+	// false, Error says why, the interpreter's variables are lost and the next call starts a
+	// fresh one.
+	Restarted bool `json:"restarted,omitempty"`
 }
 
 // FileInfo describes one directory entry.
@@ -171,6 +219,8 @@ type Info struct {
 	PID        int       `json:"pid"`
 	StartedAt  time.Time `json:"started_at"`
 	Now        time.Time `json:"now"`
+	// Services is the state of every declared service, in declaration order.
+	Services []ServiceStatus `json:"services,omitempty"`
 }
 
 // SecretsRequest is the body of PUT /v1/secrets: the secrets of a created sandbox.
@@ -206,8 +256,10 @@ type ResealResult struct {
 	ClockOffset time.Duration `json:"clock_offset_ns"`
 	// ClockCorrected is true when ClockOffset exceeded ClockTolerance and the agent set the
 	// wall clock to the host's. When it could not, the reseal failed instead.
-	ClockCorrected bool     `json:"clock_corrected,omitempty"`
-	Services       []string `json:"services,omitempty"` // "name: action" lines
+	ClockCorrected bool `json:"clock_corrected,omitempty"`
+	// Services has one "name: action (status)" line per service, e.g. "web: restarted
+	// (restarts 2, last exit code 1)".
+	Services []string `json:"services,omitempty"`
 	// HostSecrets lists the per-machine files the image carried and this copy renewed or
 	// removed ("regenerated /etc/ssh/ssh_host_ed25519_key", "removed /var/lib/systemd/random-seed").
 	HostSecrets []string `json:"host_secrets,omitempty"`

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/guest"
 )
 
 // A failed create deletes its record (the name is free again) and destroys the half-made
@@ -146,5 +147,29 @@ func TestCreateValidatesName(t *testing.T) {
 		if _, err := m.Create(ctx, CreateOptions{Name: good}); err != nil {
 			t.Errorf("name %q: %v", good, err)
 		}
+	}
+}
+
+// TestCreateValidatesServices: an unknown restart or on_fork policy is refused, naming the
+// service and the value, before anything is made.
+func TestCreateValidatesServices(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	for _, bad := range []guest.Service{
+		{Name: "web", Argv: []string{"x"}, Restart: "sometimes"},
+		{Name: "web", Argv: []string{"x"}, OnFork: "reboot"},
+		{Name: "web"},
+	} {
+		_, err := m.Create(ctx, CreateOptions{Services: []guest.Service{bad}})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `"web"`) {
+			t.Errorf("service %+v: err %v, want invalid argument naming it", bad, err)
+		}
+	}
+	if recs, _ := m.List(ctx); len(recs) != 0 {
+		t.Fatalf("refused creates left %d records", len(recs))
+	}
+	if _, err := m.Create(ctx, CreateOptions{Services: []guest.Service{{Name: "web", Argv: []string{"x"}, Restart: guest.RestartAlways}}}); err != nil {
+		t.Errorf("a good service: %v", err)
 	}
 }

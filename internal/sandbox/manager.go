@@ -180,13 +180,18 @@ func (m *Manager) Generation(ctx context.Context, idOrName string) (string, erro
 
 // Create starts a new sandbox and returns its record once the guest answers. On error
 // nothing is left: no record, no engine instance. A bad RootfsDir (relative, missing, not a
-// directory, empty) is refused with errdefs.ErrInvalidArgument before anything is made.
+// directory, empty) or a bad service (guest.ValidateServices: an unknown on_fork or restart
+// policy, a duplicate name, no argv) is refused with errdefs.ErrInvalidArgument before
+// anything is made.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord, error) {
 	if err := ValidateName(opts.Name); err != nil {
 		return SandboxRecord{}, err
 	}
 	if err := ValidateRootfs(opts.RootfsDir); err != nil {
 		return SandboxRecord{}, err
+	}
+	if err := guest.ValidateServices(opts.Services); err != nil {
+		return SandboxRecord{}, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
 	}
 	secrets, err := m.createSecrets(ctx, opts.Secrets)
 	if err != nil {

@@ -68,8 +68,8 @@ func TestSandboxBadInput(t *testing.T) {
 	if code != 0 || out != "piped" {
 		t.Errorf("exec -i cat: code %d stdout %q", code, out)
 	}
-	if _, errOut, code := d.CLI("sandbox", "exec", sb, "--timeout", "1s", "--", "sleep", "30"); code != 137 || !strings.Contains(errOut, "timed out") {
-		t.Errorf("exec --timeout 1s of sleep 30: exit %d (want 137, SIGKILL) stderr %q", code, errOut)
+	if _, errOut, code := d.CLI("sandbox", "exec", sb, "--timeout", "1s", "--", "sleep", "30"); code != 143 || !strings.Contains(errOut, "timed out") {
+		t.Errorf("exec --timeout 1s of sleep 30: exit %d (want 143, SIGTERM) stderr %q", code, errOut)
 	}
 
 	// A Python exception: exit 1 with the traceback; the interpreter's state survives.

@@ -158,11 +158,21 @@ func testExecTimeout(t *testing.T, b sandbox.Backend, _ func(*testing.T) sandbox
 	inst := create(t, b, NewSpec())
 	start := time.Now()
 	st, err := inst.Guest.Exec(ctxT(t), guest.ExecRequest{Argv: []string{"/bin/sleep", "30"}, Timeout: 300 * time.Millisecond}, nil, nil)
-	if err != nil || !st.TimedOut || st.Signal != 9 {
-		t.Fatalf("exec past its timeout = %+v %v, want timed out by SIGKILL", st, err)
+	if err != nil || !st.TimedOut || st.Signal != 15 {
+		t.Fatalf("exec past its timeout = %+v %v, want timed out by SIGTERM", st, err)
 	}
 	if time.Since(start) > 10*time.Second {
 		t.Fatalf("timeout took %v", time.Since(start))
+	}
+	// A command that ignores SIGTERM is killed guest.ExecKillGrace later.
+	start = time.Now()
+	st, err = inst.Guest.Exec(ctxT(t), guest.ExecRequest{Argv: []string{"/bin/sh", "-c", "trap '' TERM; exec /bin/sleep 30"},
+		Timeout: 300 * time.Millisecond}, nil, nil)
+	if err != nil || !st.TimedOut || st.Signal != 9 {
+		t.Fatalf("exec ignoring SIGTERM past its timeout = %+v %v, want timed out by SIGKILL", st, err)
+	}
+	if d := time.Since(start); d < guest.ExecKillGrace || d > 15*time.Second {
+		t.Fatalf("SIGKILL after %v, want after the %v grace", d, guest.ExecKillGrace)
 	}
 }
 

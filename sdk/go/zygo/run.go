@@ -14,7 +14,7 @@ type ExecOptions struct {
 	Env     []string // KEY=VALUE added to the sandbox's environment
 	Cwd     string   // default /
 	Stdin   []byte
-	Timeout time.Duration // the command is killed after it; 0: until ctx ends
+	Timeout time.Duration // then SIGTERM to the command's process group, SIGKILL 2 s later; 0: until ctx ends
 	// Stdout and Stderr, when set, receive the output as it arrives (it is also in the result).
 	Stdout, Stderr io.Writer
 }
@@ -31,11 +31,18 @@ type ExecResult struct {
 // CodeResult is the outcome of RunCode. A Python exception is OK false with its traceback in
 // Error, not a Go error: the interpreter and its variables survive it.
 type CodeResult struct {
-	OK     bool   `json:"ok"`
-	Value  string `json:"value,omitempty"` // repr of the last statement when it is an expression
-	Error  string `json:"error,omitempty"`
-	Stdout string `json:"-"`
-	Stderr string `json:"-"`
+	OK    bool   `json:"ok"`
+	Value string `json:"value,omitempty"` // repr of the last statement when it is an expression
+	Error string `json:"error,omitempty"`
+	// OutputTruncated: the code printed more than 16 MiB; the rest was discarded (a marker on
+	// stderr shows where) while the code kept running.
+	OutputTruncated bool `json:"output_truncated,omitempty"`
+	// Restarted: the interpreter died under the call (the code ignored a timeout's
+	// KeyboardInterrupt for 2 s and was killed, or it exited); its variables are lost and the
+	// next call starts a fresh interpreter.
+	Restarted bool   `json:"restarted,omitempty"`
+	Stdout    string `json:"-"`
+	Stderr    string `json:"-"`
 }
 
 // event is one line of the daemon's streamed answer.

@@ -163,6 +163,10 @@ type Service struct {
 	// (Signal, default SIGHUP, after the new generation is published) or "keep" (default).
 	OnFork string `json:"on_fork,omitempty"`
 	Signal int    `json:"signal,omitempty"`
+	// Restart is when the sandbox starts it again after its process ended: "on-failure" (the
+	// default: a non-zero exit or a signal), "always" or "no"; after 100 ms, doubled for each
+	// consecutive restart up to 30 s. Another value is refused at create (IsBadRequest).
+	Restart string `json:"restart,omitempty"`
 }
 
 // CreateOptions are chosen at create; forks and rollbacks inherit them.
