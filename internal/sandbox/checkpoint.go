@@ -78,20 +78,30 @@ func dirSize(dir string) int64 {
 }
 
 // Checkpoints returns the checkpoint records, oldest first: all of them when sandboxID is
-// empty, else those taken of that sandbox.
+// empty, else those taken of that sandbox (an id or name). A removed sandbox's id still
+// lists the checkpoints taken of it. It returns an error wrapping errdefs.ErrNotFound when
+// sandboxID names no sandbox and no checkpoint was taken of a sandbox with that id, so a
+// misspelt name is an error rather than an empty list.
 func (m *Manager) Checkpoints(ctx context.Context, sandboxID string) ([]CheckpointRecord, error) {
 	all, err := m.reg.ListCheckpoints(ctx)
 	if err != nil || sandboxID == "" {
 		return all, err
 	}
-	if rec, err := m.Get(ctx, sandboxID); err == nil {
+	rec, gerr := m.Get(ctx, sandboxID)
+	switch {
+	case gerr == nil:
 		sandboxID = rec.ID
+	case !errdefs.IsNotFound(gerr):
+		return nil, gerr
 	}
-	var out []CheckpointRecord
+	out := []CheckpointRecord{}
 	for _, cp := range all {
 		if cp.SandboxID == sandboxID {
 			out = append(out, cp)
 		}
+	}
+	if gerr != nil && len(out) == 0 {
+		return nil, fmt.Errorf("sandbox %q: no such sandbox and no checkpoint of one: %w", sandboxID, errdefs.ErrNotFound)
 	}
 	return out, nil
 }

@@ -335,3 +335,34 @@ func TestMemRegistry(t *testing.T) {
 		t.Errorf("DeleteCheckpoint unknown = %v", err)
 	}
 }
+
+// TestCheckpointsUnknownSandbox: listing the checkpoints of a sandbox that does not exist is
+// ErrNotFound, not an empty list; a removed sandbox's id still lists the checkpoints taken of
+// it, and a sandbox without checkpoints lists none.
+func TestCheckpointsUnknownSandbox(t *testing.T) {
+	ctx := context.Background()
+	m := newTestManager(t, newFake(), NewMemRegistry(), nil)
+	if _, err := m.Checkpoints(ctx, "nosuch"); !errdefs.IsNotFound(err) {
+		t.Errorf("Checkpoints(nosuch) = %v, want ErrNotFound", err)
+	}
+	sb, err := m.Create(ctx, CreateOptions{Name: "sb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cps, err := m.Checkpoints(ctx, "sb"); err != nil || len(cps) != 0 {
+		t.Errorf("Checkpoints of a sandbox without any = %v, %v; want an empty list", cps, err)
+	}
+	cp, err := m.Checkpoint(ctx, "sb", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cps, err := m.Checkpoints(ctx, sb.ID); err != nil || len(cps) != 1 || cps[0].ID != cp.ID {
+		t.Errorf("Checkpoints of a removed sandbox = %v, %v; want its checkpoint", cps, err)
+	}
+	if _, err := m.Checkpoints(ctx, "sb"); !errdefs.IsNotFound(err) {
+		t.Errorf("Checkpoints by the removed sandbox's name = %v, want ErrNotFound", err)
+	}
+}
