@@ -38,28 +38,57 @@ func (m *Manager) Checkpoint(ctx context.Context, idOrName, tag string) (Checkpo
 	return m.checkpointLocked(ctx, ck, &rec, e, tag)
 }
 
-func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *SandboxRecord, e *entry, tag string) (CheckpointRecord, error) {
+// checkpointLocked takes the checkpoint with e held exclusively. Every failure — the engine's
+// (a full disk, the guest not coming back), the store's (the record or the source's state not
+// saved) or ctx ending — runs the undo stack: the image dir is removed, the record deleted,
+// and the source goes back to Running.
+func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *SandboxRecord, e *entry, tag string) (_ CheckpointRecord, err error) {
 	if err := m.setState(ctx, rec, Checkpointing, nil); err != nil {
 		return CheckpointRecord{}, err
 	}
+	var undo cleanup.Stack
+	defer func() {
+		if err == nil {
+			return
+		}
+		if uerr := undo.Run(ctx, 0); uerr != nil {
+			m.log.Error("cleaning up failed checkpoint", "sandbox_id", rec.ID, "err", uerr)
+		}
+		err = fmt.Errorf("checkpointing sandbox %s: %w", rec.ID, err)
+	}()
+	undo.Add(func(ctx context.Context) error {
+		if rec.State == Running {
+			return nil
+		}
+		return m.setState(ctx, rec, Running, nil)
+	})
 	cp := CheckpointRecord{ID: newID("cp-", 8), Tag: tag, SandboxID: rec.ID, ParentID: rec.CheckpointID,
 		Backend: m.be.Name(), Token: rec.Token, Generation: rec.Generation, Options: rec.Options}
 	cp.Dir = filepath.Join(m.cfg.ImageDir, cp.ID)
-	err := ck.Checkpoint(ctx, e.instance().ID, cp.Dir)
-	if err == nil {
-		cp.CreatedAt = m.cfg.Now()
-		cp.SizeBytes = dirSize(cp.Dir)
-		if err = m.reg.PutCheckpoint(ctx, cp); err != nil {
-			_ = os.RemoveAll(cp.Dir)
+	// The Manager owns cp.Dir from here on: a backend that failed after writing it (the image
+	// complete, the guest not back) must not leave it behind.
+	undo.Add(func(context.Context) error { return os.RemoveAll(cp.Dir) })
+	if err := ck.Checkpoint(ctx, e.instance().ID, cp.Dir); err != nil {
+		return CheckpointRecord{}, err
+	}
+	if err := ctx.Err(); err != nil { // the caller gave up: it would never learn the id
+		return CheckpointRecord{}, err
+	}
+	cp.CreatedAt = m.cfg.Now()
+	cp.SizeBytes = dirSize(cp.Dir)
+	if err := m.reg.PutCheckpoint(ctx, cp); err != nil {
+		return CheckpointRecord{}, fmt.Errorf("saving checkpoint %s: %w", cp.ID, err)
+	}
+	undo.Add(func(ctx context.Context) error {
+		if err := m.reg.DeleteCheckpoint(ctx, cp.ID); err != nil && !errdefs.IsNotFound(err) {
+			return err
 		}
+		return nil
+	})
+	if err := m.setState(ctx, rec, Running, nil); err != nil {
+		return CheckpointRecord{}, err
 	}
-	back := context.WithoutCancel(ctx)
-	if serr := m.setState(back, rec, Running, nil); serr != nil && err == nil {
-		err = serr
-	}
-	if err != nil {
-		return CheckpointRecord{}, fmt.Errorf("checkpointing sandbox %s: %w", rec.ID, err)
-	}
+	undo.Release()
 	m.log.Info("checkpointed", "sandbox_id", rec.ID, "checkpoint", cp.ID, "bytes", cp.SizeBytes)
 	return cp, nil
 }

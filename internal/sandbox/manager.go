@@ -134,19 +134,21 @@ func newToken() string { return newID("", 32) }
 // newGeneration returns a generation token: 128 random bits, 32 hex digits.
 func newGeneration() string { return newID("", 16) }
 
-// setState moves rec to state `to` and persists it.
+// setState moves rec to state `to` and persists it. On error rec is unchanged.
 func (m *Manager) setState(ctx context.Context, rec *SandboxRecord, to State, cause error) error {
 	if err := transition(rec.ID, rec.State, to); err != nil {
 		return err
 	}
-	rec.State, rec.UpdatedAt = to, m.cfg.Now()
-	rec.Error = ""
+	next := *rec
+	next.State, next.UpdatedAt = to, m.cfg.Now()
+	next.Error = ""
 	if cause != nil {
-		rec.Error = cause.Error()
+		next.Error = cause.Error()
 	}
-	if err := m.reg.PutSandbox(ctx, *rec); err != nil {
+	if err := m.reg.PutSandbox(ctx, next); err != nil {
 		return fmt.Errorf("saving sandbox %s: %w", rec.ID, err)
 	}
+	*rec = next
 	return nil
 }
 

@@ -21,6 +21,9 @@ type fakeBackend struct {
 	running     map[string]bool
 	failRestore func(spec Spec) error
 	failCreate  error // when set, Create fails with it after making the instance
+	// failCheckpoint, when set, makes Checkpoint fail with it after writing the image (as a
+	// backend whose guest did not come back would).
+	failCheckpoint error
 	creates     int
 	destroyed   []string
 }
@@ -86,7 +89,10 @@ func (f *fakeBackend) Checkpoint(_ context.Context, id, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte(id), 0o600)
+	if err := os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte(id), 0o600); err != nil {
+		return err
+	}
+	return f.failCheckpoint
 }
 
 func (f *fakeBackend) Restore(ctx context.Context, dir string, spec Spec) (*Instance, error) {
@@ -364,5 +370,84 @@ func TestCheckpointsUnknownSandbox(t *testing.T) {
 	}
 	if _, err := m.Checkpoints(ctx, "sb"); !errdefs.IsNotFound(err) {
 		t.Errorf("Checkpoints by the removed sandbox's name = %v, want ErrNotFound", err)
+	}
+}
+
+// faultyRegistry is a MemRegistry whose writes fail on demand.
+type faultyRegistry struct {
+	*MemRegistry
+	mu sync.Mutex // guards the fields below
+	// failPutCheckpoint fails the next PutCheckpoint; failPut fails the next PutSandbox of a
+	// record in that state.
+	failPutCheckpoint bool
+	failPut           State
+}
+
+func (r *faultyRegistry) PutCheckpoint(ctx context.Context, rec CheckpointRecord) error {
+	r.mu.Lock()
+	fail := r.failPutCheckpoint
+	r.failPutCheckpoint = false
+	r.mu.Unlock()
+	if fail {
+		return errors.New("injected: disk I/O error")
+	}
+	return r.MemRegistry.PutCheckpoint(ctx, rec)
+}
+
+func (r *faultyRegistry) PutSandbox(ctx context.Context, rec SandboxRecord) error {
+	r.mu.Lock()
+	fail := r.failPut != "" && rec.State == r.failPut
+	if fail {
+		r.failPut = ""
+	}
+	r.mu.Unlock()
+	if fail {
+		return errors.New("injected: disk I/O error")
+	}
+	return r.MemRegistry.PutSandbox(ctx, rec)
+}
+
+// TestCheckpointFailuresLeaveNothing: whichever step of a checkpoint fails — the engine after
+// writing the image, the checkpoint record, the source's state, or the caller's ctx — no image
+// dir and no record are left and the source is Running and can checkpoint again.
+func TestCheckpointFailuresLeaveNothing(t *testing.T) {
+	ctx := context.Background()
+	be := newFake()
+	reg := &faultyRegistry{MemRegistry: NewMemRegistry()}
+	m := newTestManager(t, be, reg, nil)
+	src, err := m.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, tc := range []struct {
+		name   string
+		ctx    context.Context
+		inject func()
+	}{
+		{"engine fails after writing the image", ctx, func() { be.failCheckpoint = errors.New("injected: guest did not reconnect") }},
+		{"checkpoint record not saved", ctx, func() { reg.failPutCheckpoint = true }},
+		{"source state not saved", ctx, func() { reg.failPut = Running }},
+		{"ctx cancelled", cancelled, func() {}},
+	} {
+		be.failCheckpoint = nil
+		tc.inject()
+		if _, err := m.Checkpoint(tc.ctx, src.ID, "x"); err == nil {
+			t.Errorf("%s: checkpoint succeeded", tc.name)
+		}
+		if ents, _ := os.ReadDir(m.cfg.ImageDir); len(ents) != 0 {
+			t.Errorf("%s: image dirs left: %v", tc.name, ents)
+		}
+		if cps, _ := reg.ListCheckpoints(ctx); len(cps) != 0 {
+			t.Errorf("%s: checkpoint records left: %v", tc.name, cps)
+		}
+		if rec, _ := m.Get(ctx, src.ID); rec.State != Running {
+			t.Errorf("%s: source is %s, want running", tc.name, rec.State)
+		}
+	}
+	be.failCheckpoint = nil
+	if _, err := m.Checkpoint(ctx, src.ID, "ok"); err != nil {
+		t.Errorf("checkpoint after the failures: %v", err)
 	}
 }

@@ -455,3 +455,80 @@ func TestManagerCheckpointDiskFull(t *testing.T) {
 		t.Errorf("source is %s", rec.State)
 	}
 }
+
+// faultyRegistry fails the next PutCheckpoint, or the next PutSandbox of a record in a given
+// state, when told to.
+type faultyRegistry struct {
+	*sandbox.MemRegistry
+	mu                sync.Mutex // guards the fields below
+	failPutCheckpoint bool
+	failPut           sandbox.State
+}
+
+func (r *faultyRegistry) PutCheckpoint(ctx context.Context, rec sandbox.CheckpointRecord) error {
+	r.mu.Lock()
+	fail := r.failPutCheckpoint
+	r.failPutCheckpoint = false
+	r.mu.Unlock()
+	if fail {
+		return errors.New("injected: disk I/O error")
+	}
+	return r.MemRegistry.PutCheckpoint(ctx, rec)
+}
+
+func (r *faultyRegistry) PutSandbox(ctx context.Context, rec sandbox.SandboxRecord) error {
+	r.mu.Lock()
+	fail := r.failPut != "" && rec.State == r.failPut
+	if fail {
+		r.failPut = ""
+	}
+	r.mu.Unlock()
+	if fail {
+		return errors.New("injected: disk I/O error")
+	}
+	return r.MemRegistry.PutSandbox(ctx, rec)
+}
+
+// TestManagerCheckpointStoreFailure: a real image is written, then the store fails (the
+// checkpoint record, or the source's return to running): the image dir is removed, no record
+// is left, and the source keeps running with its state.
+func TestManagerCheckpointStoreFailure(t *testing.T) {
+	reg := &faultyRegistry{MemRegistry: sandbox.NewMemRegistry()}
+	h := &harness{dir: stateDir(t), reg: reg.MemRegistry}
+	h.be = newBackend(t, filepath.Join(h.dir, "engine"))
+	m, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: h.be, Registry: reg,
+		ImageDir: filepath.Join(h.dir, "images"), ReadyTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m = m
+	t.Cleanup(func() { h.removeAll(t) })
+	ctx := tctx(t)
+	src, err := h.m.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.code(t, src.ID, "x = 41")
+	images := filepath.Join(h.dir, "images")
+	for name, inject := range map[string]func(){
+		"checkpoint record": func() { reg.mu.Lock(); reg.failPutCheckpoint = true; reg.mu.Unlock() },
+		"source state":      func() { reg.mu.Lock(); reg.failPut = sandbox.Running; reg.mu.Unlock() },
+	} {
+		inject()
+		if _, err := h.m.Checkpoint(ctx, src.ID, ""); err == nil || !strings.Contains(err.Error(), "injected") {
+			t.Errorf("%s not saved: checkpoint = %v, want the injected error", name, err)
+		}
+		if ents, _ := os.ReadDir(images); len(ents) != 0 {
+			t.Errorf("%s not saved: image left: %v", name, ents)
+		}
+		if cps, _ := h.m.Checkpoints(ctx, ""); len(cps) != 0 {
+			t.Errorf("%s not saved: checkpoint records left: %v", name, cps)
+		}
+		if rec, _ := h.m.Get(ctx, src.ID); rec.State != sandbox.Running {
+			t.Errorf("%s not saved: source is %s", name, rec.State)
+		}
+		if got := h.code(t, src.ID, "x"); got != "41" {
+			t.Errorf("%s not saved: source has x = %s", name, got)
+		}
+	}
+}
