@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,7 +74,9 @@ func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *Sa
 		return CheckpointRecord{}, err
 	}
 	cp.CreatedAt = m.cfg.Now()
-	cp.SizeBytes = dirSize(cp.Dir)
+	if cp.Checksums, cp.SizeBytes, err = checksumImage(cp.Dir); err != nil {
+		return CheckpointRecord{}, err
+	}
 	if err := m.reg.PutCheckpoint(ctx, cp); err != nil {
 		return CheckpointRecord{}, fmt.Errorf("saving checkpoint %s: %w", cp.ID, err)
 	}
@@ -91,19 +92,6 @@ func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *Sa
 	undo.Release()
 	m.log.Info("checkpointed", "sandbox_id", rec.ID, "checkpoint", cp.ID, "bytes", cp.SizeBytes)
 	return cp, nil
-}
-
-func dirSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }
 
 // Checkpoints returns the checkpoint records, oldest first: all of them when sandboxID is
@@ -309,10 +297,10 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 	if err != nil {
 		return res, err
 	}
-	if opts.From == "" {
+	if opts.From == "" { // its checksums were just taken from these very files
 		res.Checkpoint, err = m.Checkpoint(ctx, parent.ID, "fork")
-	} else {
-		res.Checkpoint, err = m.checkpointFor(ctx, parent, opts.From)
+	} else if res.Checkpoint, err = m.checkpointFor(ctx, parent, opts.From); err == nil {
+		err = m.verifyImage(ctx, res.Checkpoint) // once for all N children, before any is made
 	}
 	if err != nil {
 		return res, err
@@ -417,6 +405,9 @@ func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (Sa
 	}
 	cp, err := m.checkpointFor(ctx, target, checkpoint)
 	if err != nil {
+		return target, err
+	}
+	if err := m.verifyImage(ctx, cp); err != nil { // before the sandbox is touched
 		return target, err
 	}
 	rec, e, err := m.acquire(ctx, target.ID, false)

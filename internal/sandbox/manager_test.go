@@ -451,3 +451,64 @@ func TestCheckpointFailuresLeaveNothing(t *testing.T) {
 		t.Errorf("checkpoint after the failures: %v", err)
 	}
 }
+
+// TestCorruptImageRefused: a checkpoint whose image no longer matches its checksums is
+// refused by fork and rollback, naming the checkpoint and the file, before anything is made;
+// a checkpoint recorded without checksums (an older daemon's) still restores.
+func TestCorruptImageRefused(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	src, _ := m.Create(ctx, CreateOptions{})
+	cp, err := m.Checkpoint(ctx, src.ID, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cp.Checksums) != 1 || cp.Checksums["checkpoint.img"] == "" {
+		t.Fatalf("checkpoint checksums %v, want one per image file", cp.Checksums)
+	}
+	img := filepath.Join(cp.Dir, "checkpoint.img")
+	good, _ := os.ReadFile(img)
+	bad := append([]byte(nil), good...)
+	bad[len(bad)/2] ^= 0xff
+	extra := filepath.Join(cp.Dir, "stray.img")
+	for _, tc := range []struct {
+		name, file string
+		corrupt    func()
+	}{
+		{"flipped byte", "checkpoint.img", func() { os.WriteFile(img, bad, 0o600) }},
+		{"missing file", "checkpoint.img", func() { os.Remove(img) }},
+		{"extra file", "stray.img", func() { os.WriteFile(extra, []byte("x"), 0o600) }},
+	} {
+		tc.corrupt()
+		_, ferr := m.Fork(ctx, src.ID, ForkOptions{N: 3, From: cp.ID})
+		_, rerr := m.Rollback(ctx, src.ID, "base")
+		for op, err := range map[string]error{"fork": ferr, "rollback": rerr} {
+			var ce *CorruptImageError
+			if !errors.As(err, &ce) || ce.Checkpoint != cp.ID || ce.File != tc.file || !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("%s: %s = %v, want a CorruptImageError naming %s and %s", tc.name, op, err, cp.ID, tc.file)
+			}
+		}
+		if recs, _ := m.List(ctx); len(recs) != 1 || recs[0].EngineID != src.EngineID || recs[0].State != Running {
+			t.Errorf("%s: records after refused fork and rollback: %+v", tc.name, recs)
+		}
+		if ids, _ := be.List(ctx); len(ids) != 1 {
+			t.Errorf("%s: instances %v, want only the source", tc.name, ids)
+		}
+		os.WriteFile(img, good, 0o600)
+		os.Remove(extra)
+	}
+	if res, err := m.Fork(ctx, src.ID, ForkOptions{N: 1, From: cp.ID}); err != nil || len(res.Children) != 1 {
+		t.Errorf("fork of the repaired image = %+v, %v", res, err)
+	}
+	// A checkpoint an older daemon recorded has no checksums: restored unverified.
+	old := cp
+	old.ID, old.Checksums = "cp-old", nil
+	if err := reg.PutCheckpoint(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(img, bad, 0o600)
+	if _, err := m.Rollback(ctx, src.ID, "cp-old"); err != nil {
+		t.Errorf("rollback to a checkpoint without checksums: %v", err)
+	}
+}

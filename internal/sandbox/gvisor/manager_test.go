@@ -532,3 +532,64 @@ func TestManagerCheckpointStoreFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestManagerCorruptImage flips bytes in the middle of a real image's pages.img (its size
+// unchanged): fork and rollback refuse it with an error naming the checkpoint and the file,
+// and leave no child record, no container and no instance dir; the source runs on as it was.
+// With the bytes put back, the same fork succeeds.
+func TestManagerCorruptImage(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := tctx(t)
+	src, err := h.m.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.code(t, src.ID, "x = 41")
+	cp, err := h.m.Checkpoint(ctx, src.ID, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := filepath.Join(cp.Dir, "pages.img")
+	good, err := os.ReadFile(pages)
+	if err != nil || len(good) < 4096 {
+		t.Fatalf("reading pages.img: %d bytes, %v", len(good), err)
+	}
+	if _, ok := cp.Checksums["pages.img"]; !ok {
+		t.Fatalf("no checksum recorded for pages.img: %v", cp.Checksums)
+	}
+	bad := append([]byte(nil), good...)
+	for i := len(bad) / 2; i < len(bad)/2+64; i++ {
+		bad[i] ^= 0x5a
+	}
+	if err := os.WriteFile(pages, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, ferr := h.m.Fork(ctx, src.ID, sandbox.ForkOptions{N: 2, From: "base"})
+	_, rerr := h.m.Rollback(ctx, src.ID, cp.ID)
+	for op, err := range map[string]error{"fork": ferr, "rollback": rerr} {
+		var ce *sandbox.CorruptImageError
+		if !errors.As(err, &ce) || ce.Checkpoint != cp.ID || ce.File != "pages.img" ||
+			!strings.Contains(err.Error(), cp.ID) || !strings.Contains(err.Error(), "pages.img") {
+			t.Errorf("%s of a corrupted image = %v, want an error naming %s and pages.img", op, err, cp.ID)
+		}
+	}
+	if recs, _ := h.m.List(ctx); len(recs) != 1 {
+		t.Errorf("records after the refused fork and rollback: %d, want only the source", len(recs))
+	}
+	if ids, _ := h.be.List(ctx); len(ids) != 1 || ids[0] != src.EngineID {
+		t.Errorf("engine instances after the refused fork and rollback: %v, want only %s", ids, src.EngineID)
+	}
+	if got := h.code(t, src.ID, "x"); got != "41" {
+		t.Errorf("source after the refused rollback has x = %s", got)
+	}
+	if err := os.WriteFile(pages, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.m.Fork(ctx, src.ID, sandbox.ForkOptions{N: 1, From: "base"})
+	if err != nil {
+		t.Fatalf("fork of the repaired image: %v", err)
+	}
+	if got := h.code(t, res.Children[0].Sandbox.ID, "x"); got != "41" {
+		t.Errorf("child of the repaired image has x = %s", got)
+	}
+}
