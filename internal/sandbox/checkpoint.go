@@ -22,19 +22,22 @@ func (m *Manager) checkpointer() (Checkpointer, error) {
 }
 
 // Checkpoint saves an immutable image of the running sandbox, which keeps running, and
-// returns its record. It waits for the sandbox's calls in flight. On error no image and no
+// returns its record. A checkpoint cuts the guest's connection, which would kill an exec
+// half-way, so it waits for the sandbox's calls in flight — at most ManagerConfig.BusyWait,
+// holding new calls back meanwhile — and then fails with errdefs.ErrFailedPrecondition
+// naming how many are still in flight. rm ends it (ErrRemoved). On error no image and no
 // record are left and the source is still Running.
 func (m *Manager) Checkpoint(ctx context.Context, idOrName, tag string) (CheckpointRecord, error) {
 	ck, err := m.checkpointer()
 	if err != nil {
 		return CheckpointRecord{}, err
 	}
-	rec, e, err := m.acquire(ctx, idOrName, false)
+	c, err := m.begin(ctx, idOrName, false, m.cfg.BusyWait)
 	if err != nil {
 		return CheckpointRecord{}, err
 	}
-	defer e.rw.Unlock()
-	return m.checkpointLocked(ctx, ck, &rec, e, tag)
+	cp, err := m.checkpointLocked(c.ctx, ck, &c.rec, c.e, tag)
+	return cp, c.end(err)
 }
 
 // checkpointLocked takes the checkpoint with e held exclusively. Every failure — the engine's
@@ -293,7 +296,7 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 	if err != nil {
 		return res, err
 	}
-	parent, err := m.Get(ctx, idOrName)
+	parent, err := m.get(ctx, idOrName)
 	if err != nil {
 		return res, err
 	}
@@ -393,13 +396,15 @@ func (m *Manager) finishChild(ctx context.Context, s *staged) ForkChild {
 // Rollback replaces the sandbox's running instance with a restore of the checkpoint, keeping
 // the sandbox's id and name, with a new generation (reseal runs as for a fork). The new
 // instance is restored and resealed before the old one is destroyed: on error the sandbox
-// keeps running as it was.
+// keeps running as it was. Like Checkpoint it waits at most ManagerConfig.BusyWait for the
+// calls in flight, and a corrupted image is refused (*CorruptImageError) before anything is
+// touched.
 func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (SandboxRecord, error) {
 	ck, err := m.checkpointer()
 	if err != nil {
 		return SandboxRecord{}, err
 	}
-	target, err := m.Get(ctx, idOrName)
+	target, err := m.get(ctx, idOrName)
 	if err != nil {
 		return SandboxRecord{}, err
 	}
@@ -410,11 +415,16 @@ func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (Sa
 	if err := m.verifyImage(ctx, cp); err != nil { // before the sandbox is touched
 		return target, err
 	}
-	rec, e, err := m.acquire(ctx, target.ID, false)
+	c, err := m.begin(ctx, target.ID, false, m.cfg.BusyWait)
 	if err != nil {
-		return rec, err
+		return target, err
 	}
-	defer e.rw.Unlock()
+	rec, err := m.rollbackLocked(c.ctx, ck, c.rec, c.e, cp)
+	return rec, c.end(err)
+}
+
+// rollbackLocked is Rollback with e held exclusively.
+func (m *Manager) rollbackLocked(ctx context.Context, ck Checkpointer, rec SandboxRecord, e *entry, cp CheckpointRecord) (SandboxRecord, error) {
 	if err := m.setState(ctx, &rec, RollingBack, nil); err != nil {
 		return rec, err
 	}
@@ -430,6 +440,7 @@ func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (Sa
 	e.mu.Lock()
 	e.inst = inst
 	e.mu.Unlock()
+	m.watch(e, inst) // and no longer the old one, destroyed below
 	next.CheckpointID, next.Options = cp.ID, cp.Options
 	next.Options.Name = rec.Options.Name
 	if err := m.setState(back, &next, Running, nil); err != nil {

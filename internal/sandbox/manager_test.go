@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
@@ -24,8 +25,13 @@ type fakeBackend struct {
 	// failCheckpoint, when set, makes Checkpoint fail with it after writing the image (as a
 	// backend whose guest did not come back would).
 	failCheckpoint error
-	creates     int
-	destroyed   []string
+	creates        int
+	destroyed      []string
+	// attachGate, when set, holds every Attach until it is closed (or the ctx ends);
+	// attaching and maxAttaching count the Attach calls waiting there.
+	attachGate   chan struct{}
+	attaching    int
+	maxAttaching int
 }
 
 var (
@@ -51,7 +57,24 @@ func (f *fakeBackend) Create(_ context.Context, spec Spec) (*Instance, error) {
 	return &Instance{ID: spec.ID}, nil
 }
 
-func (f *fakeBackend) Attach(_ context.Context, spec Spec) (*Instance, error) {
+func (f *fakeBackend) Attach(ctx context.Context, spec Spec) (*Instance, error) {
+	f.mu.Lock()
+	gate := f.attachGate
+	f.attaching++
+	f.maxAttaching = max(f.maxAttaching, f.attaching)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.attaching--
+		f.mu.Unlock()
+	}()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.running[spec.ID] {
@@ -304,10 +327,10 @@ func TestRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := fmt.Sprint([]string{alive.ID}, []string{dead.ID}, []string{"sb-half"}, []string{"orphan-1"})
-	if got := fmt.Sprint(rep.Adopted, rep.Failed, rep.Dropped, rep.Orphans); got != want {
+	if got := fmt.Sprint(rep.Adopted, rep.Dead, rep.Dropped, rep.Orphans); got != want {
 		t.Errorf("Recover = %s, want %s", got, want)
 	}
-	if rec, _ := m2.Get(ctx, "dead"); rec.State != Failed || rec.Error == "" {
+	if rec, _ := m2.Get(ctx, "dead"); rec.State != Dead || rec.Error == "" {
 		t.Errorf("dead sandbox record %+v", rec)
 	}
 	if _, err := m2.Get(ctx, "half"); !errdefs.IsNotFound(err) {
@@ -511,4 +534,119 @@ func TestCorruptImageRefused(t *testing.T) {
 	if _, err := m.Rollback(ctx, src.ID, "cp-old"); err != nil {
 		t.Errorf("rollback to a checkpoint without checksums: %v", err)
 	}
+}
+
+// TestRecoverInBackground: recovery does not hold the caller up. While the attaches are held,
+// StartRecover has returned, every sandbox shows as recovering, calls on one answer the
+// retryable ErrRecovering at once, rm waits for it; at most RecoverWorkers attach at a time,
+// more than one at once; once released, all are running and usable.
+func TestRecoverInBackground(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	var ids []string
+	for range 12 {
+		rec, err := m.Create(ctx, CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, rec.ID)
+	}
+	_ = m.Close()
+	be.attachGate = make(chan struct{})
+	m2, err := NewManager(ManagerConfig{Backend: be, Registry: reg, ImageDir: m.cfg.ImageDir, Reseal: fakeReseal, RecoverWorkers: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m2.Close() })
+	started := make(chan *Recovery, 1)
+	go func() {
+		r, err := m2.StartRecover(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		started <- r
+	}()
+	var r *Recovery
+	select {
+	case r = <-started:
+	case <-time.After(30 * time.Second):
+		close(be.attachGate)
+		t.Fatal("StartRecover waited for the attaches")
+	}
+	if rec, _ := m2.Get(ctx, ids[0]); rec.State != Recovering {
+		t.Errorf("a sandbox being recovered shows as %s", rec.State)
+	}
+	if recs, _ := m2.List(ctx); len(recs) != len(ids) || recs[len(recs)-1].State != Recovering {
+		t.Errorf("List while recovering: %+v", recs)
+	}
+	if _, err := m2.Checkpoint(ctx, ids[0], ""); !errors.Is(err, ErrRecovering) || !errdefs.IsUnavailable(err) {
+		t.Errorf("checkpoint of a recovering sandbox = %v, want ErrRecovering", err)
+	}
+	removed := make(chan error, 1)
+	go func() { removed <- m2.Remove(ctx, ids[1]) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		be.mu.Lock()
+		n := be.attaching
+		be.mu.Unlock()
+		if n == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d attaches waiting, want 4 (the worker bound)", n)
+		}
+	}
+	select {
+	case err := <-removed:
+		t.Errorf("rm of a recovering sandbox did not wait for its recovery: %v", err)
+	default:
+	}
+	close(be.attachGate)
+	rep, err := r.Wait(ctx)
+	if err != nil || len(rep.Adopted) != len(ids) {
+		t.Fatalf("recovery = %+v, %v; want all %d adopted", rep, err, len(ids))
+	}
+	if err := <-removed; err != nil {
+		t.Errorf("rm after its recovery: %v", err)
+	}
+	be.mu.Lock()
+	peak := be.maxAttaching
+	be.mu.Unlock()
+	if peak > 4 || peak < 2 {
+		t.Errorf("at most %d attaches at once, want between 2 and the bound 4", peak)
+	}
+	for _, id := range ids[2:] {
+		if rec, _ := m2.Get(ctx, id); rec.State != Running {
+			t.Errorf("%s is %s after recovery", id, rec.State)
+		}
+	}
+	if _, err := m2.Checkpoint(ctx, ids[0], ""); err != nil {
+		t.Errorf("checkpoint after recovery: %v", err)
+	}
+}
+
+// TestRecoverInterrupted: a recovery stopped half-way (the daemon stopping) leaves the records
+// it did not finish as they were, never Dead.
+func TestRecoverInterrupted(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	rec, _ := m.Create(ctx, CreateOptions{})
+	_ = m.Close()
+	be.attachGate = make(chan struct{})
+	m2, _ := NewManager(ManagerConfig{Backend: be, Registry: reg, ImageDir: m.cfg.ImageDir, Reseal: fakeReseal})
+	rctx, cancel := context.WithCancel(ctx)
+	r, err := m2.StartRecover(rctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	rep, _ := r.Wait(ctx)
+	if len(rep.Interrupted) != 1 || len(rep.Dead) != 0 {
+		t.Errorf("interrupted recovery = %+v", rep)
+	}
+	if got, _ := reg.GetSandbox(ctx, rec.ID); got.State != Running {
+		t.Errorf("record after an interrupted recovery is %s, want running as it was", got.State)
+	}
+	m2.Close()
 }

@@ -58,7 +58,7 @@ CREATE INDEX IF NOT EXISTS checkpoints_parent ON checkpoints (parent_id);
 // sandboxMigrations are the columns added to tables after they first shipped, with the DDL
 // that adds each. A store made by an older daemon lacks them; NewSandboxRegistry adds the
 // missing ones. Every added column has a default, so older rows read as they were written
-// (checksums '': a checkpoint recorded before checksums existed).
+// (checksums empty: a checkpoint recorded before checksums existed).
 var sandboxMigrations = []struct{ table, column, ddl string }{
 	{"checkpoints", "checksums", `ALTER TABLE checkpoints ADD COLUMN checksums TEXT NOT NULL DEFAULT ''`},
 }

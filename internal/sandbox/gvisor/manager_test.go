@@ -336,7 +336,7 @@ func TestManagerResealFailsClosed(t *testing.T) {
 }
 
 // TestManagerRecover restarts the daemon's side in the middle: a new backend and manager on
-// the same state adopt the running sandbox and mark a dead one Failed.
+// the same state adopt the running sandbox and mark a dead one Dead.
 func TestManagerRecover(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := tctx(t)
@@ -358,15 +358,15 @@ func TestManagerRecover(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
-	if len(rep.Adopted) != 1 || rep.Adopted[0] != alive.ID || len(rep.Failed) != 1 || rep.Failed[0] != dead.ID {
+	if len(rep.Adopted) != 1 || rep.Adopted[0] != alive.ID || len(rep.Dead) != 1 || rep.Dead[0] != dead.ID {
 		t.Fatalf("Recover = %+v", rep)
 	}
 	if got := h.code(t, alive.ID, "y"); got != "'kept'" {
 		t.Errorf("adopted sandbox has y = %s", got)
 	}
 	rec, _ := h.m.Get(ctx, dead.ID)
-	if rec.State != sandbox.Failed {
-		t.Errorf("dead sandbox is %s, want failed", rec.State)
+	if rec.State != sandbox.Dead || rec.Error == "" {
+		t.Errorf("dead sandbox is %s (%q), want dead with a cause", rec.State, rec.Error)
 	}
 	if _, err := h.m.Exec(ctx, dead.ID, guest.ExecRequest{Argv: []string{"true"}}, nil, nil); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("Exec in a failed sandbox = %v, want ErrFailedPrecondition", err)
