@@ -151,7 +151,8 @@ func (c *Client) Checkpoint(ctx context.Context, id, tag string) (sandbox.Checkp
 	return cp, c.postJSON(ctx, sandboxPath(id, "checkpoint"), CheckpointBody{Tag: tag}, &cp)
 }
 
-// Checkpoints lists checkpoints, oldest first: every one when sandboxID is empty.
+// Checkpoints lists checkpoints, oldest first: every one when sandboxID is empty. An unknown
+// sandbox is a 404 (*Error), not an empty list.
 func (c *Client) Checkpoints(ctx context.Context, sandboxID string) ([]sandbox.CheckpointRecord, error) {
 	var out []sandbox.CheckpointRecord
 	p := "/v1/checkpoints"

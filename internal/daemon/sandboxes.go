@@ -53,10 +53,11 @@ type sandboxes struct {
 	log *slog.Logger
 }
 
-// openSandboxes builds the gVisor backend and the sandbox Manager on the store and adopts the
-// sandboxes an earlier daemon left running (Recover). It never fails the daemon: a missing
-// runsc or guest binary leaves sandboxes unavailable, with the reason logged and kept for the
-// API's 503 answers.
+// openSandboxes builds the gVisor backend and the sandbox Manager on the store and starts
+// adopting the sandboxes an earlier daemon left running (StartRecover) in the background: the
+// API serves meanwhile, and a sandbox not re-attached yet shows as recovering and answers 503
+// (retry). It never fails the daemon: a missing runsc or guest binary leaves sandboxes
+// unavailable, with the reason logged and kept for the API's 503 answers.
 func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, log *slog.Logger) *sandboxes {
 	s := &sandboxes{log: log}
 	mgr, be, err := newSandboxManager(ctx, cfg, st, secrets, log)
@@ -66,18 +67,22 @@ func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *se
 		return s
 	}
 	t0 := time.Now()
-	rep, err := mgr.Recover(ctx)
+	rec, err := mgr.StartRecover(ctx)
 	if err != nil {
 		_ = mgr.Close()
 		s.err = fmt.Errorf("sandboxes are unavailable on this daemon: recovering: %w", err)
 		log.Warn("sandboxes unavailable; functions are served as usual", "err", err)
 		return s
 	}
-	log.Info("sandboxes ready", "backend", "gvisor", "adopted", len(rep.Adopted), "failed", len(rep.Failed),
-		"dropped", len(rep.Dropped), "orphans_destroyed", len(rep.Orphans), "recover_ms", time.Since(t0).Milliseconds())
-	for _, id := range rep.Failed {
-		log.Warn("sandbox engine died while the daemon was down; marked failed (zygo sandbox rm removes it)", "sandbox_id", id)
-	}
+	log.Info("sandboxes ready; recovering the earlier daemon's in the background", "backend", "gvisor")
+	go func() { // ends with the recovery, which ends with ctx or Manager.Close
+		rep, _ := rec.Wait(context.Background())
+		log.Info("sandboxes recovered", "adopted", len(rep.Adopted), "dead", len(rep.Dead), "dropped", len(rep.Dropped),
+			"orphans_destroyed", len(rep.Orphans), "interrupted", len(rep.Interrupted), "recover_ms", time.Since(t0).Milliseconds())
+		for _, id := range rep.Dead {
+			log.Warn("sandbox engine died while the daemon was down; marked dead (zygo sandbox rm removes it)", "sandbox_id", id)
+		}
+	}()
 	s.mgr, s.be = mgr, be
 	return s
 }

@@ -84,6 +84,8 @@ func TestServiceRestartPolicies(t *testing.T) {
 	})
 	waitFor(t, "5 restarts of fails", func() bool { return statusOf(s, "fails").Restarts >= 5 })
 	waitFor(t, "a restart of always", func() bool { return statusOf(s, "always").Restarts >= 1 })
+	// A restart counts when the process is started; its start line follows when it runs.
+	waitFor(t, "6 start lines of fails", func() bool { p, _ := readStarts(t, logOf("fails")); return len(p) >= 6 })
 
 	st := statusOf(s, "fails")
 	if st.LastExit == nil || st.LastExit.Code != 1 || st.Restart != RestartOnFailure {

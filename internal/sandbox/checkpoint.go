@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,75 +22,106 @@ func (m *Manager) checkpointer() (Checkpointer, error) {
 }
 
 // Checkpoint saves an immutable image of the running sandbox, which keeps running, and
-// returns its record. It waits for the sandbox's calls in flight. On error no image and no
+// returns its record. A checkpoint cuts the guest's connection, which would kill an exec
+// half-way, so it waits for the sandbox's calls in flight — at most ManagerConfig.BusyWait,
+// holding new calls back meanwhile — and then fails with errdefs.ErrFailedPrecondition
+// naming how many are still in flight. rm ends it (ErrRemoved). On error no image and no
 // record are left and the source is still Running.
 func (m *Manager) Checkpoint(ctx context.Context, idOrName, tag string) (CheckpointRecord, error) {
 	ck, err := m.checkpointer()
 	if err != nil {
 		return CheckpointRecord{}, err
 	}
-	rec, e, err := m.acquire(ctx, idOrName, false)
+	c, err := m.begin(ctx, idOrName, false, m.cfg.BusyWait)
 	if err != nil {
 		return CheckpointRecord{}, err
 	}
-	defer e.rw.Unlock()
-	return m.checkpointLocked(ctx, ck, &rec, e, tag)
+	cp, err := m.checkpointLocked(c.ctx, ck, &c.rec, c.e, tag)
+	return cp, c.end(err)
 }
 
-func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *SandboxRecord, e *entry, tag string) (CheckpointRecord, error) {
+// checkpointLocked takes the checkpoint with e held exclusively. Every failure — the engine's
+// (a full disk, the guest not coming back), the store's (the record or the source's state not
+// saved) or ctx ending — runs the undo stack: the image dir is removed, the record deleted,
+// and the source goes back to Running.
+func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *SandboxRecord, e *entry, tag string) (_ CheckpointRecord, err error) {
 	if err := m.setState(ctx, rec, Checkpointing, nil); err != nil {
 		return CheckpointRecord{}, err
 	}
+	var undo cleanup.Stack
+	defer func() {
+		if err == nil {
+			return
+		}
+		if uerr := undo.Run(ctx, 0); uerr != nil {
+			m.log.Error("cleaning up failed checkpoint", "sandbox_id", rec.ID, "err", uerr)
+		}
+		err = fmt.Errorf("checkpointing sandbox %s: %w", rec.ID, err)
+	}()
+	undo.Add(func(ctx context.Context) error {
+		if rec.State == Running {
+			return nil
+		}
+		return m.setState(ctx, rec, Running, nil)
+	})
 	cp := CheckpointRecord{ID: newID("cp-", 8), Tag: tag, SandboxID: rec.ID, ParentID: rec.CheckpointID,
 		Backend: m.be.Name(), Token: rec.Token, Generation: rec.Generation, Options: rec.Options}
 	cp.Dir = filepath.Join(m.cfg.ImageDir, cp.ID)
-	err := ck.Checkpoint(ctx, e.instance().ID, cp.Dir)
-	if err == nil {
-		cp.CreatedAt = m.cfg.Now()
-		cp.SizeBytes = dirSize(cp.Dir)
-		if err = m.reg.PutCheckpoint(ctx, cp); err != nil {
-			_ = os.RemoveAll(cp.Dir)
+	// The Manager owns cp.Dir from here on: a backend that failed after writing it (the image
+	// complete, the guest not back) must not leave it behind.
+	undo.Add(func(context.Context) error { return os.RemoveAll(cp.Dir) })
+	if err := ck.Checkpoint(ctx, e.instance().ID, cp.Dir); err != nil {
+		return CheckpointRecord{}, err
+	}
+	if err := ctx.Err(); err != nil { // the caller gave up: it would never learn the id
+		return CheckpointRecord{}, err
+	}
+	cp.CreatedAt = m.cfg.Now()
+	if cp.Checksums, cp.SizeBytes, err = checksumImage(cp.Dir); err != nil {
+		return CheckpointRecord{}, err
+	}
+	if err := m.reg.PutCheckpoint(ctx, cp); err != nil {
+		return CheckpointRecord{}, fmt.Errorf("saving checkpoint %s: %w", cp.ID, err)
+	}
+	undo.Add(func(ctx context.Context) error {
+		if err := m.reg.DeleteCheckpoint(ctx, cp.ID); err != nil && !errdefs.IsNotFound(err) {
+			return err
 		}
+		return nil
+	})
+	if err := m.setState(ctx, rec, Running, nil); err != nil {
+		return CheckpointRecord{}, err
 	}
-	back := context.WithoutCancel(ctx)
-	if serr := m.setState(back, rec, Running, nil); serr != nil && err == nil {
-		err = serr
-	}
-	if err != nil {
-		return CheckpointRecord{}, fmt.Errorf("checkpointing sandbox %s: %w", rec.ID, err)
-	}
+	undo.Release()
 	m.log.Info("checkpointed", "sandbox_id", rec.ID, "checkpoint", cp.ID, "bytes", cp.SizeBytes)
 	return cp, nil
 }
 
-func dirSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
-}
-
 // Checkpoints returns the checkpoint records, oldest first: all of them when sandboxID is
-// empty, else those taken of that sandbox.
+// empty, else those taken of that sandbox (an id or name). A removed sandbox's id still
+// lists the checkpoints taken of it. It returns an error wrapping errdefs.ErrNotFound when
+// sandboxID names no sandbox and no checkpoint was taken of a sandbox with that id, so a
+// misspelt name is an error rather than an empty list.
 func (m *Manager) Checkpoints(ctx context.Context, sandboxID string) ([]CheckpointRecord, error) {
 	all, err := m.reg.ListCheckpoints(ctx)
 	if err != nil || sandboxID == "" {
 		return all, err
 	}
-	if rec, err := m.Get(ctx, sandboxID); err == nil {
+	rec, gerr := m.Get(ctx, sandboxID)
+	switch {
+	case gerr == nil:
 		sandboxID = rec.ID
+	case !errdefs.IsNotFound(gerr):
+		return nil, gerr
 	}
-	var out []CheckpointRecord
+	out := []CheckpointRecord{}
 	for _, cp := range all {
 		if cp.SandboxID == sandboxID {
 			out = append(out, cp)
 		}
+	}
+	if gerr != nil && len(out) == 0 {
+		return nil, fmt.Errorf("sandbox %q: no such sandbox and no checkpoint of one: %w", sandboxID, errdefs.ErrNotFound)
 	}
 	return out, nil
 }
@@ -266,14 +296,14 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 	if err != nil {
 		return res, err
 	}
-	parent, err := m.Get(ctx, idOrName)
+	parent, err := m.get(ctx, idOrName)
 	if err != nil {
 		return res, err
 	}
-	if opts.From == "" {
+	if opts.From == "" { // its checksums were just taken from these very files
 		res.Checkpoint, err = m.Checkpoint(ctx, parent.ID, "fork")
-	} else {
-		res.Checkpoint, err = m.checkpointFor(ctx, parent, opts.From)
+	} else if res.Checkpoint, err = m.checkpointFor(ctx, parent, opts.From); err == nil {
+		err = m.verifyImage(ctx, res.Checkpoint) // once for all N children, before any is made
 	}
 	if err != nil {
 		return res, err
@@ -366,13 +396,15 @@ func (m *Manager) finishChild(ctx context.Context, s *staged) ForkChild {
 // Rollback replaces the sandbox's running instance with a restore of the checkpoint, keeping
 // the sandbox's id and name, with a new generation (reseal runs as for a fork). The new
 // instance is restored and resealed before the old one is destroyed: on error the sandbox
-// keeps running as it was.
+// keeps running as it was. Like Checkpoint it waits at most ManagerConfig.BusyWait for the
+// calls in flight, and a corrupted image is refused (*CorruptImageError) before anything is
+// touched.
 func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (SandboxRecord, error) {
 	ck, err := m.checkpointer()
 	if err != nil {
 		return SandboxRecord{}, err
 	}
-	target, err := m.Get(ctx, idOrName)
+	target, err := m.get(ctx, idOrName)
 	if err != nil {
 		return SandboxRecord{}, err
 	}
@@ -380,11 +412,19 @@ func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (Sa
 	if err != nil {
 		return target, err
 	}
-	rec, e, err := m.acquire(ctx, target.ID, false)
-	if err != nil {
-		return rec, err
+	if err := m.verifyImage(ctx, cp); err != nil { // before the sandbox is touched
+		return target, err
 	}
-	defer e.rw.Unlock()
+	c, err := m.begin(ctx, target.ID, false, m.cfg.BusyWait)
+	if err != nil {
+		return target, err
+	}
+	rec, err := m.rollbackLocked(c.ctx, ck, c.rec, c.e, cp)
+	return rec, c.end(err)
+}
+
+// rollbackLocked is Rollback with e held exclusively.
+func (m *Manager) rollbackLocked(ctx context.Context, ck Checkpointer, rec SandboxRecord, e *entry, cp CheckpointRecord) (SandboxRecord, error) {
 	if err := m.setState(ctx, &rec, RollingBack, nil); err != nil {
 		return rec, err
 	}
@@ -400,6 +440,7 @@ func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (Sa
 	e.mu.Lock()
 	e.inst = inst
 	e.mu.Unlock()
+	m.watch(e, inst) // and no longer the old one, destroyed below
 	next.CheckpointID, next.Options = cp.ID, cp.Options
 	next.Options.Name = rec.Options.Name
 	if err := m.setState(back, &next, Running, nil); err != nil {

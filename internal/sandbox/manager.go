@@ -53,6 +53,12 @@ type ManagerConfig struct {
 	// Secrets reads the current values of the secrets a sandbox names (CreateOptions.Secrets),
 	// at create and at every reseal. nil: no sandbox may name secrets (Create refuses them).
 	Secrets SecretsFunc
+	// BusyWait is how long checkpoint and rollback wait for the sandbox's calls in flight
+	// (exec, run-code, files) before failing with errdefs.ErrFailedPrecondition; new calls
+	// wait behind them meanwhile [10s]. rm never waits: it ends the calls in flight.
+	BusyWait time.Duration
+	// RecoverWorkers bounds how many sandboxes StartRecover re-attaches at once [8].
+	RecoverWorkers int
 	// Now is the clock [time.Now].
 	Now func() time.Time
 }
@@ -67,24 +73,15 @@ type Manager struct {
 	reg  Registry
 	log  *slog.Logger
 
-	mu   sync.Mutex // guards live
-	live map[string]*entry
-}
+	// ctx ends (cause errClosed) when the Manager is closed: every entry's ctx, watch and
+	// recovery worker derives from it; wg counts those goroutines.
+	ctx  context.Context
+	stop context.CancelCauseFunc
+	wg   sync.WaitGroup
 
-// entry is a sandbox with a running engine instance.
-type entry struct {
-	// rw: exec, run-code and files hold it shared; checkpoint, rollback and rm hold it
-	// exclusively, so they wait for calls in flight instead of cutting them off.
-	rw sync.RWMutex
-
-	mu   sync.Mutex // guards inst
-	inst *Instance
-}
-
-func (e *entry) instance() *Instance {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.inst
+	mu         sync.Mutex // guards live and recovering
+	live       map[string]*entry
+	recovering map[string]chan struct{} // sandbox id → closed when its recovery is done
 }
 
 // NewManager returns a Manager. It starts nothing; call Recover to adopt sandboxes left by an
@@ -108,10 +105,18 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.BusyWait <= 0 {
+		cfg.BusyWait = 10 * time.Second
+	}
+	if cfg.RecoverWorkers <= 0 {
+		cfg.RecoverWorkers = 8
+	}
 	if err := os.MkdirAll(cfg.ImageDir, 0o700); err != nil {
 		return nil, fmt.Errorf("making image dir: %w", err)
 	}
-	m := &Manager{cfg: cfg, be: cfg.Backend, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{}}
+	m := &Manager{cfg: cfg, be: cfg.Backend, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
+		recovering: map[string]chan struct{}{}}
+	m.ctx, m.stop = context.WithCancelCause(context.Background())
 	m.ckpt, _ = cfg.Backend.(Checkpointer)
 	return m, nil
 }
@@ -134,25 +139,37 @@ func newToken() string { return newID("", 32) }
 // newGeneration returns a generation token: 128 random bits, 32 hex digits.
 func newGeneration() string { return newID("", 16) }
 
-// setState moves rec to state `to` and persists it.
+// setState moves rec to state `to` and persists it. On error rec is unchanged.
 func (m *Manager) setState(ctx context.Context, rec *SandboxRecord, to State, cause error) error {
 	if err := transition(rec.ID, rec.State, to); err != nil {
 		return err
 	}
-	rec.State, rec.UpdatedAt = to, m.cfg.Now()
-	rec.Error = ""
+	next := *rec
+	next.State, next.UpdatedAt = to, m.cfg.Now()
+	next.Error = ""
 	if cause != nil {
-		rec.Error = cause.Error()
+		next.Error = cause.Error()
 	}
-	if err := m.reg.PutSandbox(ctx, *rec); err != nil {
+	if err := m.reg.PutSandbox(ctx, next); err != nil {
 		return fmt.Errorf("saving sandbox %s: %w", rec.ID, err)
 	}
+	*rec = next
 	return nil
 }
 
 // Get returns the record of the sandbox with that id or name, or an error wrapping
-// errdefs.ErrNotFound.
+// errdefs.ErrNotFound. A sandbox not re-attached yet after a daemon restart shows as
+// Recovering.
 func (m *Manager) Get(ctx context.Context, idOrName string) (SandboxRecord, error) {
+	rec, err := m.get(ctx, idOrName)
+	if err == nil && m.isRecovering(rec.ID) {
+		rec.State = Recovering
+	}
+	return rec, err
+}
+
+// get is Get as stored, without the Recovering overlay.
+func (m *Manager) get(ctx context.Context, idOrName string) (SandboxRecord, error) {
 	rec, err := m.reg.GetSandbox(ctx, idOrName)
 	if err == nil || !errdefs.IsNotFound(err) {
 		return rec, err
@@ -169,8 +186,17 @@ func (m *Manager) Get(ctx context.Context, idOrName string) (SandboxRecord, erro
 	return rec, err
 }
 
-// List returns every sandbox record, oldest first.
-func (m *Manager) List(ctx context.Context) ([]SandboxRecord, error) { return m.reg.ListSandboxes(ctx) }
+// List returns every sandbox record, oldest first; as Get, not yet re-attached ones show as
+// Recovering.
+func (m *Manager) List(ctx context.Context) ([]SandboxRecord, error) {
+	recs, err := m.reg.ListSandboxes(ctx)
+	for i := range recs {
+		if m.isRecovering(recs[i].ID) {
+			recs[i].State = Recovering
+		}
+	}
+	return recs, err
+}
 
 // Generation returns the sandbox's current generation token (32 hex digits).
 func (m *Manager) Generation(ctx context.Context, idOrName string) (string, error) {
@@ -303,68 +329,14 @@ func ValidateRootfs(dir string) error {
 	return nil
 }
 
-func (m *Manager) addLive(id string, inst *Instance) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.live[id] = &entry{inst: inst}
-}
-
-// lockCtx takes l (exclusively, or shared when shared is set), polling until ctx ends.
-func lockCtx(ctx context.Context, l *sync.RWMutex, shared bool) error {
-	try := l.TryLock
-	if shared {
-		try = l.TryRLock
-	}
-	for !try() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the sandbox's calls in flight: %w (%w)", errdefs.ErrFailedPrecondition, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
-// acquire resolves idOrName to a running sandbox and takes its lock; release it with
-// e.rw.Unlock or RUnlock. It returns an error wrapping errdefs.ErrNotFound for an unknown
-// sandbox and errdefs.ErrFailedPrecondition for one that is not Running.
-func (m *Manager) acquire(ctx context.Context, idOrName string, shared bool) (SandboxRecord, *entry, error) {
-	rec, err := m.Get(ctx, idOrName)
-	if err != nil {
-		return rec, nil, err
-	}
-	m.mu.Lock()
-	e := m.live[rec.ID]
-	m.mu.Unlock()
-	if e == nil {
-		return rec, nil, fmt.Errorf("sandbox %s is %s (%s): %w", rec.ID, rec.State, rec.Error, errdefs.ErrFailedPrecondition)
-	}
-	if err := lockCtx(ctx, &e.rw, shared); err != nil {
-		return rec, nil, err
-	}
-	// Re-read: the state may have moved while we waited.
-	if rec, err = m.reg.GetSandbox(ctx, rec.ID); err == nil && rec.State != Running {
-		err = fmt.Errorf("sandbox %s is %s: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
-	}
-	if err != nil {
-		if shared {
-			e.rw.RUnlock()
-		} else {
-			e.rw.Unlock()
-		}
-		return rec, nil, err
-	}
-	return rec, e, nil
-}
-
-// withGuest runs fn with the guest of a Running sandbox, holding its lock shared.
-func (m *Manager) withGuest(ctx context.Context, idOrName string, fn func(*guest.Client) error) error {
-	_, e, err := m.acquire(ctx, idOrName, true)
+// withGuest runs fn with the guest of a Running sandbox as one shared call; fn must use the
+// ctx it is given, which also ends when the sandbox is removed or dies.
+func (m *Manager) withGuest(ctx context.Context, idOrName string, fn func(context.Context, *guest.Client) error) error {
+	c, err := m.begin(ctx, idOrName, true, 0)
 	if err != nil {
 		return err
 	}
-	defer e.rw.RUnlock()
-	return fn(e.instance().Guest)
+	return c.end(fn(c.ctx, c.e.instance().Guest))
 }
 
 // Exec runs a command in the sandbox, streaming its output to stdout and stderr (either may
@@ -375,7 +347,7 @@ func (m *Manager) Exec(ctx context.Context, idOrName string, req guest.ExecReque
 		return guest.ExitStatus{}, fmt.Errorf("exec needs a command: %w", errdefs.ErrInvalidArgument)
 	}
 	var st guest.ExitStatus
-	err := m.withGuest(ctx, idOrName, func(c *guest.Client) (err error) {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
 		st, err = c.Exec(ctx, req, stdout, stderr)
 		return err
 	})
@@ -386,7 +358,7 @@ func (m *Manager) Exec(ctx context.Context, idOrName string, req guest.ExecReque
 // with OK false, not an error.
 func (m *Manager) RunCode(ctx context.Context, idOrName string, req guest.CodeRequest, stdout, stderr io.Writer) (guest.CodeResult, error) {
 	var res guest.CodeResult
-	err := m.withGuest(ctx, idOrName, func(c *guest.Client) (err error) {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
 		res, err = c.RunCode(ctx, req, stdout, stderr)
 		return err
 	})
@@ -395,40 +367,52 @@ func (m *Manager) RunCode(ctx context.Context, idOrName string, req guest.CodeRe
 
 // PutFile writes r to the absolute path inside the sandbox with permission bits perm.
 func (m *Manager) PutFile(ctx context.Context, idOrName, path string, perm uint32, r io.Reader) error {
-	return m.withGuest(ctx, idOrName, func(c *guest.Client) error { return c.PutFile(ctx, path, perm, r) })
+	return m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error { return c.PutFile(ctx, path, perm, r) })
 }
 
 // GetFile copies the file at path inside the sandbox to w; errdefs.ErrNotFound if missing.
 func (m *Manager) GetFile(ctx context.Context, idOrName, path string, w io.Writer) error {
-	return m.withGuest(ctx, idOrName, func(c *guest.Client) error { return c.GetFile(ctx, path, w) })
+	return m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error { return c.GetFile(ctx, path, w) })
 }
 
 // ListFiles lists the directory at path inside the sandbox.
 func (m *Manager) ListFiles(ctx context.Context, idOrName, path string) ([]guest.FileInfo, error) {
 	var out []guest.FileInfo
-	err := m.withGuest(ctx, idOrName, func(c *guest.Client) (err error) {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
 		out, err = c.ListFiles(ctx, path)
 		return err
 	})
 	return out, err
 }
 
+// removeUnwind bounds how long rm waits for the calls it ended to let go of the instance;
+// whatever still runs after that ends when the engine is destroyed.
+const removeUnwind = 5 * time.Second
+
 // Remove destroys the sandbox's engine instance and deletes its record; its checkpoints stay.
-// It waits for calls in flight. It returns an error wrapping errdefs.ErrNotFound for an
-// unknown sandbox; when the engine cannot be cleaned up the record stays, Failed.
+// It does not wait for calls in flight: it ends them (their callers get ErrRemoved) and
+// removes at once. A sandbox still being recovered is waited for (bounded by ctx). It
+// returns an error wrapping errdefs.ErrNotFound for an unknown sandbox; when the engine
+// cannot be cleaned up the record stays, Failed.
 func (m *Manager) Remove(ctx context.Context, idOrName string) error {
-	rec, err := m.Get(ctx, idOrName)
+	rec, err := m.get(ctx, idOrName)
 	if err != nil {
+		return err
+	}
+	if err := m.waitRecovered(ctx, rec.ID); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	e := m.live[rec.ID]
 	m.mu.Unlock()
 	if e != nil {
-		if err := lockCtx(ctx, &e.rw, false); err != nil {
-			return err
+		e.cancel(fmt.Errorf("sandbox %s: %w", rec.ID, ErrRemoved))
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeUnwind)
+		if e.gate.lock(wctx, false) == nil {
+			defer e.gate.unlock(false)
 		}
-		defer e.rw.Unlock()
+		cancel()
+		m.dropLive(e)
 		if rec, err = m.reg.GetSandbox(ctx, rec.ID); err != nil {
 			return err
 		}
@@ -440,9 +424,6 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 		_ = m.setState(context.WithoutCancel(ctx), &rec, Failed, fmt.Errorf("removing: %w", err))
 		return fmt.Errorf("destroying sandbox %s: %w", rec.ID, err)
 	}
-	m.mu.Lock()
-	delete(m.live, rec.ID)
-	m.mu.Unlock()
 	if err := m.reg.DeleteSandbox(ctx, rec.ID); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("deleting sandbox record %s: %w", rec.ID, err)
 	}
@@ -450,9 +431,13 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 	return nil
 }
 
-// Close forgets the live sandboxes without stopping them (they survive a daemon restart) and
-// closes the backend's host-side resources when it has a Close method.
+// Close ends the calls in flight (errdefs.ErrUnavailable), stops watching engines and any
+// recovery still running, and forgets the live sandboxes without stopping them (they survive
+// a daemon restart); then it closes the backend's host-side resources when it has a Close
+// method. It returns once the Manager's goroutines have ended.
 func (m *Manager) Close() error {
+	m.stop(errClosed)
+	m.wg.Wait()
 	m.mu.Lock()
 	m.live = map[string]*entry{}
 	m.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
@@ -21,8 +22,16 @@ type fakeBackend struct {
 	running     map[string]bool
 	failRestore func(spec Spec) error
 	failCreate  error // when set, Create fails with it after making the instance
-	creates     int
-	destroyed   []string
+	// failCheckpoint, when set, makes Checkpoint fail with it after writing the image (as a
+	// backend whose guest did not come back would).
+	failCheckpoint error
+	creates        int
+	destroyed      []string
+	// attachGate, when set, holds every Attach until it is closed (or the ctx ends);
+	// attaching and maxAttaching count the Attach calls waiting there.
+	attachGate   chan struct{}
+	attaching    int
+	maxAttaching int
 }
 
 var (
@@ -48,7 +57,24 @@ func (f *fakeBackend) Create(_ context.Context, spec Spec) (*Instance, error) {
 	return &Instance{ID: spec.ID}, nil
 }
 
-func (f *fakeBackend) Attach(_ context.Context, spec Spec) (*Instance, error) {
+func (f *fakeBackend) Attach(ctx context.Context, spec Spec) (*Instance, error) {
+	f.mu.Lock()
+	gate := f.attachGate
+	f.attaching++
+	f.maxAttaching = max(f.maxAttaching, f.attaching)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.attaching--
+		f.mu.Unlock()
+	}()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.running[spec.ID] {
@@ -86,7 +112,10 @@ func (f *fakeBackend) Checkpoint(_ context.Context, id, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte(id), 0o600)
+	if err := os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte(id), 0o600); err != nil {
+		return err
+	}
+	return f.failCheckpoint
 }
 
 func (f *fakeBackend) Restore(ctx context.Context, dir string, spec Spec) (*Instance, error) {
@@ -298,10 +327,10 @@ func TestRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := fmt.Sprint([]string{alive.ID}, []string{dead.ID}, []string{"sb-half"}, []string{"orphan-1"})
-	if got := fmt.Sprint(rep.Adopted, rep.Failed, rep.Dropped, rep.Orphans); got != want {
+	if got := fmt.Sprint(rep.Adopted, rep.Dead, rep.Dropped, rep.Orphans); got != want {
 		t.Errorf("Recover = %s, want %s", got, want)
 	}
-	if rec, _ := m2.Get(ctx, "dead"); rec.State != Failed || rec.Error == "" {
+	if rec, _ := m2.Get(ctx, "dead"); rec.State != Dead || rec.Error == "" {
 		t.Errorf("dead sandbox record %+v", rec)
 	}
 	if _, err := m2.Get(ctx, "half"); !errdefs.IsNotFound(err) {
@@ -334,4 +363,290 @@ func TestMemRegistry(t *testing.T) {
 	if err := r.DeleteCheckpoint(ctx, "zz"); !errdefs.IsNotFound(err) {
 		t.Errorf("DeleteCheckpoint unknown = %v", err)
 	}
+}
+
+// TestCheckpointsUnknownSandbox: listing the checkpoints of a sandbox that does not exist is
+// ErrNotFound, not an empty list; a removed sandbox's id still lists the checkpoints taken of
+// it, and a sandbox without checkpoints lists none.
+func TestCheckpointsUnknownSandbox(t *testing.T) {
+	ctx := context.Background()
+	m := newTestManager(t, newFake(), NewMemRegistry(), nil)
+	if _, err := m.Checkpoints(ctx, "nosuch"); !errdefs.IsNotFound(err) {
+		t.Errorf("Checkpoints(nosuch) = %v, want ErrNotFound", err)
+	}
+	sb, err := m.Create(ctx, CreateOptions{Name: "sb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cps, err := m.Checkpoints(ctx, "sb"); err != nil || len(cps) != 0 {
+		t.Errorf("Checkpoints of a sandbox without any = %v, %v; want an empty list", cps, err)
+	}
+	cp, err := m.Checkpoint(ctx, "sb", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cps, err := m.Checkpoints(ctx, sb.ID); err != nil || len(cps) != 1 || cps[0].ID != cp.ID {
+		t.Errorf("Checkpoints of a removed sandbox = %v, %v; want its checkpoint", cps, err)
+	}
+	if _, err := m.Checkpoints(ctx, "sb"); !errdefs.IsNotFound(err) {
+		t.Errorf("Checkpoints by the removed sandbox's name = %v, want ErrNotFound", err)
+	}
+}
+
+// faultyRegistry is a MemRegistry whose writes fail on demand.
+type faultyRegistry struct {
+	*MemRegistry
+	mu sync.Mutex // guards the fields below
+	// failPutCheckpoint fails the next PutCheckpoint; failPut fails the next PutSandbox of a
+	// record in that state.
+	failPutCheckpoint bool
+	failPut           State
+}
+
+func (r *faultyRegistry) PutCheckpoint(ctx context.Context, rec CheckpointRecord) error {
+	r.mu.Lock()
+	fail := r.failPutCheckpoint
+	r.failPutCheckpoint = false
+	r.mu.Unlock()
+	if fail {
+		return errors.New("injected: disk I/O error")
+	}
+	return r.MemRegistry.PutCheckpoint(ctx, rec)
+}
+
+func (r *faultyRegistry) PutSandbox(ctx context.Context, rec SandboxRecord) error {
+	r.mu.Lock()
+	fail := r.failPut != "" && rec.State == r.failPut
+	if fail {
+		r.failPut = ""
+	}
+	r.mu.Unlock()
+	if fail {
+		return errors.New("injected: disk I/O error")
+	}
+	return r.MemRegistry.PutSandbox(ctx, rec)
+}
+
+// TestCheckpointFailuresLeaveNothing: whichever step of a checkpoint fails — the engine after
+// writing the image, the checkpoint record, the source's state, or the caller's ctx — no image
+// dir and no record are left and the source is Running and can checkpoint again.
+func TestCheckpointFailuresLeaveNothing(t *testing.T) {
+	ctx := context.Background()
+	be := newFake()
+	reg := &faultyRegistry{MemRegistry: NewMemRegistry()}
+	m := newTestManager(t, be, reg, nil)
+	src, err := m.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, tc := range []struct {
+		name   string
+		ctx    context.Context
+		inject func()
+	}{
+		{"engine fails after writing the image", ctx, func() { be.failCheckpoint = errors.New("injected: guest did not reconnect") }},
+		{"checkpoint record not saved", ctx, func() { reg.failPutCheckpoint = true }},
+		{"source state not saved", ctx, func() { reg.failPut = Running }},
+		{"ctx cancelled", cancelled, func() {}},
+	} {
+		be.failCheckpoint = nil
+		tc.inject()
+		if _, err := m.Checkpoint(tc.ctx, src.ID, "x"); err == nil {
+			t.Errorf("%s: checkpoint succeeded", tc.name)
+		}
+		if ents, _ := os.ReadDir(m.cfg.ImageDir); len(ents) != 0 {
+			t.Errorf("%s: image dirs left: %v", tc.name, ents)
+		}
+		if cps, _ := reg.ListCheckpoints(ctx); len(cps) != 0 {
+			t.Errorf("%s: checkpoint records left: %v", tc.name, cps)
+		}
+		if rec, _ := m.Get(ctx, src.ID); rec.State != Running {
+			t.Errorf("%s: source is %s, want running", tc.name, rec.State)
+		}
+	}
+	be.failCheckpoint = nil
+	if _, err := m.Checkpoint(ctx, src.ID, "ok"); err != nil {
+		t.Errorf("checkpoint after the failures: %v", err)
+	}
+}
+
+// TestCorruptImageRefused: a checkpoint whose image no longer matches its checksums is
+// refused by fork and rollback, naming the checkpoint and the file, before anything is made;
+// a checkpoint recorded without checksums (an older daemon's) still restores.
+func TestCorruptImageRefused(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	src, _ := m.Create(ctx, CreateOptions{})
+	cp, err := m.Checkpoint(ctx, src.ID, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cp.Checksums) != 1 || cp.Checksums["checkpoint.img"] == "" {
+		t.Fatalf("checkpoint checksums %v, want one per image file", cp.Checksums)
+	}
+	img := filepath.Join(cp.Dir, "checkpoint.img")
+	good, _ := os.ReadFile(img)
+	bad := append([]byte(nil), good...)
+	bad[len(bad)/2] ^= 0xff
+	extra := filepath.Join(cp.Dir, "stray.img")
+	for _, tc := range []struct {
+		name, file string
+		corrupt    func()
+	}{
+		{"flipped byte", "checkpoint.img", func() { os.WriteFile(img, bad, 0o600) }},
+		{"missing file", "checkpoint.img", func() { os.Remove(img) }},
+		{"extra file", "stray.img", func() { os.WriteFile(extra, []byte("x"), 0o600) }},
+	} {
+		tc.corrupt()
+		_, ferr := m.Fork(ctx, src.ID, ForkOptions{N: 3, From: cp.ID})
+		_, rerr := m.Rollback(ctx, src.ID, "base")
+		for op, err := range map[string]error{"fork": ferr, "rollback": rerr} {
+			var ce *CorruptImageError
+			if !errors.As(err, &ce) || ce.Checkpoint != cp.ID || ce.File != tc.file || !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("%s: %s = %v, want a CorruptImageError naming %s and %s", tc.name, op, err, cp.ID, tc.file)
+			}
+		}
+		if recs, _ := m.List(ctx); len(recs) != 1 || recs[0].EngineID != src.EngineID || recs[0].State != Running {
+			t.Errorf("%s: records after refused fork and rollback: %+v", tc.name, recs)
+		}
+		if ids, _ := be.List(ctx); len(ids) != 1 {
+			t.Errorf("%s: instances %v, want only the source", tc.name, ids)
+		}
+		os.WriteFile(img, good, 0o600)
+		os.Remove(extra)
+	}
+	if res, err := m.Fork(ctx, src.ID, ForkOptions{N: 1, From: cp.ID}); err != nil || len(res.Children) != 1 {
+		t.Errorf("fork of the repaired image = %+v, %v", res, err)
+	}
+	// A checkpoint an older daemon recorded has no checksums: restored unverified.
+	old := cp
+	old.ID, old.Checksums = "cp-old", nil
+	if err := reg.PutCheckpoint(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(img, bad, 0o600)
+	if _, err := m.Rollback(ctx, src.ID, "cp-old"); err != nil {
+		t.Errorf("rollback to a checkpoint without checksums: %v", err)
+	}
+}
+
+// TestRecoverInBackground: recovery does not hold the caller up. While the attaches are held,
+// StartRecover has returned, every sandbox shows as recovering, calls on one answer the
+// retryable ErrRecovering at once, rm waits for it; at most RecoverWorkers attach at a time,
+// more than one at once; once released, all are running and usable.
+func TestRecoverInBackground(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	var ids []string
+	for range 12 {
+		rec, err := m.Create(ctx, CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, rec.ID)
+	}
+	_ = m.Close()
+	be.attachGate = make(chan struct{})
+	m2, err := NewManager(ManagerConfig{Backend: be, Registry: reg, ImageDir: m.cfg.ImageDir, Reseal: fakeReseal, RecoverWorkers: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m2.Close() })
+	started := make(chan *Recovery, 1)
+	go func() {
+		r, err := m2.StartRecover(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		started <- r
+	}()
+	var r *Recovery
+	select {
+	case r = <-started:
+	case <-time.After(30 * time.Second):
+		close(be.attachGate)
+		t.Fatal("StartRecover waited for the attaches")
+	}
+	if rec, _ := m2.Get(ctx, ids[0]); rec.State != Recovering {
+		t.Errorf("a sandbox being recovered shows as %s", rec.State)
+	}
+	if recs, _ := m2.List(ctx); len(recs) != len(ids) || recs[len(recs)-1].State != Recovering {
+		t.Errorf("List while recovering: %+v", recs)
+	}
+	if _, err := m2.Checkpoint(ctx, ids[0], ""); !errors.Is(err, ErrRecovering) || !errdefs.IsUnavailable(err) {
+		t.Errorf("checkpoint of a recovering sandbox = %v, want ErrRecovering", err)
+	}
+	removed := make(chan error, 1)
+	go func() { removed <- m2.Remove(ctx, ids[1]) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		be.mu.Lock()
+		n := be.attaching
+		be.mu.Unlock()
+		if n == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d attaches waiting, want 4 (the worker bound)", n)
+		}
+	}
+	select {
+	case err := <-removed:
+		t.Errorf("rm of a recovering sandbox did not wait for its recovery: %v", err)
+	default:
+	}
+	close(be.attachGate)
+	rep, err := r.Wait(ctx)
+	if err != nil || len(rep.Adopted) != len(ids) {
+		t.Fatalf("recovery = %+v, %v; want all %d adopted", rep, err, len(ids))
+	}
+	if err := <-removed; err != nil {
+		t.Errorf("rm after its recovery: %v", err)
+	}
+	be.mu.Lock()
+	peak := be.maxAttaching
+	be.mu.Unlock()
+	if peak > 4 || peak < 2 {
+		t.Errorf("at most %d attaches at once, want between 2 and the bound 4", peak)
+	}
+	for _, id := range ids[2:] {
+		if rec, _ := m2.Get(ctx, id); rec.State != Running {
+			t.Errorf("%s is %s after recovery", id, rec.State)
+		}
+	}
+	if _, err := m2.Checkpoint(ctx, ids[0], ""); err != nil {
+		t.Errorf("checkpoint after recovery: %v", err)
+	}
+}
+
+// TestRecoverInterrupted: a recovery stopped half-way (the daemon stopping) leaves the records
+// it did not finish as they were, never Dead.
+func TestRecoverInterrupted(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	rec, _ := m.Create(ctx, CreateOptions{})
+	_ = m.Close()
+	be.attachGate = make(chan struct{})
+	m2, _ := NewManager(ManagerConfig{Backend: be, Registry: reg, ImageDir: m.cfg.ImageDir, Reseal: fakeReseal})
+	rctx, cancel := context.WithCancel(ctx)
+	r, err := m2.StartRecover(rctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	rep, _ := r.Wait(ctx)
+	if len(rep.Interrupted) != 1 || len(rep.Dead) != 0 {
+		t.Errorf("interrupted recovery = %+v", rep)
+	}
+	if got, _ := reg.GetSandbox(ctx, rec.ID); got.State != Running {
+		t.Errorf("record after an interrupted recovery is %s, want running as it was", got.State)
+	}
+	m2.Close()
 }

@@ -6,69 +6,172 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
-// RecoverReport says what Recover did, by sandbox id (or engine id for orphans).
+// RecoverReport says what recovery did, by sandbox id (or engine id for orphans).
 type RecoverReport struct {
 	Adopted []string `json:"adopted"` // running again, reachable
-	Failed  []string `json:"failed"`  // engine instance died: marked Failed, cleaned up
+	Dead    []string `json:"dead"`    // engine instance died: marked Dead, cleaned up
 	Dropped []string `json:"dropped"` // interrupted before Running: destroyed, record deleted
 	Orphans []string `json:"orphans"` // engine instances without a record: destroyed
+	// Interrupted were left as they were because recovery was stopped (the daemon stopping);
+	// the next start recovers them.
+	Interrupted []string `json:"interrupted,omitempty"`
 }
 
-// Recover adopts the sandboxes an earlier process left (after a daemon restart): running
-// ones are attached again; ones whose engine instance died are cleaned up and marked Failed;
-// ones caught half-made (creating, restoring, resealing) are destroyed and forgotten; engine
-// instances and image directories nobody references are removed. Call it once, before
-// serving. It returns an error only when the registry or the engine cannot be listed.
+// Recovery is a recovery running in the background (StartRecover).
+type Recovery struct {
+	done chan struct{}
+
+	mu  sync.Mutex // guards rep
+	rep RecoverReport
+}
+
+// Done is closed when the recovery has finished.
+func (r *Recovery) Done() <-chan struct{} { return r.done }
+
+// Wait waits for the recovery to finish and returns its report, or ctx's error.
+func (r *Recovery) Wait(ctx context.Context) (RecoverReport, error) {
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return RecoverReport{}, ctx.Err()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rep, nil
+}
+
+func (r *Recovery) add(list *[]string, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*list = append(*list, id)
+}
+
+// Recover is StartRecover and Wait: it returns when every sandbox is recovered.
 func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
-	var rep RecoverReport
+	r, err := m.StartRecover(ctx)
+	if err != nil {
+		return RecoverReport{}, err
+	}
+	return r.Wait(ctx)
+}
+
+// StartRecover adopts the sandboxes an earlier process left (after a daemon restart), in the
+// background, so that the API can serve meanwhile. Before it returns it lists the records and
+// the engine's instances, removes image directories no checkpoint names, and marks every
+// sandbox it will work on as Recovering (shown by Get and List; calls on it answer
+// ErrRecovering, rm waits for it). Then up to ManagerConfig.RecoverWorkers at a time:
+// running ones are attached again (Running; a watch starts on their engine); ones whose
+// engine instance died are cleaned up and marked Dead; ones caught half-made (creating,
+// restoring, resealing, removing) are destroyed and forgotten; last, engine instances no
+// record accounts for are destroyed. ctx ending (or Close) stops it, leaving the records not
+// yet done as they were. Call it once, before serving. It returns an error only when the
+// registry or the engine cannot be listed.
+func (m *Manager) StartRecover(ctx context.Context) (*Recovery, error) {
 	recs, err := m.reg.ListSandboxes(ctx)
 	if err != nil {
-		return rep, fmt.Errorf("listing sandboxes: %w", err)
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
 	}
 	engines, err := m.be.List(ctx)
 	if err != nil {
-		return rep, fmt.Errorf("listing engine instances: %w", err)
+		return nil, fmt.Errorf("listing engine instances: %w", err)
 	}
+	m.removeStrayImages(ctx)  // before serving: no checkpoint is being written yet
 	keep := map[string]bool{} // engine ids a record accounts for; the rest are orphans
+	var jobs []SandboxRecord
+	m.mu.Lock()
 	for _, rec := range recs {
-		switch rec.State {
-		case Running, Checkpointing, RollingBack:
-			if m.adopt(ctx, rec) {
-				keep[rec.EngineID] = true
-				rep.Adopted = append(rep.Adopted, rec.ID)
-			} else {
-				rep.Failed = append(rep.Failed, rec.ID)
-			}
-		case Failed:
-			keep[rec.EngineID] = true // rm cleans it up
-		default: // Creating, Restoring, Resealing, Removing: never handed out, or going away
-			keep[rec.EngineID] = true
-			if err := m.be.Destroy(ctx, rec.EngineID); err != nil {
-				m.log.Error("destroying interrupted sandbox", "sandbox_id", rec.ID, "err", err)
-				continue
-			}
-			_ = m.reg.DeleteSandbox(ctx, rec.ID)
-			rep.Dropped = append(rep.Dropped, rec.ID)
+		keep[rec.EngineID] = true
+		if rec.State != Failed && rec.State != Dead {
+			jobs = append(jobs, rec)
+			m.recovering[rec.ID] = make(chan struct{})
 		}
 	}
-	for _, id := range engines {
-		if !keep[id] {
-			if err := m.be.Destroy(ctx, id); err == nil {
-				rep.Orphans = append(rep.Orphans, id)
+	m.mu.Unlock()
+	r := &Recovery{done: make(chan struct{})}
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(m.ctx, cancel)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer close(r.done)
+		defer cancel()
+		defer stop()
+		m.recoverAll(wctx, r, jobs)
+		for _, id := range engines {
+			if !keep[id] && wctx.Err() == nil {
+				if err := m.be.Destroy(wctx, id); err == nil {
+					r.add(&r.rep.Orphans, id)
+				}
 			}
 		}
-	}
-	m.removeStrayImages(ctx)
-	m.log.Info("recovered sandboxes", "adopted", len(rep.Adopted), "failed", len(rep.Failed),
-		"dropped", len(rep.Dropped), "orphans", len(rep.Orphans))
-	return rep, nil
+		r.mu.Lock()
+		rep := r.rep
+		r.mu.Unlock()
+		m.log.Info("recovered sandboxes", "adopted", len(rep.Adopted), "dead", len(rep.Dead),
+			"dropped", len(rep.Dropped), "orphans", len(rep.Orphans), "interrupted", len(rep.Interrupted))
+	}()
+	return r, nil
 }
 
+// recoverAll runs the jobs on at most RecoverWorkers goroutines.
+func (m *Manager) recoverAll(ctx context.Context, r *Recovery, jobs []SandboxRecord) {
+	next := make(chan SandboxRecord)
+	var wg sync.WaitGroup
+	for range min(m.cfg.RecoverWorkers, len(jobs)) {
+		wg.Go(func() {
+			for rec := range next {
+				m.recoverOne(ctx, r, rec)
+				m.recovered(rec.ID)
+			}
+		})
+	}
+	for _, rec := range jobs {
+		next <- rec
+	}
+	close(next)
+	wg.Wait()
+}
+
+// recoverOne adopts, marks Dead or drops one sandbox.
+func (m *Manager) recoverOne(ctx context.Context, r *Recovery, rec SandboxRecord) {
+	if ctx.Err() != nil {
+		r.add(&r.rep.Interrupted, rec.ID)
+		return
+	}
+	switch rec.State {
+	case Running, Checkpointing, RollingBack:
+		switch m.adopt(ctx, rec) {
+		case adopted:
+			r.add(&r.rep.Adopted, rec.ID)
+		case died:
+			r.add(&r.rep.Dead, rec.ID)
+		default:
+			r.add(&r.rep.Interrupted, rec.ID)
+		}
+	default: // Creating, Restoring, Resealing, Removing: never handed out, or going away
+		if err := m.be.Destroy(ctx, rec.EngineID); err != nil {
+			m.log.Error("destroying interrupted sandbox", "sandbox_id", rec.ID, "err", err)
+			return
+		}
+		_ = m.reg.DeleteSandbox(ctx, rec.ID)
+		r.add(&r.rep.Dropped, rec.ID)
+	}
+}
+
+type adoption int
+
+const (
+	adopted adoption = iota
+	died
+	interrupted
+)
+
 // adopt attaches rec's engine instance and marks it Running, or cleans it up and marks it
-// Failed. It reports whether the sandbox is Running.
-func (m *Manager) adopt(ctx context.Context, rec SandboxRecord) bool {
+// Dead. When ctx ends first it leaves the record as it was (interrupted).
+func (m *Manager) adopt(ctx context.Context, rec SandboxRecord) adoption {
 	actx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: rec.Options.RootfsDir, Token: rec.Token}
@@ -78,15 +181,52 @@ func (m *Manager) adopt(ctx context.Context, rec SandboxRecord) bool {
 		rec.Error = ""
 		if err = m.reg.PutSandbox(ctx, rec); err == nil {
 			m.addLive(rec.ID, inst)
-			return true
+			return adopted
 		}
+	}
+	if ctx.Err() != nil {
+		return interrupted
 	}
 	m.log.Warn("sandbox engine instance is gone", "sandbox_id", rec.ID, "err", err)
 	if derr := m.be.Destroy(ctx, rec.EngineID); derr != nil {
 		m.log.Error("destroying dead sandbox", "sandbox_id", rec.ID, "err", derr)
 	}
-	_ = m.setState(ctx, &rec, Failed, fmt.Errorf("engine instance died: %w", err))
-	return false
+	_ = m.setState(ctx, &rec, Dead, fmt.Errorf("engine instance died while the daemon was down: %w", err))
+	return died
+}
+
+// isRecovering reports whether sandbox id is still waiting for its recovery.
+func (m *Manager) isRecovering(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.recovering[id]
+	return ok
+}
+
+// recovered ends sandbox id's recovery.
+func (m *Manager) recovered(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ch, ok := m.recovering[id]; ok {
+		close(ch)
+		delete(m.recovering, id)
+	}
+}
+
+// waitRecovered waits until sandbox id is not Recovering, or ctx ends (its error).
+func (m *Manager) waitRecovered(ctx context.Context, id string) error {
+	m.mu.Lock()
+	ch := m.recovering[id]
+	m.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sandbox %s is %w (%w)", id, ErrRecovering, ctx.Err())
+	}
 }
 
 // removeStrayImages deletes image directories no checkpoint record names (a checkpoint that

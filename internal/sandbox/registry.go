@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -54,6 +55,10 @@ type CheckpointRecord struct {
 	Hostname   string        `json:"hostname"`
 	Options    CreateOptions `json:"options"`
 	CreatedAt  time.Time     `json:"created_at"`
+	// Checksums has one entry per file of the image: its path relative to Dir and
+	// "crc32c:" + 8 hex digits, taken when the checkpoint was written and checked before every
+	// restore. Empty for checkpoints recorded before checksums existed (restored unchecked).
+	Checksums map[string]string `json:"checksums,omitempty"`
 }
 
 // Registry persists sandbox and checkpoint records. The daemon implements it on SQLite;
@@ -196,6 +201,7 @@ func (r *MemRegistry) DeleteCheckpoint(_ context.Context, id string) error {
 }
 
 func cloneCheckpoint(rec CheckpointRecord) CheckpointRecord {
+	rec.Checksums = maps.Clone(rec.Checksums)
 	rec.Options.Services = slices.Clone(rec.Options.Services)
 	rec.Options.Env = slices.Clone(rec.Options.Env)
 	rec.Options.Secrets = slices.Clone(rec.Options.Secrets)

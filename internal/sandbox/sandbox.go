@@ -22,7 +22,11 @@
 //	                                            restore the checkpoint under a new engine id,
 //	                                            reseal, then destroy the old engine instance
 //	rm:         any       -> Removing -> (record deleted)
-//	recovery:   an engine instance that died     -> Failed (rm cleans it up)
+//	                                            ends the calls in flight (ErrRemoved) first
+//	death:      Running   -> Dead               the engine exited while the daemon ran
+//	                                            (ExitWatcher) or while it was down (recovery);
+//	                                            calls fail with ErrDead; rm cleans it up
+//	recovery:   (shown Recovering until re-attached, in the background: StartRecover)
 //
 // Reseal (issue 5) is the hook Manager.resealChild: it runs after every restore, fork and
 // rollback alike, and before the copy is marked Running.

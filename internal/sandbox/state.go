@@ -18,19 +18,28 @@ const (
 	Running       State = "running"
 	Checkpointing State = "checkpointing"
 	RollingBack   State = "rolling_back"
-	Failed        State = "failed"
-	Removing      State = "removing"
+	// Dead: the engine instance died (killed, crashed, PID 1 gone), noticed while the daemon
+	// ran or at its start; Error says why. Calls fail at once (ErrDead); rm cleans it up.
+	Dead State = "dead"
+	// Failed: a step could not be undone (rm could not clean the engine up); Error says why.
+	Failed   State = "failed"
+	Removing State = "removing"
+	// Recovering is shown, never stored: a Manager started after a daemon restart has not
+	// re-attached the sandbox yet (the stored record keeps its state). Calls answer
+	// ErrRecovering (retry); rm waits for it.
+	Recovering State = "recovering"
 )
 
-// transitions lists the legal moves. Removing is reachable from everywhere (rm, cleanup of a
-// failed step) and is handled in transition.
+// transitions lists the legal moves of stored states. Removing is reachable from everywhere
+// (rm, cleanup of a failed step) and is handled in transition.
 var transitions = map[State][]State{
 	Creating:      {Running, Failed},
 	Restoring:     {Resealing, Failed},
 	Resealing:     {Running, Failed},
-	Running:       {Checkpointing, RollingBack, Failed},
-	Checkpointing: {Running, Failed},
-	RollingBack:   {Running, Failed},
+	Running:       {Checkpointing, RollingBack, Dead, Failed},
+	Checkpointing: {Running, Dead, Failed},
+	RollingBack:   {Running, Dead, Failed},
+	Dead:          {},
 	Failed:        {},
 	Removing:      {Failed}, // the engine could not be cleaned up
 }

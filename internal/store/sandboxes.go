@@ -49,10 +49,19 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 	generation  TEXT NOT NULL,
 	hostname    TEXT NOT NULL,
 	options     TEXT NOT NULL,
-	created_at  INTEGER NOT NULL
+	created_at  INTEGER NOT NULL,
+	checksums   TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS checkpoints_parent ON checkpoints (parent_id);
 `
+
+// sandboxMigrations are the columns added to tables after they first shipped, with the DDL
+// that adds each. A store made by an older daemon lacks them; NewSandboxRegistry adds the
+// missing ones. Every added column has a default, so older rows read as they were written
+// (checksums empty: a checkpoint recorded before checksums existed).
+var sandboxMigrations = []struct{ table, column, ddl string }{
+	{"checkpoints", "checksums", `ALTER TABLE checkpoints ADD COLUMN checksums TEXT NOT NULL DEFAULT ''`},
+}
 
 // SandboxRegistry is sandbox.Registry on the store's SQLite file: tables sandboxes and
 // checkpoints. Every write is one statement, so it is atomic without a transaction; name
@@ -69,7 +78,30 @@ func NewSandboxRegistry(ctx context.Context, s *Store) (*SandboxRegistry, error)
 	if _, err := s.db.ExecContext(ctx, sandboxSchema); err != nil {
 		return nil, fmt.Errorf("creating sandbox tables: %w", err)
 	}
+	for _, mg := range sandboxMigrations {
+		if err := addColumn(ctx, s.db, mg.table, mg.column, mg.ddl); err != nil {
+			return nil, err
+		}
+	}
 	return &SandboxRegistry{db: s.db}, nil
+}
+
+// addColumn runs ddl when table has no column named column. SQLite runs an ALTER TABLE ADD
+// COLUMN atomically, and two daemons never share a store (the state dir is locked), so the
+// check and the change cannot race.
+func addColumn(ctx context.Context, db *sql.DB, table, column, ddl string) error {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, table, column).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, ddl); err != nil {
+		return fmt.Errorf("adding column %s.%s: %w", table, column, err)
+	}
+	return nil
 }
 
 // sqliteCode returns the extended result code of a SQLite error, or 0.
@@ -196,12 +228,20 @@ func (r *SandboxRegistry) PutCheckpoint(ctx context.Context, rec sandbox.Checkpo
 	if err != nil {
 		return fmt.Errorf("encoding options of %s: %w", rec.ID, err)
 	}
+	sums := ""
+	if len(rec.Checksums) > 0 {
+		b, err := json.Marshal(rec.Checksums)
+		if err != nil {
+			return fmt.Errorf("encoding checksums of %s: %w", rec.ID, err)
+		}
+		sums = string(b)
+	}
 	_, err = r.db.ExecContext(ctx, `
 		INSERT INTO checkpoints (id, tag, sandbox_id, parent_id, backend, dir, size_bytes, token,
-			generation, hostname, options, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			generation, hostname, options, created_at, checksums)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		rec.ID, rec.Tag, rec.SandboxID, rec.ParentID, rec.Backend, rec.Dir, rec.SizeBytes, rec.Token,
-		rec.Generation, rec.Hostname, string(opts), nanos(rec.CreatedAt))
+		rec.Generation, rec.Hostname, string(opts), nanos(rec.CreatedAt), sums)
 	if isConstraint(err) {
 		return fmt.Errorf("checkpoint %q: %w", rec.ID, errdefs.ErrExists)
 	}
@@ -212,19 +252,24 @@ func (r *SandboxRegistry) PutCheckpoint(ctx context.Context, rec sandbox.Checkpo
 }
 
 const checkpointCols = `id, tag, sandbox_id, parent_id, backend, dir, size_bytes, token, generation,
-	hostname, options, created_at`
+	hostname, options, created_at, checksums`
 
 func scanCheckpoint(sc scanner) (sandbox.CheckpointRecord, error) {
 	var rec sandbox.CheckpointRecord
-	var opts string
+	var opts, sums string
 	var created int64
 	if err := sc.Scan(&rec.ID, &rec.Tag, &rec.SandboxID, &rec.ParentID, &rec.Backend, &rec.Dir,
-		&rec.SizeBytes, &rec.Token, &rec.Generation, &rec.Hostname, &opts, &created); err != nil {
+		&rec.SizeBytes, &rec.Token, &rec.Generation, &rec.Hostname, &opts, &created, &sums); err != nil {
 		return rec, err
 	}
 	rec.CreatedAt = fromNanos(created)
 	if err := json.Unmarshal([]byte(opts), &rec.Options); err != nil {
 		return rec, fmt.Errorf("decoding options of %s: %w", rec.ID, err)
+	}
+	if sums != "" { // '': recorded before checksums existed
+		if err := json.Unmarshal([]byte(sums), &rec.Checksums); err != nil {
+			return rec, fmt.Errorf("decoding checksums of %s: %w", rec.ID, err)
+		}
 	}
 	return rec, nil
 }

@@ -61,3 +61,52 @@ func TestSandboxRegistryPersists(t *testing.T) {
 		t.Errorf("checkpoint after reopen: %+v, %v", gcp, err)
 	}
 }
+
+// oldCheckpointsTable is the checkpoints table as the first daemons with sandboxes made it,
+// before image checksums.
+const oldCheckpointsTable = `
+CREATE TABLE checkpoints (
+	id TEXT PRIMARY KEY, tag TEXT NOT NULL DEFAULT '', sandbox_id TEXT NOT NULL,
+	parent_id TEXT NOT NULL DEFAULT '', backend TEXT NOT NULL, dir TEXT NOT NULL,
+	size_bytes INTEGER NOT NULL, token TEXT NOT NULL, generation TEXT NOT NULL,
+	hostname TEXT NOT NULL, options TEXT NOT NULL, created_at INTEGER NOT NULL);
+INSERT INTO checkpoints VALUES ('cp-old', 'base', 'sb-1', '', 'gvisor', '/images/cp-old', 42,
+	'tok', 'gen', 'h', '{}', 1);`
+
+// A store made before checksums existed gets the column; its checkpoints load without
+// checksums (restored unverified), new ones keep theirs, and reopening changes nothing.
+func TestSandboxRegistryMigratesChecksums(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "zygo.db")
+	st, err := store.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DB().ExecContext(ctx, oldCheckpointsTable); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	_, reg := openRegistry(t, path)
+	old, err := reg.GetCheckpoint(ctx, "cp-old")
+	if err != nil || old.Checksums != nil || old.SizeBytes != 42 || old.Tag != "base" {
+		t.Fatalf("old checkpoint after migration: %+v, %v", old, err)
+	}
+	sums := map[string]string{"pages.img": "crc32c:00c0ffee"}
+	if err := reg.PutCheckpoint(ctx, sandbox.CheckpointRecord{ID: "cp-new", SandboxID: "sb-1", Backend: "gvisor",
+		Dir: "/images/cp-new", Token: "t", Checksums: sums}); err != nil {
+		t.Fatal(err)
+	}
+	_, reg2 := openRegistry(t, path) // the column exists now: nothing to migrate
+	all, err := reg2.ListCheckpoints(ctx)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("after reopen: %+v, %v", all, err)
+	}
+	for _, cp := range all {
+		if cp.ID == "cp-new" && cp.Checksums["pages.img"] != sums["pages.img"] {
+			t.Errorf("new checkpoint's checksums %v, want %v", cp.Checksums, sums)
+		}
+		if cp.ID == "cp-old" && cp.Checksums != nil {
+			t.Errorf("old checkpoint grew checksums: %v", cp.Checksums)
+		}
+	}
+}

@@ -26,6 +26,8 @@ func TestSandboxBadInput(t *testing.T) {
 		{"sandbox", "checkpoint", "sb-nosuch"},
 		{"sandbox", "rollback", "sb-nosuch", "--to", "cp-nosuch"},
 		{"sandbox", "rm", "sb-nosuch"},
+		{"sandbox", "checkpoints", "sb-nosuch"},
+		{"sandbox", "checkpoints", "no-such-name"},
 	} {
 		if msg := d.Fails(args...); !strings.Contains(msg, "not found") {
 			t.Errorf("zygo %s: %q, want not found", strings.Join(args, " "), msg)
@@ -33,6 +35,8 @@ func TestSandboxBadInput(t *testing.T) {
 	}
 	_, err := d.Client.GetSandbox(ctx, "sb-nosuch")
 	wantStatus(t, err, http.StatusNotFound, "")
+	_, err = d.Client.Checkpoints(ctx, "no-such-name")
+	wantStatus(t, err, http.StatusNotFound, "no-such-name")
 
 	sb := d.OK("sandbox", "create")
 	for _, n := range []string{"0", "1000", "-3"} {

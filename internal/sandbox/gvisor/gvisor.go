@@ -394,6 +394,7 @@ func (b *Backend) Checkpoint(ctx context.Context, id, imageDir string) error {
 		return fmt.Errorf("checkpointing %s: %w", id, err)
 	}
 	if err := b.waitGuest(ctx, in); err != nil {
+		_ = os.RemoveAll(imageDir) // complete, but the call failed: created not at all
 		return fmt.Errorf("reconnecting after checkpoint: %w", err)
 	}
 	return nil

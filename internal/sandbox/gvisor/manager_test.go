@@ -336,7 +336,7 @@ func TestManagerResealFailsClosed(t *testing.T) {
 }
 
 // TestManagerRecover restarts the daemon's side in the middle: a new backend and manager on
-// the same state adopt the running sandbox and mark a dead one Failed.
+// the same state adopt the running sandbox and mark a dead one Dead.
 func TestManagerRecover(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := tctx(t)
@@ -358,15 +358,15 @@ func TestManagerRecover(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
-	if len(rep.Adopted) != 1 || rep.Adopted[0] != alive.ID || len(rep.Failed) != 1 || rep.Failed[0] != dead.ID {
+	if len(rep.Adopted) != 1 || rep.Adopted[0] != alive.ID || len(rep.Dead) != 1 || rep.Dead[0] != dead.ID {
 		t.Fatalf("Recover = %+v", rep)
 	}
 	if got := h.code(t, alive.ID, "y"); got != "'kept'" {
 		t.Errorf("adopted sandbox has y = %s", got)
 	}
 	rec, _ := h.m.Get(ctx, dead.ID)
-	if rec.State != sandbox.Failed {
-		t.Errorf("dead sandbox is %s, want failed", rec.State)
+	if rec.State != sandbox.Dead || rec.Error == "" {
+		t.Errorf("dead sandbox is %s (%q), want dead with a cause", rec.State, rec.Error)
 	}
 	if _, err := h.m.Exec(ctx, dead.ID, guest.ExecRequest{Argv: []string{"true"}}, nil, nil); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("Exec in a failed sandbox = %v, want ErrFailedPrecondition", err)
@@ -453,5 +453,143 @@ func TestManagerCheckpointDiskFull(t *testing.T) {
 	}
 	if rec, _ := h.m.Get(ctx, src.ID); rec.State != sandbox.Running {
 		t.Errorf("source is %s", rec.State)
+	}
+}
+
+// faultyRegistry fails the next PutCheckpoint, or the next PutSandbox of a record in a given
+// state, when told to.
+type faultyRegistry struct {
+	*sandbox.MemRegistry
+	mu                sync.Mutex // guards the fields below
+	failPutCheckpoint bool
+	failPut           sandbox.State
+}
+
+func (r *faultyRegistry) PutCheckpoint(ctx context.Context, rec sandbox.CheckpointRecord) error {
+	r.mu.Lock()
+	fail := r.failPutCheckpoint
+	r.failPutCheckpoint = false
+	r.mu.Unlock()
+	if fail {
+		return errors.New("injected: disk I/O error")
+	}
+	return r.MemRegistry.PutCheckpoint(ctx, rec)
+}
+
+func (r *faultyRegistry) PutSandbox(ctx context.Context, rec sandbox.SandboxRecord) error {
+	r.mu.Lock()
+	fail := r.failPut != "" && rec.State == r.failPut
+	if fail {
+		r.failPut = ""
+	}
+	r.mu.Unlock()
+	if fail {
+		return errors.New("injected: disk I/O error")
+	}
+	return r.MemRegistry.PutSandbox(ctx, rec)
+}
+
+// TestManagerCheckpointStoreFailure: a real image is written, then the store fails (the
+// checkpoint record, or the source's return to running): the image dir is removed, no record
+// is left, and the source keeps running with its state.
+func TestManagerCheckpointStoreFailure(t *testing.T) {
+	reg := &faultyRegistry{MemRegistry: sandbox.NewMemRegistry()}
+	h := &harness{dir: stateDir(t), reg: reg.MemRegistry}
+	h.be = newBackend(t, filepath.Join(h.dir, "engine"))
+	m, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: h.be, Registry: reg,
+		ImageDir: filepath.Join(h.dir, "images"), ReadyTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m = m
+	t.Cleanup(func() { h.removeAll(t) })
+	ctx := tctx(t)
+	src, err := h.m.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.code(t, src.ID, "x = 41")
+	images := filepath.Join(h.dir, "images")
+	for name, inject := range map[string]func(){
+		"checkpoint record": func() { reg.mu.Lock(); reg.failPutCheckpoint = true; reg.mu.Unlock() },
+		"source state":      func() { reg.mu.Lock(); reg.failPut = sandbox.Running; reg.mu.Unlock() },
+	} {
+		inject()
+		if _, err := h.m.Checkpoint(ctx, src.ID, ""); err == nil || !strings.Contains(err.Error(), "injected") {
+			t.Errorf("%s not saved: checkpoint = %v, want the injected error", name, err)
+		}
+		if ents, _ := os.ReadDir(images); len(ents) != 0 {
+			t.Errorf("%s not saved: image left: %v", name, ents)
+		}
+		if cps, _ := h.m.Checkpoints(ctx, ""); len(cps) != 0 {
+			t.Errorf("%s not saved: checkpoint records left: %v", name, cps)
+		}
+		if rec, _ := h.m.Get(ctx, src.ID); rec.State != sandbox.Running {
+			t.Errorf("%s not saved: source is %s", name, rec.State)
+		}
+		if got := h.code(t, src.ID, "x"); got != "41" {
+			t.Errorf("%s not saved: source has x = %s", name, got)
+		}
+	}
+}
+
+// TestManagerCorruptImage flips bytes in the middle of a real image's pages.img (its size
+// unchanged): fork and rollback refuse it with an error naming the checkpoint and the file,
+// and leave no child record, no container and no instance dir; the source runs on as it was.
+// With the bytes put back, the same fork succeeds.
+func TestManagerCorruptImage(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := tctx(t)
+	src, err := h.m.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.code(t, src.ID, "x = 41")
+	cp, err := h.m.Checkpoint(ctx, src.ID, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := filepath.Join(cp.Dir, "pages.img")
+	good, err := os.ReadFile(pages)
+	if err != nil || len(good) < 4096 {
+		t.Fatalf("reading pages.img: %d bytes, %v", len(good), err)
+	}
+	if _, ok := cp.Checksums["pages.img"]; !ok {
+		t.Fatalf("no checksum recorded for pages.img: %v", cp.Checksums)
+	}
+	bad := append([]byte(nil), good...)
+	for i := len(bad) / 2; i < len(bad)/2+64; i++ {
+		bad[i] ^= 0x5a
+	}
+	if err := os.WriteFile(pages, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, ferr := h.m.Fork(ctx, src.ID, sandbox.ForkOptions{N: 2, From: "base"})
+	_, rerr := h.m.Rollback(ctx, src.ID, cp.ID)
+	for op, err := range map[string]error{"fork": ferr, "rollback": rerr} {
+		var ce *sandbox.CorruptImageError
+		if !errors.As(err, &ce) || ce.Checkpoint != cp.ID || ce.File != "pages.img" ||
+			!strings.Contains(err.Error(), cp.ID) || !strings.Contains(err.Error(), "pages.img") {
+			t.Errorf("%s of a corrupted image = %v, want an error naming %s and pages.img", op, err, cp.ID)
+		}
+	}
+	if recs, _ := h.m.List(ctx); len(recs) != 1 {
+		t.Errorf("records after the refused fork and rollback: %d, want only the source", len(recs))
+	}
+	if ids, _ := h.be.List(ctx); len(ids) != 1 || ids[0] != src.EngineID {
+		t.Errorf("engine instances after the refused fork and rollback: %v, want only %s", ids, src.EngineID)
+	}
+	if got := h.code(t, src.ID, "x"); got != "41" {
+		t.Errorf("source after the refused rollback has x = %s", got)
+	}
+	if err := os.WriteFile(pages, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.m.Fork(ctx, src.ID, sandbox.ForkOptions{N: 1, From: "base"})
+	if err != nil {
+		t.Fatalf("fork of the repaired image: %v", err)
+	}
+	if got := h.code(t, res.Children[0].Sandbox.ID, "x"); got != "41" {
+		t.Errorf("child of the repaired image has x = %s", got)
 	}
 }

@@ -59,6 +59,7 @@ func sampleCheckpoint(id string, created time.Time) sandbox.CheckpointRecord {
 		Dir: "/images/" + id, SizeBytes: 123456789, Token: "tok-" + id,
 		Generation: "ffeeddccbbaa99887766554433221100", Hostname: "sb-1-abcdef",
 		Options: sandbox.CreateOptions{Name: "one", Env: []string{"B=2"}}, CreatedAt: created,
+		Checksums: map[string]string{"checkpoint.img": "crc32c:0123abcd", "pages.img": "crc32c:ffffffff"},
 	}
 }
 

@@ -33,7 +33,9 @@ func (sb *Sandbox) Checkpoint(ctx context.Context, tag string) (Checkpoint, erro
 	return cp, sb.c.call(ctx, "POST", sbPath(sb.ID, "checkpoint"), map[string]string{"tag": tag}, &cp)
 }
 
-// Checkpoints lists checkpoints, oldest first: every one when sandboxID is empty.
+// Checkpoints lists checkpoints, oldest first: every one when sandboxID is empty, else those
+// taken of that sandbox (id or name; a removed sandbox's id still lists its checkpoints). An
+// unknown sandbox is an error (IsNotFound), not an empty list.
 func (c *Client) Checkpoints(ctx context.Context, sandboxID string) ([]Checkpoint, error) {
 	p := "/v1/checkpoints"
 	if sandboxID != "" {

@@ -185,7 +185,7 @@ type CreateOptions struct {
 type Sandbox struct {
 	ID           string    `json:"id"`
 	Name         string    `json:"name"`
-	State        string    `json:"state"` // running, failed, ...
+	State        string    `json:"state"` // running, checkpointing, rolling_back, dead (engine died; Error says why), failed, recovering (retry shortly), …
 	ParentID     string    `json:"parent_id,omitempty"`
 	CheckpointID string    `json:"checkpoint_id,omitempty"`
 	Generation   string    `json:"generation"` // 128 bits as 32 hex digits; new on every fork and rollback
