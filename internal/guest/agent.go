@@ -134,7 +134,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = 5 * time.Millisecond
-		srv := &http2.Server{ReadIdleTimeout: 10 * time.Second, PingTimeout: 5 * time.Second}
+		srv := newChannelServer()
 		srv.ServeConn(conn, &http2.ServeConnOpts{Context: ctx, Handler: mux})
 		conn.Close()
 		a.log.Debug("host connection ended; dialing again")

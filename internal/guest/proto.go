@@ -19,7 +19,10 @@
 // after a fork, the parent's token no longer works on the child.
 package guest
 
-import "time"
+import (
+	"io"
+	"time"
+)
 
 // Paths inside the sandbox.
 const (
@@ -108,10 +111,16 @@ type Service struct {
 // ExecRequest runs one command in the sandbox.
 type ExecRequest struct {
 	Argv    []string      `json:"argv"`
-	Env     []string      `json:"env,omitempty"` // appended to the boot environment
-	Cwd     string        `json:"cwd,omitempty"` // default /
-	Stdin   []byte        `json:"stdin,omitempty"`
+	Env     []string      `json:"env,omitempty"`        // appended to the boot environment
+	Cwd     string        `json:"cwd,omitempty"`        // default /
 	Timeout time.Duration `json:"timeout_ns,omitempty"` // 0: until ctx ends
+	// Stdin, when not nil, is streamed to the command's stdin while it runs: bytes reach it as
+	// Read returns them, and EOF closes the command's stdin (a read error abandons the call:
+	// Client.Exec kills the command and returns the error). nil: the command's stdin is
+	// /dev/null. The caller owns Stdin and closes it if it needs closing; Client.Exec never
+	// does. When the command exits before Stdin's EOF, Exec returns without waiting for it:
+	// one Read may still be in flight then, and its bytes are dropped.
+	Stdin io.Reader `json:"-"`
 }
 
 // ExitStatus is how a process ended.
