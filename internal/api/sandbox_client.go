@@ -68,7 +68,12 @@ func (c *Client) stream(ctx context.Context, path string, in any, stdout, stderr
 	if err != nil {
 		return StreamEvent{}, err
 	}
-	resp, err := c.do(ctx, "POST", path, body, "application/json")
+	return c.streamBody(ctx, path, body, "application/json", stdout, stderr)
+}
+
+// streamBody is stream with the request body given.
+func (c *Client) streamBody(ctx context.Context, path string, body io.Reader, ctype string, stdout, stderr io.Writer) (StreamEvent, error) {
+	resp, err := c.do(ctx, "POST", path, body, ctype)
 	if err != nil {
 		return StreamEvent{}, err
 	}
@@ -97,9 +102,36 @@ func (c *Client) stream(ctx context.Context, path string, in any, stdout, stderr
 }
 
 // Exec runs a command in the sandbox, streaming its output, and returns its exit status. A
-// command that cannot start (a missing binary) is an *Error (404), not a status.
+// command that cannot start (a missing binary) is an *Error (404), not a status. req.Stdin,
+// if any, travels in the JSON and is bounded by MaxSandboxJSONBytes; ExecStream streams it.
 func (c *Client) Exec(ctx context.Context, id string, req ExecBody, stdout, stderr io.Writer) (guest.ExitStatus, error) {
 	ev, err := c.stream(ctx, sandboxPath(id, "exec"), req, stdout, stderr)
+	if err != nil {
+		return guest.ExitStatus{}, err
+	}
+	if ev.Exit == nil {
+		return guest.ExitStatus{}, fmt.Errorf("exec answer ended without an exit status")
+	}
+	return *ev.Exit, nil
+}
+
+// ExecStream is Exec with the command's stdin streamed from stdin: the command starts at once,
+// reads what stdin yields as it comes, and sees EOF when stdin does; its output streams back
+// meanwhile. req.Stdin must be empty. ExecStream never closes stdin. When the command exits
+// before stdin's EOF, ExecStream returns without waiting for it: one Read of stdin may still be
+// in flight then, and what it returns is dropped.
+func (c *Client) ExecStream(ctx context.Context, id string, req ExecBody, stdin io.Reader, stdout, stderr io.Writer) (guest.ExitStatus, error) {
+	if req.Stdin != nil {
+		return guest.ExitStatus{}, fmt.Errorf("exec: stdin given twice (in the body and streamed)")
+	}
+	req.StdinStream = true
+	b, err := json.Marshal(req)
+	if err != nil {
+		return guest.ExitStatus{}, fmt.Errorf("encoding request: %w", err)
+	}
+	// MultiReader hides stdin's Close from the transport, which closes request bodies.
+	body := io.MultiReader(bytes.NewReader(append(b, '\n')), stdin)
+	ev, err := c.streamBody(ctx, sandboxPath(id, "exec"), body, "application/octet-stream", stdout, stderr)
 	if err != nil {
 		return guest.ExitStatus{}, err
 	}

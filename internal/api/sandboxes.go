@@ -6,7 +6,7 @@ package api
 //	GET    /v1/sandboxes                       every record, oldest first
 //	GET    /v1/sandboxes/{id}                  {id} is a sandbox id or name, everywhere
 //	DELETE /v1/sandboxes/{id}                  204
-//	POST   /v1/sandboxes/{id}/exec             body: ExecBody → NDJSON StreamEvents, last: exit
+//	POST   /v1/sandboxes/{id}/exec             body: ExecBody [+ streamed stdin] → NDJSON StreamEvents, last: exit
 //	POST   /v1/sandboxes/{id}/run-code         body: CodeBody → NDJSON StreamEvents, last: result
 //	PUT    /v1/sandboxes/{id}/files?path=&mode=    body: the content → 204
 //	GET    /v1/sandboxes/{id}/files?path=      the content
@@ -61,7 +61,8 @@ var _ Sandboxes = (*sandbox.Manager)(nil)
 
 // Limits of the sandbox routes.
 const (
-	// MaxSandboxJSONBytes bounds a JSON request body (an exec's stdin travels in it).
+	// MaxSandboxJSONBytes bounds a JSON request body (an exec's stdin travels in it, unless
+	// it is streamed after it: see ExecBody).
 	MaxSandboxJSONBytes = 16 << 20
 	// MaxFileBytes bounds one file upload. A sandbox's writes live in memory.
 	MaxFileBytes = 256 << 20
@@ -275,15 +276,6 @@ func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request, sb Sandbo
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// ExecBody is the body of POST /v1/sandboxes/{id}/exec.
-type ExecBody struct {
-	Argv      []string `json:"argv"`
-	Env       []string `json:"env,omitempty"`   // KEY=VALUE, added to the sandbox's environment
-	Cwd       string   `json:"cwd,omitempty"`   // default /
-	Stdin     []byte   `json:"stdin,omitempty"` // base64 in JSON
-	TimeoutMs int64    `json:"timeout_ms,omitempty"`
-}
-
 // CodeBody is the body of POST /v1/sandboxes/{id}/run-code.
 type CodeBody struct {
 	Code      string `json:"code"`
@@ -353,30 +345,6 @@ func (s *Server) finishStream(w http.ResponseWriter, st *eventStream, err error)
 		return
 	}
 	s.fail(w, err)
-}
-
-func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
-	var body ExecBody
-	if !decodeBody(w, r, &body) {
-		return
-	}
-	if len(body.Argv) == 0 || body.Argv[0] == "" {
-		badRequest(w, "exec needs a command: argv is empty")
-		return
-	}
-	if body.TimeoutMs < 0 {
-		badRequest(w, "timeout_ms must not be negative")
-		return
-	}
-	st := newEventStream(w)
-	req := guest.ExecRequest{Argv: body.Argv, Env: body.Env, Cwd: body.Cwd, Stdin: body.Stdin,
-		Timeout: time.Duration(body.TimeoutMs) * time.Millisecond}
-	status, err := sb.Exec(r.Context(), r.PathValue("id"), req, st.writer("stdout"), st.writer("stderr"))
-	if err != nil {
-		s.finishStream(w, st, err)
-		return
-	}
-	st.send(StreamEvent{Exit: &status})
 }
 
 func (s *Server) runCode(w http.ResponseWriter, r *http.Request, sb Sandboxes) {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/internal/guest"
 )
 
 func newSandboxExecCmd(g *globals) *cobra.Command {
@@ -21,7 +22,10 @@ func newSandboxExecCmd(g *globals) *cobra.Command {
 		Short: "Run a command in a sandbox, streaming its output; exits with the command's code",
 		Long: "Run a command in a sandbox. Its stdout and stderr are streamed as they come and zygo exits\n" +
 			"with the command's exit code (128+N when a signal N killed it). A command that cannot start\n" +
-			"(a missing binary) is an error, exit status 1. -i sends this process's stdin to the command.\n" +
+			"(a missing binary) is an error, exit status 1. -i streams this process's stdin to the command:\n" +
+			"the command starts at once, gets each chunk as it is read, and sees EOF when stdin ends\n" +
+			"(`zygo sandbox exec -i ID -- cat` echoes line by line). Without -i, stdin is not read and\n" +
+			"the command's stdin is /dev/null.\n" +
 			"Flags for zygo go before the --; everything after it is the command.",
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -31,14 +35,13 @@ func newSandboxExecCmd(g *globals) *cobra.Command {
 			}
 			body.Argv = argv
 			body.TimeoutMs = timeout.Milliseconds()
+			var st guest.ExitStatus
+			var err error
 			if stdin {
-				in, err := io.ReadAll(cmd.InOrStdin())
-				if err != nil {
-					return fmt.Errorf("reading stdin: %w", err)
-				}
-				body.Stdin = in
+				st, err = g.client().ExecStream(cmd.Context(), id, body, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			} else {
+				st, err = g.client().Exec(cmd.Context(), id, body, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
-			st, err := g.client().Exec(cmd.Context(), id, body, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -54,7 +57,7 @@ func newSandboxExecCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringArrayVar(&body.Env, "env", nil, "KEY=VALUE added to the command's environment (repeatable)")
 	cmd.Flags().StringVar(&body.Cwd, "cwd", "", "working directory inside the sandbox (default /)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "after this long SIGTERM the command (its process group), SIGKILL 2s later (default: no limit)")
-	cmd.Flags().BoolVarP(&stdin, "stdin", "i", false, "send stdin to the command")
+	cmd.Flags().BoolVarP(&stdin, "stdin", "i", false, "stream stdin to the command (EOF closes its stdin)")
 	return cmd
 }
 

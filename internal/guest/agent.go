@@ -154,7 +154,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		// Services start once the host has accepted the first connection: by then it has
 		// removed the boot file (Client.OnFirstConnect), so no code but PID 1 ever sees it.
 		a.startServicesOnce.Do(func() { a.services.startAll(a.bootServices) })
-		srv := &http2.Server{ReadIdleTimeout: 10 * time.Second, PingTimeout: 5 * time.Second}
+		srv := newChannelServer()
 		srv.ServeConn(conn, &http2.ServeConnOpts{Context: ctx, Handler: mux})
 		conn.Close()
 		a.log.Debug("host connection ended; dialing again")

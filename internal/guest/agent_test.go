@@ -46,7 +46,7 @@ func TestExecStreamsAndExitCode(t *testing.T) {
 	c, _ := startPair(t, strings.Repeat("t", 64))
 	ctx := waitCtx(t)
 	var out, errb bytes.Buffer
-	st, err := c.Exec(ctx, ExecRequest{Argv: []string{"/bin/sh", "-c", "cat; echo err >&2; exit 7"}, Stdin: []byte("hi")}, &out, &errb)
+	st, err := c.Exec(ctx, ExecRequest{Argv: []string{"/bin/sh", "-c", "cat; echo err >&2; exit 7"}, Stdin: strings.NewReader("hi")}, &out, &errb)
 	if err != nil || st.Code != 7 || out.String() != "hi" || errb.String() != "err\n" {
 		t.Fatalf("exec = %+v %v out=%q err=%q", st, err, out.String(), errb.String())
 	}

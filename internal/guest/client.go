@@ -389,10 +389,28 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 }
 
 // Exec runs req.Argv and copies its output to stdout and stderr (either may be nil) as it
-// arrives. It returns the exit status; a command that cannot start (missing binary) is an
-// error wrapping ErrNotFound or ErrInvalidArgument, not an exit status.
+// arrives, while it streams req.Stdin (if set) to the command's stdin (see ExecRequest.Stdin).
+// It returns the exit status; a command that cannot start (missing binary) is an error
+// wrapping ErrNotFound or ErrInvalidArgument, not an exit status. With a Stdin, an agent too old
+// to stream it is an error wrapping ErrFailedPrecondition (its command is killed). A read
+// error of Stdin abandons the call (the command is killed) and is returned, wrapped.
 func (c *Client) Exec(ctx context.Context, req ExecRequest, stdout, stderr io.Writer) (ExitStatus, error) {
-	ev, err := c.stream(ctx, "/v1/exec", req, stdout, stderr)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	body, err := execBody(req, func(err error) { cancel(&stdinError{err}) })
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	ev, err := c.streamBody(ctx, "/v1/exec", body, func(resp *http.Response) error {
+		if req.Stdin != nil && resp.Header.Get(stdinHeader) != stdinStreamed {
+			return fmt.Errorf("the sandbox's guest agent cannot stream stdin (it predates it: restored "+
+				"from a checkpoint of an older zygo?): %w", errdefs.ErrFailedPrecondition)
+		}
+		return nil
+	}, stdout, stderr)
+	if se := (*stdinError)(nil); errors.As(context.Cause(ctx), &se) {
+		return ExitStatus{}, se
+	}
 	if err != nil {
 		return ExitStatus{}, err
 	}
@@ -421,11 +439,22 @@ func (c *Client) stream(ctx context.Context, path string, in any, stdout, stderr
 	if err != nil {
 		return Event{}, fmt.Errorf("encoding request: %w", err)
 	}
-	resp, err := c.do(ctx, http.MethodPost, path, nil, bytes.NewReader(b))
+	return c.streamBody(ctx, path, bytes.NewReader(b), nil, stdout, stderr)
+}
+
+// streamBody posts body and copies NDJSON output events until the final one, which it
+// returns. check, if set, vets the answer's headers before any event is read.
+func (c *Client) streamBody(ctx context.Context, path string, body io.Reader, check func(*http.Response) error, stdout, stderr io.Writer) (Event, error) {
+	resp, err := c.do(ctx, http.MethodPost, path, nil, body)
 	if err != nil {
 		return Event{}, err
 	}
 	defer resp.Body.Close()
+	if check != nil {
+		if err := check(resp); err != nil {
+			return Event{}, err
+		}
+	}
 	dec := json.NewDecoder(resp.Body)
 	for {
 		var ev Event

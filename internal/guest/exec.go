@@ -41,10 +41,17 @@ func (e *eventWriter) send(ev Event) {
 }
 
 func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
-	var req ExecRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Argv) == 0 {
-		writeError(w, http.StatusBadRequest, "invalid", "exec needs a JSON body with a non-empty argv")
+	req, err := decodeExecBody(r.Body)
+	if err != nil || len(req.Argv) == 0 {
+		msg := "exec needs a JSON body with a non-empty argv"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		writeError(w, http.StatusBadRequest, "invalid", msg)
 		return
+	}
+	if req.Stdin != nil {
+		w.Header().Set(stdinHeader, stdinStreamed)
 	}
 	ctx := r.Context()
 	if req.Timeout > 0 {
@@ -127,8 +134,11 @@ func (a *Agent) runCommand(ctx context.Context, req ExecRequest, ew *eventWriter
 	}
 	defer cmd.Process.Release()
 	if p.inW != nil {
+		// Copy stdin as it arrives; its end (or a read error) closes the command's stdin. When
+		// the command exits first, closeAll closes inW, which ends a Write blocked on a full
+		// pipe; a Read blocked on the request body ends when the handler returns.
 		go func() {
-			_, _ = p.inW.Write(req.Stdin)
+			_, _ = io.Copy(p.inW, req.Stdin)
 			p.inW.Close() // closed again by closeAll; the second Close only returns an error
 		}()
 	}

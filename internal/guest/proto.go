@@ -27,7 +27,10 @@
 // first connection authenticates, before the agent starts any service.
 package guest
 
-import "time"
+import (
+	"io"
+	"time"
+)
 
 // Paths inside the sandbox.
 const (
@@ -152,13 +155,19 @@ type ServiceStatus struct {
 
 // ExecRequest runs one command in the sandbox.
 type ExecRequest struct {
-	Argv  []string `json:"argv"`
-	Env   []string `json:"env,omitempty"` // appended to the boot environment
-	Cwd   string   `json:"cwd,omitempty"` // default /
-	Stdin []byte   `json:"stdin,omitempty"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"` // appended to the boot environment
+	Cwd  string   `json:"cwd,omitempty"` // default /
 	// Timeout ends the command: SIGTERM to its process group, SIGKILL ExecKillGrace later.
 	// 0: until ctx ends (which does the same).
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
+	// Stdin, when not nil, is streamed to the command's stdin while it runs: bytes reach it as
+	// Read returns them, and EOF closes the command's stdin (a read error abandons the call:
+	// Client.Exec kills the command and returns the error). nil: the command's stdin is
+	// /dev/null. The caller owns Stdin and closes it if it needs closing; Client.Exec never
+	// does. When the command exits before Stdin's EOF, Exec returns without waiting for it:
+	// one Read may still be in flight then, and its bytes are dropped.
+	Stdin io.Reader `json:"-"`
 }
 
 // ExitStatus is how a process ended.

@@ -103,7 +103,7 @@ func testCreateExecDestroy(t *testing.T, b sandbox.Backend, _ func(*testing.T) s
 		t.Errorf("hostname = %q, want %q", got, spec.Hostname)
 	}
 	var out bytes.Buffer
-	st, err := inst.Guest.Exec(ctx, guest.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat; exit 3"}, Stdin: []byte("in")}, &out, nil)
+	st, err := inst.Guest.Exec(ctx, guest.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat; exit 3"}, Stdin: strings.NewReader("in")}, &out, nil)
 	if err != nil || st.Code != 3 || out.String() != "in" {
 		t.Fatalf("exec with stdin = %+v %v %q, want code 3 and echo", st, err, out.String())
 	}

@@ -11,9 +11,16 @@ import (
 
 // ExecOptions are the optional parts of an exec.
 type ExecOptions struct {
-	Env     []string // KEY=VALUE added to the sandbox's environment
-	Cwd     string   // default /
-	Stdin   []byte
+	Env []string // KEY=VALUE added to the sandbox's environment
+	Cwd string   // default /
+	// Stdin, when not nil, is streamed to the command's stdin while it runs: the command
+	// starts at once, gets each chunk as Read returns it, and sees EOF when Stdin does (a read
+	// error other than EOF abandons the call and kills the command). Memory stays bounded
+	// whatever its size. nil: the command's stdin is /dev/null. Exec never closes Stdin; when
+	// the command exits before Stdin's EOF, Exec returns without waiting for it, and one Read
+	// may still be in flight then (what it returns is dropped). For a []byte, pass
+	// bytes.NewReader(b).
+	Stdin   io.Reader
 	Timeout time.Duration // then SIGTERM to the command's process group, SIGKILL 2 s later; 0: until ctx ends
 	// Stdout and Stderr, when set, receive the output as it arrives (it is also in the result).
 	Stdout, Stderr io.Writer
@@ -60,7 +67,12 @@ func (c *Client) stream(ctx context.Context, path string, in any, outB, errB *by
 	if err != nil {
 		return event{}, err
 	}
-	resp, err := c.do(ctx, "POST", path, bytes.NewReader(b), "application/json")
+	return c.streamBody(ctx, path, bytes.NewReader(b), "application/json", outB, errB, outW, errW)
+}
+
+// streamBody is stream with the request body given.
+func (c *Client) streamBody(ctx context.Context, path string, body io.Reader, ctype string, outB, errB *bytes.Buffer, outW, errW io.Writer) (event, error) {
+	resp, err := c.do(ctx, "POST", path, body, ctype)
 	if err != nil {
 		return event{}, err
 	}
@@ -96,10 +108,27 @@ func (sb *Sandbox) Exec(ctx context.Context, argv []string, opts *ExecOptions) (
 	if opts == nil {
 		opts = &ExecOptions{}
 	}
-	body := map[string]any{"argv": argv, "env": opts.Env, "cwd": opts.Cwd, "stdin": opts.Stdin,
+	req := map[string]any{"argv": argv, "env": opts.Env, "cwd": opts.Cwd,
 		"timeout_ms": opts.Timeout.Milliseconds()}
+	var body io.Reader
+	if opts.Stdin != nil {
+		// The JSON, a newline, then the stdin as it is read (the API's stdin_stream form).
+		req["stdin_stream"] = true
+		b, err := json.Marshal(req)
+		if err != nil {
+			return ExecResult{}, err
+		}
+		// MultiReader hides Stdin's Close from the transport, which closes request bodies.
+		body = io.MultiReader(bytes.NewReader(append(b, '\n')), opts.Stdin)
+	} else {
+		b, err := json.Marshal(req)
+		if err != nil {
+			return ExecResult{}, err
+		}
+		body = bytes.NewReader(b)
+	}
 	var out, errb bytes.Buffer
-	ev, err := sb.c.stream(ctx, sbPath(sb.ID, "exec"), body, &out, &errb, opts.Stdout, opts.Stderr)
+	ev, err := sb.c.streamBody(ctx, sbPath(sb.ID, "exec"), body, "application/octet-stream", &out, &errb, opts.Stdout, opts.Stderr)
 	if err != nil {
 		return ExecResult{}, err
 	}
