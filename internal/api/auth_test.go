@@ -91,11 +91,11 @@ func TestTCPClientToken(t *testing.T) {
 		t.Errorf("Remove with the token = %v (removed %q)", err, f.fns.removed)
 	}
 	// No sandbox API is wired: past the token check, Fork gets a 503.
-	if _, err := api.NewTCPClient(addr, "").Fork(ctx, "sb", 2, ""); !api.IsUnauthenticated(err) {
+	if _, err := api.NewTCPClient(addr, "").Fork(ctx, "sb", 2, "", nil); !api.IsUnauthenticated(err) {
 		t.Errorf("Fork without a token = %v, want a 401", err)
 	}
 	var ae *api.Error
-	if _, err := c.Fork(ctx, "sb", 2, ""); !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
+	if _, err := c.Fork(ctx, "sb", 2, "", nil); !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
 		t.Errorf("Fork with the token = %v, want a 503 from past the token check", err)
 	}
 }

@@ -200,10 +200,13 @@ func (c *Client) RemoveCheckpoint(ctx context.Context, checkpoint string) error 
 	return c.getJSON(ctx, "DELETE", "/v1/checkpoints/"+url.PathEscape(checkpoint), nil, "", nil)
 }
 
-// Fork restores n children of the sandbox (from a fresh checkpoint, or from). It returns the
-// answer whenever children were attempted, with a non-nil *Error as well when every one
-// failed; a refused request (bad n, unknown id) is only an *Error.
-func (c *Client) Fork(ctx context.Context, id string, n int, from string) (ForkAnswer, error) {
+// Fork restores n resealed children of sandbox id (from checkpoint from, or a new one). It
+// returns the answer, with every child's outcome, and nil when at least one child runs; when
+// every child failed, the answer and an *Error. progress, when not nil, is called (from this
+// goroutine) as the daemon reports each child ready or failed; the daemon then streams
+// ForkEvents. Errors before any child is attempted are *Error (400 for a bad n, 404 for an
+// unknown sandbox or checkpoint), or *Unreachable when no daemon answers.
+func (c *Client) Fork(ctx context.Context, id string, n int, from string, progress func(sandbox.ForkProgress)) (ForkAnswer, error) {
 	var ans ForkAnswer
 	body, err := jsonBody(ForkBody{N: n, From: from})
 	if err != nil {
@@ -214,25 +217,47 @@ func (c *Client) Fork(ctx context.Context, id string, n int, from string) (ForkA
 		return ans, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if progress != nil {
+		req.Header.Set("Accept", ForkStreamType)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return ans, &Unreachable{err}
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return ans, fmt.Errorf("reading fork answer: %w", err)
+	status := resp.StatusCode
+	if resp.Header.Get("Content-Type") == ForkStreamType {
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var ev ForkEvent
+			if err := dec.Decode(&ev); err != nil {
+				return ans, fmt.Errorf("reading fork progress: the stream ended before the answer: %w", err)
+			}
+			if ev.Progress != nil {
+				progress(*ev.Progress)
+				continue
+			}
+			if ev.Answer != nil {
+				ans, status = *ev.Answer, ev.Status
+				break
+			}
+		}
+	} else {
+		raw, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return ans, fmt.Errorf("reading fork answer: %w", err)
+		}
+		if err := json.Unmarshal(raw, &ans); err != nil {
+			return ans, &Error{Status: resp.StatusCode, Body: ErrorBody{Code: "http",
+				Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw))}}
+		}
 	}
-	if err := json.Unmarshal(raw, &ans); err != nil {
-		return ans, &Error{Status: resp.StatusCode, Body: ErrorBody{Code: "http",
-			Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw))}}
-	}
-	if resp.StatusCode >= 300 {
-		eb := ErrorBody{Code: "http", Message: fmt.Sprintf("HTTP %d", resp.StatusCode)}
+	if status >= 300 {
+		eb := ErrorBody{Code: "http", Message: fmt.Sprintf("HTTP %d", status)}
 		if ans.Error != nil {
 			eb = *ans.Error
 		}
-		return ans, &Error{Status: resp.StatusCode, Body: eb}
+		return ans, &Error{Status: status, Body: eb}
 	}
 	return ans, nil
 }

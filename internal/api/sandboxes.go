@@ -13,7 +13,8 @@ package api
 //	GET    /v1/sandboxes/{id}/files/list?path= []guest.FileInfo
 //	POST   /v1/sandboxes/{id}/checkpoint       body: CheckpointBody → 201 the checkpoint
 //	GET    /v1/sandboxes/{id}/checkpoints      the sandbox's checkpoints
-//	POST   /v1/sandboxes/{id}/fork             body: ForkBody → ForkAnswer
+//	POST   /v1/sandboxes/{id}/fork             body: ForkBody → ForkAnswer; with Accept:
+//	                                           application/x-ndjson, ForkEvents (progress, then the answer)
 //	POST   /v1/sandboxes/{id}/rollback         body: RollbackBody → the record
 //	GET    /v1/sandboxes/{id}/generation       GenerationBody
 //	GET    /v1/checkpoints[?sandbox=ID]        every checkpoint, oldest first
@@ -548,13 +549,40 @@ type ForkAnswer struct {
 	Failed     int                      `json:"failed"`
 }
 
+// ForkEvent is one line of a fork streamed as NDJSON (the request's Accept header is
+// application/x-ndjson): Progress lines while the children are made, then one line with the
+// Answer and the HTTP status the plain call would have had. A fork refused before any child
+// is attempted (bad n, unknown sandbox, a failed checkpoint) is a plain error answer instead.
+type ForkEvent struct {
+	Progress *sandbox.ForkProgress `json:"progress,omitempty"`
+	Answer   *ForkAnswer           `json:"answer,omitempty"`
+	Status   int                   `json:"status,omitempty"` // with Answer
+}
+
+// ForkStreamType is the media type of a streamed fork.
+const ForkStreamType = "application/x-ndjson"
+
 func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	var body ForkBody
 	if !decodeBody(w, r, &body) {
 		return
 	}
-	res, err := sb.Fork(r.Context(), r.PathValue("id"), sandbox.ForkOptions{N: body.N, From: body.From})
-	if err != nil && len(res.Children) == 0 { // nothing was attempted: bad n, unknown id, the checkpoint failed
+	opts := sandbox.ForkOptions{N: body.N, From: body.From}
+	var stream *json.Encoder // set once the 200 is sent: after the first progress event
+	if r.Header.Get("Accept") == ForkStreamType {
+		rc := http.NewResponseController(w)
+		opts.Progress = func(p sandbox.ForkProgress) { // serialized by Fork
+			if stream == nil {
+				w.Header().Set("Content-Type", ForkStreamType)
+				w.WriteHeader(http.StatusOK)
+				stream = json.NewEncoder(w)
+			}
+			_ = stream.Encode(ForkEvent{Progress: &p})
+			_ = rc.Flush()
+		}
+	}
+	res, err := sb.Fork(r.Context(), r.PathValue("id"), opts)
+	if err != nil && len(res.Children) == 0 && stream == nil { // nothing was attempted: bad n, unknown id, the checkpoint failed
 		s.fail(w, err)
 		return
 	}
@@ -575,6 +603,10 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	if err != nil {
 		ans.Error = s.errorBody(err)
 		_, status = s.errorCode(err)
+	}
+	if stream != nil {
+		_ = stream.Encode(ForkEvent{Answer: &ans, Status: status})
+		return
 	}
 	writeJSON(w, status, ans)
 }

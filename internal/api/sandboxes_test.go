@@ -66,7 +66,21 @@ func (f *fakeSandboxes) GetFile(_ context.Context, _, _ string, w io.Writer) err
 	return err
 }
 
-func (f *fakeSandboxes) Fork(context.Context, string, sandbox.ForkOptions) (sandbox.ForkResult, error) {
+// Fork reports progress as a Manager does (once the checkpoint is ready, then once per child)
+// unless it fails before any child.
+func (f *fakeSandboxes) Fork(_ context.Context, _ string, opts sandbox.ForkOptions) (sandbox.ForkResult, error) {
+	if opts.Progress != nil && len(f.forkRes.Children) > 0 {
+		p := sandbox.ForkProgress{Checkpoint: "cp-1", N: len(f.forkRes.Children)}
+		opts.Progress(p)
+		for _, c := range f.forkRes.Children {
+			if c.Err == nil {
+				p.Ready++
+			} else {
+				p.Failed++
+			}
+			opts.Progress(p)
+		}
+	}
 	return f.forkRes, f.forkErr
 }
 
@@ -202,7 +216,7 @@ func TestSandboxFork(t *testing.T) {
 
 	// Partial success: 200, every child listed.
 	f := &fakeSandboxes{forkRes: sandbox.ForkResult{Children: []sandbox.ForkChild{ok, bad}}}
-	ans, err := newTestServer(t, f, nil).Fork(ctx, "sb-1", 2, "")
+	ans, err := newTestServer(t, f, nil).Fork(ctx, "sb-1", 2, "", nil)
 	if err != nil || ans.Succeeded != 1 || ans.Failed != 1 || ans.Children[0].Sandbox.ID != "sb-ok" ||
 		ans.Children[1].Error == nil || ans.Children[1].Error.Code != "unavailable" {
 		t.Errorf("partial fork: %+v %v", ans, err)
@@ -210,15 +224,53 @@ func TestSandboxFork(t *testing.T) {
 	// Every child failed: the category's status, and the children are still listed.
 	f = &fakeSandboxes{forkRes: sandbox.ForkResult{Children: []sandbox.ForkChild{bad, bad}},
 		forkErr: fmt.Errorf("every child failed: %w", errors.Join(bad.Err, bad.Err))}
-	ans, err = newTestServer(t, f, nil).Fork(ctx, "sb-1", 2, "")
+	ans, err = newTestServer(t, f, nil).Fork(ctx, "sb-1", 2, "", nil)
 	wantAPIError(t, err, 503, "every child failed")
 	if len(ans.Children) != 2 || ans.Failed != 2 {
 		t.Errorf("all-failed fork lost its children: %+v", ans)
 	}
 	// Refused before any child: an ordinary error.
 	f = &fakeSandboxes{forkErr: fmt.Errorf("fork n=0: must be between 1 and 16: %w", errdefs.ErrInvalidArgument)}
-	_, err = newTestServer(t, f, nil).Fork(ctx, "sb-1", 0, "")
+	_, err = newTestServer(t, f, nil).Fork(ctx, "sb-1", 0, "", nil)
 	wantAPIError(t, err, 400, "between 1 and 16")
+}
+
+// With a progress callback the daemon streams one event when the checkpoint is ready and one
+// per child, then the same answer (and status) as the plain call.
+func TestSandboxForkStreamsProgress(t *testing.T) {
+	ctx := context.Background()
+	ok := sandbox.ForkChild{Sandbox: sandbox.SandboxRecord{ID: "sb-ok"}}
+	bad := sandbox.ForkChild{Err: fmt.Errorf("resealing: %w", errdefs.ErrUnavailable)}
+	var got []sandbox.ForkProgress
+	record := func(p sandbox.ForkProgress) { got = append(got, p) }
+
+	f := &fakeSandboxes{forkRes: sandbox.ForkResult{Children: []sandbox.ForkChild{ok, bad, ok}}}
+	ans, err := newTestServer(t, f, nil).Fork(ctx, "sb-1", 3, "", record)
+	if err != nil || ans.Succeeded != 2 || ans.Failed != 1 || len(ans.Children) != 3 {
+		t.Fatalf("streamed partial fork: %+v %v", ans, err)
+	}
+	want := []sandbox.ForkProgress{{Checkpoint: "cp-1", N: 3}, {Checkpoint: "cp-1", N: 3, Ready: 1},
+		{Checkpoint: "cp-1", N: 3, Ready: 1, Failed: 1}, {Checkpoint: "cp-1", N: 3, Ready: 2, Failed: 1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("progress events %+v, want %+v", got, want)
+	}
+	// Every child failed: the stream carries the status the plain call would have had.
+	got = nil
+	f = &fakeSandboxes{forkRes: sandbox.ForkResult{Children: []sandbox.ForkChild{bad}},
+		forkErr: fmt.Errorf("every child failed: %w", bad.Err)}
+	ans, err = newTestServer(t, f, nil).Fork(ctx, "sb-1", 1, "", record)
+	wantAPIError(t, err, 503, "every child failed")
+	if len(ans.Children) != 1 || len(got) != 2 {
+		t.Errorf("streamed all-failed fork: %+v, %d progress events", ans, len(got))
+	}
+	// Refused before any child: a plain error, no progress.
+	got = nil
+	f = &fakeSandboxes{forkErr: fmt.Errorf("sandbox sb-x: %w", errdefs.ErrNotFound)}
+	_, err = newTestServer(t, f, nil).Fork(ctx, "sb-x", 2, "", record)
+	wantAPIError(t, err, 404, "sb-x")
+	if len(got) != 0 {
+		t.Errorf("progress before a refused fork: %+v", got)
+	}
 }
 
 func TestCheckpointRemoveReferenced(t *testing.T) {

@@ -96,10 +96,10 @@ func newSandboxForkCmd(g *globals) *cobra.Command {
 			"exit status is 1 when any failed. N is at most 16.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stop := startProgress(cmd, fmt.Sprintf("forking %s into %d", args[0], n))
+			bar := startForkProgress(cmd, args[0], n)
 			t0 := time.Now()
-			ans, err := g.client().Fork(cmd.Context(), args[0], n, from)
-			stop()
+			ans, err := g.client().Fork(cmd.Context(), args[0], n, from, bar.update)
+			bar.stop()
 			var ae *api.Error
 			if err != nil && (!errors.As(err, &ae) || len(ans.Children) == 0) {
 				return err

@@ -267,6 +267,18 @@ type ForkOptions struct {
 	N int // children, 1..MaxFork()
 	// From is the checkpoint (id or tag) to restore; empty means checkpoint the sandbox now.
 	From string
+	// Progress, when set, is called once the checkpoint is ready and again each time a child
+	// has been restored and resealed or has failed, from the goroutine that did the work (calls
+	// are serialized). It must not block.
+	Progress func(ForkProgress)
+}
+
+// ForkProgress is how far a Fork has got.
+type ForkProgress struct {
+	Checkpoint string `json:"checkpoint"` // the checkpoint restored
+	N          int    `json:"n"`          // children asked for
+	Ready      int    `json:"ready"`      // restored and resealed so far
+	Failed     int    `json:"failed"`     // failed so far (each is destroyed)
 }
 
 // ForkChild is one child's outcome: a Running sandbox, or the error that destroyed it.
@@ -308,10 +320,31 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 	if err != nil {
 		return res, err
 	}
+	var pmu sync.Mutex // serializes Progress calls and guards prog
+	prog := ForkProgress{Checkpoint: res.Checkpoint.ID, N: opts.N}
+	report := func(s *staged) { // s: a finished child, or nil before the first
+		if opts.Progress == nil {
+			return
+		}
+		pmu.Lock()
+		defer pmu.Unlock()
+		switch {
+		case s == nil:
+		case s.err == nil:
+			prog.Ready++
+		default:
+			prog.Failed++
+		}
+		opts.Progress(prog)
+	}
+	report(nil)
 	staged := make([]*staged, opts.N)
 	var wg sync.WaitGroup
 	for i := range staged {
-		wg.Go(func() { staged[i] = m.restoreChild(ctx, ck, parent, res.Checkpoint) })
+		wg.Go(func() {
+			staged[i] = m.restoreChild(ctx, ck, parent, res.Checkpoint)
+			report(staged[i])
+		})
 	}
 	wg.Wait()
 	samples := make([][]byte, len(staged))

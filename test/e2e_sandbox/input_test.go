@@ -44,9 +44,9 @@ func TestSandboxBadInput(t *testing.T) {
 			t.Errorf("fork -n %s: %q, want the bound named", n, msg)
 		}
 	}
-	_, err = d.Client.Fork(ctx, sb, 1000, "")
+	_, err = d.Client.Fork(ctx, sb, 1000, "", nil)
 	wantStatus(t, err, http.StatusBadRequest, "between 1 and 16")
-	_, err = d.Client.Fork(ctx, sb, 2, "cp-nosuch")
+	_, err = d.Client.Fork(ctx, sb, 2, "cp-nosuch", nil)
 	wantStatus(t, err, http.StatusNotFound, "")
 	if cps, _ := d.Client.Checkpoints(ctx, sb); len(cps) != 0 {
 		t.Errorf("refused forks left checkpoints: %+v", cps)

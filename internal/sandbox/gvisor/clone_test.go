@@ -163,12 +163,23 @@ func (h *harness) putTree(t testing.TB, id, src, dir string) {
 	}
 }
 
-// forkN forks n children of src from checkpoint cp and fails the test unless all run.
+// forkN forks n children of src from checkpoint cp and fails the test unless all run and the
+// fork reported its progress: once for the checkpoint, then once per child, counting up.
 func (h *harness) forkN(t testing.TB, src string, cp sandbox.CheckpointRecord, n int) []sandbox.SandboxRecord {
 	t.Helper()
-	res, err := h.m.Fork(tctx(t), src, sandbox.ForkOptions{N: n, From: cp.ID})
+	var prog []sandbox.ForkProgress
+	res, err := h.m.Fork(tctx(t), src, sandbox.ForkOptions{N: n, From: cp.ID,
+		Progress: func(p sandbox.ForkProgress) { prog = append(prog, p) }})
 	if err != nil {
 		t.Fatalf("Fork %d: %v", n, err)
+	}
+	for i, p := range prog {
+		if p.Ready != i || p.Failed != 0 || p.N != n || p.Checkpoint != cp.ID {
+			t.Errorf("progress event %d of a fork of %d from %s: %+v", i, n, cp.ID, p)
+		}
+	}
+	if len(prog) != n+1 {
+		t.Errorf("fork of %d reported progress %d times, want %d", n, len(prog), n+1)
 	}
 	var kids []sandbox.SandboxRecord
 	for i, c := range res.Children {
