@@ -269,6 +269,13 @@ func (c *Client) Rollback(ctx context.Context, id, checkpoint string) (sandbox.S
 	return rec, c.postJSON(ctx, sandboxPath(id, "rollback"), RollbackBody{To: checkpoint}, &rec)
 }
 
+// Services returns the live state of the sandbox's declared services (see guest.ServiceStatus),
+// or an *Error (404 for an unknown sandbox, 409 for a dead one).
+func (c *Client) Services(ctx context.Context, id string) ([]guest.ServiceStatus, error) {
+	var st []guest.ServiceStatus
+	return st, c.getJSON(ctx, "GET", sandboxPath(id, "services"), nil, "", &st)
+}
+
 // Generation returns the sandbox's current generation token.
 func (c *Client) Generation(ctx context.Context, id string) (GenerationBody, error) {
 	var g GenerationBody

@@ -17,6 +17,7 @@ package api
 //	                                           application/x-ndjson, ForkEvents (progress, then the answer)
 //	POST   /v1/sandboxes/{id}/rollback         body: RollbackBody → the record
 //	GET    /v1/sandboxes/{id}/generation       GenerationBody
+//	GET    /v1/sandboxes/{id}/services         []guest.ServiceStatus, live from the guest
 //	GET    /v1/checkpoints[?sandbox=ID]        every checkpoint, oldest first
 //	GET    /v1/checkpoints/{id}                {id} is a checkpoint id or tag
 //	DELETE /v1/checkpoints/{id}                204; 409 while a sandbox or checkpoint refers to it
@@ -56,6 +57,7 @@ type Sandboxes interface {
 	RemoveCheckpoint(ctx context.Context, checkpoint string) error
 	Fork(ctx context.Context, id string, opts sandbox.ForkOptions) (sandbox.ForkResult, error)
 	Rollback(ctx context.Context, id, checkpoint string) (sandbox.SandboxRecord, error)
+	Services(ctx context.Context, id string) ([]guest.ServiceStatus, error)
 }
 
 var _ Sandboxes = (*sandbox.Manager)(nil)
@@ -103,6 +105,7 @@ func (s *Server) sandboxRoutes(mux *http.ServeMux) {
 		"POST /v1/sandboxes/{id}/fork":       s.fork,
 		"POST /v1/sandboxes/{id}/rollback":   s.rollback,
 		"GET /v1/sandboxes/{id}/generation":  s.generation,
+		"GET /v1/sandboxes/{id}/services":    s.services,
 		"GET /v1/checkpoints":                s.listCheckpoints,
 		"GET /v1/checkpoints/{id}":           s.getCheckpoint,
 		"DELETE /v1/checkpoints/{id}":        s.removeCheckpoint,
@@ -646,4 +649,16 @@ func (s *Server) generation(w http.ResponseWriter, r *http.Request, sb Sandboxes
 		return
 	}
 	writeJSON(w, http.StatusOK, GenerationBody{SandboxID: rec.ID, Generation: rec.Generation})
+}
+
+func (s *Server) services(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	st, err := sb.Services(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if st == nil {
+		st = []guest.ServiceStatus{}
+	}
+	writeJSON(w, http.StatusOK, st)
 }

@@ -339,6 +339,19 @@ func (m *Manager) withGuest(ctx context.Context, idOrName string, fn func(contex
 	return c.end(fn(c.ctx, c.e.instance().Guest))
 }
 
+// Services returns the live state of the sandbox's declared services, as its guest agent
+// reports them (running, pid, restarts, last exit, a pending restart), in declaration order.
+// Errors are those of any call on the sandbox (ErrNotFound, a dead or busy sandbox).
+func (m *Manager) Services(ctx context.Context, idOrName string) ([]guest.ServiceStatus, error) {
+	var out []guest.ServiceStatus
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error {
+		info, err := c.Info(ctx)
+		out = info.Services
+		return err
+	})
+	return out, err
+}
+
 // Exec runs a command in the sandbox, streaming its output to stdout and stderr (either may
 // be nil). A command that cannot start returns an error (errdefs.ErrNotFound for a missing
 // binary), not an exit status.

@@ -1,11 +1,14 @@
 package e2esandbox
 
 import (
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zygo-run/zygo/internal/guest"
 )
 
 var forkSummaryRE = regexp.MustCompile(`(\d+) of (\d+) children running in (\S+)`)
@@ -101,5 +104,51 @@ func TestServicesOnFork(t *testing.T) {
 	}
 	if msg := d.Fails("sandbox", "create", "--service", "a=true", "--on-fork", "b=restart"); !strings.Contains(msg, "--on-fork") {
 		t.Errorf("--on-fork for an undeclared service: %q", msg)
+	}
+}
+
+// `zygo sandbox services` shows what the agent's supervisor did: a service that keeps failing
+// is restarted (count and last exit shown), one with restart=no stays down, a healthy one
+// runs with its pid, in a created sandbox and in a fork child.
+func TestServicesStatus(t *testing.T) {
+	d := startDaemon(t)
+	src := d.OK("sandbox", "create", "--name", "status",
+		"--service", "ok=exec sleep 1000",
+		"--service", "flaky=exit 3",
+		"--service", "once=exit 4", "--restart", "once=no")
+	byName := func(id string) map[string]guest.ServiceStatus {
+		t.Helper()
+		var st []guest.ServiceStatus
+		if err := json.Unmarshal([]byte(d.OK("sandbox", "services", id, "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]guest.ServiceStatus{}
+		for _, s := range st {
+			m[s.Name] = s
+		}
+		return m
+	}
+	for _, id := range []string{src, lines(d.OK("sandbox", "fork", src, "-n", "1"))[0]} {
+		deadline := time.Now().Add(20 * time.Second)
+		var st map[string]guest.ServiceStatus
+		for st = byName(id); st["flaky"].Restarts < 2 && time.Now().Before(deadline); st = byName(id) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if s := st["flaky"]; s.Restarts < 2 || s.LastExit == nil || s.LastExit.Code != 3 || s.Restart != guest.RestartOnFailure {
+			t.Errorf("%s: flaky = %+v, want ≥ 2 restarts after exit code 3", id, s)
+		}
+		if s := st["once"]; s.Running || s.Restarts != 0 || s.LastExit == nil || s.LastExit.Code != 4 {
+			t.Errorf("%s: once (restart=no) = %+v, want one run that exited 4", id, s)
+		}
+		if s := st["ok"]; !s.Running || s.PID == 0 {
+			t.Errorf("%s: ok = %+v, want running with a pid", id, s)
+		}
+		table := d.OK("sandbox", "services", id)
+		if !strings.Contains(table, "code 3") || !strings.Contains(table, "running") {
+			t.Errorf("%s: services table lacks the last exit or state:\n%s", id, table)
+		}
+	}
+	if msg := d.Fails("sandbox", "services", "sb-nosuch"); !strings.Contains(msg, "sb-nosuch") {
+		t.Errorf("services of an unknown sandbox: %q", msg)
 	}
 }

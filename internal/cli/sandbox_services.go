@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/zygo-run/zygo/internal/guest"
+)
+
+func newSandboxServicesCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "services ID",
+		Short: "Show the sandbox's services: running or not, pid, restarts, last exit",
+		Long: "Show the live state of the services declared at create (--service), as the sandbox's\n" +
+			"agent reports it: whether each runs and its pid inside, its restart policy, how many times\n" +
+			"the supervisor restarted it, how its last process ended, and when the next restart is due\n" +
+			"while it waits in backoff.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.client().Services(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd, st)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tPID\tRESTART\tRESTARTS\tLAST EXIT\tNOTE")
+			for _, s := range st {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, serviceState(s), pidText(s.PID),
+					s.Restart, s.Restarts, lastExitText(s), serviceNote(s))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the states as JSON")
+	return cmd
+}
+
+func serviceState(s guest.ServiceStatus) string {
+	switch {
+	case s.Running:
+		return "running"
+	case !s.NextRestartAt.IsZero():
+		return "backoff"
+	default:
+		return "stopped"
+	}
+}
+
+func pidText(pid int) string {
+	if pid == 0 {
+		return "-"
+	}
+	return strconv.Itoa(pid)
+}
+
+func lastExitText(s guest.ServiceStatus) string {
+	if s.LastExit == nil {
+		return "-"
+	}
+	what := fmt.Sprintf("code %d", s.LastExit.Code)
+	if s.LastExit.Signal != 0 {
+		what = fmt.Sprintf("signal %d", s.LastExit.Signal)
+	}
+	return fmt.Sprintf("%s, %s ago", what, time.Since(s.LastExitAt).Round(time.Second))
+}
+
+func serviceNote(s guest.ServiceStatus) string {
+	switch {
+	case s.LastError != "":
+		return "start failed: " + s.LastError
+	case !s.NextRestartAt.IsZero():
+		return "restart in " + time.Until(s.NextRestartAt).Round(100*time.Millisecond).String()
+	}
+	return ""
+}
