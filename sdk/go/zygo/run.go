@@ -143,9 +143,9 @@ func (sb *Sandbox) Exec(ctx context.Context, argv []string, opts *ExecOptions) (
 // RunCode runs Python source in the sandbox's persistent interpreter: variables survive
 // between calls and are carried into forks (with random generators reseeded in each copy).
 // ctx bounds the call: when it ends the code is interrupted (KeyboardInterrupt), and an
-// interpreter that does not stop within 2 s is killed and restarted (its variables are lost;
-// the next call says so in CodeResult.Restarted). Output beyond 16 MiB is cut
-// (CodeResult.OutputTruncated).
+// interpreter that does not stop within 2 s is killed, and the next call starts a fresh one
+// (the variables are lost). A call whose interpreter died under it answers with
+// CodeResult.Restarted. Output beyond 16 MiB is cut (CodeResult.OutputTruncated).
 func (sb *Sandbox) RunCode(ctx context.Context, code string) (CodeResult, error) {
 	var out, errb bytes.Buffer
 	ev, err := sb.c.stream(ctx, sbPath(sb.ID, "run-code"), map[string]any{"code": code}, &out, &errb, nil, nil)
