@@ -70,7 +70,12 @@ func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *Sa
 	// The Manager owns cp.Dir from here on: a backend that failed after writing it (the image
 	// complete, the guest not back) must not leave it behind.
 	undo.Add(func(context.Context) error { return os.RemoveAll(cp.Dir) })
-	if err := ck.Checkpoint(ctx, e.instance().ID, cp.Dir); err != nil {
+	// ReadyTimeout bounds the engine's step, the guest's reconnect included: a guest that
+	// never dials back must not hold the caller (and the sandbox's lock) forever.
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	err = ck.Checkpoint(cctx, e.instance().ID, cp.Dir)
+	cancel()
+	if err != nil {
 		return CheckpointRecord{}, err
 	}
 	if err := ctx.Err(); err != nil { // the caller gave up: it would never learn the id

@@ -43,7 +43,8 @@ type ManagerConfig struct {
 	// ImageDir holds one directory per checkpoint image; created if missing. Required.
 	ImageDir string
 	Log      *slog.Logger
-	// ReadyTimeout bounds one engine step that waits for the guest: create, restore, attach,
+	// ReadyTimeout bounds one engine step that waits for the guest: create, checkpoint (the
+	// image written and the guest back), restore, attach,
 	// reseal [60s].
 	ReadyTimeout time.Duration
 	// MaxForkN lowers the fork bound [MaxForkN].

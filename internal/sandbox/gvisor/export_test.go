@@ -36,3 +36,15 @@ func RawRestoreForTest(b *Backend, ctx context.Context, dir, id, imageDir string
 	defer logf.Close()
 	return b.runscDetached(ctx, logf, "restore", "--detach", "--image-path="+imageDir, "--bundle="+dir, id)
 }
+
+// StopListeningForTest closes id's host listener, so its guest can never dial back (as a
+// guest that does not come back after a checkpoint).
+func StopListeningForTest(b *Backend, id string) error {
+	b.mu.Lock()
+	in := b.insts[id]
+	b.mu.Unlock()
+	if in == nil {
+		return os.ErrNotExist
+	}
+	return in.ln.Close()
+}

@@ -221,3 +221,32 @@ func TestResealFailsClosedOnAClockItCannotSet(t *testing.T) {
 	}
 	checkGone(t, h, log, kids[0])
 }
+
+// A checkpoint whose guest never dials back is bounded by ReadyTimeout, not by the caller's
+// patience, and leaves no image and no record.
+func TestCheckpointBoundedWhenTheGuestDoesNotReturn(t *testing.T) {
+	h, _ := newHarnessTimeout(t, sandbox.DefaultReseal, 3*time.Second)
+	src, err := h.m.Create(tctx(t), sandbox.CreateOptions{Name: "gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gvisor.StopListeningForTest(h.be, src.EngineID); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	_, err = h.m.Checkpoint(tctx(t), src.ID, "never")
+	took := time.Since(t0)
+	if err == nil {
+		t.Fatal("checkpoint of a sandbox whose guest cannot reconnect succeeded")
+	}
+	if took > 30*time.Second {
+		t.Errorf("checkpoint took %v with a ReadyTimeout of 3s", took)
+	}
+	if cps, _ := h.m.Checkpoints(tctx(t), src.ID); len(cps) != 0 {
+		t.Errorf("checkpoint records left: %+v", cps)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(h.dir, "images")); len(ents) != 0 {
+		t.Errorf("image dirs left: %v", ents)
+	}
+	t.Logf("checkpoint failed after %v: %v", took.Round(time.Millisecond), err)
+}
