@@ -104,7 +104,14 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxe
 	case stdin != nil:
 		// An HTTP/1 server otherwise consumes the rest of the body before the answer begins.
 		// HTTP/2 is full duplex already, and answers ErrNotSupported.
-		_ = http.NewResponseController(w).EnableFullDuplex()
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		// Once the exec is over, a read of the rest of the stdin (ours, or the server's drain
+		// of the body after the handler) must not wait for a client that sends nothing and
+		// stays connected: the deadline ends it, and the connection is not reused (what is
+		// left of the body would be read as the next request).
+		w.Header().Set("Connection", "close")
+		defer func() { _ = rc.SetReadDeadline(time.Now()) }()
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()

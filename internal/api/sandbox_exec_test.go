@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -189,5 +193,30 @@ func TestExecStdinClientGoneCancels(t *testing.T) {
 	defer f.mu.Unlock()
 	if !errors.Is(f.ctxErr, context.Canceled) {
 		t.Errorf("exec ctx after the client went away: %v, want cancelled", f.ctxErr)
+	}
+}
+
+// A client that streams part of a stdin and then stays connected, silent, gets its answer when
+// the command ends, and the server lets go of the connection instead of waiting for the rest.
+func TestExecStdinSilentClientReleased(t *testing.T) {
+	f := newCat()
+	f.exitAtOnce = true
+	srv := NewServer(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(f, nil)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	chunk := `{"argv":["true"],"stdin_stream":true}` + "\npartial"
+	fmt.Fprintf(conn, "POST /v1/sandboxes/sb-1/exec HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(chunk), chunk)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(conn) // the answer, then EOF when the server closes
+	if err != nil {
+		t.Fatalf("after %q the server kept the connection open: %v", got, err)
+	}
+	if !bytes.Contains(got, []byte(`"exit"`)) {
+		t.Errorf("answer without the exit event: %q", got)
 	}
 }

@@ -280,7 +280,8 @@ func listen(cfg Config, h http.Handler) ([]endpoint, error) {
 		tcpHandler = api.RequireToken(tok, h)
 	}
 	newServer := func(h http.Handler) *http.Server {
-		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		// IdleTimeout: a kept-alive connection with no request for this long is closed.
+		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	}
 	sock := SocketPath(cfg.StateDir)
 	os.Remove(sock) // stale socket from a daemon that died; we hold the lock
