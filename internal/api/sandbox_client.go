@@ -171,10 +171,23 @@ func (c *Client) GetFile(ctx context.Context, id, path string, w io.Writer) erro
 	return err
 }
 
-// ListFiles lists the directory at path inside the sandbox.
-func (c *Client) ListFiles(ctx context.Context, id, path string) ([]guest.FileInfo, error) {
-	var out []guest.FileInfo
-	return out, c.getJSON(ctx, "GET", sandboxPath(id, "files", "list")+"?"+url.Values{"path": {path}}.Encode(), nil, "", &out)
+// ListFiles lists the directory at path inside the sandbox: at most guest.MaxListEntries
+// entries in name order, and the directory's total (Listing.Total).
+func (c *Client) ListFiles(ctx context.Context, id, path string) (guest.Listing, error) {
+	var out guest.Listing
+	resp, err := c.do(ctx, "GET", sandboxPath(id, "files", "list")+"?"+url.Values{"path": {path}}.Encode(), nil, "")
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&out.Entries); err != nil {
+		return out, fmt.Errorf("decoding listing: %w", err)
+	}
+	out.Total = len(out.Entries)
+	if n, err := strconv.Atoi(resp.Header.Get(EntriesTotalHeader)); err == nil && n > out.Total {
+		out.Total = n
+	}
+	return out, nil
 }
 
 // Checkpoint saves an immutable image of the running sandbox, which keeps running.

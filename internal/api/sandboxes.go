@@ -10,7 +10,8 @@ package api
 //	POST   /v1/sandboxes/{id}/run-code         body: CodeBody → NDJSON StreamEvents, last: result
 //	PUT    /v1/sandboxes/{id}/files?path=&mode=    body: the content → 204
 //	GET    /v1/sandboxes/{id}/files?path=      the content
-//	GET    /v1/sandboxes/{id}/files/list?path= []guest.FileInfo
+//	GET    /v1/sandboxes/{id}/files/list?path= []guest.FileInfo, at most guest.MaxListEntries in name
+//	                                           order; header Zygo-Entries-Total: the directory's count
 //	POST   /v1/sandboxes/{id}/checkpoint       body: CheckpointBody → 201 the checkpoint
 //	GET    /v1/sandboxes/{id}/checkpoints      the sandbox's checkpoints
 //	POST   /v1/sandboxes/{id}/fork             body: ForkBody → ForkAnswer; with Accept:
@@ -50,7 +51,7 @@ type Sandboxes interface {
 	RunCode(ctx context.Context, id string, req guest.CodeRequest, stdout, stderr io.Writer) (guest.CodeResult, error)
 	PutFile(ctx context.Context, id, path string, perm uint32, r io.Reader) error
 	GetFile(ctx context.Context, id, path string, w io.Writer) error
-	ListFiles(ctx context.Context, id, path string) ([]guest.FileInfo, error)
+	ListFiles(ctx context.Context, id, path string) (guest.Listing, error)
 	Checkpoint(ctx context.Context, id, tag string) (sandbox.CheckpointRecord, error)
 	Checkpoints(ctx context.Context, sandboxID string) ([]sandbox.CheckpointRecord, error)
 	GetCheckpoint(ctx context.Context, checkpoint string) (sandbox.CheckpointRecord, error)
@@ -461,15 +462,16 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, sb Sandboxes)
 	if !ok {
 		return
 	}
-	infos, err := sb.ListFiles(r.Context(), r.PathValue("id"), p)
+	ls, err := sb.ListFiles(r.Context(), r.PathValue("id"), p)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	if infos == nil {
-		infos = []guest.FileInfo{}
+	if ls.Entries == nil {
+		ls.Entries = []guest.FileInfo{}
 	}
-	writeJSON(w, http.StatusOK, infos)
+	w.Header().Set(EntriesTotalHeader, strconv.Itoa(max(ls.Total, len(ls.Entries))))
+	writeJSON(w, http.StatusOK, ls.Entries)
 }
 
 // CheckpointBody is the body of POST /v1/sandboxes/{id}/checkpoint.
@@ -561,6 +563,10 @@ type ForkEvent struct {
 	Answer   *ForkAnswer           `json:"answer,omitempty"`
 	Status   int                   `json:"status,omitempty"` // with Answer
 }
+
+// EntriesTotalHeader carries a listing's total number of entries; the body holds at most
+// guest.MaxListEntries of them.
+const EntriesTotalHeader = "Zygo-Entries-Total"
 
 // ForkStreamType is the media type of a streamed fork.
 const ForkStreamType = "application/x-ndjson"

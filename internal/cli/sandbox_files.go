@@ -77,12 +77,15 @@ func newSandboxFilesCmd(g *globals) *cobra.Command {
 			if len(args) == 2 {
 				p = args[1]
 			}
-			infos, err := g.client().ListFiles(cmd.Context(), args[0], p)
+			ls, err := g.client().ListFiles(cmd.Context(), args[0], p)
 			if err != nil {
 				return err
 			}
+			if ls.Total > len(ls.Entries) {
+				defer fmt.Fprintf(cmd.ErrOrStderr(), "%s has %d entries; the first %d in name order are shown\n", p, ls.Total, len(ls.Entries))
+			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			for _, fi := range infos {
+			for _, fi := range ls.Entries {
 				name := fi.Name
 				if fi.IsDir {
 					name += "/"

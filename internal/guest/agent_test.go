@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -119,5 +120,26 @@ func TestRunCodeKeepsGlobals(t *testing.T) {
 	b, err := c.RunCode(ctx, CodeRequest{Code: "print('hi'); (x, r.random())"}, &out, nil)
 	if err != nil || !strings.HasPrefix(a.Value, "(41, ") || a.Value == b.Value || out.String() != "hi\n" {
 		t.Errorf("run-code values %q %q out %q err %v", a.Value, b.Value, out.String(), err)
+	}
+}
+
+// A listing is capped at MaxListEntries, the first in name order, with the directory's total:
+// a sandbox that fills a directory cannot make the host hold it all.
+func TestListFilesIsCapped(t *testing.T) {
+	c, _ := startPair(t, strings.Repeat("t", 64))
+	dir := t.TempDir()
+	n := MaxListEntries + 5
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%06d", i)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls, err := c.ListFiles(waitCtx(t), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.Total != n || len(ls.Entries) != MaxListEntries || ls.Entries[0].Name != "f000000" ||
+		ls.Entries[MaxListEntries-1].Name != fmt.Sprintf("f%06d", MaxListEntries-1) {
+		t.Errorf("listing of %d: total %d, %d entries, first %q", n, ls.Total, len(ls.Entries), ls.Entries[0].Name)
 	}
 }

@@ -507,16 +507,24 @@ func (c *Client) GetFile(ctx context.Context, path string, w io.Writer) error {
 	return nil
 }
 
-// ListFiles lists the directory at path (or describes the file there).
-func (c *Client) ListFiles(ctx context.Context, path string) ([]FileInfo, error) {
+// maxListingBytes bounds the JSON of one listing the host reads: MaxListEntries entries of at
+// most a 255-byte name and ~150 bytes of the rest each, with room to spare.
+const maxListingBytes = 8 << 20
+
+// ListFiles lists the directory at path (or describes the file there): at most MaxListEntries
+// entries in name order, and how many there are.
+func (c *Client) ListFiles(ctx context.Context, path string) (Listing, error) {
 	resp, err := c.do(ctx, http.MethodGet, "/v1/files/list", url.Values{"path": {path}}, nil)
 	if err != nil {
-		return nil, err
+		return Listing{}, err
 	}
 	defer resp.Body.Close()
-	var out []FileInfo
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("decoding listing: %w", err)
+	var out Listing
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxListingBytes)).Decode(&out); err != nil {
+		return Listing{}, fmt.Errorf("decoding listing (at most %d bytes): %w", maxListingBytes, err)
+	}
+	if len(out.Entries) > MaxListEntries {
+		return Listing{}, fmt.Errorf("guest listed %d entries, more than %d", len(out.Entries), MaxListEntries)
 	}
 	return out, nil
 }

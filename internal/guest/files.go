@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"sort"
 	"encoding/json"
 	"errors"
 	"io"
@@ -109,18 +110,28 @@ func (a *Agent) handleListFiles(w http.ResponseWriter, r *http.Request) {
 		writeFSError(w, err)
 		return
 	}
-	out := []FileInfo{}
+	out := Listing{Entries: []FileInfo{}}
 	if !st.IsDir() {
-		out = append(out, fileInfo(st))
+		out.Entries, out.Total = append(out.Entries, fileInfo(st)), 1
 	} else {
-		ents, err := os.ReadDir(p)
+		// Names only first: a directory the sandbox filled with 400k entries costs names,
+		// not 400k Lstats, and the answer is bounded.
+		d, err := os.Open(p)
 		if err != nil {
 			writeFSError(w, err)
 			return
 		}
-		for _, e := range ents {
-			if fi, err := e.Info(); err == nil {
-				out = append(out, fileInfo(fi))
+		names, err := d.Readdirnames(-1)
+		d.Close()
+		if err != nil {
+			writeFSError(w, err)
+			return
+		}
+		sort.Strings(names)
+		out.Total = len(names)
+		for _, n := range names[:min(len(names), MaxListEntries)] {
+			if fi, err := os.Lstat(filepath.Join(p, n)); err == nil {
+				out.Entries = append(out.Entries, fileInfo(fi))
 			}
 		}
 	}

@@ -212,6 +212,16 @@ type CodeResult struct {
 	Restarted bool `json:"restarted,omitempty"`
 }
 
+// MaxListEntries bounds one listing: a directory with more entries lists the first
+// MaxListEntries in name order, and Listing.Total says how many it has.
+const MaxListEntries = 10000
+
+// Listing is the answer of a files listing.
+type Listing struct {
+	Entries []FileInfo `json:"entries"`
+	Total   int        `json:"total"` // entries in the directory; more than len(Entries) when capped
+}
+
 // FileInfo describes one directory entry.
 type FileInfo struct {
 	Name    string    `json:"name"`

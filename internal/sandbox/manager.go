@@ -389,9 +389,10 @@ func (m *Manager) GetFile(ctx context.Context, idOrName, path string, w io.Write
 	return m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error { return c.GetFile(ctx, path, w) })
 }
 
-// ListFiles lists the directory at path inside the sandbox.
-func (m *Manager) ListFiles(ctx context.Context, idOrName, path string) ([]guest.FileInfo, error) {
-	var out []guest.FileInfo
+// ListFiles lists the directory at path inside the sandbox: at most guest.MaxListEntries
+// entries in name order, and the directory's total.
+func (m *Manager) ListFiles(ctx context.Context, idOrName, path string) (guest.Listing, error) {
+	var out guest.Listing
 	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
 		out, err = c.ListFiles(ctx, path)
 		return err

@@ -162,8 +162,8 @@ func (m *Manager) verifyOutOfBand(ctx context.Context, engineID, want string) er
 		return fmt.Errorf("verifying the generation through the engine: %w", err)
 	}
 	if got != want {
-		return fmt.Errorf("the generation read through the engine (%q) is not the one reseal published: "+
-			"the guest's answers cannot be trusted", got)
+		return fmt.Errorf("the generation read through the engine (%.40q) is not the one reseal published: "+
+			"the guest's answers cannot be trusted", got) // quoted short: the sandbox wrote it
 	}
 	return nil
 }

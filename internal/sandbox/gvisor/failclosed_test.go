@@ -250,3 +250,25 @@ func TestCheckpointBoundedWhenTheGuestDoesNotReturn(t *testing.T) {
 	}
 	t.Logf("checkpoint failed after %v: %v", took.Round(time.Millisecond), err)
 }
+
+// The out-of-band generation check reads what the sandbox put at /run/zygo/generation, which
+// can be anything: a symlink to /dev/zero fails the check at once with a short error instead
+// of filling the daemon's memory and log (a tester grew the daemon to 4.9 GB with a 600 MB
+// file). A copy whose file lies is destroyed, as before.
+func TestGenerationCheckIsBounded(t *testing.T) {
+	h, _ := newHarnessTimeout(t, sandbox.DefaultReseal, 20*time.Second)
+	src, err := h.m.Create(tctx(t), sandbox.CreateOptions{Name: "liar"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sh(t, src.ID, "ln -sf /dev/zero /run/zygo/.g && mv -f /run/zygo/.g /run/zygo/generation")
+	t0 := time.Now()
+	got, err := h.be.ReadGeneration(tctx(t), src.EngineID)
+	if err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("reading an endless generation = %d bytes, %v; want an error", len(got), err)
+	}
+	if len(err.Error()) > 4<<10 {
+		t.Errorf("the error is %d bytes long", len(err.Error()))
+	}
+	t.Logf("refused after %v: %v", time.Since(t0).Round(time.Millisecond), err)
+}

@@ -470,11 +470,15 @@ func (b *Backend) ReleaseHost(ctx context.Context) error {
 
 var _ sandbox.GenerationReader = (*Backend)(nil)
 
-// ReadGeneration reads /run/zygo/generation inside instance id with
-// `runsc exec`, outside the guest agent's channel (see
-// sandbox.GenerationReader). It returns the trimmed contents.
+// maxGenerationRead bounds ReadGeneration: a generation is 32 hex digits.
+const maxGenerationRead = 64
+
+// ReadGeneration reads /run/zygo/generation inside instance id with `runsc exec`, outside the
+// guest agent's channel (see sandbox.GenerationReader). It returns the trimmed contents. The
+// file is the sandbox's to change (a symlink to a huge file, or /dev/zero), so at most
+// maxGenerationRead bytes are read: more fails the call.
 func (b *Backend) ReadGeneration(ctx context.Context, id string) (string, error) {
-	out, err := b.runsc(ctx, "exec", id, "/usr/bin/cat", "/run/zygo/generation")
+	out, err := b.runscStdout(ctx, maxGenerationRead, "exec", id, "/usr/bin/cat", "/run/zygo/generation")
 	if err != nil {
 		return "", fmt.Errorf("%w: reading the generation of %s: %v", errdefs.ErrUnavailable, id, err)
 	}

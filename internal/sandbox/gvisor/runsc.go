@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -31,18 +32,77 @@ func (b *Backend) globalFlags() []string {
 	return append(f, b.cfg.ExtraFlags...)
 }
 
-// runsc runs one short runsc command and returns its combined output. The error carries the
-// output's last line.
+// maxRunscOutput bounds what the daemon keeps of one runsc command's output (stdout and
+// stderr together). runsc's own answers (state, list) are a few KiB; `runsc exec` runs a
+// program inside the sandbox, whose output the sandbox controls.
+const maxRunscOutput = 1 << 20
+
+// runsc runs one short runsc command and returns its combined output, of which it keeps at
+// most maxRunscOutput bytes (the rest is discarded, and the error says so). The error carries
+// the output's last line.
 func (b *Backend) runsc(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, b.cfg.Runsc, append(b.globalFlags(), args...)...)
 	cmd.WaitDelay = 5 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &capBuffer{max: maxRunscOutput}
+	cmd.Stdout, cmd.Stderr = out, out
 	err := cmd.Run()
+	if err == nil && out.dropped > 0 {
+		err = fmt.Errorf("output longer than %d bytes (%d dropped)", maxRunscOutput, out.dropped)
+	}
 	if err != nil {
 		return out.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLine(out.Bytes()))
 	}
 	return out.Bytes(), nil
+}
+
+// runscStdout runs one runsc command and returns at most limit bytes of its stdout. A command
+// that writes more is killed at once and the call fails: it is for answers of a known small
+// size read from inside a sandbox (whose programs may write without end). stderr is kept up to
+// 4 KiB for the error.
+func (b *Backend) runscStdout(ctx context.Context, limit int, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.cfg.Runsc, append(b.globalFlags(), args...)...)
+	cmd.WaitDelay = 5 * time.Second
+	stderr := &capBuffer{max: 4 << 10}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("runsc %s: %w", args[0], err)
+	}
+	out, rerr := io.ReadAll(io.LimitReader(stdout, int64(limit)+1))
+	if len(out) > limit {
+		cancel() // kills runsc
+		_ = stdout.Close() // and whatever still writes to the pipe gets EPIPE
+		_ = cmd.Wait()
+		return out[:limit], fmt.Errorf("runsc %s: output longer than %d bytes", args[0], limit)
+	}
+	if err := cmd.Wait(); err != nil {
+		return out, fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLine(stderr.Bytes()))
+	}
+	if rerr != nil {
+		return out, fmt.Errorf("runsc %s: reading output: %w", args[0], rerr)
+	}
+	return out, nil
+}
+
+// capBuffer is an io.Writer that keeps the first max bytes and counts the rest.
+type capBuffer struct {
+	bytes.Buffer
+	max     int
+	dropped int64
+}
+
+func (c *capBuffer) Write(p []byte) (int, error) {
+	keep := min(len(p), c.max-c.Len())
+	if keep > 0 {
+		c.Buffer.Write(p[:keep])
+	}
+	c.dropped += int64(len(p) - max(keep, 0))
+	return len(p), nil
 }
 
 // runscDetached runs run or restore --detach. Its stdio is logFile (owned by the caller),

@@ -186,8 +186,9 @@ func testFiles(t *testing.T, b sandbox.Backend, _ func(*testing.T) sandbox.Backe
 	if err := inst.Guest.GetFile(ctx, "/work/a/b.txt", &buf); err != nil || buf.String() != "hello" {
 		t.Fatalf("GetFile = %q %v", buf.String(), err)
 	}
-	ls, err := inst.Guest.ListFiles(ctx, "/work/a")
-	if err != nil || len(ls) != 1 || ls[0].Name != "b.txt" || ls[0].Size != 5 || ls[0].Mode&0o777 != 0o600 {
+	listing, err := inst.Guest.ListFiles(ctx, "/work/a")
+	ls := listing.Entries
+	if err != nil || len(ls) != 1 || listing.Total != 1 || ls[0].Name != "b.txt" || ls[0].Size != 5 || ls[0].Mode&0o777 != 0o600 {
 		t.Fatalf("ListFiles = %+v %v", ls, err)
 	}
 	if err := inst.Guest.GetFile(ctx, "/work/missing", &buf); !errdefs.IsNotFound(err) {

@@ -40,7 +40,9 @@ func (sb *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
-// ListFiles lists the directory at the absolute path inside the sandbox.
+// ListFiles lists the directory at the absolute path inside the sandbox: at most 10 000
+// entries, the first in name order (the daemon's bound; the response header
+// Zygo-Entries-Total has the directory's count).
 func (sb *Sandbox) ListFiles(ctx context.Context, path string) ([]FileInfo, error) {
 	var out []FileInfo
 	return out, sb.c.call(ctx, "GET", sbPath(sb.ID, "files", "list")+"?"+url.Values{"path": {path}}.Encode(), nil, &out)
