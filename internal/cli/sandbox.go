@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"mvdan.cc/sh/v3/syntax"
 
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/guest"
@@ -97,6 +98,39 @@ func rootfsDir(d string) (string, error) {
 
 // parseServices turns NAME=CMD flags, --on-fork NAME=POLICY and --restart NAME=POLICY flags
 // into services. Errors name the flag.
+// serviceArgv is how a --service CMD runs: `/bin/sh -c CMD`, or `/bin/sh -c 'exec CMD'` when
+// CMD is one simple command (no operators, redirections, assignments, background or shell
+// builtin; parsed with mvdan.cc/sh's POSIX parser). With exec the program replaces the shell,
+// so it is the service's process itself: on_fork signals and stops reach it, not a /bin/sh
+// that would die of the signal (dash does not pass signals on) and leave it orphaned. A
+// compound CMD keeps its shell; it should exec its long-lived program itself (docs/sandboxes.md).
+func serviceArgv(command string) []string {
+	if isSimpleCommand(command) {
+		return []string{"/bin/sh", "-c", "exec " + command}
+	}
+	return []string{"/bin/sh", "-c", command}
+}
+
+// shellBuiltins are commands exec cannot run: they exist only inside a shell.
+var shellBuiltins = map[string]bool{"cd": true, "export": true, "set": true, "unset": true, "exit": true,
+	"source": true, ".": true, "eval": true, "exec": true, "trap": true, "read": true, "wait": true,
+	"ulimit": true, "umask": true, "alias": true, "shift": true, "return": true, "break": true,
+	"continue": true, "readonly": true, "local": true, "times": true, ":": true, "command": true}
+
+func isSimpleCommand(command string) bool {
+	f, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(command), "")
+	if err != nil || len(f.Stmts) != 1 {
+		return false
+	}
+	st := f.Stmts[0]
+	call, ok := st.Cmd.(*syntax.CallExpr)
+	if !ok || st.Background || st.Coprocess || st.Negated || len(st.Redirs) > 0 || len(call.Assigns) > 0 || len(call.Args) == 0 {
+		return false
+	}
+	first := call.Args[0].Lit() // "" unless the word is a plain literal
+	return first != "" && !shellBuiltins[first]
+}
+
 func parseServices(services, onFork, restart []string) ([]guest.Service, error) {
 	var out []guest.Service
 	idx := map[string]int{}
@@ -109,7 +143,7 @@ func parseServices(services, onFork, restart []string) ([]guest.Service, error) 
 			return nil, fmt.Errorf("--service %s given twice", name)
 		}
 		idx[name] = len(out)
-		out = append(out, guest.Service{Name: name, Argv: []string{"/bin/sh", "-c", command}, OnFork: guest.OnForkKeep})
+		out = append(out, guest.Service{Name: name, Argv: serviceArgv(command), OnFork: guest.OnForkKeep})
 	}
 	for _, p := range onFork {
 		name, policy, ok := strings.Cut(p, "=")

@@ -14,7 +14,7 @@ func TestParseServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(svcs) != 2 || svcs[0].Name != "web" || svcs[0].OnFork != guest.OnForkRestart ||
-		strings.Join(svcs[0].Argv, " ") != "/bin/sh -c python3 -m http.server" {
+		strings.Join(svcs[0].Argv, " ") != "/bin/sh -c exec python3 -m http.server" {
 		t.Errorf("web: %+v", svcs[0])
 	}
 	if svcs[0].Restart != guest.RestartAlways || svcs[1].Restart != guest.RestartNo {
@@ -47,6 +47,34 @@ func TestParseServices(t *testing.T) {
 		}
 		if len(bad.restart) > 0 && !strings.Contains(err.Error(), "--restart") {
 			t.Errorf("parseServices(%q, %q, %q) = %v, want it to name --restart", bad.svc, bad.pol, bad.restart, err)
+		}
+	}
+}
+
+// A single simple command replaces its shell (exec), so signals reach the program; anything
+// a shell must run stays under /bin/sh -c as written.
+func TestServiceArgv(t *testing.T) {
+	for cmd, exec := range map[string]bool{
+		"python3 -m http.server":                    true,
+		`python3 -c "import time; time.sleep(1e6)"`: true,
+		"/usr/bin/node server.js --port $PORT":      true,
+		"echo $$ > /tmp/pid; exec sleep 1000":       false,
+		"a && b":                                    false,
+		"FOO=1 prog":                                false,
+		"prog > /tmp/log":                           false,
+		"prog &":                                    false,
+		"cd /srv":                                   false,
+		"while :; do sleep 1; done":                 false,
+		"$PROG --flag":                              false,
+		"unbalanced 'quote":                         false,
+	} {
+		argv := serviceArgv(cmd)
+		want := cmd
+		if exec {
+			want = "exec " + cmd
+		}
+		if len(argv) != 3 || argv[0] != "/bin/sh" || argv[1] != "-c" || argv[2] != want {
+			t.Errorf("serviceArgv(%q) = %q, want /bin/sh -c %q", cmd, argv, want)
 		}
 	}
 }

@@ -152,3 +152,38 @@ func TestServicesStatus(t *testing.T) {
 		t.Errorf("services of an unknown sandbox: %q", msg)
 	}
 }
+
+// A single-command service declared through the CLI is the program itself (no /bin/sh left
+// between), so an on_fork signal reaches the program: it handles it, is not restarted, and no
+// second copy appears (a tester found the shell dying of SIGHUP, the program orphaned and a
+// second one started by the supervisor).
+func TestSignalServiceIsTheProgram(t *testing.T) {
+	d := startDaemon(t)
+	prog := `python3 -c "import signal,time; signal.signal(signal.SIGHUP, lambda *a: open('/tmp/hup','a').write('x')); open('/tmp/ready','w'); time.sleep(1e6)"`
+	src := d.OK("sandbox", "create", "--name", "hup", "--service", "reload="+prog, "--on-fork", "reload=signal")
+	// Checkpoint only once the handler is installed: before that SIGHUP's default action ends it.
+	d.OK("sandbox", "exec", src, "--", "sh", "-c", "timeout 20 sh -c 'until [ -e /tmp/ready ]; do sleep 0.05; done'")
+	kid := lines(d.OK("sandbox", "fork", src, "-n", "1"))[0]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _, code := d.CLI("sandbox", "files", "get", kid, "/tmp/hup")
+		if code == 0 && out == "x" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the service's program never handled the fork's SIGHUP (/tmp/hup = %q)", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	procs := d.OK("sandbox", "exec", kid, "--", "sh", "-c", "ps -eo args | grep -c '^python3 -c import signal'")
+	if strings.TrimSpace(procs) != "1" {
+		t.Errorf("%s python3 processes of the service after the fork, want 1", strings.TrimSpace(procs))
+	}
+	var st []guest.ServiceStatus
+	if err := json.Unmarshal([]byte(d.OK("sandbox", "services", kid, "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || !st[0].Running || st[0].Restarts != 0 || st[0].LastExit != nil {
+		t.Errorf("after the signal: %+v, want running, never restarted", st)
+	}
+}
