@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/guest"
@@ -53,6 +54,10 @@ func decodeExecBody(w http.ResponseWriter, r *http.Request) (ExecBody, io.Reader
 		return body, nil, false
 	}
 	if !body.StdinStream {
+		if dec.More() {
+			badRequest(w, "decoding request body: data after the JSON object (to stream stdin after it, set stdin_stream)")
+			return body, nil, false
+		}
 		return body, nil, true
 	}
 	if body.Stdin != nil {
@@ -95,6 +100,14 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxe
 	}
 	if body.TimeoutMs < 0 {
 		badRequest(w, "timeout_ms must not be negative")
+		return
+	}
+	if err := guest.ValidateEnv(body.Env); err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	if body.Cwd != "" && !path.IsAbs(body.Cwd) {
+		badRequest(w, fmt.Sprintf("cwd %q must be an absolute path", body.Cwd))
 		return
 	}
 	ctx := r.Context()

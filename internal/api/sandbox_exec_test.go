@@ -220,3 +220,25 @@ func TestExecStdinSilentClientReleased(t *testing.T) {
 		t.Errorf("answer without the exit event: %q", got)
 	}
 }
+
+// Bodies the exec route refuses with 400 before anything runs: a second JSON object after the
+// first, an env entry without '=', a relative cwd.
+func TestExecRefusesMalformedRequests(t *testing.T) {
+	ctx := context.Background()
+	f := newCat()
+	c := newTestServer(t, f, nil)
+	for body, want := range map[string]string{
+		`{"argv":["true"]}{"argv":["false"]}`: "after the JSON object",
+		`{"argv":["true"],"env":["FOO"]}`:     "KEY=VALUE",
+		`{"argv":["true"],"env":["=x"]}`:      "KEY=VALUE",
+		`{"argv":["true"],"cwd":"../.."}`:     "absolute",
+	} {
+		_, err := c.streamBody(ctx, sandboxPath("sb-1", "exec"), strings.NewReader(body), "", nil, nil)
+		wantAPIError(t, err, http.StatusBadRequest, want)
+	}
+	select {
+	case <-f.ended:
+		t.Error("a refused exec reached the manager")
+	default:
+	}
+}

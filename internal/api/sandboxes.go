@@ -194,6 +194,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: "decoding request body: " + err.Error()})
 		return false
 	}
+	if dec.More() {
+		badRequest(w, "decoding request body: data after the JSON object (send exactly one)")
+		return false
+	}
 	return true
 }
 
@@ -650,6 +654,10 @@ type GenerationBody struct {
 
 func (s *Server) generation(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	rec, err := sb.Get(r.Context(), r.PathValue("id"))
+	if err == nil && rec.State != sandbox.Running {
+		// Before its reseal is acknowledged a copy has no generation of its own to show.
+		err = fmt.Errorf("sandbox %s is %s: its generation is issued when it runs: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+	}
 	if err != nil {
 		s.fail(w, err)
 		return

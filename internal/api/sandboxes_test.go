@@ -316,3 +316,25 @@ func TestSecretRemoveRefusedWhileSandboxesUseIt(t *testing.T) {
 		t.Errorf("removing an unused secret: %v, removed %v", err, sec.removed)
 	}
 }
+
+// A sandbox that is not running (a fork child before its reseal, a rollback in progress, a
+// recovering one) hands out no generation: 409 naming the state, never its checkpoint's.
+func TestGenerationOnlyWhenRunning(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeSandboxes{rec: sandbox.SandboxRecord{ID: "sb-1", State: sandbox.Restoring, Generation: "parents"}}
+	_, err := newTestServer(t, f, nil).Generation(ctx, "sb-1")
+	wantAPIError(t, err, 409, "restoring")
+	f.rec.State = sandbox.Running
+	if g, err := newTestServer(t, f, nil).Generation(ctx, "sb-1"); err != nil || g.Generation != "parents" {
+		t.Errorf("generation of a running sandbox = %+v, %v", g, err)
+	}
+}
+
+// A JSON body with anything after its object is refused, not half read: `{"n":1}{"n":16}`
+// once forked one child.
+func TestTrailingJSONRefused(t *testing.T) {
+	f := &fakeSandboxes{forkRes: sandbox.ForkResult{Children: []sandbox.ForkChild{{Sandbox: sandbox.SandboxRecord{ID: "sb-ok"}}}}}
+	c := newTestServer(t, f, nil)
+	_, err := c.do(context.Background(), "POST", sandboxPath("sb-1", "fork"), strings.NewReader(`{"n":1}{"n":16}`), "application/json")
+	wantAPIError(t, err, http.StatusBadRequest, "after the JSON object")
+}

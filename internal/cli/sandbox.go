@@ -221,7 +221,7 @@ func newSandboxLsCmd(g *globals) *cobra.Command {
 					state += " (" + r.Error + ")"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, state, dash(r.ParentID),
-					dash(r.CheckpointID), r.Generation, age(r.CreatedAt))
+					dash(r.CheckpointID), dash(r.Generation), age(r.CreatedAt))
 			}
 			return tw.Flush()
 		},

@@ -96,7 +96,7 @@ func newSandboxForkCmd(g *globals) *cobra.Command {
 			"exit status is 1 when any failed. N is at most 16.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			bar := startForkProgress(cmd, args[0], n)
+			bar := startForkProgress(cmd, args[0], n, from)
 			t0 := time.Now()
 			ans, err := g.client().Fork(cmd.Context(), args[0], n, from, bar.update)
 			bar.stop()

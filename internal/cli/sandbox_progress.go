@@ -42,10 +42,14 @@ type forkProgress struct {
 	bar     *progressbar.ProgressBar
 }
 
-func startForkProgress(cmd *cobra.Command, id string, n int) *forkProgress {
+func startForkProgress(cmd *cobra.Command, id string, n int, from string) *forkProgress {
 	p := &forkProgress{cmd: cmd, id: id, n: n, spinner: func() {}}
 	if stdoutIsTerminal(cmd) {
-		p.spinner = startProgress(cmd, "forking "+id+": checkpoint")
+		what := "forking " + id + ": checkpoint"
+		if from != "" {
+			what = "forking " + id + ": checking " + from
+		}
+		p.spinner = startProgress(cmd, what)
 	}
 	return p
 }

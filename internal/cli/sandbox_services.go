@@ -29,6 +29,10 @@ func newSandboxServicesCmd(g *globals) *cobra.Command {
 			if asJSON {
 				return printJSON(cmd, st)
 			}
+			if len(st) == 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s declares no services (zygo sandbox create --service NAME=CMD)\n", args[0])
+				return nil
+			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSTATE\tPID\tRESTART\tRESTARTS\tLAST EXIT\tNOTE")
 			for _, s := range st {

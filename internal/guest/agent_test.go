@@ -143,3 +143,17 @@ func TestListFilesIsCapped(t *testing.T) {
 		t.Errorf("listing of %d: total %d, %d entries, first %q", n, ls.Total, len(ls.Entries), ls.Entries[0].Name)
 	}
 }
+
+// A missing or non-directory cwd is named as such (os/exec would blame the program).
+func TestExecBadCwdNamed(t *testing.T) {
+	c, _ := startPair(t, strings.Repeat("t", 64))
+	ctx := waitCtx(t)
+	_, err := c.Exec(ctx, ExecRequest{Argv: []string{"/bin/pwd"}, Cwd: "/nonexistent-dir"}, nil, nil)
+	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "cwd /nonexistent-dir") {
+		t.Errorf("exec in a missing cwd = %v, want ErrNotFound naming the cwd", err)
+	}
+	_, err = c.Exec(ctx, ExecRequest{Argv: []string{"/bin/pwd"}, Cwd: "/bin/sh"}, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("exec in a file as cwd = %v", err)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -124,6 +126,13 @@ func (a *Agent) runCommand(ctx context.Context, req ExecRequest, ew *eventWriter
 	cmd.Dir = req.Cwd
 	if cmd.Dir == "" {
 		cmd.Dir = "/"
+	}
+	// Checked here: a chdir that fails in the child is reported by os/exec as
+	// "fork/exec ARGV0: no such file or directory", naming the wrong thing.
+	if st, err := os.Stat(cmd.Dir); err != nil {
+		return ExitStatus{}, fmt.Errorf("cwd %s: %w", cmd.Dir, err)
+	} else if !st.IsDir() {
+		return ExitStatus{}, fmt.Errorf("cwd %s is not a directory: %w", cmd.Dir, fs.ErrInvalid)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"sort"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"syscall"
 )
 
 // cleanPath returns the cleaned absolute path in the query, or "" when it is missing or
@@ -26,7 +27,9 @@ func writeFSError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
-	case errors.Is(err, fs.ErrInvalid), errors.Is(err, fs.ErrExist):
+	case errors.Is(err, fs.ErrInvalid), errors.Is(err, fs.ErrExist),
+		// Permanent for this path (a read-only bind, a mode): not worth a retry.
+		errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
 		writeError(w, http.StatusBadRequest, "invalid", err.Error())
 	default:
 		writeError(w, http.StatusInternalServerError, "internal", err.Error())

@@ -28,7 +28,9 @@
 package guest
 
 import (
+	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -210,6 +212,18 @@ type CodeResult struct {
 	// false, Error says why, the interpreter's variables are lost and the next call starts a
 	// fresh one.
 	Restarted bool `json:"restarted,omitempty"`
+}
+
+// ValidateEnv checks KEY=VALUE entries: each has a '=', a non-empty KEY without '=' or NUL,
+// and no NUL in VALUE. The error names the first bad entry.
+func ValidateEnv(env []string) error {
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return fmt.Errorf("env %q: want KEY=VALUE with a non-empty KEY and no NUL byte", kv)
+		}
+	}
+	return nil
 }
 
 // MaxListEntries bounds one listing: a directory with more entries lists the first

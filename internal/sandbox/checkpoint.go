@@ -389,9 +389,11 @@ type staged struct {
 func (m *Manager) restoreChild(ctx context.Context, ck Checkpointer, parent SandboxRecord, cp CheckpointRecord) *staged {
 	now := m.cfg.Now()
 	s := &staged{rec: SandboxRecord{ID: newID("sb-", 8), Backend: m.be.Name(), State: Restoring,
-		ParentID: parent.ID, CheckpointID: cp.ID, Token: cp.Token, Generation: cp.Generation,
+		// No generation until the reseal issues one: until then the record must not show the
+		// checkpoint's, which its siblings and its source hold too.
+		ParentID: parent.ID, CheckpointID: cp.ID, Token: cp.Token,
 		Options: cp.Options, CreatedAt: now, UpdatedAt: now}}
-	s.rec.Name = parent.Name + "-" + s.rec.ID[3:11]
+	s.rec.Name = childName(parent.Name, s.rec.ID)
 	s.rec.Options.Name = s.rec.Name
 	s.rec.EngineID = newEngineID(s.rec.ID)
 	if s.err = m.reg.PutSandbox(ctx, s.rec); s.err != nil {
@@ -412,6 +414,14 @@ func (m *Manager) restoreChild(ctx context.Context, ck Checkpointer, parent Sand
 	}
 	s.reseal, s.err = m.resealChild(ctx, &s.rec, cp, s.inst, spec.Hostname)
 	return s
+}
+
+// childName is a fork child's name: its parent's, a dash and 8 digits of its id, with the
+// parent's part cut so that the whole stays within ValidateName's 63 characters (names of
+// grandchildren would otherwise grow 9 characters a generation).
+func childName(parent, id string) string {
+	suffix := "-" + id[3:11]
+	return parent[:min(len(parent), maxNameLen-len(suffix))] + suffix
 }
 
 // finishChild marks a staged child Running, or runs its undo stack.

@@ -191,7 +191,10 @@ func (m *Manager) begin(ctx context.Context, idOrName string, shared bool, wait 
 		if rec.State == Dead {
 			return nil, fmt.Errorf("sandbox %s is dead (%s): %w", rec.ID, rec.Error, ErrDead)
 		}
-		return nil, fmt.Errorf("sandbox %s is %s (%s): %w", rec.ID, rec.State, rec.Error, errdefs.ErrFailedPrecondition)
+		if rec.Error != "" {
+			return nil, fmt.Errorf("sandbox %s is %s (%s): %w", rec.ID, rec.State, rec.Error, errdefs.ErrFailedPrecondition)
+		}
+		return nil, fmt.Errorf("sandbox %s is %s: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
 	}
 	if why := e.gone(); why != nil {
 		return nil, why

@@ -173,3 +173,18 @@ func TestCreateValidatesServices(t *testing.T) {
 		t.Errorf("a good service: %v", err)
 	}
 }
+
+// Fork children's names stay within the 63 characters of a name, generation after generation.
+func TestChildNamesStayShort(t *testing.T) {
+	name := strings.Repeat("n", 63)
+	for gen := range 5 {
+		id := newID("sb-", 8)
+		name = childName(name, id)
+		if len(name) > maxNameLen || !strings.HasSuffix(name, "-"+id[3:11]) {
+			t.Fatalf("generation %d: child name %q (%d characters)", gen, name, len(name))
+		}
+	}
+	if got := childName("short", "sb-0123456789abcdef"); got != "short-01234567" {
+		t.Errorf("childName(short) = %q", got)
+	}
+}

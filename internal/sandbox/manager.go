@@ -199,10 +199,19 @@ func (m *Manager) List(ctx context.Context) ([]SandboxRecord, error) {
 	return recs, err
 }
 
-// Generation returns the sandbox's current generation token (32 hex digits).
+// Generation returns the sandbox's current generation token (32 hex digits). A sandbox that is
+// not Running has none to hand out (a fork child before its reseal is acknowledged, a rollback
+// in progress, a recovering or dead one): that is an error wrapping
+// errdefs.ErrFailedPrecondition naming the state, never a token another copy may hold.
 func (m *Manager) Generation(ctx context.Context, idOrName string) (string, error) {
 	rec, err := m.Get(ctx, idOrName)
-	return rec.Generation, err
+	if err != nil {
+		return "", err
+	}
+	if rec.State != Running {
+		return "", fmt.Errorf("sandbox %s is %s: its generation is issued when it runs: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+	}
+	return rec.Generation, nil
 }
 
 // Create starts a new sandbox and returns its record once the guest answers. On error
@@ -219,6 +228,14 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	}
 	if err := guest.ValidateServices(opts.Services); err != nil {
 		return SandboxRecord{}, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if err := guest.ValidateEnv(opts.Env); err != nil {
+		return SandboxRecord{}, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	for _, svc := range opts.Services {
+		if err := guest.ValidateEnv(svc.Env); err != nil {
+			return SandboxRecord{}, fmt.Errorf("service %q: %w: %w", svc.Name, err, errdefs.ErrInvalidArgument)
+		}
 	}
 	secrets, err := m.createSecrets(ctx, opts.Secrets)
 	if err != nil {
@@ -291,6 +308,9 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 // name that is not empty and not 1-63 of [A-Za-z0-9_.-] starting with a
 // letter or digit, or that looks like a sandbox id ("sb-…"), which would
 // make it unreachable by name.
+// maxNameLen is the longest sandbox name, in bytes (ValidateName).
+const maxNameLen = 63
+
 func ValidateName(name string) error {
 	if name == "" {
 		return nil
