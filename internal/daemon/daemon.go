@@ -26,6 +26,7 @@ import (
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/cgroup"
 	"github.com/zygo-run/zygo/internal/function"
+	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
 )
@@ -293,7 +294,7 @@ func listen(cfg Config, h http.Handler) ([]endpoint, error) {
 		ul.Close()
 		return nil, err
 	}
-	eps := []endpoint{{ul, newServer(h)}}
+	eps := []endpoint{{guardAgainstRunsc(ul, gvisor.ResolveRunsc(cfg.Sandbox.Runsc), cfg.Log), newServer(h)}}
 	if cfg.Listen != "" {
 		tl, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {

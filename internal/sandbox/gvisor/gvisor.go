@@ -93,18 +93,26 @@ type instance struct {
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
 
+// ResolveRunsc returns the runsc binary New uses for Config.Runsc = path: path itself when set,
+// else /usr/local/bin/runsc when it exists, else runsc on PATH, else "".
+func ResolveRunsc(path string) string {
+	if path != "" {
+		return path
+	}
+	if _, err := os.Stat("/usr/local/bin/runsc"); err == nil {
+		return "/usr/local/bin/runsc"
+	}
+	p, _ := exec.LookPath("runsc")
+	return p
+}
+
 // New checks runsc and prepares the state directory. It returns an error wrapping
 // errdefs.ErrUnavailable when runsc is missing, naming scripts/install-runsc.sh.
 func New(cfg Config) (*Backend, error) {
 	if cfg.StateDir == "" || cfg.GuestBinary == "" {
 		return nil, fmt.Errorf("gvisor backend needs StateDir and GuestBinary: %w", errdefs.ErrInvalidArgument)
 	}
-	if cfg.Runsc == "" {
-		cfg.Runsc = "/usr/local/bin/runsc"
-		if _, err := os.Stat(cfg.Runsc); err != nil {
-			cfg.Runsc, _ = exec.LookPath("runsc")
-		}
-	}
+	cfg.Runsc = ResolveRunsc(cfg.Runsc)
 	if _, err := os.Stat(cfg.Runsc); cfg.Runsc == "" || err != nil {
 		return nil, fmt.Errorf("runsc not found (install it with scripts/install-runsc.sh): %w", errdefs.ErrUnavailable)
 	}
