@@ -360,10 +360,17 @@ func (m *Manager) withGuest(ctx context.Context, idOrName string, fn func(contex
 	return c.end(fn(c.ctx, c.e.instance().Guest))
 }
 
+// statusTimeout bounds a read of live state from the guest (Services).
+const statusTimeout = 10 * time.Second
+
 // Services returns the live state of the sandbox's declared services, as its guest agent
 // reports them (running, pid, restarts, last exit, a pending restart), in declaration order.
-// Errors are those of any call on the sandbox (ErrNotFound, a dead or busy sandbox).
+// Errors are those of any call on the sandbox (ErrNotFound, a dead or busy sandbox), or
+// context.DeadlineExceeded when the agent does not answer within 10 s.
 func (m *Manager) Services(ctx context.Context, idOrName string) ([]guest.ServiceStatus, error) {
+	// A status read must not hang on an agent that does not answer (stopped, wedged).
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
 	var out []guest.ServiceStatus
 	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error {
 		info, err := c.Info(ctx)
