@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,5 +156,23 @@ func TestExecBadCwdNamed(t *testing.T) {
 	_, err = c.Exec(ctx, ExecRequest{Argv: []string{"/bin/pwd"}, Cwd: "/bin/sh"}, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("exec in a file as cwd = %v", err)
+	}
+}
+
+// Reading a FIFO or a device is refused at once instead of waiting for a writer forever.
+func TestGetFileRefusesSpecialFiles(t *testing.T) {
+	c, _ := startPair(t, strings.Repeat("t", 64))
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, "/dev/zero"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var b bytes.Buffer
+		err := c.GetFile(ctx, p, &b)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("GetFile(%s) = %v after %d bytes, want a refusal", p, err, b.Len())
+		}
 	}
 }

@@ -3,6 +3,7 @@ package guest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -48,7 +49,9 @@ func (a *Agent) handleGetFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", "path must be absolute")
 		return
 	}
-	f, err := os.Open(p)
+	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It
+	// changes nothing for the regular files served below.
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		writeFSError(w, err)
 		return
@@ -56,6 +59,9 @@ func (a *Agent) handleGetFile(w http.ResponseWriter, r *http.Request) {
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.IsDir() {
 		writeError(w, http.StatusBadRequest, "invalid", p+" is a directory")
+		return
+	} else if err == nil && !st.Mode().IsRegular() {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("%s is not a regular file (%s)", p, st.Mode().Type()))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
