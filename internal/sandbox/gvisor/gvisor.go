@@ -325,8 +325,10 @@ func (b *Backend) waitGuest(ctx context.Context, in *instance) error {
 		}
 		st, err := b.state(ctx, in.id)
 		if err != nil || st.Status != "running" {
-			return fmt.Errorf("container %s is %q before its guest connected (%v); see %s: %w",
-				in.id, st.Status, err, filepath.Join(in.dir, "runsc.log"), errdefs.ErrUnavailable)
+			// The log's last line goes into the error: a failed start removes the instance
+			// dir, log included.
+			return fmt.Errorf("container %s is %q before its guest connected (%v); runsc.log ends: %.300q: %w",
+				in.id, st.Status, err, lastLogLine(filepath.Join(in.dir, "runsc.log")), errdefs.ErrUnavailable)
 		}
 	}
 }
