@@ -13,6 +13,9 @@
 //	    host/                    bound read-write at /zygo/host; holds agent.sock, boot.json
 //	    runsc.log                runsc's own log and the sandbox's stdio
 //
+// Outside the state directory, each instance has a cgroup, Config.CgroupParent/ID in every
+// hierarchy, made and removed by runsc, holding its limits (limits.go).
+//
 // Nothing else of the host is writable from inside.
 package gvisor
 
