@@ -206,8 +206,12 @@ func badRequest(w http.ResponseWriter, msg string) {
 }
 
 // CreateSandboxBody is the body of POST /v1/sandboxes: name, rootfs_dir, services, env,
-// secrets (all optional). Secrets are names of the daemon's secret store; an unknown one is a
-// 400 naming it.
+// secrets, memory_mib, pids, cpus (all optional). Secrets are names of the daemon's secret
+// store; an unknown one is a 400 naming it. The limits (sandbox.Limits): memory_mib in MiB
+// (default 2048, at least 64, at most the host's memory), pids (default 4096, 32 to 2^22),
+// cpus in cores, fractions allowed (default 0: no quota; 0.01 to the host's CPU count); a
+// value out of bounds is a 400 naming the field and the bounds. The record answered carries
+// the limits in force in its options.
 type CreateSandboxBody = sandbox.CreateOptions
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {

@@ -41,8 +41,9 @@ func newSandboxCmd(g *globals) *cobra.Command {
 func newSandboxCreateCmd(g *globals) *cobra.Command {
 	var body api.CreateSandboxBody
 	var services, onFork, restart []string
+	var memory string
 	cmd := &cobra.Command{
-		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--restart NAME=POLICY]... [--env KEY=VALUE]... [--secret NAME]...",
+		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--restart NAME=POLICY]... [--env KEY=VALUE]... [--secret NAME]... [--memory MIB] [--pids N] [--cpus N]",
 		Short: "Start a sandbox and print its id",
 		Long: "Start a sandbox and print its id once its guest agent answers.\n" +
 			"--service NAME=CMD starts CMD (run by /bin/sh -c) at boot and keeps it running.\n" +
@@ -51,9 +52,15 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 			"--restart NAME=on-failure|always|no says when a service whose process ended is started again\n" +
 			"(default on-failure: a non-zero exit or a signal; after 100 ms, doubled each time up to 30 s).\n" +
 			"--secret NAME (set first with `zygo secret set NAME`) is written to /run/secrets/NAME (0400)\n" +
-			"at create, and again with its current value in every fork child and rollback.",
+			"at create, and again with its current value in every fork child and rollback.\n" +
+			limitsHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			mib, err := parseMiB(memory)
+			if err != nil {
+				return fmt.Errorf("--memory: %w", err)
+			}
+			body.MemoryMiB = mib
 			svcs, err := parseServices(services, onFork, restart)
 			if err != nil {
 				return err
@@ -81,6 +88,9 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringArrayVar(&restart, "restart", nil, "NAME=on-failure|always|no: a service's restart policy (repeatable; default on-failure)")
 	cmd.Flags().StringArrayVar(&body.Env, "env", nil, "KEY=VALUE in the environment of every exec and service (repeatable)")
 	cmd.Flags().StringArrayVar(&body.Secrets, "secret", nil, "NAME: a secret written to /run/secrets/NAME, rewritten in every copy (repeatable)")
+	cmd.Flags().StringVar(&memory, "memory", "", "memory limit in MiB, or with a unit: 512m, 2g (default 2048, at least 64)")
+	cmd.Flags().IntVar(&body.PIDs, "pids", 0, "most processes and threads alive at once inside (default 4096, at least 32)")
+	cmd.Flags().Float64Var(&body.CPUs, "cpus", 0, "CPU quota in cores, e.g. 1.5 (default: no quota)")
 	return cmd
 }
 

@@ -402,7 +402,8 @@ func (m *Manager) restoreChild(ctx context.Context, ck Checkpointer, parent Sand
 	s.undo.Add(func(ctx context.Context) error { return m.reg.DeleteSandbox(ctx, s.rec.ID) })
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
-	spec := Spec{ID: s.rec.EngineID, Hostname: s.rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token}
+	spec := Spec{ID: s.rec.EngineID, Hostname: s.rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
+		Limits: cp.Options.Limits()} // the source's limits: the image needs them
 	s.inst, s.err = ck.Restore(rctx, cp.Dir, spec)
 	if s.err != nil {
 		s.err = fmt.Errorf("restoring %s from %s: %w", s.rec.ID, cp.ID, s.err)
@@ -505,7 +506,8 @@ func (m *Manager) rollbackLocked(ctx context.Context, ck Checkpointer, rec Sandb
 func (m *Manager) restoreInPlace(ctx context.Context, ck Checkpointer, rec *SandboxRecord, cp CheckpointRecord) (*Instance, error) {
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
-	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token}
+	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
+		Limits: cp.Options.Limits()}
 	inst, err := ck.Restore(rctx, cp.Dir, spec)
 	if err != nil {
 		return nil, err

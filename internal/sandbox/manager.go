@@ -34,6 +34,14 @@ type CreateOptions struct {
 	// /run/secrets/NAME (mode 0400) at create and, with the then current values, in every
 	// restored copy (reseal). Names only: a value never enters a record.
 	Secrets []string `json:"secrets,omitempty"`
+	// MemoryMiB is the sandbox's memory limit in MiB (processes, files in its in-memory root
+	// and gVisor's kernel together); 0 at create means DefaultMemoryMiB. See Limits.
+	MemoryMiB int `json:"memory_mib,omitempty"`
+	// PIDs is the most processes and threads alive at once inside; 0 at create means
+	// DefaultPIDs.
+	PIDs int `json:"pids,omitempty"`
+	// CPUs is a CPU quota in cores (fractions allowed); 0 means none.
+	CPUs float64 `json:"cpus,omitempty"`
 }
 
 // ManagerConfig configures a Manager. Zero fields take the defaults in brackets.
@@ -216,13 +224,18 @@ func (m *Manager) Generation(ctx context.Context, idOrName string) (string, erro
 
 // Create starts a new sandbox and returns its record once the guest answers. On error
 // nothing is left: no record, no engine instance. A bad RootfsDir (relative, missing, not a
-// directory, empty) or a bad service (guest.ValidateServices: an unknown on_fork or restart
-// policy, a duplicate name, no argv) is refused with errdefs.ErrInvalidArgument before
-// anything is made.
+// directory, empty), a bad service (guest.ValidateServices: an unknown on_fork or restart
+// policy, a duplicate name, no argv) or a limit out of bounds (ValidateLimits) is refused
+// with errdefs.ErrInvalidArgument before anything is made. Limits left 0 get their defaults
+// (WithDefaults), and the record keeps the values in force, which every copy inherits.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord, error) {
 	if err := ValidateName(opts.Name); err != nil {
 		return SandboxRecord{}, err
 	}
+	if err := ValidateLimits(opts); err != nil {
+		return SandboxRecord{}, err
+	}
+	opts = opts.WithDefaults()
 	if err := ValidateRootfs(opts.RootfsDir); err != nil {
 		return SandboxRecord{}, err
 	}
@@ -272,7 +285,8 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, engineID) }) // a half-made instance too
 	boot := guest.Boot{Token: rec.Token, Services: opts.Services, Env: opts.Env, MachineID: newID("", 16), Identity: guest.Identity{
 		SandboxID: rec.ID, Generation: rec.Generation, Hostname: rec.EngineID, ResumedAt: now}}
-	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: opts.RootfsDir, Boot: boot, Token: rec.Token}
+	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: opts.RootfsDir, Boot: boot, Token: rec.Token,
+		Limits: opts.Limits()}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	inst, err := m.be.Create(cctx, spec)

@@ -54,6 +54,10 @@ type Spec struct {
 	// Token is the token the guest agent will present: Boot.Token for Create, the token the
 	// checkpointed agent held for Restore.
 	Token string
+	// Limits are the instance's resource limits. A restore must be given the limits of the
+	// sandbox the image was taken of (its checkpoint record's options): the engine may refuse
+	// an image whose limits differ (runsc compares the process rlimits). Zero: none.
+	Limits Limits
 }
 
 // Instance is a running engine instance as the Manager sees it.

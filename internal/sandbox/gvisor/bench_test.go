@@ -44,7 +44,7 @@ func BenchmarkSandboxVsRunsc(b *testing.B) {
 	}
 	h.code(b, src.ID, "import numpy, random\nx = 41\nbuf = bytearray(32 << 20)")
 	h.sh(b, src.ID, "head -c 8M /dev/urandom > /root/blob")
-	raw := &rawRunsc{b: b, be: h.be, dir: filepath.Join(h.dir, "raw")}
+	raw := &rawRunsc{b: b, be: h.be, dir: filepath.Join(h.dir, "raw"), limits: src.Options.Limits()}
 	rows := []benchRow{}
 	b.ResetTimer()
 
@@ -143,6 +143,8 @@ type rawRunsc struct {
 	dir  string
 	n    int
 	live []string // raw containers alive (the rollback target)
+	// limits are the source's: a restore must carry the image's.
+	limits sandbox.Limits
 }
 
 func (r *rawRunsc) run(ctx context.Context, args ...string) {
@@ -161,7 +163,7 @@ func (r *rawRunsc) checkpoint(ctx context.Context, id string) {
 // restoreOne restores img as a new raw container and waits until runsc exec answers.
 func (r *rawRunsc) restoreOne(ctx context.Context, img string, i int) string {
 	id := fmt.Sprintf("raw-%d-%d", time.Now().UnixNano()%1e9, i)
-	if err := gvisor.RawRestoreForTest(r.be, ctx, filepath.Join(r.dir, id), id, img); err != nil {
+	if err := gvisor.RawRestoreForTest(r.be, ctx, filepath.Join(r.dir, id), id, img, r.limits); err != nil {
 		r.b.Fatalf("raw restore: %v", err)
 	}
 	r.run(ctx, "exec", id, "/bin/true")

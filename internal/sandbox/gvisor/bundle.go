@@ -26,6 +26,13 @@ type ociProcess struct {
 	Env          []string        `json:"env"`
 	Cwd          string          `json:"cwd"`
 	Capabilities ociCapabilities `json:"capabilities"`
+	Rlimits      []ociRlimit     `json:"rlimits,omitempty"`
+}
+
+type ociRlimit struct {
+	Type string `json:"type"`
+	Hard uint64 `json:"hard"`
+	Soft uint64 `json:"soft"`
 }
 
 type ociUser struct {
@@ -52,7 +59,29 @@ type ociMount struct {
 }
 
 type ociLinux struct {
-	Namespaces []ociNamespace `json:"namespaces"`
+	Namespaces  []ociNamespace `json:"namespaces"`
+	Resources   *ociResources  `json:"resources,omitempty"`
+	CgroupsPath string         `json:"cgroupsPath,omitempty"`
+}
+
+type ociResources struct {
+	Memory *ociMemory `json:"memory,omitempty"`
+	Pids   *ociPids   `json:"pids,omitempty"`
+	CPU    *ociCPU    `json:"cpu,omitempty"`
+}
+
+type ociMemory struct {
+	Limit int64 `json:"limit"`          // bytes
+	Swap  int64 `json:"swap,omitempty"` // memory+swap, bytes: Limit, so no swap on top (v1 with memsw only)
+}
+
+type ociPids struct {
+	Limit int64 `json:"limit"`
+}
+
+type ociCPU struct {
+	Quota  int64  `json:"quota"`  // microseconds per period
+	Period uint64 `json:"period"` // microseconds
 }
 
 type ociNamespace struct {
@@ -97,6 +126,7 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, hostDir string) ociSpec {
 		},
 		Linux: ociLinux{Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}}},
 	}
+	b.applyLimits(&s, spec)
 	if spec.RootfsDir == "" {
 		for _, p := range hostBinds {
 			if _, err := os.Stat(p); err == nil {

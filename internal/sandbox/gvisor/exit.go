@@ -19,7 +19,8 @@ var _ sandbox.ExitWatcher = (*Backend)(nil)
 // the pid `runsc state` reports) through a pidfd, waiting in Go's netpoller, so a watch costs
 // a file descriptor and no thread. That process exits when it is killed or crashes, and when
 // the container's PID 1 (zygo-guest) exits; its gofer exits with it. The cause returned says
-// which pid exited and the last line of the instance's runsc.log.
+// which pid exited, which limit the instance had reached when it did (its cgroup's OOM kills,
+// host task limit hits), and the last line of the instance's runsc.log.
 func (b *Backend) WaitExit(ctx context.Context, id string) error {
 	st, err := b.state(ctx, id)
 	if err != nil {
@@ -47,6 +48,9 @@ func (b *Backend) WaitExit(ctx context.Context, id string) error {
 		return err
 	}
 	cause := fmt.Sprintf("the sandbox process (pid %d) of %s exited", st.PID, id)
+	if lim := b.limitCause(id); lim != "" {
+		cause += ": " + lim
+	}
 	if line := lastLogLine(filepath.Join(b.InstanceDir(id), "runsc.log")); line != "" {
 		cause += fmt.Sprintf(" (runsc.log: %q)", line)
 	}

@@ -20,13 +20,14 @@ func RunscForTest(b *Backend, ctx context.Context, args ...string) ([]byte, erro
 }
 
 // RawRestoreForTest restores imageDir as container id from a bundle in dir made exactly as
-// the backend makes them, with plain runsc and no guest channel.
-func RawRestoreForTest(b *Backend, ctx context.Context, dir, id, imageDir string) error {
+// the backend makes them, with plain runsc and no guest channel. limits must be those of the
+// image's sandbox (runsc refuses a restore whose rlimits differ from the image's).
+func RawRestoreForTest(b *Backend, ctx context.Context, dir, id, imageDir string, limits sandbox.Limits) error {
 	host := filepath.Join(dir, "host")
 	if err := os.MkdirAll(host, 0o700); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(dir, "config.json"), b.bundleSpec(sandbox.Spec{ID: id, Hostname: id}, host), 0o600); err != nil {
+	if err := writeJSON(filepath.Join(dir, "config.json"), b.bundleSpec(sandbox.Spec{ID: id, Hostname: id, Limits: limits}, host), 0o600); err != nil {
 		return err
 	}
 	logf, err := os.Create(filepath.Join(dir, "runsc.log"))

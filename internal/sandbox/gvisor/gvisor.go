@@ -13,6 +13,9 @@
 //	    host/                    bound read-write at /zygo/host; holds agent.sock, boot.json
 //	    runsc.log                runsc's own log and the sandbox's stdio
 //
+// Outside the state directory, each instance has a cgroup, Config.CgroupParent/ID in every
+// hierarchy, made and removed by runsc, holding its limits (limits.go).
+//
 // Nothing else of the host is writable from inside.
 package gvisor
 
@@ -56,10 +59,10 @@ type Config struct {
 	GuestBinary string
 	// Platform is runsc's --platform [systrap].
 	Platform string
-	// Cgroups makes runsc put each sandbox in cgroups. Off by default (--ignore-cgroups):
-	// Zygo sets no sandbox limits yet, and on cgroup-v1 hybrid hosts it only adds a failure
-	// mode and leftovers. runsc's cgroup setup was checked to work here when turned on.
-	Cgroups bool
+	// CgroupParent is the group under which each instance gets its own, CgroupParent/ID, from
+	// the root of every cgroup hierarchy [DefaultCgroupParent]. runsc makes and removes the
+	// instance's group and enforces its sandbox.Limits there (limits.go).
+	CgroupParent string
 	// ExtraFlags are appended to runsc's global flags (e.g. "--debug").
 	ExtraFlags []string
 	// PollInterval is how often a waiting step checks that the container is still alive
@@ -77,6 +80,10 @@ type Backend struct {
 	rootfs    string
 	guestBin  string
 	instDir   string
+	// cgroupParent is Config.CgroupParent; memsw is whether the host's v1 memory controller
+	// accounts swap (memory.memsw.*), so a memory limit can forbid swap on top.
+	cgroupParent string
+	memsw        bool
 
 	mu    sync.Mutex // guards insts
 	insts map[string]*instance
@@ -119,6 +126,13 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Platform == "" {
 		cfg.Platform = "systrap"
 	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
+	if !filepath.IsAbs(cfg.CgroupParent) || filepath.Clean(cfg.CgroupParent) != cfg.CgroupParent || cfg.CgroupParent == "/" {
+		return nil, fmt.Errorf("cgroup parent %q: want an absolute, clean path such as %q: %w",
+			cfg.CgroupParent, DefaultCgroupParent, errdefs.ErrInvalidArgument)
+	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 500 * time.Millisecond
 	}
@@ -127,7 +141,11 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b := &Backend{cfg: cfg, log: cfg.Log, insts: map[string]*instance{},
 		runscRoot: filepath.Join(cfg.StateDir, "runsc"), rootfs: filepath.Join(cfg.StateDir, "rootfs"),
-		guestBin: filepath.Join(cfg.StateDir, "bin", "zygo-guest"), instDir: filepath.Join(cfg.StateDir, "instances")}
+		guestBin: filepath.Join(cfg.StateDir, "bin", "zygo-guest"), instDir: filepath.Join(cfg.StateDir, "instances"),
+		cgroupParent: cfg.CgroupParent}
+	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"); err == nil {
+		b.memsw = true
+	}
 	for _, d := range []string{b.runscRoot, b.instDir, filepath.Dir(b.guestBin)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("making state dir: %w", err)
@@ -411,7 +429,9 @@ func (b *Backend) Checkpoint(ctx context.Context, id, imageDir string) error {
 }
 
 // Destroy implements sandbox.Backend: kill and delete the container, close the host side,
-// remove the instance directory. An unknown id returns nil.
+// remove the instance's cgroup (runsc's delete does; what it left, an empty group of a
+// container runsc no longer knows, is removed here) and the instance directory. An unknown id
+// returns nil.
 func (b *Backend) Destroy(ctx context.Context, id string) error {
 	if !idRE.MatchString(id) {
 		return nil // nothing we could have made
@@ -419,6 +439,9 @@ func (b *Backend) Destroy(ctx context.Context, id string) error {
 	b.forget(id)
 	if err := b.deleteContainer(ctx, id); err != nil {
 		return fmt.Errorf("deleting container %s: %w", id, err)
+	}
+	if err := b.removeCgroup(id); err != nil {
+		return err
 	}
 	if err := os.RemoveAll(b.InstanceDir(id)); err != nil {
 		return fmt.Errorf("removing instance dir %s: %w", id, err)
@@ -465,7 +488,8 @@ func (b *Backend) Close() error {
 
 // ReleaseHost undoes what runsc itself leaves on the host for the whole runsc root, not for
 // one sandbox: the bind mount of its shared empty network namespace (RunscRoot/null-netns,
-// made for --network=none). Call it before deleting StateDir; it returns an error wrapping
+// made for --network=none), and the cgroup parent (Config.CgroupParent) when no other
+// daemon's sandboxes are in it. Call it before deleting StateDir; it returns an error wrapping
 // errdefs.ErrFailedPrecondition while containers remain.
 func (b *Backend) ReleaseHost(ctx context.Context) error {
 	if sts, err := b.list(ctx); err != nil || len(sts) > 0 {
@@ -475,6 +499,7 @@ func (b *Backend) ReleaseHost(ctx context.Context) error {
 	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmounting %s: %w", p, err)
 	}
+	b.removeCgroupParent()
 	return nil
 }
 

@@ -16,8 +16,9 @@ import (
 )
 
 // globalFlags are passed to every runsc command. The create-time ones (platform, network,
-// overlay, host-uds, cgroups) are recorded by runsc with the container, but passing them
-// everywhere keeps restore identical to create.
+// overlay, host-uds) are recorded by runsc with the container, but passing them everywhere
+// keeps restore identical to create. runsc manages cgroups (no --ignore-cgroups): each
+// bundle names its instance's group and limits (limits.go).
 func (b *Backend) globalFlags() []string {
 	f := []string{
 		"--root=" + b.runscRoot,
@@ -25,9 +26,6 @@ func (b *Backend) globalFlags() []string {
 		"--network=none",
 		"--overlay2=root:memory", // the root's writes live in memory and in every checkpoint
 		"--host-uds=open",        // the guest dials out to the host's socket; it never listens on one
-	}
-	if !b.cfg.Cgroups {
-		f = append(f, "--ignore-cgroups")
 	}
 	return append(f, b.cfg.ExtraFlags...)
 }

@@ -179,6 +179,19 @@ type CreateOptions struct {
 	// /run/secrets/NAME (mode 0400) at create and, with its current value, in every fork child
 	// and rollback. An unknown name is an error (IsBadRequest) naming it.
 	Secrets []string `json:"secrets,omitempty"`
+	// MemoryMiB bounds the sandbox's memory in MiB: its processes and the files written to its
+	// in-memory root (/tmp and every other path) together. 0 means the daemon's default,
+	// 2048 (or the host's memory if less); below 64 or above the host's memory is an error
+	// (IsBadRequest). Past it the kernel kills the largest process inside (exit 137) or the
+	// whole sandbox (then State "dead", Error naming the memory limit).
+	MemoryMiB int `json:"memory_mib,omitempty"`
+	// PIDs bounds the processes and threads alive at once inside, the guest agent's own
+	// threads included; past it fork and clone fail with EAGAIN. 0 means the default, 4096;
+	// below 32 is an error (IsBadRequest).
+	PIDs int `json:"pids,omitempty"`
+	// CPUs is a CPU quota in cores (1.5 = one and a half cores); 0 means no quota; below 0.01
+	// or above the host's CPU count is an error (IsBadRequest).
+	CPUs float64 `json:"cpus,omitempty"`
 }
 
 // Sandbox is a sandbox's record at the time it was read, and the handle to act on it.
@@ -191,6 +204,9 @@ type Sandbox struct {
 	Generation   string    `json:"generation"` // 128 bits as 32 hex digits; new on every fork and rollback
 	Error        string    `json:"error,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
+	// Options are the sandbox's create options as in force: its limits with the defaults
+	// filled in (a fork child's and a rollback's are those of its checkpoint's sandbox).
+	Options CreateOptions `json:"options"`
 
 	c *Client
 }
