@@ -19,7 +19,12 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "probe" {
 		os.Exit(goprobe.Main(os.Args[2:], os.Stdout, os.Stderr))
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// PID 1's stderr is a host file (the instance's runsc.log): what the agent logs there is
+	// bounded over its whole life, whatever code in the sandbox makes it log. SetDefault sends
+	// the standard log package (x/net/http2's messages) through the same bound.
+	stderr := guest.NewCappedWriter(os.Stderr, guest.MaxAgentLogBytes)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	slog.SetDefault(log)
 	if os.Getpid() == 1 {
 		if err := guest.HardenPID1(); err != nil {
 			log.Error("hardening zygo-guest", "err", err)

@@ -81,8 +81,8 @@ type Agent struct {
 func New(cfg Config) *Agent {
 	cfg.setDefaults()
 	a := &Agent{cfg: cfg, log: cfg.Log, reaper: newReaper(), startedAt: time.Now(), env: defaultEnv}
-	a.interp = &interp{python: cfg.Python, env: a.baseEnv, reaper: a.reaper, grace: InterruptGrace, busy: make(chan struct{}, 1)}
-	a.services = &services{log: cfg.Log, reaper: a.reaper, env: a.baseEnv}
+	a.interp = &interp{python: cfg.Python, env: a.baseEnv, reaper: a.reaper, log: cfg.Log, grace: InterruptGrace, busy: make(chan struct{}, 1)}
+	a.services = &services{log: cfg.Log, reaper: a.reaper, env: a.baseEnv, root: cfg.Root}
 	return a
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -53,6 +54,7 @@ type interp struct {
 	python string
 	env    func() []string
 	reaper *reaper
+	log    *slog.Logger
 	grace  time.Duration // InterruptGrace; shorter in tests
 
 	busy chan struct{} // holds one token while a call is in the interpreter
@@ -61,6 +63,9 @@ type interp struct {
 	cur    *interpProc
 	nextID int64
 	reseed string // hex seed to apply before the next code; "" when none is pending
+	// dropped counts the bytes the interpreter's processes wrote to fds 1 and 2 while no
+	// call was there to take them (interp_stdio.go); logged and reset at the next call.
+	dropped int64
 }
 
 // interpProc is one interpreter process. A killed or exited one is never reused.
@@ -68,10 +73,15 @@ type interpProc struct {
 	proc *os.Process
 	pid  int      // also its process group id
 	cmdW *os.File // commands; written only by the call holding interp.busy
+	// stdio are the read ends of its fds 1 and 2 (stdout, stderr), read by pumpStdio.
+	stdio []*stdioPipe
 
 	waiters map[int64]*codeWaiter // guarded by interp.mu; nil once the process is gone
-	exited  bool                  // guarded by interp.mu
-	killed  string                // guarded by interp.mu: why the agent killed it, or ""
+	// active is the call that output on fds 1 and 2 goes to, or nil (guarded by interp.mu;
+	// set by submit, cleared by endCall).
+	active *codeWaiter
+	exited bool   // guarded by interp.mu
+	killed string // guarded by interp.mu: why the agent killed it, or ""
 }
 
 // codeWaiter receives the events of one call.
@@ -82,15 +92,18 @@ type codeWaiter struct {
 }
 
 // deliver hands ev to the call, or drops it if the caller left; it never blocks on a caller
-// that is gone, so the event pipe is always read.
-func (w *codeWaiter) deliver(ev interpEvent) {
+// that is gone, so the event pipe is always read. It returns false when ev was dropped.
+func (w *codeWaiter) deliver(ev interpEvent) bool {
+	ok := false
 	select {
 	case w.ch <- ev:
+		ok = true
 	case <-w.gone:
 	}
 	if ev.Done {
 		close(w.fin)
 	}
+	return ok
 }
 
 type interpEvent struct {
@@ -112,8 +125,8 @@ func (in *interp) setReseed(seed []byte) {
 	in.mu.Unlock()
 }
 
-// startLocked starts a Python process in its own process group. Its fd 3 reads commands, fd 4
-// writes events; its own stdout and stderr go to the agent's.
+// startLocked starts a Python process in its own process group. Its fd 0 is /dev/null, fds 1
+// and 2 are pipes to the agent (interp_stdio.go), fd 3 reads commands, fd 4 writes events.
 func (in *interp) startLocked() error {
 	cmdR, cmdW, err := os.Pipe()
 	if err != nil {
@@ -125,22 +138,34 @@ func (in *interp) startLocked() error {
 		cmdW.Close()
 		return err
 	}
+	stdio, stdioW, err := newStdioPipes()
+	if err != nil {
+		for _, f := range []*os.File{cmdR, cmdW, evR, evW} {
+			f.Close()
+		}
+		return err
+	}
 	cmd := exec.Command(in.python, "-I", "-u", "-c", interpSource)
 	cmd.Env = in.env()
 	cmd.Dir = "/"
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.Stdout, cmd.Stderr = stdioW[0], stdioW[1]
 	cmd.ExtraFiles = []*os.File{cmdR, evW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	done, err := in.reaper.start(cmd)
-	cmdR.Close()
-	evW.Close()
+	for _, f := range append(stdioW, cmdR, evW) {
+		f.Close()
+	}
 	if err != nil {
-		cmdW.Close()
-		evR.Close()
+		for _, f := range []*os.File{cmdW, evR, stdio[0].f, stdio[1].f} {
+			f.Close()
+		}
 		return fmt.Errorf("starting %s: %w", in.python, err)
 	}
-	p := &interpProc{proc: cmd.Process, pid: cmd.Process.Pid, cmdW: cmdW, waiters: make(map[int64]*codeWaiter)}
+	p := &interpProc{proc: cmd.Process, pid: cmd.Process.Pid, cmdW: cmdW, stdio: stdio, waiters: make(map[int64]*codeWaiter)}
 	in.cur = p
+	for _, sp := range stdio {
+		go in.pumpStdio(p, sp)
+	}
 	readerDone := make(chan struct{})
 	go in.readEvents(p, evR, readerDone)
 	go in.watch(p, evR, done, readerDone)
@@ -169,9 +194,13 @@ func (in *interp) readEvents(p *interpProc, evR *os.File, readerDone chan<- stru
 			delete(p.waiters, ev.ID)
 		}
 		in.mu.Unlock()
-		if w != nil {
-			w.deliver(ev)
+		if w == nil {
+			continue
 		}
+		if ev.Done {
+			in.endCall(p, w) // the output of fds 1 and 2 first
+		}
+		w.deliver(ev)
 	}
 }
 
@@ -202,6 +231,16 @@ func (in *interp) watch(p *interpProc, evR *os.File, done <-chan syscall.WaitSta
 	evR.Close()
 	p.cmdW.Close()
 	p.proc.Release()
+	in.mu.Lock()
+	active := p.active
+	in.mu.Unlock()
+	if active != nil {
+		in.endCall(p, active)
+	}
+	// A process the code left behind may still hold fds 1 and 2: it gets EPIPE from now on.
+	for _, sp := range p.stdio {
+		sp.f.Close()
+	}
 	in.mu.Lock()
 	p.exited = true
 	if in.cur == p {
@@ -277,6 +316,11 @@ func (in *interp) submit(code string) (*interpProc, *codeWaiter, error) {
 	id := in.nextID
 	w := &codeWaiter{ch: make(chan interpEvent, 64), gone: make(chan struct{}), fin: make(chan struct{})}
 	p.waiters[id] = w
+	p.active = w
+	if in.dropped > 0 {
+		in.log.Info("run-code: output the interpreter wrote to fds 1 and 2 between calls was dropped", "bytes", in.dropped)
+		in.dropped = 0
+	}
 	b, _ := json.Marshal(map[string]any{"id": id, "code": code, "reseed": in.reseed,
 		"max_output": MaxCodeOutputBytes, "max_value": MaxCodeValueBytes})
 	in.reseed = ""

@@ -3,7 +3,8 @@
 # leave as JSON lines on fd 4. The namespace USER survives between calls and, being memory, is
 # carried into every fork. Lines on fd 4 stay small: output goes out in chunks of _CHUNK
 # characters, at most max_output bytes of it per call (the agent cuts it exactly and marks the
-# cut), and a value or traceback is cut at max_value bytes.
+# cut), and a value or traceback is cut at max_value bytes. Fds 1 and 2 are pipes the agent
+# reads: what arrives there (os.write, subprocesses) is the running call's output, or dropped.
 import ast, gc, hashlib, io, json, os, random, signal, sys, threading, traceback
 
 # Processes the user code starts must not hold our pipes: a child left behind would keep fd 4

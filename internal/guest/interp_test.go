@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -139,5 +141,53 @@ func TestRunCodeQueuedTimeoutDoesNotInterruptOthers(t *testing.T) {
 	}
 	if res := <-first; !res.OK || res.Value != "'first'" {
 		t.Errorf("the running call = %+v, want it undisturbed", res)
+	}
+}
+
+// TestRunCodeCapturesFds: the interpreter's fds 1 and 2 are pipes to the agent; what arrives
+// there during a call (a subprocess, os.write) is that call's output, bounded with the rest;
+// what arrives between calls is drained and dropped, so a writer never blocks.
+func TestRunCodeCapturesFds(t *testing.T) {
+	c, _ := startPair(t, strings.Repeat("t", 64))
+	ctx := waitCtx(t)
+	var out, errb bytes.Buffer
+	res, err := c.RunCode(ctx, CodeRequest{Code: "import os, subprocess\n" +
+		"subprocess.run(['echo', 'from-child'])\nos.write(2, b'raw-err\\n')\nprint('py')\n" +
+		"(os.readlink('/proc/self/fd/1'), os.readlink('/proc/self/fd/2'))"}, &out, &errb)
+	if err != nil || !res.OK {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if !strings.Contains(out.String(), "from-child\n") || !strings.Contains(out.String(), "py\n") || errb.String() != "raw-err\n" {
+		t.Errorf("stdout %q stderr %q, want the child's line and print's on stdout, the raw write on stderr", out.String(), errb.String())
+	}
+	if !strings.HasPrefix(res.Value, "('pipe:") || !strings.Contains(res.Value, ", 'pipe:") {
+		t.Errorf("fds 1 and 2 are %s, want pipes", res.Value)
+	}
+
+	// Raw writes count against the call's bound.
+	out.Reset()
+	errb.Reset()
+	res, err = c.RunCode(ctx, CodeRequest{Code: "for _ in range(40): os.write(1, b'X' * (1 << 20))"}, &out, &errb)
+	if err != nil || !res.OK || !res.OutputTruncated || out.Len() != MaxCodeOutputBytes || errb.String() != OutputTruncatedMarker {
+		t.Fatalf("40 MiB of os.write = %+v %v, stdout %d bytes, stderr %q", res, err, out.Len(), errb.String())
+	}
+
+	// Between calls: 50 MB from a process the code left behind is drained and dropped.
+	done := filepath.Join(t.TempDir(), "done")
+	res, err = c.RunCode(ctx, CodeRequest{Code: "subprocess.Popen(['/bin/sh', '-c', 'sleep 0.3; echo late; head -c 50000000 /dev/zero; echo ok > " + done + "'])"}, nil, nil)
+	if err != nil || !res.OK {
+		t.Fatalf("%+v %v", res, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for _, err := os.Stat(done); err != nil; _, err = os.Stat(done) {
+		if time.Now().After(deadline) {
+			t.Fatal("a writer between calls is still blocked after 15 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	out.Reset()
+	res, err = c.RunCode(ctx, CodeRequest{Code: "print('next')"}, &out, nil)
+	if err != nil || !res.OK || out.String() != "next\n" {
+		t.Errorf("the call after = %+v %v stdout %q, want only its own output", res, err, out.String())
 	}
 }

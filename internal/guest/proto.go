@@ -153,6 +153,9 @@ type ServiceStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	// NextRestartAt is when a restart is due while the service waits in backoff.
 	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
+	// Log is the file, inside the sandbox, that holds the service's stdout and stderr
+	// (ServiceLogDir/NAME.log, at most MaxServiceLogBytes; the older part in NAME.log.1).
+	Log string `json:"log,omitempty"`
 }
 
 // ExecRequest runs one command in the sandbox.

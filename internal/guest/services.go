@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,6 +75,11 @@ type services struct {
 	log    *slog.Logger
 	reaper *reaper
 	env    func() []string
+	// root is Config.Root: each service's stdout and stderr go to root/ServiceLogDir/NAME.log
+	// (serviceLog). With root "" they go to /dev/null.
+	root string
+	// logMax bounds each log file, in bytes [MaxServiceLogBytes]; tests shorten it.
+	logMax int64
 	// delays of the restart backoff; zero fields take the Restart* constants (tests shorten them).
 	delayMin, delayMax, resetAfter time.Duration
 
@@ -87,7 +93,8 @@ type services struct {
 
 type service struct {
 	spec Service
-	run  *svcRun // the running process, or nil
+	run  *svcRun     // the running process, or nil
+	out  *serviceLog // where its processes' output goes; nil when services.root is ""
 
 	restarts   int
 	lastExit   *ExitStatus
@@ -124,7 +131,9 @@ func (s *services) startAll(specs []Service) {
 	}
 }
 
-// startLocked starts svc in its own process group and a goroutine that supervises it.
+// startLocked starts svc in its own process group and a goroutine that supervises it. Its
+// stdin is /dev/null; its stdout and stderr are one pipe whose read end the agent copies to
+// the service's log (never PID 1's own stdio, which is a host file).
 func (s *services) startLocked(svc *service) error {
 	if len(svc.spec.Argv) == 0 {
 		svc.lastErr = "no argv"
@@ -133,12 +142,32 @@ func (s *services) startLocked(svc *service) error {
 	cmd := exec.Command(svc.spec.Argv[0], svc.spec.Argv[1:]...)
 	cmd.Env = append(s.env(), svc.spec.Env...)
 	cmd.Dir = "/"
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var outR, outW *os.File
+	if s.root != "" {
+		if svc.out == nil {
+			svc.out = newServiceLog(serviceLogPath(s.root, svc.spec.Name), s.logBound(), s.log)
+		}
+		var err error
+		if outR, outW, err = os.Pipe(); err != nil {
+			svc.lastErr = err.Error()
+			return fmt.Errorf("making the output pipe of service %q: %w", svc.spec.Name, err)
+		}
+		cmd.Stdout, cmd.Stderr = outW, outW
+	}
 	done, err := s.reaper.start(cmd)
+	if outW != nil {
+		outW.Close()
+	}
 	if err != nil {
+		if outR != nil {
+			outR.Close()
+		}
 		svc.lastErr = err.Error()
 		return err
+	}
+	if outR != nil {
+		go copyToLog(outR, svc.out)
 	}
 	svc.lastErr = ""
 	r := &svcRun{pid: cmd.Process.Pid, started: time.Now(), exited: make(chan struct{})}
@@ -184,6 +213,19 @@ func (s *services) scheduleLocked(svc *service, ran time.Duration, failed bool) 
 	epoch := svc.epoch
 	svc.nextAt = time.Now().Add(d)
 	svc.timer = time.AfterFunc(d, func() { s.restartDue(svc, epoch) })
+}
+
+// serviceLogPath is where service name's log is, under root ("/" for the path inside the
+// sandbox).
+func serviceLogPath(root, name string) string {
+	return filepath.Join(root, ServiceLogDir, name+".log")
+}
+
+func (s *services) logBound() int64 {
+	if s.logMax > 0 {
+		return s.logMax
+	}
+	return MaxServiceLogBytes
 }
 
 func (s *services) delays() (dmin, dmax, reset time.Duration) {
@@ -363,6 +405,9 @@ func (s *services) status() []ServiceStatus {
 		}
 		if svc.run != nil {
 			st.Running, st.PID = true, svc.run.pid
+		}
+		if s.root != "" {
+			st.Log = serviceLogPath("/", svc.spec.Name)
 		}
 		out = append(out, st)
 	}

@@ -20,7 +20,7 @@ func newTestServices(t *testing.T) *services {
 	r := newReaper()
 	go r.run(ctx)
 	s := &services{log: slog.New(slog.DiscardHandler),
-		reaper: r, env: func() []string { return defaultEnv }}
+		reaper: r, env: func() []string { return defaultEnv }, root: t.TempDir()}
 	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()

@@ -11,7 +11,9 @@
 //	StateDir/instances/ID/       one per instance, removed by Destroy:
 //	    config.json              the OCI bundle (its own hostname and host dir)
 //	    host/                    bound read-write at /zygo/host; holds agent.sock, boot.json
-//	    runsc.log                runsc's own log and the sandbox's stdio
+//	    runsc.log                runsc's own log and PID 1's stdio: only zygo-guest holds it
+//	                             (no other process in the sandbox), and it writes at most
+//	                             guest.MaxAgentLogBytes there
 //
 // Outside the state directory, each instance has a cgroup, Config.CgroupParent/ID in every
 // hierarchy, made and removed by runsc, holding its limits (limits.go).
