@@ -18,8 +18,9 @@ func newSandboxServicesCmd(g *globals) *cobra.Command {
 		Short: "Show the sandbox's services: running or not, pid, restarts, last exit",
 		Long: "Show the live state of the services declared at create (--service), as the sandbox's\n" +
 			"agent reports it: whether each runs and its pid inside, its restart policy, how many times\n" +
-			"the supervisor restarted it, how its last process ended, and when the next restart is due\n" +
-			"while it waits in backoff.",
+			"the supervisor restarted it, how its last process ended, when the next restart is due while\n" +
+			"it waits in backoff, and the file inside the sandbox that holds its output (1 MiB, rotated\n" +
+			"once to LOG.1; read it with `zygo sandbox exec ID -- tail LOG`).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := g.client().Services(cmd.Context(), args[0])
@@ -34,10 +35,10 @@ func newSandboxServicesCmd(g *globals) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tPID\tRESTART\tRESTARTS\tLAST EXIT\tNOTE")
+			fmt.Fprintln(tw, "NAME\tSTATE\tPID\tRESTART\tRESTARTS\tLAST EXIT\tLOG\tNOTE")
 			for _, s := range st {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, serviceState(s), pidText(s.PID),
-					s.Restart, s.Restarts, lastExitText(s), serviceNote(s))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, serviceState(s), pidText(s.PID),
+					s.Restart, s.Restarts, lastExitText(s), dash(s.Log), serviceNote(s))
 			}
 			return tw.Flush()
 		},
