@@ -18,7 +18,7 @@ import (
 )
 
 // resealSteps is the order of ResealResult.Steps (internal/guest/reseal.go).
-var resealSteps = []string{"entropy", "identity", "host_keys", "secrets", "generation", "token", "services", "interpreter", "sample"}
+var resealSteps = []string{"clock", "entropy", "identity", "host_keys", "secrets", "generation", "token", "services", "interpreter", "sample"}
 
 // BenchmarkResealCost measures, in one run on one checkpoint, what reseal adds to a fork of 11:
 // rounds of "fork 11 with reseal" and "fork 11 without reseal" alternate, and the medians of
