@@ -650,3 +650,55 @@ func TestRecoverInterrupted(t *testing.T) {
 	}
 	m2.Close()
 }
+
+// rm of a fork child that the fork is still restoring is refused (409): the fork owns it and
+// would mark it running after a removal (a tester saw "removed", then the fork hand out the
+// id, then the record come back as dead). Once the fork has returned, rm works.
+func TestRemoveRefusedWhileAForkMakesTheChild(t *testing.T) {
+	ctx := context.Background()
+	be := newFake()
+	reg := NewMemRegistry()
+	m := newTestManager(t, be, reg, fakeReseal)
+	src, err := m.Create(ctx, CreateOptions{Name: "src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := m.Checkpoint(ctx, src.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	be.mu.Lock()
+	be.failRestore = func(Spec) error { close(started); <-release; return nil }
+	be.mu.Unlock()
+	done := make(chan ForkResult, 1)
+	go func() {
+		res, _ := m.Fork(ctx, src.ID, ForkOptions{N: 1, From: cp.ID})
+		done <- res
+	}()
+	<-started
+	recs, _ := m.List(ctx)
+	var child SandboxRecord
+	for _, r := range recs {
+		if r.State == Restoring {
+			child = r
+		}
+	}
+	if child.ID == "" {
+		t.Fatalf("no restoring child among %+v", recs)
+	}
+	if err := m.Remove(ctx, child.ID); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("rm of a restoring fork child = %v, want a failed precondition", err)
+	}
+	close(release)
+	res := <-done
+	if len(res.Children) != 1 || res.Children[0].Err != nil || res.Children[0].Sandbox.ID != child.ID {
+		t.Fatalf("fork after the refused rm: %+v", res)
+	}
+	if err := m.Remove(ctx, child.ID); err != nil {
+		t.Fatalf("rm once the fork returned: %v", err)
+	}
+	if _, err := m.Get(ctx, child.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("the child's record after rm: %v", err)
+	}
+}
