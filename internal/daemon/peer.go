@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,7 +20,8 @@ import (
 // otherwise let code in a sandbox call the API, which needs no token on the unix socket.
 type runscGuard struct {
 	net.Listener
-	runsc os.FileInfo // the runsc binary; peers whose /proc/PID/exe is this file are refused
+	runsc     os.FileInfo // the runsc binary; peers whose /proc/PID/exe is this file are refused
+	runscPath string      // its path: a binary replaced since (install-runsc.sh) is matched by it
 	log   *slog.Logger
 	last  time.Time // of the last warning (Accept is called from one goroutine)
 }
@@ -33,7 +36,10 @@ func guardAgainstRunsc(l net.Listener, runscPath string, log *slog.Logger) net.L
 	if err != nil {
 		return l
 	}
-	return &runscGuard{Listener: l, runsc: fi, log: log}
+	if real, err := filepath.EvalSymlinks(runscPath); err == nil { // /proc/PID/exe shows it resolved
+		runscPath = real
+	}
+	return &runscGuard{Listener: l, runsc: fi, runscPath: runscPath, log: log}
 }
 
 // Accept returns the next connection whose peer is not a runsc process.
@@ -57,8 +63,14 @@ func (g *runscGuard) Accept() (net.Conn, error) {
 }
 
 func (g *runscGuard) isRunsc(pid int32) bool {
-	fi, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
-	return err == nil && os.SameFile(fi, g.runsc)
+	exe := fmt.Sprintf("/proc/%d/exe", pid)
+	if fi, err := os.Stat(exe); err == nil && os.SameFile(fi, g.runsc) {
+		return true
+	}
+	// The binary may have been replaced while the daemon runs: the link then names the path
+	// (with " (deleted)" for processes of the old one).
+	target, err := os.Readlink(exe)
+	return err == nil && strings.TrimSuffix(target, " (deleted)") == g.runscPath
 }
 
 // peerPID returns the pid of the process at the other end of a unix socket connection.

@@ -114,7 +114,8 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 	}
 	log.Info("sandbox engine", "backend", be.Name(), "guest", guestBin, "engine_dir", engineDir)
 	mgr, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: reg,
-		ImageDir: filepath.Join(cfg.StateDir, "images"), Log: log.With("component", "sandbox"),
+		ProtectedDirs: []string{cfg.StateDir, engineDir},
+		ImageDir:      filepath.Join(cfg.StateDir, "images"), Log: log.With("component", "sandbox"),
 		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets)})
 	return mgr, be, err
 }

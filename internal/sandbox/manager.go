@@ -50,6 +50,10 @@ type ManagerConfig struct {
 	Registry Registry // required
 	// ImageDir holds one directory per checkpoint image; created if missing. Required.
 	ImageDir string
+	// ProtectedDirs are directories a sandbox's RootfsDir may neither contain nor lie inside
+	// (the daemon's state dir: its secret key, database, images, other sandboxes' sockets);
+	// ImageDir always is one.
+	ProtectedDirs []string
 	Log      *slog.Logger
 	// ReadyTimeout bounds one engine step that waits for the guest: create, checkpoint (the
 	// image written and the guest back), restore, attach,
@@ -239,6 +243,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	if err := ValidateRootfs(opts.RootfsDir); err != nil {
 		return SandboxRecord{}, err
 	}
+	if err := rootfsClearOf(opts.RootfsDir, append([]string{m.cfg.ImageDir}, m.cfg.ProtectedDirs...)); err != nil {
+		return SandboxRecord{}, err
+	}
 	if err := guest.ValidateServices(opts.Services); err != nil {
 		return SandboxRecord{}, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
 	}
@@ -311,9 +318,6 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	return rec, nil
 }
 
-// ValidateRootfs checks a CreateOptions.RootfsDir: empty (the default root) or an absolute
-// path to an existing, non-empty directory. It returns an error wrapping
-// errdefs.ErrInvalidArgument that names the path.
 // nameRE is what a sandbox name may look like: it is used on command lines
 // and in tables, so no spaces, slashes, control characters or leading dash.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
@@ -339,6 +343,9 @@ func ValidateName(name string) error {
 	return nil
 }
 
+// ValidateRootfs checks a CreateOptions.RootfsDir: empty (the default root) or an absolute
+// path to an existing, non-empty directory. It returns an error wrapping
+// errdefs.ErrInvalidArgument that names the path.
 func ValidateRootfs(dir string) error {
 	if dir == "" {
 		return nil
@@ -362,6 +369,39 @@ func ValidateRootfs(dir string) error {
 		return fmt.Errorf("rootfs %q: directory is empty: %w", dir, errdefs.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// rootfsClearOf refuses a rootfs that contains, is, or lies inside one of the protected
+// directories (symlinks resolved): code in the sandbox could read what is there. It cannot see
+// bind mounts placed inside the rootfs; docs/sandboxes.md says not to put host state there.
+func rootfsClearOf(rootfs string, protected []string) error {
+	if rootfs == "" {
+		return nil
+	}
+	root, err := filepath.EvalSymlinks(rootfs)
+	if err != nil {
+		return fmt.Errorf("rootfs %q: %v: %w", rootfs, err, errdefs.ErrInvalidArgument)
+	}
+	for _, p := range protected {
+		if p == "" {
+			continue
+		}
+		pr, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			continue // not made yet: nothing to expose
+		}
+		if within(pr, root) || within(root, pr) {
+			return fmt.Errorf("rootfs %q overlaps the daemon's directory %s (a sandbox could read its keys, database and images): %w",
+				rootfs, p, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// within reports whether path is dir or lies below it (both cleaned, absolute).
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // withGuest runs fn with the guest of a Running sandbox as one shared call; fn must use the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -700,5 +701,37 @@ func TestRemoveRefusedWhileAForkMakesTheChild(t *testing.T) {
 	}
 	if _, err := m.Get(ctx, child.ID); !errdefs.IsNotFound(err) {
 		t.Errorf("the child's record after rm: %v", err)
+	}
+}
+
+// A rootfs that contains, is, or lies inside the daemon's directories is refused before
+// anything is made: with the state dir inside it, code in the sandbox read the secret key.
+func TestRootfsMayNotOverlapTheDaemon(t *testing.T) {
+	ctx := context.Background()
+	top := t.TempDir()
+	state := filepath.Join(top, "state")
+	os.MkdirAll(filepath.Join(state, "sub"), 0o700)
+	os.WriteFile(filepath.Join(state, "secret.key"), []byte("k"), 0o600)
+	os.WriteFile(filepath.Join(state, "sub", "f"), []byte("x"), 0o600)
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, "f"), []byte("x"), 0o600)
+	link := filepath.Join(t.TempDir(), "link")
+	os.Symlink(top, link)
+	be := newFake()
+	m, err := NewManager(ManagerConfig{Backend: be, Registry: NewMemRegistry(), ImageDir: t.TempDir(), ProtectedDirs: []string{state}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{top, state, filepath.Join(state, "sub"), link} {
+		_, err := m.Create(ctx, CreateOptions{RootfsDir: root})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "overlaps") {
+			t.Errorf("rootfs %s = %v, want refused as overlapping %s", root, err, state)
+		}
+	}
+	if be.creates != 0 {
+		t.Errorf("%d instances made for refused rootfs", be.creates)
+	}
+	if _, err := m.Create(ctx, CreateOptions{RootfsDir: other}); err != nil {
+		t.Errorf("an unrelated rootfs: %v", err)
 	}
 }
