@@ -22,8 +22,8 @@ type runscGuard struct {
 	net.Listener
 	runsc     os.FileInfo // the runsc binary; peers whose /proc/PID/exe is this file are refused
 	runscPath string      // its path: a binary replaced since (install-runsc.sh) is matched by it
-	log   *slog.Logger
-	last  time.Time // of the last warning (Accept is called from one goroutine)
+	log       *slog.Logger
+	last      time.Time // of the last warning (Accept is called from one goroutine)
 }
 
 // guardAgainstRunsc returns l wrapped by a runscGuard, or l itself when runscPath is empty or
