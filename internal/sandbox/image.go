@@ -94,11 +94,32 @@ func checksumImage(dir string) (map[string]string, int64, error) {
 	return sums, total, nil
 }
 
+// stillThere returns ErrNotFound when cp's record is gone: a checkpoints rm that raced the
+// caller removes the image's files, which must not read as corruption.
+func (m *Manager) stillThere(ctx context.Context, cp CheckpointRecord) error {
+	if _, err := m.reg.GetCheckpoint(ctx, cp.ID); errdefs.IsNotFound(err) {
+		return fmt.Errorf("checkpoint %s was removed: %w", cp.ID, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
 // verifyImage checks cp's image against its recorded checksums: the same files, each with
 // its checksum. It returns a *CorruptImageError naming the checkpoint and the first bad file.
 // A checkpoint recorded before checksums existed (none recorded) is not checked; that is
-// logged.
+// logged. When the checkpoint was removed meanwhile (its record gone), it returns an error
+// wrapping errdefs.ErrNotFound instead.
 func (m *Manager) verifyImage(ctx context.Context, cp CheckpointRecord) error {
+	err := m.verifyImageFiles(ctx, cp)
+	var ce *CorruptImageError
+	if errors.As(err, &ce) {
+		if gone := m.stillThere(ctx, cp); gone != nil {
+			return gone
+		}
+	}
+	return err
+}
+
+func (m *Manager) verifyImageFiles(ctx context.Context, cp CheckpointRecord) error {
 	if len(cp.Checksums) == 0 {
 		m.log.Warn("checkpoint has no recorded checksums (taken by an older daemon); restoring it unverified",
 			"checkpoint", cp.ID)

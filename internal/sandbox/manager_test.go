@@ -735,3 +735,23 @@ func TestRootfsMayNotOverlapTheDaemon(t *testing.T) {
 		t.Errorf("an unrelated rootfs: %v", err)
 	}
 }
+
+// A checkpoint removed while a fork verifies it reads as removed (not found), not corrupted.
+func TestVerifyImageOfARemovedCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	be, reg := newFake(), NewMemRegistry()
+	m := newTestManager(t, be, reg, nil)
+	src, _ := m.Create(ctx, CreateOptions{})
+	cp, err := m.Checkpoint(ctx, src.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RemoveCheckpoint(ctx, cp.ID); err != nil { // what a racing checkpoints rm does
+		t.Fatal(err)
+	}
+	err = m.verifyImage(ctx, cp)
+	var ce *CorruptImageError
+	if !errdefs.IsNotFound(err) || errors.As(err, &ce) {
+		t.Errorf("verifying a removed checkpoint = %v, want not found (not corrupted)", err)
+	}
+}
