@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,6 +62,9 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("--memory: %w", err)
 			}
 			body.MemoryMiB = mib
+			if math.IsNaN(body.CPUs) || math.IsInf(body.CPUs, 0) || body.CPUs < 0 {
+				return fmt.Errorf("--cpus %v: want a number of cores such as 1.5 (0: no quota)", body.CPUs)
+			}
 			svcs, err := parseServices(services, onFork, restart)
 			if err != nil {
 				return err
@@ -89,7 +93,7 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringArrayVar(&body.Env, "env", nil, "KEY=VALUE in the environment of every exec and service (repeatable)")
 	cmd.Flags().StringArrayVar(&body.Secrets, "secret", nil, "NAME: a secret written to /run/secrets/NAME, rewritten in every copy (repeatable)")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory limit in MiB, or with a unit: 512m, 2g (default 2048, at least 64)")
-	cmd.Flags().IntVar(&body.PIDs, "pids", 0, "most processes and threads alive at once inside (default 4096, at least 32)")
+	cmd.Flags().IntVar(&body.PIDs, "pids", 0, "most processes and threads alive at once inside (0: the default, 4096; else at least 32)")
 	cmd.Flags().Float64Var(&body.CPUs, "cpus", 0, "CPU quota in cores, e.g. 1.5 (default: no quota)")
 	return cmd
 }
@@ -227,8 +231,8 @@ func newSandboxLsCmd(g *globals) *cobra.Command {
 			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPARENT\tCHECKPOINT\tGENERATION\tAGE")
 			for _, r := range recs {
 				state := string(r.State)
-				if r.Error != "" {
-					state += " (" + r.Error + ")"
+				if r.Error != "" { // the whole cause is in --json; a table cell stays short
+					state += " (" + shorten(r.Error, 48) + ")"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, state, dash(r.ParentID),
 					dash(r.CheckpointID), dash(r.Generation), age(r.CreatedAt))
@@ -285,6 +289,15 @@ func printJSON(cmd *cobra.Command, v any) error {
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// shorten returns s cut to at most n runes, ending in "…" when cut.
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
 }
 
 func dash(s string) string {

@@ -78,3 +78,11 @@ func TestServiceArgv(t *testing.T) {
 		}
 	}
 }
+
+func TestShorten(t *testing.T) {
+	for in, want := range map[string]string{"short": "short", "exactly-ten": "exactly-t…", "ünïcödé-ünïcödé": "ünïcödé-ü…"} {
+		if got := shorten(in, 10); got != want {
+			t.Errorf("shorten(%q, 10) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/zygo-run/zygo/internal/errdefs"
 )
 
@@ -174,5 +176,30 @@ func TestGetFileRefusesSpecialFiles(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
 			t.Errorf("GetFile(%s) = %v after %d bytes, want a refusal", p, err, b.Len())
 		}
+	}
+}
+
+// A put never replaces a device, a FIFO or a directory with a regular file.
+func TestPutFileRefusesSpecialFiles(t *testing.T) {
+	c, _ := startPair(t, strings.Repeat("t", 64))
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A null device of the test's own (never the host's /dev/null: the agent runs on the host).
+	null := filepath.Join(dir, "null")
+	if err := syscall.Mknod(null, syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatalf("making a device node needs root: %v", err)
+	}
+	for _, p := range []string{fifo, filepath.Join(dir, "sub"), null} {
+		os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+		err := c.PutFile(waitCtx(t), p, 0o644, strings.NewReader("x"))
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("PutFile(%s) = %v, want a refusal", p, err)
+		}
+	}
+	if st, err := os.Stat(null); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		t.Errorf("the device node was replaced: %v %v", st.Mode(), err)
 	}
 }

@@ -77,6 +77,12 @@ func (a *Agent) handlePutFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", "need an absolute path and an octal mode")
 		return
 	}
+	// The rename below replaces whatever is at p: never a device (a put to /dev/null made it
+	// a regular file for every later process), a FIFO, a socket or a directory.
+	if st, err := os.Lstat(p); err == nil && !st.Mode().IsRegular() && st.Mode().Type() != fs.ModeSymlink {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("%s is not a regular file (%s); put writes files", p, st.Mode().Type()))
+		return
+	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		writeFSError(w, err)
 		return
