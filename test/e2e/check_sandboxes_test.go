@@ -5,29 +5,14 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/zygo-run/zygo/internal/forkcheck"
 )
 
-var buildGuestOnce = sync.OnceValue(func() error {
-	// Next to zygo, where `zygo check sandboxes` looks first (as make build lays out bin/).
-	cmd := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(zygoBin), "zygo-guest"), "./cmd/zygo-guest")
-	_, file, _, _ := runtime.Caller(0)
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return errors.New("building zygo-guest: " + err.Error() + "\n" + string(out))
-	}
-	return nil
-})
-
 // requireSandboxTools fails the test (never skips) when what the sandbox check needs is
-// missing, saying how to install it; it builds the static zygo-guest next to zygo.
+// missing, saying how to install it. TestMain built the static zygo-guest next to zygo.
 func requireSandboxTools(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -43,9 +28,6 @@ func requireSandboxTools(t *testing.T) {
 	}
 	if _, err := os.Stat("/usr/bin/node"); err != nil {
 		t.Fatal("/usr/bin/node not found: run `make deps` (apt-get install -y nodejs)")
-	}
-	if err := buildGuestOnce(); err != nil {
-		t.Fatal(err)
 	}
 }
 

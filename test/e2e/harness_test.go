@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,35 +11,26 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/api"
-	"github.com/zygo-run/zygo/internal/daemon"
+	"github.com/zygo-run/zygo/test/e2eutil"
 )
 
 var zygoBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "zygo-e2e-bin-")
+	bin, cleanup, err := e2eutil.Build(true) // zygo-guest beside zygo: `zygo check sandboxes` needs it
 	if err != nil {
-		panic(err)
-	}
-	zygoBin = filepath.Join(dir, "zygo")
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	build := exec.Command("go", "build", "-o", zygoBin, "./cmd/zygo")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building zygo: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	zygoBin = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
@@ -58,11 +48,8 @@ func requireTools(t *testing.T) {
 
 // Daemon is a zygo serve process on its own state dir.
 type Daemon struct {
-	t        *testing.T
-	StateDir string
-	cmd      *exec.Cmd
-	log      *bytes.Buffer
-	Client   *api.Client
+	*e2eutil.Process
+	t *testing.T
 }
 
 // startDaemon starts `zygo serve` on stateDir ("" for a new temp dir) and
@@ -85,65 +72,20 @@ func startDaemonWith(t *testing.T, stateDir string, extra []*os.File) *Daemon {
 		}
 		t.Cleanup(func() { os.RemoveAll(stateDir) })
 	}
-	d := &Daemon{t: t, StateDir: stateDir, log: &bytes.Buffer{}}
-	d.cmd = exec.Command(zygoBin, "serve", "--state-dir", stateDir)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	d.cmd.ExtraFiles = extra
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d.Client = api.NewUnixClient(daemon.SocketPath(stateDir))
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := d.Client.Status(context.Background()); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			d.Stop()
-			t.Fatalf("daemon did not answer within 20s; log:\n%s", d.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	d := &Daemon{t: t, Process: &e2eutil.Process{T: t, Bin: zygoBin, StateDir: stateDir, Extra: extra}}
+	d.Start(20 * time.Second)
 	t.Cleanup(d.Stop)
 	return d
 }
 
 // Stop sends SIGTERM and waits for a clean exit (idempotent).
-func (d *Daemon) Stop() {
-	if d.cmd == nil || d.cmd.ProcessState != nil {
-		return
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- d.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			d.t.Errorf("daemon exited uncleanly: %v\n%s", err, d.log)
-		}
-	case <-time.After(15 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-done
-		d.t.Errorf("daemon did not stop within 15s after SIGTERM")
-	}
-}
+func (d *Daemon) Stop() { d.Process.Stop(15 * time.Second) }
 
 // CLI runs `zygo ARGS...` against this daemon and returns stdout, stderr
 // and the exit code.
 func (d *Daemon) CLI(args ...string) (stdout, stderr string, code int) {
 	d.t.Helper()
-	cmd := exec.Command(zygoBin, append([]string{"--state-dir", d.StateDir}, args...)...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		d.t.Fatalf("running zygo %v: %v", args, err)
-	}
-	return o.String(), e.String(), code
+	return d.Process.CLI("", 5*time.Minute, args...)
 }
 
 // Up deploys dir and fails the test on error.
@@ -151,7 +93,7 @@ func (d *Daemon) Up(dir string) {
 	d.t.Helper()
 	out, errOut, code := d.CLI("up", dir)
 	if code != 0 {
-		d.t.Fatalf("zygo up %s: exit %d\nstdout: %s\nstderr: %s\ndaemon log:\n%s", dir, code, out, errOut, d.log)
+		d.t.Fatalf("zygo up %s: exit %d\nstdout: %s\nstderr: %s\ndaemon log:\n%s", dir, code, out, errOut, d.Log)
 	}
 }
 

@@ -11,60 +11,36 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
-	"github.com/zygo-run/zygo/internal/daemon"
 	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/test/e2eutil"
 )
 
-// binDir holds zygo and, beside it, zygo-guest: where the daemon looks for the guest first.
+// zygoBin is the zygo binary under test, with zygo-guest beside it (where the daemon looks for
+// the guest first); repo is the repository's root.
 var (
-	binDir  string
 	zygoBin string
-	repo    string
+	repo    = e2eutil.RepoRoot()
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(buildAndRun(m))
-}
-
-func buildAndRun(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "zygo-e2e-sb-bin-")
+	bin, cleanup, err := e2eutil.Build(true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	_, file, _, _ := runtime.Caller(0)
-	repo = filepath.Join(filepath.Dir(file), "..", "..")
-	binDir, zygoBin = dir, filepath.Join(dir, "zygo")
-	for _, b := range []struct{ out, pkg, cgo string }{
-		{zygoBin, "./cmd/zygo", ""},
-		{filepath.Join(dir, "zygo-guest"), "./cmd/zygo-guest", "CGO_ENABLED=0"}, // static, as make build does
-	} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
-		cmd.Dir = repo
-		cmd.Env = os.Environ()
-		if b.cgo != "" {
-			cmd.Env = append(cmd.Env, b.cgo)
-		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b.pkg, err, out)
-			return 1
-		}
-	}
-	return m.Run()
+	zygoBin = bin
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
 }
 
 // runscPath returns the runsc the daemon will use, failing the test (never skipping) with how
@@ -83,33 +59,11 @@ func runscPath(t *testing.T) string {
 	return p
 }
 
-// lockedBuffer is a bytes.Buffer safe for the daemon's writes and the test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Daemon is a `zygo serve` process on its own state dir.
 type Daemon struct {
-	t        *testing.T
-	StateDir string
-	Runsc    string
-	Args     []string // extra serve flags
-	cmd      *exec.Cmd
-	log      *lockedBuffer
-	Client   *api.Client
+	*e2eutil.Process
+	t     *testing.T
+	Runsc string
 }
 
 // newStateDir returns a short state dir (unix socket paths under it are limited to 108 bytes).
@@ -136,10 +90,11 @@ func newStateDir(t *testing.T) string {
 // of the test it removes every sandbox and checkpoint and stops the daemon.
 func startDaemon(t *testing.T, args ...string) *Daemon {
 	t.Helper()
-	d := &Daemon{t: t, StateDir: newStateDir(t), Runsc: runscPath(t), Args: args}
+	d := &Daemon{t: t, Runsc: runscPath(t),
+		Process: &e2eutil.Process{T: t, Bin: zygoBin, StateDir: newStateDir(t), Args: args}}
 	d.Start()
 	t.Cleanup(func() {
-		if d.cmd == nil || d.cmd.ProcessState != nil {
+		if !d.Running() {
 			d.Start() // the test stopped it: clean up through a daemon all the same
 		}
 		d.removeAll()
@@ -151,48 +106,14 @@ func startDaemon(t *testing.T, args ...string) *Daemon {
 // Start starts the daemon on d.StateDir and waits until it answers.
 func (d *Daemon) Start() {
 	d.t.Helper()
-	d.log = &lockedBuffer{}
-	d.cmd = exec.Command(zygoBin, append([]string{"serve", "--state-dir", d.StateDir}, d.Args...)...)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
-		d.t.Fatal(err)
-	}
-	d.Client = api.NewUnixClient(daemon.SocketPath(d.StateDir))
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := d.Client.Status(context.Background()); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			d.Stop()
-			d.t.Fatalf("daemon did not answer within 60s; log:\n%s", d.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	d.Process.Start(60 * time.Second)
 }
 
 // Stop sends SIGTERM and waits for a clean exit (idempotent).
-func (d *Daemon) Stop() {
-	if d.cmd == nil || d.cmd.ProcessState != nil {
-		return
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- d.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			d.t.Errorf("daemon exited uncleanly: %v\n%s", err, d.log)
-		}
-	case <-time.After(30 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-done
-		d.t.Errorf("daemon did not stop within 30s after SIGTERM")
-	}
-}
+func (d *Daemon) Stop() { d.Process.Stop(30 * time.Second) }
 
 // Log returns what the daemon logged so far.
-func (d *Daemon) Log() string { return d.log.String() }
+func (d *Daemon) Log() string { return d.Process.Log.String() }
 
 // removeAll removes every sandbox and then every checkpoint (children first: a checkpoint is
 // referenced by the sandboxes restored from it and by its descendants).
@@ -225,23 +146,7 @@ func (d *Daemon) CLI(args ...string) (stdout, stderr string, code int) {
 // CLIIn is CLI with stdin.
 func (d *Daemon) CLIIn(stdin string, args ...string) (stdout, stderr string, code int) {
 	d.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, zygoBin, append([]string{"--state-dir", d.StateDir}, args...)...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr, cmd.Stdin = &o, &e, strings.NewReader(stdin)
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		d.t.Fatalf("zygo %v did not finish within 3 minutes (a hang)", args)
-	}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		d.t.Fatalf("running zygo %v: %v", args, err)
-	}
-	return o.String(), e.String(), code
+	return d.Process.CLI(stdin, 3*time.Minute, args...)
 }
 
 // OK runs the CLI and fails the test unless it exits 0; it returns stdout, trimmed.

@@ -95,10 +95,10 @@ func TestSandboxLimits(t *testing.T) {
 	}
 
 	// The daemon is killed (no clean shutdown), started again, and everything removed.
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := d.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = d.cmd.Wait()
+	_ = d.Cmd.Wait()
 	d.Start()
 	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(d.Log(), "sandboxes recovered"); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -97,7 +97,7 @@ func TestExecStdinStreams(t *testing.T) {
 
 	// 64 MiB through wc -c. Neither the CLI nor the daemon holds it.
 	const size = 64 << 20
-	daemonBefore := peakRSSKiB(t, d.cmd.Process.Pid)
+	daemonBefore := peakRSSKiB(t, d.Cmd.Process.Pid)
 	wc := exec.Command(zygoBin, "--state-dir", d.StateDir, "sandbox", "exec", "-i", "io", "--", "wc", "-c")
 	wc.Stdin = io.LimitReader(yesReader{}, size)
 	out, err := wc.Output()
@@ -105,7 +105,7 @@ func TestExecStdinStreams(t *testing.T) {
 		t.Fatalf("wc -c of 64 MiB: %q %v", out, err)
 	}
 	cliPeak := wc.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB
-	daemonAfter := peakRSSKiB(t, d.cmd.Process.Pid)
+	daemonAfter := peakRSSKiB(t, d.Cmd.Process.Pid)
 	t.Logf("peak RSS: CLI %d MiB; daemon %d MiB before, %d MiB after", cliPeak>>10, daemonBefore>>10, daemonAfter>>10)
 	if cliPeak > 48<<10 {
 		t.Errorf("the CLI peaked at %d MiB for a 64 MiB stdin: it holds the input", cliPeak>>10)
