@@ -397,47 +397,13 @@ func TestCheckpointsUnknownSandbox(t *testing.T) {
 	}
 }
 
-// faultyRegistry is a MemRegistry whose writes fail on demand.
-type faultyRegistry struct {
-	*MemRegistry
-	mu sync.Mutex // guards the fields below
-	// failPutCheckpoint fails the next PutCheckpoint; failPut fails the next PutSandbox of a
-	// record in that state.
-	failPutCheckpoint bool
-	failPut           State
-}
-
-func (r *faultyRegistry) PutCheckpoint(ctx context.Context, rec CheckpointRecord) error {
-	r.mu.Lock()
-	fail := r.failPutCheckpoint
-	r.failPutCheckpoint = false
-	r.mu.Unlock()
-	if fail {
-		return errors.New("injected: disk I/O error")
-	}
-	return r.MemRegistry.PutCheckpoint(ctx, rec)
-}
-
-func (r *faultyRegistry) PutSandbox(ctx context.Context, rec SandboxRecord) error {
-	r.mu.Lock()
-	fail := r.failPut != "" && rec.State == r.failPut
-	if fail {
-		r.failPut = ""
-	}
-	r.mu.Unlock()
-	if fail {
-		return errors.New("injected: disk I/O error")
-	}
-	return r.MemRegistry.PutSandbox(ctx, rec)
-}
-
 // TestCheckpointFailuresLeaveNothing: whichever step of a checkpoint fails — the engine after
 // writing the image, the checkpoint record, the source's state, or the caller's ctx — no image
 // dir and no record are left and the source is Running and can checkpoint again.
 func TestCheckpointFailuresLeaveNothing(t *testing.T) {
 	ctx := context.Background()
 	be := newFake()
-	reg := &faultyRegistry{MemRegistry: NewMemRegistry()}
+	reg := NewFaultyRegistry()
 	m := newTestManager(t, be, reg, nil)
 	src, err := m.Create(ctx, CreateOptions{})
 	if err != nil {
@@ -451,8 +417,8 @@ func TestCheckpointFailuresLeaveNothing(t *testing.T) {
 		inject func()
 	}{
 		{"engine fails after writing the image", ctx, func() { be.failCheckpoint = errors.New("injected: guest did not reconnect") }},
-		{"checkpoint record not saved", ctx, func() { reg.failPutCheckpoint = true }},
-		{"source state not saved", ctx, func() { reg.failPut = Running }},
+		{"checkpoint record not saved", ctx, reg.FailNextPutCheckpoint},
+		{"source state not saved", ctx, func() { reg.FailNextPutSandbox(Running) }},
 		{"ctx cancelled", cancelled, func() {}},
 	} {
 		be.failCheckpoint = nil

@@ -88,7 +88,8 @@ type Registry interface {
 	DeleteCheckpoint(ctx context.Context, id string) error
 }
 
-// MemRegistry is an in-memory Registry for tests and for running without a store.
+// MemRegistry is an in-memory Registry for tests and for running without a store
+// (FaultyRegistry wraps it for tests of store failures).
 type MemRegistry struct {
 	mu          sync.Mutex // guards the maps
 	sandboxes   map[string]SandboxRecord

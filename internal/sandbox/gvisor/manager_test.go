@@ -456,44 +456,11 @@ func TestManagerCheckpointDiskFull(t *testing.T) {
 	}
 }
 
-// faultyRegistry fails the next PutCheckpoint, or the next PutSandbox of a record in a given
-// state, when told to.
-type faultyRegistry struct {
-	*sandbox.MemRegistry
-	mu                sync.Mutex // guards the fields below
-	failPutCheckpoint bool
-	failPut           sandbox.State
-}
-
-func (r *faultyRegistry) PutCheckpoint(ctx context.Context, rec sandbox.CheckpointRecord) error {
-	r.mu.Lock()
-	fail := r.failPutCheckpoint
-	r.failPutCheckpoint = false
-	r.mu.Unlock()
-	if fail {
-		return errors.New("injected: disk I/O error")
-	}
-	return r.MemRegistry.PutCheckpoint(ctx, rec)
-}
-
-func (r *faultyRegistry) PutSandbox(ctx context.Context, rec sandbox.SandboxRecord) error {
-	r.mu.Lock()
-	fail := r.failPut != "" && rec.State == r.failPut
-	if fail {
-		r.failPut = ""
-	}
-	r.mu.Unlock()
-	if fail {
-		return errors.New("injected: disk I/O error")
-	}
-	return r.MemRegistry.PutSandbox(ctx, rec)
-}
-
 // TestManagerCheckpointStoreFailure: a real image is written, then the store fails (the
 // checkpoint record, or the source's return to running): the image dir is removed, no record
 // is left, and the source keeps running with its state.
 func TestManagerCheckpointStoreFailure(t *testing.T) {
-	reg := &faultyRegistry{MemRegistry: sandbox.NewMemRegistry()}
+	reg := sandbox.NewFaultyRegistry()
 	h := &harness{dir: stateDir(t), reg: reg.MemRegistry}
 	h.be = newBackend(t, filepath.Join(h.dir, "engine"))
 	m, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: h.be, Registry: reg,
@@ -511,8 +478,8 @@ func TestManagerCheckpointStoreFailure(t *testing.T) {
 	h.code(t, src.ID, "x = 41")
 	images := filepath.Join(h.dir, "images")
 	for name, inject := range map[string]func(){
-		"checkpoint record": func() { reg.mu.Lock(); reg.failPutCheckpoint = true; reg.mu.Unlock() },
-		"source state":      func() { reg.mu.Lock(); reg.failPut = sandbox.Running; reg.mu.Unlock() },
+		"checkpoint record": reg.FailNextPutCheckpoint,
+		"source state":      func() { reg.FailNextPutSandbox(sandbox.Running) },
 	} {
 		inject()
 		if _, err := h.m.Checkpoint(ctx, src.ID, ""); err == nil || !strings.Contains(err.Error(), "injected") {

@@ -1,0 +1,62 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// ErrInjected is the error FaultyRegistry's failing writes return.
+var ErrInjected = errors.New("injected: disk I/O error")
+
+// FaultyRegistry is a MemRegistry whose writes fail on demand, for tests of what the Manager
+// leaves behind when the store fails. Safe for concurrent use.
+type FaultyRegistry struct {
+	*MemRegistry
+	mu                sync.Mutex // guards the fields below
+	failPutCheckpoint bool
+	failPut           State
+}
+
+// NewFaultyRegistry returns an empty FaultyRegistry that fails nothing yet.
+func NewFaultyRegistry() *FaultyRegistry { return &FaultyRegistry{MemRegistry: NewMemRegistry()} }
+
+// FailNextPutCheckpoint makes the next PutCheckpoint return ErrInjected.
+func (r *FaultyRegistry) FailNextPutCheckpoint() {
+	r.mu.Lock()
+	r.failPutCheckpoint = true
+	r.mu.Unlock()
+}
+
+// FailNextPutSandbox makes the next PutSandbox of a record in state st return ErrInjected.
+func (r *FaultyRegistry) FailNextPutSandbox(st State) {
+	r.mu.Lock()
+	r.failPut = st
+	r.mu.Unlock()
+}
+
+// PutCheckpoint implements Registry.
+func (r *FaultyRegistry) PutCheckpoint(ctx context.Context, rec CheckpointRecord) error {
+	r.mu.Lock()
+	fail := r.failPutCheckpoint
+	r.failPutCheckpoint = false
+	r.mu.Unlock()
+	if fail {
+		return ErrInjected
+	}
+	return r.MemRegistry.PutCheckpoint(ctx, rec)
+}
+
+// PutSandbox implements Registry.
+func (r *FaultyRegistry) PutSandbox(ctx context.Context, rec SandboxRecord) error {
+	r.mu.Lock()
+	fail := r.failPut != "" && rec.State == r.failPut
+	if fail {
+		r.failPut = ""
+	}
+	r.mu.Unlock()
+	if fail {
+		return ErrInjected
+	}
+	return r.MemRegistry.PutSandbox(ctx, rec)
+}
