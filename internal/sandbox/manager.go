@@ -54,7 +54,7 @@ type ManagerConfig struct {
 	// (the daemon's state dir: its secret key, database, images, other sandboxes' sockets);
 	// ImageDir always is one.
 	ProtectedDirs []string
-	Log      *slog.Logger
+	Log           *slog.Logger
 	// ReadyTimeout bounds one engine step that waits for the guest: create, checkpoint (the
 	// image written and the guest back), restore, attach,
 	// reseal [60s].

@@ -73,7 +73,7 @@ func (b *Backend) runscStdout(ctx context.Context, limit int, args ...string) ([
 	}
 	out, rerr := io.ReadAll(io.LimitReader(stdout, int64(limit)+1))
 	if len(out) > limit {
-		cancel() // kills runsc
+		cancel()           // kills runsc
 		_ = stdout.Close() // and whatever still writes to the pipe gets EPIPE
 		_ = cmd.Wait()
 		return out[:limit], fmt.Errorf("runsc %s: output longer than %d bytes", args[0], limit)
