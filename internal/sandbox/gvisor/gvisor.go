@@ -10,7 +10,9 @@
 //	StateDir/bin/zygo-guest      the agent binary, bound read-only at /zygo/guest
 //	StateDir/instances/ID/       one per instance, removed by Destroy:
 //	    config.json              the OCI bundle (its own hostname and host dir)
-//	    host/                    bound read-write at /zygo/host; holds agent.sock, boot.json
+//	    host/                    bound read-only at /zygo/host; holds agent.sock, and boot.json
+//	                             until the guest's first connection authenticates
+//	    sandbox.pid              the sandbox process's pid (runsc --pid-file), for WaitExit
 //	    runsc.log                runsc's own log and PID 1's stdio: only zygo-guest holds it
 //	                             (no other process in the sandbox), and it writes at most
 //	                             guest.MaxAgentLogBytes there
@@ -318,9 +320,12 @@ func (b *Backend) runContainer(ctx context.Context, in *instance, imageDir strin
 		return fmt.Errorf("opening runsc log: %w", err)
 	}
 	defer logf.Close()
-	args := []string{"run", "--detach", "--bundle=" + in.dir, in.id}
+	// --pid-file gets the sandbox process's pid (runsc/container/container.go at the pinned
+	// version: os.WriteFile(args.PIDFile, c.SandboxPid())), which WaitExit watches.
+	pidFile := "--pid-file=" + filepath.Join(in.dir, sandboxPIDFile)
+	args := []string{"run", "--detach", pidFile, "--bundle=" + in.dir, in.id}
 	if imageDir != "" {
-		args = []string{"restore", "--detach", "--image-path=" + imageDir, "--bundle=" + in.dir, in.id}
+		args = []string{"restore", "--detach", pidFile, "--image-path=" + imageDir, "--bundle=" + in.dir, in.id}
 	}
 	if err := b.runscDetached(ctx, logf, args...); err != nil {
 		return fmt.Errorf("starting %s: %w (%w)", in.id, errdefs.ErrUnavailable, err)
