@@ -196,9 +196,8 @@ func (d *deployment) current(ctx context.Context) (*zygote.Zygote, error) {
 	}
 }
 
-// drainAndStop waits for in-flight requests (up to the longest timeout) and
-// stops the zygote.
-func (d *deployment) drainAndStop() {
+// halt marks d stopped and closes its worker pool; it returns the zygote, which still runs.
+func (d *deployment) halt() *zygote.Zygote {
 	d.mu.Lock()
 	z, pool := d.z, d.pool
 	d.stopped = true
@@ -207,7 +206,13 @@ func (d *deployment) drainAndStop() {
 	if pool != nil {
 		pool.close()
 	}
-	if z != nil {
+	return z
+}
+
+// drainAndStop waits for in-flight requests (up to the longest timeout) and
+// stops the zygote.
+func (d *deployment) drainAndStop() {
+	if z := d.halt(); z != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond+5*time.Second)
 		defer cancel()
 		_ = z.Drain(ctx)
@@ -216,15 +221,7 @@ func (d *deployment) drainAndStop() {
 }
 
 func (d *deployment) stop() {
-	d.mu.Lock()
-	z, pool := d.z, d.pool
-	d.stopped = true
-	d.setLocked("stopped", nil, nil)
-	d.mu.Unlock()
-	if pool != nil {
-		pool.close()
-	}
-	if z != nil {
+	if z := d.halt(); z != nil {
 		z.Stop()
 	}
 }
