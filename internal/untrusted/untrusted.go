@@ -1,0 +1,287 @@
+// Package untrusted is how the daemon touches files in a directory that a
+// sandbox can write: request directories, a sandbox's /tmp, run dirs, the
+// guest's host dir. The daemon runs as root, so a path a sandbox controls
+// must never be allowed to redirect it (a symlink to /etc/shadow), stall it
+// (a FIFO renamed onto result.json), or grow it (a huge sparse file).
+//
+// Every name is resolved relative to a Dir the daemon opened itself, with
+// openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS|
+// RESOLVE_NO_XDEV): no symlink at any component, no "..", no crossing into
+// another mount. Files are opened O_NONBLOCK|O_NOFOLLOW|O_NOCTTY and checked
+// with fstat before a byte is read: anything but a regular file with one
+// link is refused (ErrNotRegular). Reads are bounded by the caller's maximum
+// (errdefs.ErrTooLarge past it). Removal walks by file descriptor and never
+// follows a symlink.
+//
+// The Dir's own path must be one the daemon made and the sandbox cannot
+// rename (its parent is not writable by the sandbox uid); OpenDir refuses a
+// symlink as its last component but trusts the components above it.
+package untrusted
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+)
+
+// ErrNotRegular is returned (wrapped, and wrapping errdefs.ErrFailedPrecondition)
+// when a name resolves to something other than a regular file with a single
+// link, or a path component is a symlink or another mount.
+var ErrNotRegular = fmt.Errorf("%w: not a regular file of the sandbox's own", errdefs.ErrFailedPrecondition)
+
+// resolve is the openat2 resolution every lookup uses.
+const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// Dir is an open directory whose contents a sandbox may write. It is safe
+// for concurrent use. The caller owns it and must Close it.
+type Dir struct {
+	f    *os.File
+	path string // for messages only; never re-resolved
+}
+
+// OpenDir opens path, which the daemon created, as a Dir. The last component
+// must be a directory, not a symlink. Errors wrap the open's errno
+// (os.ErrNotExist when it is missing).
+func OpenDir(path string) (*Dir, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return &Dir{f: os.NewFile(uintptr(fd), path), path: path}, nil
+}
+
+// Path returns the path OpenDir was given (for messages and for binding it
+// into a sandbox; never for reading through).
+func (d *Dir) Path() string { return d.path }
+
+// Close releases the directory's descriptor.
+func (d *Dir) Close() error { return d.f.Close() }
+
+// Sub opens the directory name below d, under the same rules, as a Dir of
+// its own.
+func (d *Dir) Sub(name string) (*Dir, error) {
+	fd, err := d.openat(name, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	return &Dir{f: os.NewFile(uintptr(fd), filepath.Join(d.path, name)), path: filepath.Join(d.path, name)}, nil
+}
+
+func (d *Dir) openat(name string, flags int) (int, error) {
+	if err := checkName(name); err != nil {
+		return -1, err
+	}
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK), Resolve: resolve}
+	for {
+		fd, err := unix.Openat2(int(d.f.Fd()), name, &how)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue // EAGAIN: a rename raced the lookup (RESOLVE_BENEATH); retry
+		}
+		if err != nil {
+			return -1, pathErr(d.path, name, err)
+		}
+		return fd, nil
+	}
+}
+
+// pathErr maps openat2's refusals (a symlink, a mount crossing, "..") to
+// ErrNotRegular and keeps every other errno as an *os.PathError.
+func pathErr(dir, name string, err error) error {
+	switch err {
+	case unix.ELOOP, unix.EXDEV, unix.ENOTDIR:
+		return fmt.Errorf("%s in %s: %w (%v)", name, dir, ErrNotRegular, err)
+	}
+	return &os.PathError{Op: "open", Path: filepath.Join(dir, name), Err: err}
+}
+
+func checkName(name string) error {
+	if name == "" || filepath.IsAbs(name) || strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
+	}
+	return nil
+}
+
+// Open opens name below d for reading. It refuses (ErrNotRegular) a symlink
+// at any component, anything but a regular file, and a file with more than
+// one link (a hard link to a file outside the sandbox's reach). It never
+// blocks on a FIFO or device. The caller owns the returned file; it is in
+// non-blocking mode, which for a regular file changes nothing.
+func (d *Dir) Open(name string) (*os.File, error) {
+	fd, err := d.openat(name, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRegular(fd, filepath.Join(d.path, name)); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(d.path, name)), nil
+}
+
+func checkRegular(fd int, path string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s: %w (mode %#o)", path, ErrNotRegular, st.Mode&unix.S_IFMT)
+	}
+	if st.Nlink != 1 {
+		return fmt.Errorf("%s: %w (%d links)", path, ErrNotRegular, st.Nlink)
+	}
+	return nil
+}
+
+// ReadFile reads name below d (see Open for what it refuses), at most max
+// bytes: a larger file fails with errdefs.ErrTooLarge, and nothing beyond
+// max+1 bytes is read, however large the file claims to be. ctx is checked
+// before the read (a regular file on a local filesystem does not block).
+func (d *Dir) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := d.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", f.Name(), err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", errdefs.ErrTooLarge, f.Name(), max)
+	}
+	return b, nil
+}
+
+// WriteFile creates name below d, exclusively (an existing name of any
+// kind, a symlink included, is an error wrapping os.ErrExist), with mode
+// perm, and writes data. On error nothing is left at name.
+func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
+	fd, err := d.openat(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) && pe.Err == unix.EEXIST {
+			return &os.PathError{Op: "create", Path: pe.Path, Err: os.ErrExist}
+		}
+		return err
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(d.path, name))
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = d.Remove(name)
+		return fmt.Errorf("writing %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// Chown changes the owner of name below d without following a symlink.
+func (d *Dir) Chown(name string, uid, gid int) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if strings.ContainsRune(name, '/') {
+		sub, err := d.Sub(filepath.Dir(name))
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		return sub.Chown(filepath.Base(name), uid, gid)
+	}
+	if err := unix.Fchownat(int(d.f.Fd()), name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "chown", Path: filepath.Join(d.path, name), Err: err}
+	}
+	return nil
+}
+
+// Remove removes the single entry name (a file of any kind, a symlink
+// itself, or an empty directory) directly in d. A missing name is not an
+// error.
+func (d *Dir) Remove(name string) error {
+	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
+		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
+	}
+	err := unix.Unlinkat(int(d.f.Fd()), name, 0)
+	if err == unix.EISDIR || err == unix.EPERM {
+		err = unix.Unlinkat(int(d.f.Fd()), name, unix.AT_REMOVEDIR)
+	}
+	if err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "remove", Path: filepath.Join(d.path, name), Err: err}
+	}
+	return nil
+}
+
+// RemoveAll removes name directly in d and, if it is a directory, all it
+// holds, walking by file descriptor: a symlink is removed, never followed,
+// and no component is re-resolved by path. ctx bounds the walk (a sandbox
+// could have made millions of entries). A missing name is not an error.
+func (d *Dir) RemoveAll(ctx context.Context, name string) error {
+	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
+		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
+	}
+	return removeAllAt(ctx, int(d.f.Fd()), name, d.path, 0)
+}
+
+// maxDepth bounds RemoveAll's recursion (each level holds one descriptor).
+const maxDepth = 512
+
+func removeAllAt(ctx context.Context, parent int, name, where string, depth int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := unix.Unlinkat(parent, name, 0)
+	if err == nil || err == unix.ENOENT {
+		return nil
+	}
+	if err != unix.EISDIR && err != unix.EPERM {
+		return &os.PathError{Op: "remove", Path: filepath.Join(where, name), Err: err}
+	}
+	if depth >= maxDepth {
+		return fmt.Errorf("removing %s: deeper than %d levels", filepath.Join(where, name), maxDepth)
+	}
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err == unix.ENOENT {
+		return nil
+	}
+	if err != nil {
+		return &os.PathError{Op: "open", Path: filepath.Join(where, name), Err: err}
+	}
+	dir := os.NewFile(uintptr(fd), filepath.Join(where, name))
+	for {
+		names, rerr := dir.Readdirnames(1024)
+		for _, n := range names {
+			if err := removeAllAt(ctx, fd, n, dir.Name(), depth+1); err != nil {
+				dir.Close()
+				return err
+			}
+		}
+		if rerr != nil {
+			break
+		}
+		// Entries were removed while reading; start over from the top so
+		// none is skipped.
+		if _, err := dir.Seek(0, io.SeekStart); err != nil {
+			break
+		}
+	}
+	dir.Close()
+	if err := unix.Unlinkat(parent, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "remove", Path: filepath.Join(where, name), Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+package untrusted
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+)
+
+// plant makes, in dir, one of each thing a hostile sandbox could leave where
+// the daemon expects a regular file, and returns their names.
+func plant(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	outside := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(outside, []byte("host secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Symlink(outside, filepath.Join(dir, "symlink")))
+	must(os.Symlink("/dev/zero", filepath.Join(dir, "zero")))
+	must(syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600))
+	must(syscall.Mknod(filepath.Join(dir, "null"), syscall.S_IFCHR|0o600, int(mkdev(1, 3))))
+	inside := filepath.Join(dir, "orig")
+	must(os.WriteFile(inside, []byte("x"), 0o600))
+	must(os.Link(inside, filepath.Join(dir, "hardlink")))
+	must(os.Mkdir(filepath.Join(dir, "sub"), 0o700))
+	must(os.Symlink(filepath.Dir(outside), filepath.Join(dir, "linkdir")))
+	return map[string]string{
+		"symlink": "symlink", "symlink to /dev/zero": "zero", "fifo": "fifo", "device": "null",
+		"hard link": "hardlink", "directory": "sub", "symlink in a component": "linkdir/secret",
+		"dot-dot": "../" + filepath.Base(dir) + "/orig",
+	}
+}
+
+func mkdev(major, minor uint64) uint64 { return major<<8 | minor }
+
+func TestReadFileRefusesEverythingButItsOwnRegularFile(t *testing.T) {
+	dir := t.TempDir()
+	cases := plant(t, dir)
+	d, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for what, name := range cases {
+		done := make(chan error, 1)
+		go func() { _, err := d.ReadFile(context.Background(), name, 1<<20); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%s (%s): read succeeded, want a refusal", what, name)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s (%s): ReadFile blocked", what, name)
+		}
+	}
+	// The one regular file of its own, after the hard link is gone, reads.
+	os.Remove(filepath.Join(dir, "hardlink"))
+	b, err := d.ReadFile(context.Background(), "orig", 10)
+	if err != nil || string(b) != "x" {
+		t.Fatalf("regular file: %q, %v", b, err)
+	}
+}
+
+func TestReadFileIsBoundedOnAHugeSparseFile(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(1 << 40); err != nil { // 1 TiB, no blocks
+		t.Fatal(err)
+	}
+	f.Close()
+	d, _ := OpenDir(dir)
+	defer d.Close()
+	_, err = d.ReadFile(context.Background(), "big", 4096)
+	if !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Fatalf("err = %v, want ErrTooLarge", err)
+	}
+}
+
+func TestWriteFileNeverFollowsAPlantedName(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(target, []byte("keep"), 0o600)
+	os.Symlink(target, filepath.Join(dir, "s"))
+	d, _ := OpenDir(dir)
+	defer d.Close()
+	if err := d.WriteFile("s", []byte("evil"), 0o400); !errors.Is(err, os.ErrExist) {
+		t.Fatalf("err = %v, want ErrExist", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatalf("victim now %q", b)
+	}
+	if err := d.WriteFile("new", []byte("v"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(filepath.Join(dir, "new"))
+	if st.Mode().Perm() != 0o400 {
+		t.Fatalf("mode %v", st.Mode())
+	}
+}
+
+func TestRemoveAllRemovesLinksNotTheirTargets(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "keep"), []byte("k"), 0o600)
+	req := filepath.Join(dir, "req")
+	os.MkdirAll(filepath.Join(req, "a", "b"), 0o700)
+	os.Symlink(outside, filepath.Join(req, "a", "out"))
+	os.Symlink(filepath.Join(outside, "keep"), filepath.Join(req, "a", "b", "f"))
+	syscall.Mkfifo(filepath.Join(req, "fifo"), 0o600)
+	d, _ := OpenDir(dir)
+	defer d.Close()
+	if err := d.RemoveAll(context.Background(), "req"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(req); !os.IsNotExist(err) {
+		t.Fatalf("req still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Fatalf("target removed: %v", err)
+	}
+	if err := d.RemoveAll(context.Background(), "req"); err != nil {
+		t.Fatalf("second RemoveAll: %v", err)
+	}
+}
+
+func TestOpenDirRefusesASymlink(t *testing.T) {
+	dir := t.TempDir()
+	os.Symlink(t.TempDir(), filepath.Join(dir, "l"))
+	if _, err := OpenDir(filepath.Join(dir, "l")); err == nil {
+		t.Fatal("OpenDir followed a symlink")
+	}
+}
