@@ -29,6 +29,7 @@ import (
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
+	"github.com/zygo-run/zygo/internal/untrusted"
 )
 
 // Version is the daemon's build version, set by the linker or left "dev".
@@ -151,8 +152,11 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	// Zygotes from an earlier run died with it (--die-with-parent); their run
-	// directories are stale.
-	os.RemoveAll(filepath.Join(cfg.StateDir, "run"))
+	// directories are stale. They hold what sandboxes wrote (their /tmp,
+	// request dirs): removed by descriptor, never following a link.
+	if err := removeRunDirs(ctx, cfg.StateDir); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "run"), 0o711); err != nil {
 		return err
 	}
@@ -390,4 +394,23 @@ func checkTraversable(stateDir string, uid uint32) error {
 			return nil
 		}
 	}
+}
+
+// removeRunDirs removes stateDir/run and all in it, walking by descriptor
+// from stateDir (the daemon's own) so nothing a sandbox left there is
+// followed.
+func removeRunDirs(ctx context.Context, stateDir string) error {
+	real, err := filepath.EvalSymlinks(stateDir) // configured by root: may be a link
+	if err != nil {
+		return fmt.Errorf("resolving state dir: %w", err)
+	}
+	d, err := untrusted.OpenDir(real)
+	if err != nil {
+		return fmt.Errorf("opening state dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.RemoveAll(ctx, "run"); err != nil {
+		return fmt.Errorf("removing stale run dirs: %w", err)
+	}
+	return nil
 }

@@ -3,11 +3,10 @@ package function
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 
+	"github.com/zygo-run/zygo/internal/untrusted"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
 
@@ -20,16 +19,22 @@ type Secrets interface {
 }
 
 // secretFiles manages the files of one sandbox's /run/secrets (a host
-// directory bound read-only into the sandbox). Files are written from
-// outside the sandbox before a request is told GO, and removed when the
-// last request that needed them ends.
+// directory bound read-only into the sandbox, owned by the sandbox uid).
+// Files are written from outside the sandbox before a request is told GO,
+// and removed when the last request that needed them ends. The directory
+// is the sandbox's, so every operation in it goes by descriptor through an
+// untrusted.Dir: a name planted there (a symlink to a host file) is
+// replaced or removed, never followed.
 type secretFiles struct {
-	dir string // host directory
+	dir string // host directory; its parent is the daemon's
 	uid int    // host uid of the sandbox (0: keep ours)
 
 	mu    sync.Mutex // guards users and the directory's contents
 	users int
 }
+
+// maxSecretFiles bounds how many entries removal lists in a secrets dir.
+const maxSecretFiles = 4096
 
 // acquire writes every value as dir/NAME (mode 0400, owned by the sandbox
 // uid; each file written to a temporary name and renamed, so a reader sees
@@ -39,24 +44,30 @@ type secretFiles struct {
 func (s *secretFiles) acquire(values map[string][]byte) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	d, err := untrusted.OpenDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("opening secrets dir: %w", err)
+	}
+	defer d.Close()
 	defer func() {
 		if err != nil && s.users == 0 {
-			s.removeAllLocked()
+			s.removeAllLocked(d)
 		}
 	}()
 	for name, v := range values {
-		tmp := filepath.Join(s.dir, "."+name+".new")
-		if err := os.WriteFile(tmp, v, 0o400); err != nil {
+		tmp := "." + name + ".new"
+		_ = d.Remove(tmp) // left by a write that failed half way
+		if err := d.WriteFile(tmp, v, 0o400); err != nil {
 			return fmt.Errorf("writing secret file %s: %w", name, err)
 		}
 		if s.uid != 0 {
-			if err := os.Chown(tmp, s.uid, s.uid); err != nil {
-				os.Remove(tmp)
+			if err := d.Chown(tmp, s.uid, s.uid); err != nil {
+				_ = d.Remove(tmp)
 				return fmt.Errorf("chowning secret file %s: %w", name, err)
 			}
 		}
-		if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
-			os.Remove(tmp)
+		if err := d.Rename(tmp, name); err != nil {
+			_ = d.Remove(tmp)
 			return fmt.Errorf("placing secret file %s: %w", name, err)
 		}
 	}
@@ -72,14 +83,20 @@ func (s *secretFiles) release() {
 		return
 	}
 	s.users = 0
-	s.removeAllLocked()
+	d, err := untrusted.OpenDir(s.dir)
+	if err != nil {
+		return // the zygote's run dir is gone, and the files with it
+	}
+	defer d.Close()
+	s.removeAllLocked(d)
 }
 
-// removeAllLocked removes every file in the directory.
-func (s *secretFiles) removeAllLocked() {
-	entries, _ := os.ReadDir(s.dir)
-	for _, e := range entries {
-		os.Remove(filepath.Join(s.dir, e.Name()))
+// removeAllLocked removes every entry in d (the secrets dir), not following
+// any.
+func (s *secretFiles) removeAllLocked(d *untrusted.Dir) {
+	names, _ := d.Names(maxSecretFiles)
+	for _, n := range names {
+		_ = d.RemoveAll(context.Background(), n)
 	}
 }
 

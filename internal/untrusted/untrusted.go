@@ -285,3 +285,53 @@ func removeAllAt(ctx context.Context, parent int, name, where string, depth int)
 	}
 	return nil
 }
+
+// Mkdir creates the directory name directly in d with mode perm (before the
+// umask). An existing name of any kind is an error wrapping os.ErrExist.
+func (d *Dir) Mkdir(name string, perm os.FileMode) error {
+	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
+		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
+	}
+	if err := unix.Mkdirat(int(d.f.Fd()), name, uint32(perm.Perm())); err != nil {
+		if err == unix.EEXIST {
+			err = os.ErrExist
+		}
+		return &os.PathError{Op: "mkdir", Path: filepath.Join(d.path, name), Err: err}
+	}
+	return nil
+}
+
+// Rename renames oldName to newName, both directly in d, replacing what is
+// at newName (a symlink there is replaced, never followed; a directory there
+// is an error).
+func (d *Dir) Rename(oldName, newName string) error {
+	for _, n := range []string{oldName, newName} {
+		if err := checkName(n); err != nil || strings.ContainsRune(n, '/') {
+			return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, n)
+		}
+	}
+	fd := int(d.f.Fd())
+	if err := unix.Renameat(fd, oldName, fd, newName); err != nil {
+		return &os.PathError{Op: "rename", Path: filepath.Join(d.path, newName), Err: err}
+	}
+	return nil
+}
+
+// Names returns the names of the entries directly in d, at most max of them
+// (errdefs.ErrTooLarge past it), read through a fresh descriptor of d.
+func (d *Dir) Names(max int) ([]string, error) {
+	fd, err := d.openat(".", unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	names, err := f.Readdirnames(max + 1)
+	if err != nil && err != io.EOF {
+		return nil, fmt.Errorf("listing %s: %w", d.path, err)
+	}
+	if len(names) > max {
+		return nil, fmt.Errorf("%w: %s holds more than %d entries", errdefs.ErrTooLarge, d.path, max)
+	}
+	return names, nil
+}

@@ -1,23 +1,15 @@
 package zygote
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
-	"github.com/zygo-run/zygo/internal/nsbox"
 )
 
 // Request is one invocation.
@@ -127,15 +119,15 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 	res := &Result{lap: t0}
 	dir, err := z.makeRequestDir(req)
 	if err != nil {
-		os.RemoveAll(dir.host)
+		_ = dir.remove(context.Background())
 		z.pool.finished()
 		z.inflight.Done()
 		return nil, err
 	}
 	res.mark("dir", &res.lap)
 	finish := z.runChild(ctx, req, deadline, dir, res)
-	res.Stdout = readLines(filepath.Join(dir.host, "stdout"))
-	res.Stderr = readLines(filepath.Join(dir.host, "stderr"))
+	res.Stdout = readLines(ctx, dir.files, "stdout")
+	res.Stderr = readLines(ctx, dir.files, "stderr")
 	res.mark("collect", &res.lap)
 	res.Elapsed = time.Since(t0)
 	go func() {
@@ -144,83 +136,57 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 		if finish != nil {
 			finish()
 		}
-		os.RemoveAll(dir.host)
+		if err := dir.remove(context.Background()); err != nil {
+			z.log.Warn("removing request dir", "request_id", req.ID, "err", err)
+		}
 	}()
 	return res, nil
 }
 
-type requestDir struct {
-	host, sandbox string
-}
-
-// makeRequestDir creates the request directory with an unguessable name,
-// owned by the sandbox's host uid, mode 0700, with tmp/ and event.json.
+// makeRequestDir takes a request directory (see reqdir.go) and writes
+// event.json (and strict.bpf for a strict request) into it, mode 0400,
+// owned by the sandbox's host uid. On error the returned directory is open
+// (when it could be) for the caller to remove.
 func (z *Zygote) makeRequestDir(req Request) (requestDir, error) {
 	d, err := z.takeDir()
 	if err != nil {
 		return d, err
 	}
-	uid := int(z.spec.Box.HostUID)
-	if err := os.WriteFile(filepath.Join(d.host, "event.json"), req.Event, 0o400); err != nil {
-		return d, fmt.Errorf("writing event: %w", err)
-	}
-	owned := []string{filepath.Join(d.host, "event.json")}
+	files := map[string][]byte{"event.json": req.Event}
 	if req.Strict {
 		if len(z.spec.StrictFilter) == 0 {
 			return d, fmt.Errorf("strict request but no strict filter configured")
 		}
-		p := filepath.Join(d.host, "strict.bpf")
-		if err := os.WriteFile(p, z.spec.StrictFilter, 0o400); err != nil {
-			return d, fmt.Errorf("writing strict filter: %w", err)
-		}
-		owned = append(owned, p)
+		files["strict.bpf"] = z.spec.StrictFilter
 	}
-	if uid != 0 {
-		for _, p := range owned {
-			if err := os.Chown(p, uid, uid); err != nil {
-				return d, fmt.Errorf("chowning request dir: %w", err)
+	uid := int(z.spec.Box.HostUID)
+	for name, data := range files {
+		if err := d.files.WriteFile(name, data, 0o400); err != nil {
+			return d, fmt.Errorf("writing %s: %w", name, err)
+		}
+		if uid != 0 {
+			if err := d.files.Chown(name, uid, uid); err != nil {
+				return d, fmt.Errorf("chowning %s: %w", name, err)
 			}
 		}
 	}
 	return d, nil
 }
 
-// takeDir returns an empty request directory: one made ahead of demand
-// when a pre-forked pool keeps some ready, else a new one. Its name is a
-// fresh 128-bit token that only the supervisor knows until GO.
+// takeDir returns an open, empty request directory: one made ahead of
+// demand when a pre-forked pool keeps some ready, else a new one. Its name
+// is a fresh 128-bit token that only the supervisor knows until GO.
 func (z *Zygote) takeDir() (requestDir, error) {
+	var d requestDir
 	select {
-	case d := <-z.dirs:
-		return d, nil
+	case d = <-z.dirs:
 	default:
-		return z.newDir()
-	}
-}
-
-// newDir creates a request directory (mode 0700, owned by the sandbox's
-// host uid) with tmp/ inside, under an unguessable name.
-func (z *Zygote) newDir() (requestDir, error) {
-	var tok [16]byte
-	if _, err := rand.Read(tok[:]); err != nil {
-		return requestDir{}, err
-	}
-	name := hex.EncodeToString(tok[:])
-	d := requestDir{host: filepath.Join(z.reqRoot, name), sandbox: nsbox.ReqDir + "/" + name}
-	if err := os.Mkdir(d.host, 0o700); err != nil {
-		return d, fmt.Errorf("creating request dir: %w", err)
-	}
-	tmp := filepath.Join(d.host, "tmp")
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return d, fmt.Errorf("creating request tmp: %w", err)
-	}
-	if uid := int(z.spec.Box.HostUID); uid != 0 {
-		for _, p := range []string{d.host, tmp} {
-			if err := os.Chown(p, uid, uid); err != nil {
-				return d, fmt.Errorf("chowning request dir: %w", err)
-			}
+		var err error
+		if d, err = z.newDir(); err != nil {
+			return d, err
 		}
 	}
-	return d, nil
+	return d, d.open(z.reqRoot, false)
 }
 
 // runChild does steps 1–8 of docs/protocol.md for one request and fills
@@ -281,12 +247,17 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 		c.conn = nil
 	}
 	st := z.awaitExit(c, deadline, watch.ready)
-	z.outcome(req, st, dir, res)
+	z.outcome(ctx, req, st, dir, res)
 	settle()
 	res.mark("run", &res.lap)
 	if !st.resultReady {
 		z.release(c)
 		return nil
+	}
+	if res.Failure == FailCrashed {
+		// Something other than a result was renamed onto result.json: the
+		// child is not exiting on its own; end it now.
+		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
 	}
 	// The result is in; the child is exiting. Wait for that off the
 	// request path, killing it if it lingers past the deadline.
@@ -297,7 +268,7 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 }
 
 // outcome turns how the child ended into res's Failure, Error and Value.
-func (z *Zygote) outcome(req Request, st exitStatus, dir requestDir, res *Result) {
+func (z *Zygote) outcome(ctx context.Context, req Request, st exitStatus, dir requestDir, res *Result) {
 	switch {
 	case st.timedOut:
 		res.Failure = FailTimeout
@@ -308,11 +279,14 @@ func (z *Zygote) outcome(req Request, st exitStatus, dir requestDir, res *Result
 		res.Error = &HandlerError{Type: "ZygoteDied", Message: fmt.Sprintf("the function's zygote died during the request: %v", z.exitErr)}
 		return
 	}
-	rf, err := readResult(filepath.Join(dir.host, "result.json"), req.MaxResponseBytes)
+	rf, err := readResult(ctx, dir.files, req.MaxResponseBytes)
 	switch {
 	case errors.Is(err, errdefs.ErrTooLarge):
 		res.Failure = FailResponseLarge
 		res.Error = &HandlerError{Type: "ResponseTooLarge", Message: err.Error()}
+	case errors.Is(err, errNotItsResult):
+		res.Failure = FailCrashed
+		res.Error = &HandlerError{Type: "Crashed", Message: err.Error()}
 	case err != nil:
 		res.Failure = FailCrashed
 		msg := "child exited without a result"
@@ -379,50 +353,4 @@ func (z *Zygote) awaitExit(c *child, deadline time.Time, result <-chan struct{})
 		}
 	}
 	return st
-}
-
-func readResult(path string, max int64) (*resultFile, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if max <= 0 {
-		max = 6 << 20
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%w: response exceeds max_response_kib=%d", errdefs.ErrTooLarge, max>>10)
-	}
-	var rf resultFile
-	if err := json.Unmarshal(b, &rf); err != nil {
-		return nil, fmt.Errorf("malformed result: %w", err)
-	}
-	return &rf, nil
-}
-
-func readLines(path string) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	r := bufio.NewReaderSize(io.LimitReader(f, maxLogBytes), 64<<10)
-	for {
-		line, err := r.ReadSlice('\n')
-		if len(line) > 0 { // a line longer than the buffer arrives in pieces
-			out = append(out, string(bytes.ToValidUTF8(bytes.TrimSuffix(line, []byte("\n")), []byte("\uFFFD"))))
-		}
-		if err != nil && err != bufio.ErrBufferFull {
-			break
-		}
-	}
-	if st, err := f.Stat(); err == nil && st.Size() > maxLogBytes {
-		out = append(out, fmt.Sprintf("[zygo: output truncated: %d bytes written, the first %d kept]", st.Size(), maxLogBytes))
-	}
-	return out
 }

@@ -41,15 +41,21 @@ type resultWatch struct {
 	ready chan struct{} // closed when result.json is in place; nil: no early answer
 }
 
-// watch starts watching dir. It never fails: without inotify, ready is nil
-// and the caller waits for the exit instead.
+// watch starts watching dir, a request directory. It never fails: without
+// inotify, ready is nil and the caller waits for the exit instead. Every
+// component of dir is the daemon's (the sandbox cannot rename the request
+// directory itself); IN_DONT_FOLLOW|IN_ONLYDIR still refuse a symlink there.
+// The event only says that some name was renamed onto result.json: a FIFO,
+// a directory or a symlink renamed there wakes the request too, and
+// readResult refuses it (untrusted.Dir), so the event is a hint, never
+// trusted content.
 func (w *resultWatcher) watch(dir string) *resultWatch {
 	if w.f == nil {
 		return &resultWatch{}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	wd, err := unix.InotifyAddWatch(int(w.f.Fd()), dir, unix.IN_MOVED_TO)
+	wd, err := unix.InotifyAddWatch(int(w.f.Fd()), dir, unix.IN_MOVED_TO|unix.IN_DONT_FOLLOW|unix.IN_ONLYDIR)
 	if err != nil {
 		return &resultWatch{}
 	}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/nsbox"
+	"github.com/zygo-run/zygo/internal/untrusted"
 )
 
 // Mode mirrors function.Mode without importing it.
@@ -176,7 +177,7 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 	if err := z.makeDirs(); err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { os.RemoveAll(spec.RunDir) })
+	undo = append(undo, func() { _ = z.removeRunDir(context.Background()) })
 
 	typ := unix.SOCK_SEQPACKET
 	if spec.Mode == ModeWorker {
@@ -247,30 +248,37 @@ func (z *Zygote) makeDirs() error {
 	if err := os.MkdirAll(z.spec.RunDir, 0o711); err != nil {
 		return fmt.Errorf("creating run dir: %w", err)
 	}
-	// req: traversable but not listable by the sandbox uid (docs/protocol.md).
-	if err := os.Mkdir(z.reqRoot, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("creating request root: %w", err)
+	// The run dir is the daemon's; tmp and secrets in it are the sandbox's
+	// (reqdir.go): made and chowned by descriptor, never by a path through them.
+	run, err := untrusted.OpenDir(z.spec.RunDir)
+	if err != nil {
+		return fmt.Errorf("opening run dir: %w", err)
 	}
-	if err := os.Mkdir(tmp, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("creating sandbox tmp: %w", err)
-	}
-	if uid != 0 {
-		if err := os.Chown(tmp, uid, uid); err != nil {
-			return fmt.Errorf("chowning sandbox tmp: %w", err)
+	defer run.Close()
+	mk := func(name string, perm os.FileMode, owned bool) error {
+		if err := run.Mkdir(name, perm); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("creating %s: %w", name, err)
 		}
+		if owned && uid != 0 {
+			if err := run.Chown(name, uid, uid); err != nil {
+				return fmt.Errorf("chowning %s: %w", name, err)
+			}
+		}
+		return nil
+	}
+	// req: traversable but not listable by the sandbox uid (docs/protocol.md).
+	if err := mk("req", 0o711, false); err != nil {
+		return err
+	}
+	if err := mk("tmp", 0o700, true); err != nil {
+		return err
 	}
 	z.spec.Box.ReqDir, z.spec.Box.TmpDir = z.reqRoot, tmp
 	if z.spec.Secrets {
-		sec := filepath.Join(z.spec.RunDir, "secrets")
-		if err := os.Mkdir(sec, 0o500); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("creating secrets dir: %w", err)
+		if err := mk("secrets", 0o500, true); err != nil {
+			return err
 		}
-		if uid != 0 {
-			if err := os.Chown(sec, uid, uid); err != nil {
-				return fmt.Errorf("chowning secrets dir: %w", err)
-			}
-		}
-		z.spec.Box.SecretsDir = sec
+		z.spec.Box.SecretsDir = filepath.Join(z.spec.RunDir, "secrets")
 	}
 	return nil
 }
@@ -557,7 +565,9 @@ func (z *Zygote) Stop() {
 		z.kill()
 		<-z.done
 	}
-	os.RemoveAll(z.spec.RunDir)
+	if err := z.removeRunDir(context.Background()); err != nil {
+		z.log.Warn("removing run dir", "err", err)
+	}
 }
 
 func (z *Zygote) kill() {

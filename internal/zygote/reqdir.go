@@ -1,0 +1,201 @@
+package zygote
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/nsbox"
+	"github.com/zygo-run/zygo/internal/untrusted"
+)
+
+// A request directory belongs to the sandbox: it is owned by the sandbox's
+// host uid, so the code of the request can replace any name in it (result.json,
+// stdout, stderr, tmp) with a symlink, a FIFO, a hard link, a directory or a
+// huge sparse file, at any moment. The supervisor (root) therefore never
+// touches a name in it by path: every open, write, chown and removal goes
+// through an untrusted.Dir (no symlink at any component, regular single-link
+// files only, never blocking, bounded reads). Its parent, RunDir/req, is the
+// daemon's (mode 0711): the sandbox can neither list nor rename what is in it,
+// so the directory a token names is the one the supervisor made.
+
+// requestDir is one request's directory. A pooled one (made ahead of demand)
+// holds only its names; open gives it root and files.
+type requestDir struct {
+	name          string // the token
+	host, sandbox string // for messages and for the GO message; never read through
+
+	root  *untrusted.Dir // RunDir/req, the daemon's
+	files *untrusted.Dir // RunDir/req/TOKEN, the sandbox's
+}
+
+// newDir creates a request directory (mode 0700, owned by the sandbox's
+// host uid) with tmp/ inside, under an unguessable name. Nothing is left
+// behind on error.
+func (z *Zygote) newDir() (d requestDir, err error) {
+	var tok [16]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return requestDir{}, err
+	}
+	d = requestDir{name: hex.EncodeToString(tok[:])}
+	d.host, d.sandbox = filepath.Join(z.reqRoot, d.name), nsbox.ReqDir+"/"+d.name
+	if err := d.open(z.reqRoot, true); err != nil {
+		return d, err
+	}
+	defer func() {
+		if err != nil {
+			d.remove(context.Background())
+		}
+		d.close()
+	}()
+	if err := d.files.Mkdir("tmp", 0o700); err != nil {
+		return d, fmt.Errorf("creating request tmp: %w", err)
+	}
+	if uid := int(z.spec.Box.HostUID); uid != 0 {
+		if err := d.root.Chown(d.name, uid, uid); err != nil {
+			return d, fmt.Errorf("chowning request dir: %w", err)
+		}
+		if err := d.files.Chown("tmp", uid, uid); err != nil {
+			return d, fmt.Errorf("chowning request tmp: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// open opens the request root (reqRoot) and, creating it first when create
+// is set, the request directory. On error nothing is left open.
+func (d *requestDir) open(reqRoot string, create bool) error {
+	root, err := untrusted.OpenDir(reqRoot)
+	if err != nil {
+		return fmt.Errorf("opening request root: %w", err)
+	}
+	if create {
+		if err := root.Mkdir(d.name, 0o700); err != nil {
+			root.Close()
+			return fmt.Errorf("creating request dir: %w", err)
+		}
+	}
+	files, err := root.Sub(d.name)
+	if err != nil {
+		if create {
+			_ = root.Remove(d.name)
+		}
+		root.Close()
+		return fmt.Errorf("opening request dir: %w", err)
+	}
+	d.root, d.files = root, files
+	return nil
+}
+
+// remove deletes the request directory and all the sandbox left in it,
+// without following anything, bounded by ctx, and closes it. It is a no-op
+// on a directory that was never opened.
+func (d *requestDir) remove(ctx context.Context) error {
+	if d.root == nil {
+		return nil
+	}
+	err := d.root.RemoveAll(ctx, d.name)
+	d.close()
+	return err
+}
+
+func (d *requestDir) close() {
+	if d.files != nil {
+		d.files.Close()
+	}
+	if d.root != nil {
+		d.root.Close()
+	}
+	d.root, d.files = nil, nil
+}
+
+// errNotItsResult is the failure of a request whose result.json is not a
+// regular file of its own (a symlink, FIFO, device, directory, hard link).
+var errNotItsResult = errors.New("result.json is not a regular file the request wrote; not read")
+
+// readResult reads and parses result.json from d, at most max bytes
+// (default 6 MiB): over it, an error wrapping errdefs.ErrTooLarge; anything
+// but a regular single-link file, errNotItsResult; missing, os.ErrNotExist.
+// The errors name no host path.
+func readResult(ctx context.Context, d *untrusted.Dir, max int64) (*resultFile, error) {
+	if max <= 0 {
+		max = 6 << 20
+	}
+	b, err := d.ReadFile(ctx, "result.json", max)
+	switch {
+	case errors.Is(err, errdefs.ErrTooLarge):
+		return nil, fmt.Errorf("%w: response exceeds max_response_kib=%d", errdefs.ErrTooLarge, max>>10)
+	case errors.Is(err, untrusted.ErrNotRegular):
+		return nil, errNotItsResult
+	case errors.Is(err, os.ErrNotExist):
+		return nil, os.ErrNotExist
+	case err != nil:
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the errno, not the host path
+		}
+		return nil, fmt.Errorf("reading result.json: %w", err)
+	}
+	var rf resultFile
+	if err := json.Unmarshal(b, &rf); err != nil {
+		return nil, fmt.Errorf("malformed result: %w", err)
+	}
+	return &rf, nil
+}
+
+// readLines returns the lines of d's file name (stdout or stderr), reading
+// at most maxLogBytes of it, followed by a note when it was longer. A name
+// that is anything but a regular single-link file is not read; its one
+// line says so. Missing: nil.
+func readLines(ctx context.Context, d *untrusted.Dir, name string) []string {
+	if ctx.Err() != nil {
+		return nil
+	}
+	f, err := d.Open(name)
+	if errors.Is(err, untrusted.ErrNotRegular) {
+		return []string{fmt.Sprintf("[zygo: %s is not a regular file the request wrote; not read]", name)}
+	}
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	r := bufio.NewReaderSize(io.LimitReader(f, maxLogBytes), 64<<10)
+	for {
+		line, err := r.ReadSlice('\n')
+		if len(line) > 0 { // a line longer than the buffer arrives in pieces
+			out = append(out, string(bytes.ToValidUTF8(bytes.TrimSuffix(line, []byte("\n")), []byte("\uFFFD"))))
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			break
+		}
+	}
+	if st, err := f.Stat(); err == nil && st.Size() > maxLogBytes {
+		out = append(out, fmt.Sprintf("[zygo: output truncated: %d bytes written, the first %d kept]", st.Size(), maxLogBytes))
+	}
+	return out
+}
+
+// removeRunDir removes the zygote's run directory and everything the sandbox
+// left in it (its /tmp, request directories), walking by descriptor from the
+// run directory's parent (the daemon's), never following a link.
+func (z *Zygote) removeRunDir(ctx context.Context) error {
+	parent, err := untrusted.OpenDir(filepath.Dir(z.spec.RunDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("removing run dir: %w", err)
+	}
+	defer parent.Close()
+	return parent.RemoveAll(ctx, filepath.Base(z.spec.RunDir))
+}
