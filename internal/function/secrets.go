@@ -91,12 +91,12 @@ func (s *secretFiles) release() {
 	s.removeAllLocked(d)
 }
 
-// removeAllLocked removes every entry in d (the secrets dir), not following
-// any.
+// removeAllLocked removes every file (and empty directory) in d, the
+// secrets dir, not following any.
 func (s *secretFiles) removeAllLocked(d *untrusted.Dir) {
 	names, _ := d.Names(maxSecretFiles)
 	for _, n := range names {
-		_ = d.RemoveAll(context.Background(), n)
+		_ = d.Remove(n)
 	}
 }
 

@@ -256,3 +256,34 @@ func fileOwner(st os.FileInfo) (uid, gid uint32) {
 	sys := st.Sys().(*syscall.Stat_t)
 	return sys.Uid, sys.Gid
 }
+
+// TestSecretFilesNeverFollowAPlantedLink: the secrets dir is owned by the
+// sandbox uid. Links left at a secret's name and at its temporary name are
+// replaced and removed; the host files they point at are never written.
+func TestSecretFilesNeverFollowAPlantedLink(t *testing.T) {
+	dir := t.TempDir()
+	host := t.TempDir()
+	victims := map[string]string{".A.new": filepath.Join(host, "tmp-victim"), "A": filepath.Join(host, "victim")}
+	for name, target := range victims {
+		if err := os.WriteFile(target, []byte("host file"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &secretFiles{dir: dir}
+	if err := s.acquire(map[string][]byte{"A": []byte("the secret")}); err != nil {
+		t.Fatal(err)
+	}
+	checkSecretFile(t, dir, "A", "the secret")
+	s.release()
+	if names := secretDir(t, dir); len(names) != 0 {
+		t.Fatalf("after the last release the dir holds %q", names)
+	}
+	for _, target := range victims {
+		if b, err := os.ReadFile(target); err != nil || string(b) != "host file" {
+			t.Fatalf("%s was written through a link: %q, %v", target, b, err)
+		}
+	}
+}
