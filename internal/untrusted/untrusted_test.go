@@ -144,3 +144,41 @@ func TestOpenDirRefusesASymlink(t *testing.T) {
 		t.Fatal("OpenDir followed a symlink")
 	}
 }
+
+func TestMkdirRenameAndNamesStayInTheDir(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "victim"), []byte("keep"), 0o600)
+	os.Symlink(filepath.Join(outside, "victim"), filepath.Join(dir, "link"))
+	os.Symlink(outside, filepath.Join(dir, "linkdir"))
+	d, _ := OpenDir(dir)
+	defer d.Close()
+	if err := d.Mkdir("linkdir", 0o700); !errors.Is(err, os.ErrExist) {
+		t.Fatalf("Mkdir over a symlink: %v, want ErrExist", err)
+	}
+	if err := d.Mkdir("new", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Mkdir("linkdir/x", 0o700); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("Mkdir through a component: %v", err)
+	}
+	if err := d.WriteFile("staged", []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Rename("staged", "link"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "victim")); string(b) != "keep" {
+		t.Fatalf("rename wrote through the link: %q", b)
+	}
+	if b, err := d.ReadFile(context.Background(), "link", 10); err != nil || string(b) != "mine" {
+		t.Fatalf("renamed file: %q, %v", b, err)
+	}
+	names, err := d.Names(10)
+	if err != nil || len(names) != 3 {
+		t.Fatalf("Names = %q, %v", names, err)
+	}
+	if _, err := d.Names(2); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Fatalf("Names past max: %v", err)
+	}
+}

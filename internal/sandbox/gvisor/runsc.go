@@ -110,8 +110,8 @@ func (b *Backend) runscDetached(ctx context.Context, logFile *os.File, args ...s
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Run(); err != nil {
-		tail, _ := os.ReadFile(logFile.Name())
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLine(tail))
+		// The log is the sandbox's stdio too: read only its tail.
+		return fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLogLine(logFile.Name()))
 	}
 	return nil
 }
