@@ -80,9 +80,9 @@ func (d *Dir) openat(name string, flags int) (int, error) {
 		return -1, err
 	}
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK), Resolve: resolve}
-	for {
+	for try := 0; ; try++ {
 		fd, err := unix.Openat2(int(d.f.Fd()), name, &how)
-		if err == unix.EINTR || err == unix.EAGAIN {
+		if (err == unix.EINTR || err == unix.EAGAIN) && try < maxRetries {
 			continue // EAGAIN: a rename raced the lookup (RESOLVE_BENEATH); retry
 		}
 		if err != nil {
@@ -91,6 +91,11 @@ func (d *Dir) openat(name string, flags int) (int, error) {
 		return fd, nil
 	}
 }
+
+// maxRetries bounds the retries of a lookup that a rename raced: a sandbox
+// renaming in a loop must not keep the daemon spinning (the open then fails
+// with EAGAIN).
+const maxRetries = 64
 
 // pathErr maps openat2's refusals (a symlink, a mount crossing, "..") to
 // ErrNotRegular and keeps every other errno as an *os.PathError.
