@@ -126,8 +126,11 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 	}
 	res.mark("dir", &res.lap)
 	finish := z.runChild(ctx, req, deadline, dir, res)
-	res.Stdout = readLines(ctx, dir.files, "stdout")
-	res.Stderr = readLines(ctx, dir.files, "stderr")
+	// Bounded reads of regular files only (reqdir.go): they cannot block, and
+	// a caller that went away must not cost the request its logs.
+	rctx := context.WithoutCancel(ctx)
+	res.Stdout = readLines(rctx, dir.files, "stdout")
+	res.Stderr = readLines(rctx, dir.files, "stderr")
 	res.mark("collect", &res.lap)
 	res.Elapsed = time.Since(t0)
 	go func() {
@@ -247,7 +250,7 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 		c.conn = nil
 	}
 	st := z.awaitExit(c, deadline, watch.ready)
-	z.outcome(ctx, req, st, dir, res)
+	z.outcome(context.WithoutCancel(ctx), req, st, dir, res)
 	settle()
 	res.mark("run", &res.lap)
 	if !st.resultReady {
