@@ -56,6 +56,11 @@ type Spec struct {
 	// RunDir is a host directory private to this zygote; Start creates
 	// RunDir/req (bound at /run/zygo/req) and RunDir/tmp (bound at /tmp).
 	RunDir string
+	// RunTmpfsMiB, when > 0, makes RunDir a tmpfs of that many MiB (nodev,
+	// nosuid, noexec, noswap where the kernel has it) that Start mounts and
+	// Stop unmounts (rundir.go); it needs root. 0 leaves RunDir on the
+	// filesystem of its parent.
+	RunTmpfsMiB int
 	// Secrets asks for RunDir/secrets (mode 0500, owned by the sandbox uid),
 	// bound read-only at /run/secrets; SecretsDir returns its host path.
 	Secrets bool
@@ -173,10 +178,10 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 			}
 		}
 	}()
+	undo = append(undo, z.removeRunDir)
 	if err := z.makeDirs(); err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { os.RemoveAll(spec.RunDir) })
 
 	typ := unix.SOCK_SEQPACKET
 	if spec.Mode == ModeWorker {
@@ -246,6 +251,11 @@ func (z *Zygote) makeDirs() error {
 	tmp := filepath.Join(z.spec.RunDir, "tmp")
 	if err := os.MkdirAll(z.spec.RunDir, 0o711); err != nil {
 		return fmt.Errorf("creating run dir: %w", err)
+	}
+	if z.spec.RunTmpfsMiB > 0 {
+		if err := z.mountRunDir(z.spec.RunDir); err != nil {
+			return err
+		}
 	}
 	// req: traversable but not listable by the sandbox uid (docs/protocol.md).
 	if err := os.Mkdir(z.reqRoot, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
@@ -557,7 +567,7 @@ func (z *Zygote) Stop() {
 		z.kill()
 		<-z.done
 	}
-	os.RemoveAll(z.spec.RunDir)
+	z.removeRunDir()
 }
 
 func (z *Zygote) kill() {
