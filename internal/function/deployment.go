@@ -21,7 +21,7 @@ type deployment struct {
 	version  string
 	manifest *Manifest
 	codeDir  string
-	uid      uint32 // host uid and gid of its sandboxes; 0: the daemon's own
+	uid      uint32        // host uid and gid of its sandboxes; 0: the daemon's own
 	sem      chan struct{} // concurrency slots
 	served   atomic.Int64
 	inflight atomic.Int64
