@@ -137,8 +137,11 @@ func (c *Config) validate() error {
 			return err
 		}
 	}
-	if c.RunTmpfsMiB == 0 {
+	switch {
+	case c.RunTmpfsMiB == 0:
 		c.RunTmpfsMiB = 256
+	case c.RunTmpfsMiB < 0:
+		return fmt.Errorf("--run-tmpfs-mib %d: must be a positive number of MiB", c.RunTmpfsMiB)
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -190,17 +193,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err != nil {
 		return err
 	}
-	fcfg := function.Config{
-		StateDir: cfg.StateDir, AgentDir: agentDir, Bwrap: cfg.Bwrap,
-		ReadyTimeout: cfg.ReadyTimeout, RunTmpfsMiB: cfg.RunTmpfsMiB, Log: log,
-	}
-	if os.Geteuid() == 0 {
-		fcfg.HostIDs = hostid.NewAllocator(st, cfg.uidRange)
-		log.Info("function uids", "uid_range", hostid.String(cfg.uidRange))
-	} else {
-		fcfg.RunTmpfsMiB = 0 // mounting needs root
-		log.Warn("not root: functions run as the daemon's own uid, and their run directories (secrets included) are on the state dir's filesystem, not a tmpfs")
-	}
+	fcfg := functionConfig(cfg, st, agentDir)
 	if lim := newLimiter(cfg, log); lim != nil {
 		fcfg.Limiter = lim
 		defer func() {
@@ -224,6 +217,24 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")
 	return err
+}
+
+// functionConfig returns the function manager's configuration: as root,
+// each function gets a uid of cfg's range (recorded in st) and each zygote a
+// run tmpfs; otherwise neither, which it logs.
+func functionConfig(cfg Config, st *store.Store, agentDir string) function.Config {
+	fcfg := function.Config{
+		StateDir: cfg.StateDir, AgentDir: agentDir, Bwrap: cfg.Bwrap,
+		ReadyTimeout: cfg.ReadyTimeout, RunTmpfsMiB: cfg.RunTmpfsMiB, Log: cfg.Log,
+	}
+	if os.Geteuid() == 0 {
+		fcfg.HostIDs = hostid.NewAllocator(st, cfg.uidRange)
+		cfg.Log.Info("function uids", "uid_range", hostid.String(cfg.uidRange))
+	} else {
+		fcfg.RunTmpfsMiB = 0 // mounting needs root
+		cfg.Log.Warn("not root: functions run as the daemon's own uid, and their run directories (secrets included) are on the state dir's filesystem, not a tmpfs")
+	}
+	return fcfg
 }
 
 // serveAPI serves h on the daemon's listeners (see listen), calls ready, if
