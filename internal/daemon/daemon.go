@@ -202,6 +202,13 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 			}
 		}()
 	}
+	// After Shutdown: a version still draining when the daemon stops (its
+	// zygote dies with the daemon) would leave its tmpfs mounted.
+	defer func() {
+		if err := zygote.UnmountStale(runRoot); err != nil {
+			log.Warn("unmounting run directories", "err", err)
+		}
+	}()
 	mgr, err := function.NewManager(fcfg, st, secrets)
 	if err != nil {
 		return err
