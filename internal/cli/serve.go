@@ -7,11 +7,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/zygo-run/zygo/internal/daemon"
+	"github.com/zygo-run/zygo/internal/hostid"
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var listen, bwrap string
-	var uid uint32
+	var listen, bwrap, uidRange string
+	var tmpfsMiB int
 	var readyTimeout time.Duration
 	var debug bool
 	var sbx daemon.SandboxConfig
@@ -27,13 +28,14 @@ func newServeCmd(g *globals) *cobra.Command {
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			return daemon.Run(cmd.Context(), daemon.Config{
 				StateDir: g.resolveStateDir(), Listen: listen, Bwrap: bwrap,
-				SandboxHostUID: uid, ReadyTimeout: readyTimeout, Sandbox: sbx, Log: log,
+				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, Sandbox: sbx, Log: log,
 			}, nil)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this loopback TCP address (127.0.0.1:PORT or localhost:PORT; PORT 0 picks one, logged); calls on it need the token in STATE/api.token")
 	cmd.Flags().StringVar(&bwrap, "bwrap", "", "path of bwrap (default: found on PATH)")
-	cmd.Flags().Uint32Var(&uid, "sandbox-uid", 0, "host uid sandboxes run as when the daemon is root (default 65534)")
+	cmd.Flags().StringVar(&uidRange, "uid-range", "", "host uids the daemon owns, START-END or START:COUNT; each function runs as one of its own (root only; default "+hostid.String(hostid.Default)+"; refused if /etc/passwd, /etc/group, /etc/subuid or /etc/subgid use any)")
+	cmd.Flags().IntVar(&tmpfsMiB, "run-tmpfs-mib", 256, "size cap of the tmpfs holding each zygote's /tmp, request files and secrets (MiB)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level")
 	cmd.Flags().StringVar(&sbx.GuestBinary, "guest-binary", "", "static zygo-guest for gVisor sandboxes (default: next to zygo, then PATH)")

@@ -26,10 +26,12 @@ import (
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/cgroup"
 	"github.com/zygo-run/zygo/internal/function"
+	"github.com/zygo-run/zygo/internal/hostid"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/untrusted"
+	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // Version is the daemon's build version, set by the linker or left "dev".
@@ -46,11 +48,21 @@ type Config struct {
 	Listen string
 	// Bwrap is the bubblewrap binary; "" looks it up on PATH.
 	Bwrap string
-	// SandboxHostUID is the host uid sandboxes run as. When the daemon runs
-	// as root it defaults to 65534 (nobody); otherwise it is the daemon's own
-	// uid.
-	SandboxHostUID uint32
-	ReadyTimeout   time.Duration // per zygote import + warm-up; default 60 s
+	// UIDRange is the block of host uids (and gids of the same numbers) the
+	// daemon owns, as START-END or START:COUNT (internal/hostid): each
+	// function runs as one of them that nothing else shares. "" is
+	// hostid.Default. Checked at start against HostFiles: no account and no
+	// subordinate range may fall in it. A daemon that is not root cannot
+	// switch uids: its sandboxes run as its own uid and UIDRange is unused.
+	UIDRange string
+	// HostFiles are the account databases UIDRange is checked against; the
+	// zero value is hostid.SystemFiles (tests point it at their own).
+	HostFiles hostid.HostFiles
+	// RunTmpfsMiB caps the tmpfs the daemon mounts for each zygote's run
+	// directory (its /tmp, request files and /run/secrets); 0 is 256 MiB.
+	RunTmpfsMiB  int
+	ReadyTimeout time.Duration // per zygote import + warm-up; default 60 s
+	uidRange     store.IDRange // UIDRange parsed by validate (root only)
 	// NoCgroups turns per-request cgroups off (limits not enforced).
 	NoCgroups bool
 	// Sandbox configures the gVisor sandboxes (sandboxes.go).
@@ -110,11 +122,27 @@ func (c *Config) validate() error {
 			return fmt.Errorf("--listen %q: only loopback addresses are allowed (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)", c.Listen)
 		}
 	}
-	if c.SandboxHostUID == 0 && os.Geteuid() == 0 {
-		c.SandboxHostUID = 65534
+	if os.Geteuid() == 0 {
+		c.uidRange = hostid.Default
+		if c.UIDRange != "" {
+			r, err := hostid.Parse(c.UIDRange)
+			if err != nil {
+				return err
+			}
+			c.uidRange = r
+		}
+		if c.HostFiles == (hostid.HostFiles{}) {
+			c.HostFiles = hostid.SystemFiles
+		}
+		if err := hostid.Check(c.uidRange, c.HostFiles); err != nil {
+			return err
+		}
 	}
-	if os.Geteuid() != 0 {
-		c.SandboxHostUID = 0 // keep our own uid: we cannot switch
+	switch {
+	case c.RunTmpfsMiB == 0:
+		c.RunTmpfsMiB = 256
+	case c.RunTmpfsMiB < 0:
+		return fmt.Errorf("--run-tmpfs-mib %d: must be a positive number of MiB", c.RunTmpfsMiB)
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -134,7 +162,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err := prepareStateDir(cfg.StateDir); err != nil {
 		return err
 	}
-	if err := checkTraversable(cfg.StateDir, cfg.SandboxHostUID); err != nil {
+	if err := checkTraversable(cfg.StateDir, cfg.uidRange.First); err != nil {
 		return err
 	}
 	unlock, err := lockStateDir(cfg.StateDir)
@@ -152,22 +180,25 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	// Zygotes from an earlier run died with it (--die-with-parent); their run
-	// directories are stale. They hold what sandboxes wrote (their /tmp,
-	// request dirs): removed by descriptor, never following a link.
+	// directories, and the tmpfs of each left mounted by a daemon that was
+	// killed, are stale. They hold what sandboxes wrote (their /tmp, request
+	// dirs): unmounted, and what is left removed by descriptor, never
+	// following a link.
+	runRoot := filepath.Join(cfg.StateDir, "run")
+	if err := zygote.UnmountStale(runRoot); err != nil {
+		return err
+	}
 	if err := removeRunDirs(ctx, cfg.StateDir); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "run"), 0o711); err != nil {
+	if err := os.MkdirAll(runRoot, 0o711); err != nil {
 		return err
 	}
 	secrets, err := secret.Open(ctx, st.DB(), filepath.Join(cfg.StateDir, "secret.key"))
 	if err != nil {
 		return err
 	}
-	fcfg := function.Config{
-		StateDir: cfg.StateDir, AgentDir: agentDir, Bwrap: cfg.Bwrap,
-		SandboxHostUID: cfg.SandboxHostUID, ReadyTimeout: cfg.ReadyTimeout, Log: log,
-	}
+	fcfg := functionConfig(cfg, st, agentDir)
 	if lim := newLimiter(cfg, log); lim != nil {
 		fcfg.Limiter = lim
 		defer func() {
@@ -176,6 +207,13 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 			}
 		}()
 	}
+	// After Shutdown: a version still draining when the daemon stops (its
+	// zygote dies with the daemon) would leave its tmpfs mounted.
+	defer func() {
+		if err := zygote.UnmountStale(runRoot); err != nil {
+			log.Warn("unmounting run directories", "err", err)
+		}
+	}()
 	mgr, err := function.NewManager(fcfg, st, secrets)
 	if err != nil {
 		return err
@@ -191,6 +229,24 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")
 	return err
+}
+
+// functionConfig returns the function manager's configuration: as root,
+// each function gets a uid of cfg's range (recorded in st) and each zygote a
+// run tmpfs; otherwise neither, which it logs.
+func functionConfig(cfg Config, st *store.Store, agentDir string) function.Config {
+	fcfg := function.Config{
+		StateDir: cfg.StateDir, AgentDir: agentDir, Bwrap: cfg.Bwrap,
+		ReadyTimeout: cfg.ReadyTimeout, RunTmpfsMiB: cfg.RunTmpfsMiB, Log: cfg.Log,
+	}
+	if os.Geteuid() == 0 {
+		fcfg.HostIDs = hostid.NewAllocator(st, cfg.uidRange)
+		cfg.Log.Info("function uids", "uid_range", hostid.String(cfg.uidRange))
+	} else {
+		fcfg.RunTmpfsMiB = 0 // mounting needs root
+		cfg.Log.Warn("not root: functions run as the daemon's own uid, and their run directories (secrets included) are on the state dir's filesystem, not a tmpfs")
+	}
+	return fcfg
 }
 
 // serveAPI serves h on the daemon's listeners (see listen), calls ready, if
@@ -247,6 +303,11 @@ func prepareStateDir(dir string) error {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return fmt.Errorf("creating state dir: %w", err)
 		}
+	}
+	// versions/ is traversed, never listed, by the functions' uids: each
+	// reaches its own versions/NAME only (function/codedir.go).
+	if err := os.Chmod(filepath.Join(dir, "versions"), 0o711); err != nil {
+		return fmt.Errorf("state dir: %w", err)
 	}
 	return nil
 }
@@ -374,8 +435,10 @@ func closeInheritedFDs() {
 }
 
 // checkTraversable fails when a parent of the state dir cannot be traversed
-// by the sandbox uid: bwrap, running as that uid, could not bind the
-// function's code and the agents, and every deploy would fail obscurely.
+// by the sandbox uids (uid stands for them all: none owns a parent): bwrap,
+// running as such a uid, could not bind the function's code and the agents,
+// and every deploy would fail obscurely. uid 0 (a daemon that is not root)
+// skips the check.
 func checkTraversable(stateDir string, uid uint32) error {
 	if uid == 0 {
 		return nil

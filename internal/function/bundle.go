@@ -188,7 +188,9 @@ func hashFiles(files []File) string {
 }
 
 // WriteTo writes the bundle's files under dir (created; must not exist),
-// files read-only (0444 or 0555) so the version stays immutable on disk.
+// files read-only (0440 or 0550) so the version stays immutable on disk, and
+// directories 0750, so that only their owner and group read the code (the
+// Manager then gives the group to the function's uid, see secureCodeDir).
 // On error the partial directory is removed.
 func (u *Unpacked) WriteTo(dir string) (err error) {
 	tmp := dir + ".partial"
@@ -200,14 +202,14 @@ func (u *Unpacked) WriteTo(dir string) (err error) {
 	}()
 	for _, f := range u.Files {
 		p := filepath.Join(tmp, filepath.FromSlash(f.Path))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
 			return fmt.Errorf("writing bundle: %w", err)
 		}
-		if err := os.WriteFile(p, f.Data, os.FileMode(f.Mode&0o555)); err != nil {
+		if err := os.WriteFile(p, f.Data, os.FileMode(f.Mode&0o550)); err != nil {
 			return fmt.Errorf("writing bundle: %w", err)
 		}
 	}
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
+	if err := os.MkdirAll(tmp, 0o750); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, dir); err != nil {

@@ -166,7 +166,7 @@ func TestPackReadRoundTrip(t *testing.T) {
 			t.Errorf("after WriteTo: %v", err)
 			continue
 		}
-		if want := os.FileMode(f.Mode & 0o555); st.Mode() != want {
+		if want := os.FileMode(f.Mode & 0o550); st.Mode() != want {
 			t.Errorf("%s written with mode %v, want %v", f.Path, st.Mode(), want)
 		}
 		if got, _ := os.ReadFile(p); string(got) != string(f.Data) {

@@ -21,6 +21,7 @@ type deployment struct {
 	version  string
 	manifest *Manifest
 	codeDir  string
+	uid      uint32        // host uid and gid of its sandboxes; 0: the daemon's own
 	sem      chan struct{} // concurrency slots
 	served   atomic.Int64
 	inflight atomic.Int64
@@ -48,8 +49,8 @@ func (d *deployment) filesFor(z *zygote.Zygote) *secretFiles {
 	return d.files
 }
 
-func newDeployment(m *Manager, name, version string, man *Manifest, codeDir string) *deployment {
-	return &deployment{m: m, name: name, version: version, manifest: man, codeDir: codeDir,
+func newDeployment(m *Manager, name, version string, man *Manifest, codeDir string, uid uint32) *deployment {
+	return &deployment{m: m, name: name, version: version, manifest: man, codeDir: codeDir, uid: uid,
 		sem: make(chan struct{}, man.Concurrency), state: "starting", changed: make(chan struct{})}
 }
 

@@ -33,15 +33,30 @@ type Registry interface {
 	AppendLogs(ctx context.Context, lines []store.LogLine) error
 }
 
+// HostIDs hands out host ids per owner ("function:NAME"); *hostid.Allocator
+// implements it.
+type HostIDs interface {
+	// Acquire returns owner's id, the same across calls and restarts until
+	// Release. Errors wrap errdefs.ErrUnavailable when none is free.
+	Acquire(ctx context.Context, owner string) (uint32, error)
+	// Release gives owner's id back once its files and processes are gone.
+	Release(ctx context.Context, owner string) error
+}
+
 // Config configures a Manager.
 type Config struct {
 	StateDir string // versions/ and run/ live here
 	AgentDir string // extracted agents (bound at /opt/zygo/agents)
 	Bwrap    string // path of bwrap
-	// SandboxHostUID is the host uid sandboxes run as; 0 keeps the daemon's
-	// own uid (the only choice when the daemon is not root).
-	SandboxHostUID uint32
-	ReadyTimeout   time.Duration // import + warm-up bound per zygote
+	// HostIDs gives each function the host uid (and gid) its sandboxes run
+	// as, one no other function shares (internal/hostid); nil keeps the
+	// daemon's own uid, the only choice when the daemon is not root.
+	HostIDs HostIDs
+	// RunTmpfsMiB, when > 0, puts each zygote's run directory on a tmpfs of
+	// that size (zygote.Spec.RunTmpfsMiB); 0 leaves it on the state dir's
+	// filesystem (a daemon that is not root cannot mount).
+	RunTmpfsMiB  int
+	ReadyTimeout time.Duration // import + warm-up bound per zygote
 	// Limiter places each request in a cgroup (memory_mib, pids, cpu_ms);
 	// nil when the daemon cannot manage cgroups (not root): those limits are
 	// then not enforced, and the daemon says so at start.
@@ -123,20 +138,19 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 	defer m.deployMu.Unlock()
 
 	name := u.Manifest.Name
+	uid, err := m.hostID(ctx, name)
+	if err != nil {
+		return nil, err
+	}
 	codeDir := m.versionDir(name, u.Hash)
-	if _, err := os.Stat(codeDir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(codeDir), 0o755); err != nil {
-			return nil, fmt.Errorf("storing version: %w", err)
-		}
-		if err := u.WriteTo(codeDir); err != nil {
-			return nil, err
-		}
+	if err := m.storeVersion(u, codeDir, uid); err != nil {
+		return nil, err
 	}
 	old := m.get(name)
 	if old != nil && old.version == u.Hash {
 		return old.result(true), nil
 	}
-	d := newDeployment(m, name, u.Hash, u.Manifest, codeDir)
+	d := newDeployment(m, name, u.Hash, u.Manifest, codeDir, uid)
 	if err := d.start(ctx); err != nil {
 		var ie *zygote.ImportError
 		if errors.As(err, &ie) {
@@ -207,8 +221,19 @@ func (m *Manager) Restore(ctx context.Context) error {
 			m.log.Error("restoring function: bad stored manifest", "function", r.Name, "err", err)
 			continue
 		}
+		uid, err := m.hostID(ctx, r.Name)
+		if err != nil {
+			m.log.Error("restoring function", "function", r.Name, "err", err)
+			continue
+		}
 		codeDir := m.versionDir(r.Name, r.Active.Hash)
-		d := newDeployment(m, r.Name, r.Active.Hash, &man, codeDir)
+		// Versions stored by an older daemon, or for another uid range,
+		// are made the function's own again.
+		if err := secureCodeDir(filepath.Dir(codeDir), gidOf(uid)); err != nil {
+			m.log.Error("restoring function", "function", r.Name, "err", err)
+			continue
+		}
+		d := newDeployment(m, r.Name, r.Active.Hash, &man, codeDir, uid)
 		m.mu.Lock()
 		m.fns[r.Name] = d
 		m.mu.Unlock()
@@ -238,6 +263,13 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 		d.stop()
 	}
 	os.RemoveAll(filepath.Join(m.cfg.StateDir, "versions", name))
+	// Its zygotes are stopped and its code is gone: nothing runs as or
+	// belongs to its uid any more.
+	if m.cfg.HostIDs != nil {
+		if err := m.cfg.HostIDs.Release(ctx, hostIDOwner(name)); err != nil {
+			m.log.Warn("releasing the function's uid", "function", name, "err", err)
+		}
+	}
 	return nil
 }
 
@@ -311,7 +343,7 @@ func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
 	id := newID("z")
 	return zygote.Spec{
 		Box: nsbox.Spec{
-			Bwrap: m.cfg.Bwrap, HostUID: m.cfg.SandboxHostUID, Interpreter: d.manifest.Interpreter,
+			Bwrap: m.cfg.Bwrap, HostUID: d.uid, Interpreter: d.manifest.Interpreter,
 			CodeDir: d.codeDir, AgentDir: m.cfg.AgentDir, EtcDir: filepath.Join(m.cfg.StateDir, "etc"),
 		},
 		Runtime:      string(d.manifest.Runtime),
@@ -319,6 +351,7 @@ func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
 		Mode:         mode,
 		Env:          d.manifest.SortedEnv(),
 		RunDir:       filepath.Join(m.cfg.StateDir, "run", id),
+		RunTmpfsMiB:  m.cfg.RunTmpfsMiB,
 		ReadyTimeout: m.cfg.ReadyTimeout,
 		Secrets:      len(d.manifest.Secrets) > 0,
 		PreFork:      preFork(d.manifest),

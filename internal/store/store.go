@@ -1,6 +1,7 @@
 // Package store is Zygo's embedded database: one SQLite file
 // (modernc.org/sqlite, no cgo) in the state directory, holding the function
-// registry (functions and their immutable versions) and request logs. Later
+// registry (functions and their immutable versions), request logs and the
+// host uids handed to functions and sandboxes (hostids.go). Later
 // tables (secrets, sandboxes, checkpoints) live here too.
 //
 // A Store is safe for concurrent use. Errors for missing rows wrap
@@ -13,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -22,7 +24,8 @@ import (
 
 // Store is an open registry database.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB
+	idMu sync.Mutex // serialises AcquireHostID and ReleaseHostID
 }
 
 const schema = `
@@ -66,7 +69,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(4)
-	if _, err := db.ExecContext(ctx, schema); err != nil {
+	if _, err := db.ExecContext(ctx, schema+hostIDSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("creating schema in %s: %w", path, err)
 	}

@@ -185,10 +185,10 @@ func readLines(ctx context.Context, d *untrusted.Dir, name string) []string {
 	return out
 }
 
-// removeRunDir removes the zygote's run directory and everything the sandbox
+// removeRunTree removes the zygote's run directory and everything the sandbox
 // left in it (its /tmp, request directories), walking by descriptor from the
 // run directory's parent (the daemon's), never following a link.
-func (z *Zygote) removeRunDir(ctx context.Context) error {
+func (z *Zygote) removeRunTree(ctx context.Context) error {
 	parent, err := untrusted.OpenDir(filepath.Dir(z.spec.RunDir))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -57,6 +57,11 @@ type Spec struct {
 	// RunDir is a host directory private to this zygote; Start creates
 	// RunDir/req (bound at /run/zygo/req) and RunDir/tmp (bound at /tmp).
 	RunDir string
+	// RunTmpfsMiB, when > 0, makes RunDir a tmpfs of that many MiB (nodev,
+	// nosuid, noexec, noswap where the kernel has it) that Start mounts and
+	// Stop unmounts (rundir.go); it needs root. 0 leaves RunDir on the
+	// filesystem of its parent.
+	RunTmpfsMiB int
 	// Secrets asks for RunDir/secrets (mode 0500, owned by the sandbox uid),
 	// bound read-only at /run/secrets; SecretsDir returns its host path.
 	Secrets bool
@@ -174,10 +179,10 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 			}
 		}
 	}()
+	undo = append(undo, z.removeRunDir) // safe on a partly made run dir
 	if err := z.makeDirs(); err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { _ = z.removeRunDir(context.Background()) })
 
 	typ := unix.SOCK_SEQPACKET
 	if spec.Mode == ModeWorker {
@@ -247,6 +252,11 @@ func (z *Zygote) makeDirs() error {
 	tmp := filepath.Join(z.spec.RunDir, "tmp")
 	if err := os.MkdirAll(z.spec.RunDir, 0o711); err != nil {
 		return fmt.Errorf("creating run dir: %w", err)
+	}
+	if z.spec.RunTmpfsMiB > 0 {
+		if err := z.mountRunDir(z.spec.RunDir); err != nil {
+			return err
+		}
 	}
 	// The run dir is the daemon's; tmp and secrets in it are the sandbox's
 	// (reqdir.go): made and chowned by descriptor, never by a path through them.
@@ -565,9 +575,7 @@ func (z *Zygote) Stop() {
 		z.kill()
 		<-z.done
 	}
-	if err := z.removeRunDir(context.Background()); err != nil {
-		z.log.Warn("removing run dir", "err", err)
-	}
+	z.removeRunDir()
 }
 
 func (z *Zygote) kill() {
