@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
@@ -17,14 +19,16 @@ import (
 )
 
 // FakeBackend is a sandbox.Backend and sandbox.Checkpointer for fast tests of the Manager and
-// the API that need a guest to answer: each instance is a real guest agent (guest.Agent) run
-// in the test process, with its own root directory (so it never rewrites the host's /etc), on
+// the API that need a guest to answer: each instance is a real guest agent (guest.Agent) in a
+// process of its own, with its own root directory (so it never rewrites the host's /etc), on
 // a real guest.Client over a unix socket. It is not a sandbox: a command it executes runs on
-// the host, as the test's user. An image is a directory holding one file; a restore starts a
-// fresh agent holding the checkpoint's token. At most one FakeBackend with instances should
-// exist per test binary at a time (each agent's reaper collects every child of the process).
+// the host, as the test's user. Each agent is a process of its own (fakeagent, built for each
+// FakeBackend with the go tool), so that its reaper collects only its own children. An image
+// is a directory holding one file; a restore starts a fresh agent holding the checkpoint's
+// token.
 type FakeBackend struct {
-	dir string // instances' directories, removed at the test's end
+	dir   string // instances' directories, removed at the test's end
+	agent string // the fakeagent binary
 
 	mu   sync.Mutex // guards inst and BeforeRestore
 	inst map[string]*fakeInstance
@@ -50,7 +54,12 @@ func NewFakeBackend(t *testing.T) *FakeBackend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &FakeBackend{dir: dir, inst: map[string]*fakeInstance{}}
+	agent, err := buildAgent(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	b := &FakeBackend{dir: dir, agent: agent, inst: map[string]*fakeInstance{}}
 	t.Cleanup(func() {
 		ids, _ := b.List(context.Background())
 		for _, id := range ids {
@@ -102,19 +111,24 @@ func (b *FakeBackend) startAgent(ctx context.Context, spec sandbox.Spec, boot gu
 	if err != nil {
 		return nil, err
 	}
-	actx, stop := context.WithCancel(context.Background())
+	sctx, stop := context.WithCancel(context.Background())
 	in := &fakeInstance{client: guest.NewClient(spec.Token, nil), stop: stop, done: make(chan struct{})}
-	go func() { _ = in.client.Serve(actx, ln) }()
-	a := guest.New(guest.Config{SocketPath: sock, BootPath: filepath.Join(dir, "boot.json"),
-		RunDir: filepath.Join(dir, "run"), Root: filepath.Join(dir, "root")})
-	if err := a.Boot(actx); err != nil {
+	go func() { _ = in.client.Serve(sctx, ln) }()
+	cmd := exec.Command(b.agent, sock, filepath.Join(dir, "boot.json"), filepath.Join(dir, "run"), filepath.Join(dir, "root"))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test
+	if err := cmd.Start(); err != nil {
 		stop()
 		ln.Close()
-		return nil, fmt.Errorf("booting the fake's agent: %w (%w)", err, errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("starting the fake's agent: %w (%w)", err, errdefs.ErrUnavailable)
 	}
 	go func() {
 		defer close(in.done)
-		_ = a.Run(actx)
+		_ = cmd.Wait()
+	}()
+	go func() {
+		<-sctx.Done()
+		_ = cmd.Process.Kill()
 		ln.Close()
 	}()
 	if err := in.client.Wait(ctx); err != nil {
@@ -124,6 +138,17 @@ func (b *FakeBackend) startAgent(ctx context.Context, spec sandbox.Spec, boot gu
 		return nil, err
 	}
 	return in, nil
+}
+
+// buildAgent builds fakeagent into dir (a link of a few hundred ms with a warm build cache)
+// and returns its path.
+func buildAgent(dir string) (string, error) {
+	p := filepath.Join(dir, "fakeagent")
+	out, err := exec.Command("go", "build", "-o", p, "github.com/zygo-run/zygo/internal/sandbox/sandboxtest/fakeagent").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building fakeagent (needs the go tool on PATH): %v: %s", err, out)
+	}
+	return p, nil
 }
 
 // Attach implements sandbox.Backend: a running instance is handed out again.
