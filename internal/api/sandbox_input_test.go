@@ -75,6 +75,7 @@ func TestSandboxBadInputIs400(t *testing.T) {
 		{"rootfs missing", "POST", "/v1/sandboxes", `{"rootfs_dir":"/nonexistent/zygo-root"}`, 400, "rootfs_dir"},
 		{"rootfs is the state dir", "POST", "/v1/sandboxes", js(map[string]string{"rootfs_dir": state}), 400, "rootfs_dir"},
 		{"rootfs inside the state dir", "POST", "/v1/sandboxes", js(map[string]string{"rootfs_dir": images}), 400, "rootfs_dir"},
+		{"rootfs missing inside the state dir", "POST", "/v1/sandboxes", js(map[string]string{"rootfs_dir": filepath.Join(state, "nosuch")}), 400, "overlaps"},
 		{"env NUL in key", "POST", "/v1/sandboxes", `{"env":["A\u0000B=1"]}`, 400, "env[0]"},
 		{"env NUL in value", "POST", "/v1/sandboxes", `{"env":["A=1","B=x\u0000y"]}`, 400, "env[1]"},
 		{"env no key", "POST", "/v1/sandboxes", `{"env":["=1"]}`, 400, "env[0]"},

@@ -247,10 +247,12 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 		return SandboxRecord{}, err
 	}
 	opts = opts.WithDefaults()
-	if err := ValidateRootfs(opts.RootfsDir); err != nil {
+	// The daemon's directories first: nothing about what is in them (missing, empty) may be
+	// told to the caller.
+	if err := rootfsClearOf(opts.RootfsDir, append([]string{m.cfg.ImageDir}, m.cfg.ProtectedDirs...)); err != nil {
 		return SandboxRecord{}, err
 	}
-	if err := rootfsClearOf(opts.RootfsDir, append([]string{m.cfg.ImageDir}, m.cfg.ProtectedDirs...)); err != nil {
+	if err := ValidateRootfs(opts.RootfsDir); err != nil {
 		return SandboxRecord{}, err
 	}
 	secrets, err := m.createSecrets(ctx, opts.Secrets)
@@ -374,9 +376,11 @@ func rootfsClearOf(rootfs string, protected []string) error {
 	if rootfs == "" {
 		return nil
 	}
-	root, err := filepath.EvalSymlinks(rootfs)
-	if err != nil {
-		return fmt.Errorf("rootfs_dir %q: %s: %w", rootfs, errnoText(err), errdefs.ErrInvalidArgument)
+	root, rerr := filepath.EvalSymlinks(rootfs)
+	if rerr != nil {
+		// Unresolvable: still refused as overlapping when it does so as written, so that a
+		// missing path inside a protected directory reads the same as an existing one.
+		root = filepath.Clean(rootfs)
 	}
 	for _, p := range protected {
 		if p == "" {
@@ -386,11 +390,14 @@ func rootfsClearOf(rootfs string, protected []string) error {
 		if err != nil {
 			continue // not made yet: nothing to expose
 		}
-		if within(pr, root) || within(root, pr) {
+		if within(pr, root) || within(root, pr) || within(filepath.Clean(p), root) || within(root, filepath.Clean(p)) {
 			// The daemon's directory is not named: its path is not the caller's to learn.
 			return fmt.Errorf("rootfs_dir overlaps the daemon's state directory (a sandbox could read its keys, database and images): %w",
 				errdefs.ErrInvalidArgument)
 		}
+	}
+	if rerr != nil {
+		return fmt.Errorf("rootfs_dir %q: %s: %w", rootfs, errnoText(rerr), errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
