@@ -17,6 +17,37 @@ import (
 	"github.com/zygo-run/zygo/internal/sandbox/sandboxtest"
 )
 
+// newInputServer serves the sandbox routes of a real Manager on sandboxtest.FakeBackend, whose
+// images and protected dirs are under state (a /tmp/zygo-state-… dir), with one sandbox "sb"
+// and one checkpoint of it tagged "base".
+func newInputServer(t *testing.T) (ts *httptest.Server, m *sandbox.Manager, be *sandboxtest.FakeBackend, state string) {
+	t.Helper()
+	ctx := context.Background()
+	state, err := os.MkdirTemp("/tmp", "zygo-state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	be = sandboxtest.NewFakeBackend(t)
+	m, err = sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: sandbox.NewMemRegistry(),
+		ImageDir: filepath.Join(state, "images"), ProtectedDirs: []string{state}, Reseal: sandboxtest.FakeReseal,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	srv := NewServer(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(m, nil)
+	ts = httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	if _, err := m.Create(ctx, sandbox.CreateOptions{Name: "sb"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Checkpoint(ctx, "sb", "base"); err != nil {
+		t.Fatal(err)
+	}
+	return ts, m, be, state
+}
+
 // TestSandboxBadInputIs400: every malformed input of the sandbox routes — paths (NUL, empty,
 // relative, over PATH_MAX, a component over NAME_MAX), env and argv (NUL, empty, too many, too
 // long), services, names, tags, fork n, limits, rootfs_dir, checkpoint and sandbox references,
@@ -26,28 +57,10 @@ import (
 // agents), so a check the Manager lacks reaches the guest and shows as its 500/503.
 func TestSandboxBadInputIs400(t *testing.T) {
 	ctx := context.Background()
-	state, err := os.MkdirTemp("/tmp", "zygo-state-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
+	ts, m, be, state := newInputServer(t)
 	images := filepath.Join(state, "images")
-	be := sandboxtest.NewFakeBackend(t)
-	m, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: sandbox.NewMemRegistry(),
-		ImageDir: images, ProtectedDirs: []string{state}, Reseal: sandboxtest.FakeReseal,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	sb, err := m.Get(ctx, "sb")
 	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	srv := NewServer(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(m, nil)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	sb, err := m.Create(ctx, sandbox.CreateOptions{Name: "sb"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Checkpoint(ctx, "sb", "base"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -144,26 +157,12 @@ func TestSandboxBadInputIs400(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := http.NewRequestWithContext(ctx, tc.method, ts.URL+tc.path, strings.NewReader(tc.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			var eb struct {
-				Error ErrorBody `json:"error"`
-			}
-			_ = json.Unmarshal(raw, &eb)
-			if resp.StatusCode != tc.status || !strings.Contains(eb.Error.Message, tc.field) {
-				t.Errorf("%s %.80s: %d %.300q, want %d naming %q", tc.method, tc.path, resp.StatusCode, raw, tc.status, tc.field)
+			status, msg, raw := call(t, ts, tc.method, tc.path, tc.body)
+			if status != tc.status || !strings.Contains(msg, tc.field) {
+				t.Errorf("%s %.80s: %d %.300q, want %d naming %q", tc.method, tc.path, status, raw, tc.status, tc.field)
 			}
 			for _, host := range []string{state, "/var/lib/zygo", "/tmp/zygo-", "/tmp/Test"} {
-				if strings.Contains(string(raw), host) {
+				if strings.Contains(raw, host) {
 					t.Errorf("the answer names the host path %s: %.300q", host, raw)
 				}
 			}
@@ -189,15 +188,29 @@ func TestSandboxBadInputIs400(t *testing.T) {
 		{"GET", "/v1/sandboxes/sb/files/list?path=/", ""},
 		{"GET", "/v1/checkpoints/base", ""},
 	} {
-		req, _ := http.NewRequestWithContext(ctx, good.method, ts.URL+good.path, strings.NewReader(good.body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Errorf("good %s %s: %d %s", good.method, good.path, resp.StatusCode, raw)
+		if status, _, raw := call(t, ts, good.method, good.path, good.body); status != 200 {
+			t.Errorf("good %s %s: %d %s", good.method, good.path, status, raw)
 		}
 	}
+}
+
+// call sends one request to ts and returns the status, the error message and the raw answer.
+func call(t *testing.T, ts *httptest.Server, method, path, body string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, ts.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var eb struct {
+		Error ErrorBody `json:"error"`
+	}
+	_ = json.Unmarshal(raw, &eb)
+	return resp.StatusCode, eb.Error.Message, string(raw)
 }

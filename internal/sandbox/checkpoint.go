@@ -293,25 +293,11 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 	if err != nil {
 		return res, err
 	}
-	if opts.From == "" {
-		res.Checkpoint, err = m.Checkpoint(ctx, parent.ID, "fork")
-	} else {
-		res.Checkpoint, err = m.checkpointFor(ctx, parent, opts.From)
-	}
-	if err != nil {
-		return res, err
-	}
-	// The lease keeps a checkpoints rm off the image until every child's record names it.
-	release, err := m.leaseCheckpoint(ctx, res.Checkpoint)
-	if err != nil {
+	var release func()
+	if res.Checkpoint, release, err = m.forkCheckpoint(ctx, parent, opts.From); err != nil {
 		return res, err
 	}
 	defer release()
-	if opts.From != "" { // a fresh checkpoint's checksums were just taken from these very files
-		if err := m.verifyImage(ctx, res.Checkpoint); err != nil { // once for all N children, before any is made
-			return res, err
-		}
-	}
 	var pmu sync.Mutex // serializes Progress calls and guards prog
 	prog := ForkProgress{Checkpoint: res.Checkpoint.ID, N: opts.N}
 	report := func(s *staged) { // s: a finished child, or nil before the first
@@ -360,6 +346,34 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 		return res, fmt.Errorf("forking %s: every child failed: %w", parent.ID, errors.Join(errs...))
 	}
 	return res, nil
+}
+
+// forkCheckpoint returns the checkpoint a fork of parent restores — a fresh one when from is
+// empty, else from resolved in parent's lineage and its image verified — with a lease on it
+// that keeps a checkpoints rm off the image until the caller releases it (once every child's
+// record names the checkpoint).
+func (m *Manager) forkCheckpoint(ctx context.Context, parent SandboxRecord, from string) (CheckpointRecord, func(), error) {
+	var cp CheckpointRecord
+	var err error
+	if from == "" {
+		cp, err = m.Checkpoint(ctx, parent.ID, "fork")
+	} else {
+		cp, err = m.checkpointFor(ctx, parent, from)
+	}
+	if err != nil {
+		return cp, nil, err
+	}
+	release, err := m.leaseCheckpoint(ctx, cp)
+	if err != nil {
+		return cp, nil, err
+	}
+	if from != "" { // a fresh checkpoint's checksums were just taken from these very files
+		if err := m.verifyImage(ctx, cp); err != nil { // once for all N children, before any is made
+			release()
+			return cp, nil, err
+		}
+	}
+	return cp, release, nil
 }
 
 // staged is a child that was restored and resealed but is not Running yet.
