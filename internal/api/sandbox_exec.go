@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/internal/sandbox"
 )
 
 // ExecBody is the body of POST /v1/sandboxes/{id}/exec: one JSON object of at most
@@ -94,25 +94,16 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxe
 	if !ok {
 		return
 	}
-	if len(body.Argv) == 0 || body.Argv[0] == "" {
-		badRequest(w, "exec needs a command: argv is empty")
-		return
-	}
-	if body.TimeoutMs < 0 {
-		badRequest(w, "timeout_ms must not be negative")
-		return
-	}
-	if err := guest.ValidateEnv(body.Env); err != nil {
-		badRequest(w, err.Error())
-		return
-	}
-	if body.Cwd != "" && !path.IsAbs(body.Cwd) {
-		badRequest(w, fmt.Sprintf("cwd %q must be an absolute path", body.Cwd))
+	timeout, ok := timeoutOf(w, body.TimeoutMs)
+	if !ok {
 		return
 	}
 	ctx := r.Context()
-	req := guest.ExecRequest{Argv: body.Argv, Env: body.Env, Cwd: body.Cwd,
-		Timeout: time.Duration(body.TimeoutMs) * time.Millisecond}
+	req := guest.ExecRequest{Argv: body.Argv, Env: body.Env, Cwd: body.Cwd, Timeout: timeout}
+	if err := sandbox.ValidateExec(req); err != nil { // before the stream begins: a plain 400
+		s.fail(w, err)
+		return
+	}
 	switch {
 	case stdin != nil:
 		// An HTTP/1 server otherwise consumes the rest of the body before the answer begins.

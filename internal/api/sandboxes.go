@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -365,12 +366,12 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	if !decodeBody(w, r, &body) {
 		return
 	}
-	if body.TimeoutMs < 0 {
-		badRequest(w, "timeout_ms must not be negative")
+	timeout, ok := timeoutOf(w, body.TimeoutMs)
+	if !ok {
 		return
 	}
 	st := newEventStream(w)
-	req := guest.CodeRequest{Code: body.Code, Timeout: time.Duration(body.TimeoutMs) * time.Millisecond}
+	req := guest.CodeRequest{Code: body.Code, Timeout: timeout}
 	res, err := sb.RunCode(r.Context(), r.PathValue("id"), req, st.writer("stdout"), st.writer("stderr"))
 	if err != nil {
 		s.finishStream(w, st, err)
@@ -379,12 +380,25 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	st.send(StreamEvent{Result: &res})
 }
 
-// filePath returns the ?path= of a files route, which must be absolute; on failure it has
-// answered.
+// maxTimeoutMs is the longest timeout_ms a time.Duration holds.
+const maxTimeoutMs = math.MaxInt64 / int64(time.Millisecond)
+
+// timeoutOf returns a timeout_ms as a Duration (0: none); a negative one or one past
+// maxTimeoutMs is a 400 naming the field, and on failure it has answered.
+func timeoutOf(w http.ResponseWriter, ms int64) (time.Duration, bool) {
+	if ms < 0 || ms > maxTimeoutMs {
+		badRequest(w, fmt.Sprintf("timeout_ms: %d: must be from 0 (none) to %d", ms, maxTimeoutMs))
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// filePath returns the ?path= of a files route, checked by sandbox.ValidatePath (absolute,
+// no NUL, within PATH_MAX and NAME_MAX); on failure it has answered 400.
 func filePath(w http.ResponseWriter, r *http.Request) (string, bool) {
 	p := r.URL.Query().Get("path")
-	if p == "" || p[0] != '/' {
-		badRequest(w, "path must be an absolute path inside the sandbox (?path=/...)")
+	if err := sandbox.ValidatePath("path", p); err != nil {
+		badRequest(w, err.Error()+" (?path=/...)")
 		return "", false
 	}
 	return p, true
@@ -414,7 +428,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	if m := r.URL.Query().Get("mode"); m != "" {
 		var err error
 		if mode, err = strconv.ParseUint(m, 8, 32); err != nil || mode > 0o7777 {
-			badRequest(w, "mode must be octal permission bits, e.g. 644 or 0755")
+			badRequest(w, "mode: must be octal permission bits, e.g. 644 or 0755")
 			return
 		}
 	}
@@ -639,7 +653,7 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request, sb Sandboxes) 
 		return
 	}
 	if body.To == "" {
-		badRequest(w, "rollback needs the checkpoint to go back to: {\"to\": \"cp-...\"}")
+		badRequest(w, "to: rollback needs the checkpoint to go back to: {\"to\": \"cp-...\"}")
 		return
 	}
 	rec, err := sb.Rollback(r.Context(), r.PathValue("id"), body.To)

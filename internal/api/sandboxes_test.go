@@ -159,7 +159,7 @@ func TestSandboxBadBodies(t *testing.T) {
 	err := c.getJSON(ctx, "POST", "/v1/sandboxes", strings.NewReader(`{"nmae": "x"}`), "application/json", nil)
 	wantAPIError(t, err, 400, "nmae")
 	_, err = c.Exec(ctx, "sb-1", ExecBody{}, nil, nil)
-	wantAPIError(t, err, 400, "argv is empty")
+	wantAPIError(t, err, 400, "argv: is empty")
 	_, err = c.Rollback(ctx, "sb-1", "")
 	wantAPIError(t, err, 400, "checkpoint")
 	err = c.PutFile(ctx, "sb-1", "relative/path", 0o644, strings.NewReader("x"))

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
@@ -28,6 +28,9 @@ func (m *Manager) checkpointer() (Checkpointer, error) {
 // naming how many are still in flight. rm ends it (ErrRemoved). On error no image and no
 // record are left and the source is still Running.
 func (m *Manager) Checkpoint(ctx context.Context, idOrName, tag string) (CheckpointRecord, error) {
+	if err := ValidateTag(tag); err != nil {
+		return CheckpointRecord{}, err
+	}
 	ck, err := m.checkpointer()
 	if err != nil {
 		return CheckpointRecord{}, err
@@ -112,6 +115,9 @@ func (m *Manager) Checkpoints(ctx context.Context, sandboxID string) ([]Checkpoi
 	if err != nil || sandboxID == "" {
 		return all, err
 	}
+	if err := validateSandboxRef(sandboxID); err != nil {
+		return nil, err
+	}
 	rec, gerr := m.Get(ctx, sandboxID)
 	switch {
 	case gerr == nil:
@@ -134,6 +140,9 @@ func (m *Manager) Checkpoints(ctx context.Context, sandboxID string) ([]Checkpoi
 // GetCheckpoint returns the checkpoint with that id or tag, or an error wrapping
 // errdefs.ErrNotFound.
 func (m *Manager) GetCheckpoint(ctx context.Context, idOrTag string) (CheckpointRecord, error) {
+	if err := ValidateCheckpointRef("checkpoint", idOrTag); err != nil {
+		return CheckpointRecord{}, err
+	}
 	cp, err := m.reg.GetCheckpoint(ctx, idOrTag)
 	if err == nil || !errdefs.IsNotFound(err) {
 		return cp, err
@@ -229,44 +238,6 @@ func (m *Manager) lineage(ctx context.Context, rec SandboxRecord, all []Checkpoi
 	return ids, nil
 }
 
-// RemoveCheckpoint deletes a checkpoint's image and record. It refuses, with an error wrapping
-// errdefs.ErrFailedPrecondition that names them, while a sandbox was restored from it or a
-// checkpoint descends from it.
-func (m *Manager) RemoveCheckpoint(ctx context.Context, idOrTag string) error {
-	cp, err := m.GetCheckpoint(ctx, idOrTag)
-	if err != nil {
-		return err
-	}
-	m.mu.Lock() // no fork or rollback can pick a checkpoint up between the check and the delete
-	defer m.mu.Unlock()
-	var refs []string
-	sbs, err := m.reg.ListSandboxes(ctx)
-	if err != nil {
-		return err
-	}
-	for _, s := range sbs {
-		if s.CheckpointID == cp.ID {
-			refs = append(refs, "sandbox "+s.ID)
-		}
-	}
-	cps, err := m.reg.ListCheckpoints(ctx)
-	if err != nil {
-		return err
-	}
-	for _, c := range cps {
-		if c.ParentID == cp.ID {
-			refs = append(refs, "checkpoint "+c.ID)
-		}
-	}
-	if len(refs) > 0 {
-		return fmt.Errorf("checkpoint %s is still referenced by %s: %w", cp.ID, strings.Join(refs, ", "), errdefs.ErrFailedPrecondition)
-	}
-	if err := os.RemoveAll(cp.Dir); err != nil {
-		return fmt.Errorf("removing image of %s: %w", cp.ID, err)
-	}
-	return m.reg.DeleteCheckpoint(ctx, cp.ID)
-}
-
 // ForkOptions selects what to fork.
 type ForkOptions struct {
 	N int // children, 1..MaxFork()
@@ -307,7 +278,12 @@ type ForkResult struct {
 func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (ForkResult, error) {
 	var res ForkResult
 	if opts.N < 1 || opts.N > m.cfg.MaxForkN {
-		return res, fmt.Errorf("fork n=%d: must be between 1 and %d: %w", opts.N, m.cfg.MaxForkN, errdefs.ErrInvalidArgument)
+		return res, invalid("n", "%d: must be between 1 and %d", opts.N, m.cfg.MaxForkN)
+	}
+	if opts.From != "" {
+		if err := ValidateCheckpointRef("from", opts.From); err != nil {
+			return res, err
+		}
 	}
 	ck, err := m.checkpointer()
 	if err != nil {
@@ -317,14 +293,11 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 	if err != nil {
 		return res, err
 	}
-	if opts.From == "" { // its checksums were just taken from these very files
-		res.Checkpoint, err = m.Checkpoint(ctx, parent.ID, "fork")
-	} else if res.Checkpoint, err = m.checkpointFor(ctx, parent, opts.From); err == nil {
-		err = m.verifyImage(ctx, res.Checkpoint) // once for all N children, before any is made
-	}
-	if err != nil {
+	var release func()
+	if res.Checkpoint, release, err = m.forkCheckpoint(ctx, parent, opts.From); err != nil {
 		return res, err
 	}
+	defer release()
 	var pmu sync.Mutex // serializes Progress calls and guards prog
 	prog := ForkProgress{Checkpoint: res.Checkpoint.ID, N: opts.N}
 	report := func(s *staged) { // s: a finished child, or nil before the first
@@ -373,6 +346,34 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 		return res, fmt.Errorf("forking %s: every child failed: %w", parent.ID, errors.Join(errs...))
 	}
 	return res, nil
+}
+
+// forkCheckpoint returns the checkpoint a fork of parent restores — a fresh one when from is
+// empty, else from resolved in parent's lineage and its image verified — with a lease on it
+// that keeps a checkpoints rm off the image until the caller releases it (once every child's
+// record names the checkpoint).
+func (m *Manager) forkCheckpoint(ctx context.Context, parent SandboxRecord, from string) (CheckpointRecord, func(), error) {
+	var cp CheckpointRecord
+	var err error
+	if from == "" {
+		cp, err = m.Checkpoint(ctx, parent.ID, "fork")
+	} else {
+		cp, err = m.checkpointFor(ctx, parent, from)
+	}
+	if err != nil {
+		return cp, nil, err
+	}
+	release, err := m.leaseCheckpoint(ctx, cp)
+	if err != nil {
+		return cp, nil, err
+	}
+	if from != "" { // a fresh checkpoint's checksums were just taken from these very files
+		if err := m.verifyImage(ctx, cp); err != nil { // once for all N children, before any is made
+			release()
+			return cp, nil, err
+		}
+	}
+	return cp, release, nil
 }
 
 // staged is a child that was restored and resealed but is not Running yet.
@@ -449,6 +450,9 @@ func (m *Manager) finishChild(ctx context.Context, s *staged) ForkChild {
 // calls in flight, and a corrupted image is refused (*CorruptImageError) before anything is
 // touched.
 func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (SandboxRecord, error) {
+	if err := ValidateCheckpointRef("to", checkpoint); err != nil {
+		return SandboxRecord{}, err
+	}
 	ck, err := m.checkpointer()
 	if err != nil {
 		return SandboxRecord{}, err
@@ -461,6 +465,11 @@ func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (Sa
 	if err != nil {
 		return target, err
 	}
+	release, err := m.leaseCheckpoint(ctx, cp) // until the record names cp, or the rollback failed
+	if err != nil {
+		return target, err
+	}
+	defer release()
 	if err := m.verifyImage(ctx, cp); err != nil { // before the sandbox is touched
 		return target, err
 	}
@@ -472,7 +481,9 @@ func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (Sa
 	return rec, c.end(err)
 }
 
-// rollbackLocked is Rollback with e held exclusively.
+// rollbackLocked is Rollback with e held exclusively. It ends in a definite state: Running on
+// the new engine instance, or, on any failure, Running on the old one (Dead with the cause
+// when the old engine died meanwhile); the state it ends in is saved with retries (settle).
 func (m *Manager) rollbackLocked(ctx context.Context, ck Checkpointer, rec SandboxRecord, e *entry, cp CheckpointRecord) (SandboxRecord, error) {
 	if err := m.setState(ctx, &rec, RollingBack, nil); err != nil {
 		return rec, err
@@ -480,26 +491,79 @@ func (m *Manager) rollbackLocked(ctx context.Context, ck Checkpointer, rec Sandb
 	next := rec
 	next.EngineID = newEngineID(rec.ID)
 	inst, err := m.restoreInPlace(ctx, ck, &next, cp)
-	back := context.WithoutCancel(ctx)
 	if err != nil {
-		_ = m.setState(back, &rec, Running, nil)
-		return rec, fmt.Errorf("rolling back %s to %s: %w", rec.ID, cp.ID, err)
+		return m.abortRollback(ctx, rec, e, fmt.Errorf("rolling back %s to %s: %w", rec.ID, cp.ID, err))
+	}
+	next.CheckpointID, next.Options = cp.ID, cp.Options
+	next.Options.Name = rec.Options.Name
+	// The record names the new instance before the entry does: until it is saved the old
+	// instance is the sandbox, and a failure to save destroys the new one.
+	back := context.WithoutCancel(ctx)
+	if err := m.settle(ctx, &next, Running, nil); err != nil {
+		if derr := m.be.Destroy(back, inst.ID); derr != nil {
+			m.log.Error("destroying the copy of a failed rollback", "sandbox_id", rec.ID, "engine_id", inst.ID, "err", derr)
+		}
+		return m.abortRollback(ctx, rec, e, fmt.Errorf("rolling back %s to %s: %w", rec.ID, cp.ID, err))
 	}
 	old := e.instance()
 	e.mu.Lock()
 	e.inst = inst
 	e.mu.Unlock()
 	m.watch(e, inst) // and no longer the old one, destroyed below
-	next.CheckpointID, next.Options = cp.ID, cp.Options
-	next.Options.Name = rec.Options.Name
-	if err := m.setState(back, &next, Running, nil); err != nil {
-		return next, err
-	}
 	if err := m.be.Destroy(back, old.ID); err != nil {
 		m.log.Error("destroying rolled-back instance", "sandbox_id", rec.ID, "engine_id", old.ID, "err", err)
 	}
 	m.log.Info("rolled back", "sandbox_id", rec.ID, "checkpoint", cp.ID, "generation", next.Generation)
 	return next, nil
+}
+
+// abortRollback ends a rollback that failed with cause: the sandbox (rec, RollingBack, on its
+// old instance) goes back to Running, or to Dead with the reason when its old engine died
+// meanwhile. It returns rec as saved and cause, joined with the error of saving the state
+// when even settle's retries failed (the store is failing: the record stays RollingBack, and
+// the next daemon start adopts the old instance, as for a daemon that stopped mid-rollback).
+func (m *Manager) abortRollback(ctx context.Context, rec SandboxRecord, e *entry, cause error) (SandboxRecord, error) {
+	to, why := Running, error(nil)
+	if gone := e.gone(); gone != nil && errors.Is(gone, ErrDead) {
+		to, why = Dead, gone
+	}
+	if err := m.settle(ctx, &rec, to, why); err != nil {
+		m.log.Error("saving the state of a failed rollback; the record stays rolling_back until the next daemon start",
+			"sandbox_id", rec.ID, "err", err)
+		return rec, errors.Join(cause, fmt.Errorf("saving sandbox %s as %s after the failed rollback: %w", rec.ID, to, err))
+	}
+	if to == Dead {
+		m.dropLive(e)
+	}
+	return rec, cause
+}
+
+// settleTimeout bounds how long settle retries.
+const settleTimeout = 10 * time.Second
+
+// settle is setState for a state a step must end in (the outcome of a rollback): it runs on a
+// ctx detached from the caller's (a caller that went away must not leave the sandbox
+// half-way) and retries a failing store for up to settleTimeout. An illegal move is not
+// retried.
+func (m *Manager) settle(ctx context.Context, rec *SandboxRecord, to State, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	delay := 20 * time.Millisecond
+	for {
+		err := m.setState(ctx, rec, to, cause)
+		var te *TransitionError
+		if err == nil || errors.As(err, &te) {
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // restoreInPlace restores cp under rec.EngineID and reseals it; on error it destroys it.

@@ -72,7 +72,7 @@ func (m *Manager) engineDied(e *entry, engineID string, cause error) {
 		return
 	}
 	rec, err := m.reg.GetSandbox(ctx, e.id)
-	if err != nil || rec.EngineID != engineID {
+	if err != nil || rec.EngineID != engineID || rec.State == Dead { // a failed rollback may have marked it
 		return
 	}
 	m.dropLive(e)

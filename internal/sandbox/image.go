@@ -127,7 +127,7 @@ func (m *Manager) verifyImageFiles(ctx context.Context, cp CheckpointRecord) err
 	}
 	files, err := imageFiles(cp.Dir)
 	if err != nil {
-		return &CorruptImageError{Checkpoint: cp.ID, File: cp.Dir, Reason: err.Error()}
+		return &CorruptImageError{Checkpoint: cp.ID, File: ".", Reason: "listing the image: " + errnoText(err)} // no host path
 	}
 	for _, f := range files {
 		if _, ok := cp.Checksums[f]; !ok {
@@ -148,7 +148,7 @@ func (m *Manager) verifyImageFiles(ctx context.Context, cp CheckpointRecord) err
 			return &CorruptImageError{Checkpoint: cp.ID, File: f, Reason: "missing"}
 		}
 		if err != nil {
-			return &CorruptImageError{Checkpoint: cp.ID, File: f, Reason: err.Error()}
+			return &CorruptImageError{Checkpoint: cp.ID, File: f, Reason: errnoText(err)}
 		}
 		if got != cp.Checksums[f] {
 			return &CorruptImageError{Checkpoint: cp.ID, File: f,

@@ -83,7 +83,7 @@ func ValidateLimits(o CreateOptions) error {
 	if o.MemoryMiB != 0 {
 		hi := hostMemoryMiB()
 		if o.MemoryMiB < MinMemoryMiB || (hi > 0 && o.MemoryMiB > hi) {
-			return fmt.Errorf("%w: memory %d MiB: must be from %d MiB to this host's memory (%d MiB)",
+			return fmt.Errorf("%w: memory_mib %d: must be from %d MiB to this host's memory (%d MiB)",
 				errdefs.ErrInvalidArgument, o.MemoryMiB, MinMemoryMiB, hi)
 		}
 	}

@@ -95,6 +95,12 @@ type Manager struct {
 	mu         sync.Mutex // guards live and recovering
 	live       map[string]*entry
 	recovering map[string]chan struct{} // sandbox id → closed when its recovery is done
+
+	ckMu       sync.Mutex      // guards ckLeases and ckRemoving (lease.go); never held across I/O
+	ckLeases   map[string]int  // checkpoint id → forks and rollbacks reading its image
+	ckRemoving map[string]bool // checkpoint ids a RemoveCheckpoint is removing
+	// removeImage deletes a checkpoint's image dir [os.RemoveAll]; tests replace it.
+	removeImage func(dir string) error
 }
 
 // NewManager returns a Manager. It starts nothing; call Recover to adopt sandboxes left by an
@@ -128,7 +134,8 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		return nil, fmt.Errorf("making image dir: %w", err)
 	}
 	m := &Manager{cfg: cfg, be: cfg.Backend, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
-		recovering: map[string]chan struct{}{}}
+		recovering: map[string]chan struct{}{}, ckLeases: map[string]int{}, ckRemoving: map[string]bool{},
+		removeImage: os.RemoveAll}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())
 	m.ckpt, _ = cfg.Backend.(Checkpointer)
 	return m, nil
@@ -183,6 +190,9 @@ func (m *Manager) Get(ctx context.Context, idOrName string) (SandboxRecord, erro
 
 // get is Get as stored, without the Recovering overlay.
 func (m *Manager) get(ctx context.Context, idOrName string) (SandboxRecord, error) {
+	if err := validateSandboxRef(idOrName); err != nil {
+		return SandboxRecord{}, err
+	}
 	rec, err := m.reg.GetSandbox(ctx, idOrName)
 	if err == nil || !errdefs.IsNotFound(err) {
 		return rec, err
@@ -233,29 +243,17 @@ func (m *Manager) Generation(ctx context.Context, idOrName string) (string, erro
 // with errdefs.ErrInvalidArgument before anything is made. Limits left 0 get their defaults
 // (WithDefaults), and the record keeps the values in force, which every copy inherits.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord, error) {
-	if err := ValidateName(opts.Name); err != nil {
-		return SandboxRecord{}, err
-	}
-	if err := ValidateLimits(opts); err != nil {
+	if err := validateCreate(opts); err != nil {
 		return SandboxRecord{}, err
 	}
 	opts = opts.WithDefaults()
-	if err := ValidateRootfs(opts.RootfsDir); err != nil {
-		return SandboxRecord{}, err
-	}
+	// The daemon's directories first: nothing about what is in them (missing, empty) may be
+	// told to the caller.
 	if err := rootfsClearOf(opts.RootfsDir, append([]string{m.cfg.ImageDir}, m.cfg.ProtectedDirs...)); err != nil {
 		return SandboxRecord{}, err
 	}
-	if err := guest.ValidateServices(opts.Services); err != nil {
-		return SandboxRecord{}, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
-	}
-	if err := guest.ValidateEnv(opts.Env); err != nil {
-		return SandboxRecord{}, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
-	}
-	for _, svc := range opts.Services {
-		if err := guest.ValidateEnv(svc.Env); err != nil {
-			return SandboxRecord{}, fmt.Errorf("service %q: %w: %w", svc.Name, err, errdefs.ErrInvalidArgument)
-		}
+	if err := ValidateRootfs(opts.RootfsDir); err != nil {
+		return SandboxRecord{}, err
 	}
 	secrets, err := m.createSecrets(ctx, opts.Secrets)
 	if err != nil {
@@ -334,11 +332,11 @@ func ValidateName(name string) error {
 		return nil
 	}
 	if !nameRE.MatchString(name) {
-		return fmt.Errorf("%w: sandbox name %q must be 1-63 of [A-Za-z0-9_.-], starting with a letter or digit",
+		return fmt.Errorf("%w: name: sandbox name %q must be 1-63 of [A-Za-z0-9_.-], starting with a letter or digit",
 			errdefs.ErrInvalidArgument, name)
 	}
 	if strings.HasPrefix(name, "sb-") {
-		return fmt.Errorf("%w: sandbox name %q may not start with \"sb-\" (that is how ids look)", errdefs.ErrInvalidArgument, name)
+		return fmt.Errorf("%w: name: sandbox name %q may not start with \"sb-\" (that is how ids look)", errdefs.ErrInvalidArgument, name)
 	}
 	return nil
 }
@@ -351,22 +349,22 @@ func ValidateRootfs(dir string) error {
 		return nil
 	}
 	if !filepath.IsAbs(dir) {
-		return fmt.Errorf("rootfs %q: must be an absolute path: %w", dir, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("rootfs_dir %q: must be an absolute path: %w", dir, errdefs.ErrInvalidArgument)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("rootfs %q: %v: %w", dir, err, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("rootfs_dir %q: %s: %w", dir, errnoText(err), errdefs.ErrInvalidArgument)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("rootfs %q: not a directory: %w", dir, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("rootfs_dir %q: not a directory: %w", dir, errdefs.ErrInvalidArgument)
 	}
 	f, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("rootfs %q: %v: %w", dir, err, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("rootfs_dir %q: %s: %w", dir, errnoText(err), errdefs.ErrInvalidArgument)
 	}
 	defer f.Close()
 	if names, _ := f.Readdirnames(1); len(names) == 0 {
-		return fmt.Errorf("rootfs %q: directory is empty: %w", dir, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("rootfs_dir %q: directory is empty: %w", dir, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -378,9 +376,11 @@ func rootfsClearOf(rootfs string, protected []string) error {
 	if rootfs == "" {
 		return nil
 	}
-	root, err := filepath.EvalSymlinks(rootfs)
-	if err != nil {
-		return fmt.Errorf("rootfs %q: %v: %w", rootfs, err, errdefs.ErrInvalidArgument)
+	root, rerr := filepath.EvalSymlinks(rootfs)
+	if rerr != nil {
+		// Unresolvable: still refused as overlapping when it does so as written, so that a
+		// missing path inside a protected directory reads the same as an existing one.
+		root = filepath.Clean(rootfs)
 	}
 	for _, p := range protected {
 		if p == "" {
@@ -390,10 +390,14 @@ func rootfsClearOf(rootfs string, protected []string) error {
 		if err != nil {
 			continue // not made yet: nothing to expose
 		}
-		if within(pr, root) || within(root, pr) {
-			return fmt.Errorf("rootfs %q overlaps the daemon's directory %s (a sandbox could read its keys, database and images): %w",
-				rootfs, p, errdefs.ErrInvalidArgument)
+		if within(pr, root) || within(root, pr) || within(filepath.Clean(p), root) || within(root, filepath.Clean(p)) {
+			// The daemon's directory is not named: its path is not the caller's to learn.
+			return fmt.Errorf("rootfs_dir overlaps the daemon's state directory (a sandbox could read its keys, database and images): %w",
+				errdefs.ErrInvalidArgument)
 		}
+	}
+	if rerr != nil {
+		return fmt.Errorf("rootfs_dir %q: %s: %w", rootfs, errnoText(rerr), errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -438,8 +442,8 @@ func (m *Manager) Services(ctx context.Context, idOrName string) ([]guest.Servic
 // be nil). A command that cannot start returns an error (errdefs.ErrNotFound for a missing
 // binary), not an exit status.
 func (m *Manager) Exec(ctx context.Context, idOrName string, req guest.ExecRequest, stdout, stderr io.Writer) (guest.ExitStatus, error) {
-	if len(req.Argv) == 0 {
-		return guest.ExitStatus{}, fmt.Errorf("exec needs a command: %w", errdefs.ErrInvalidArgument)
+	if err := ValidateExec(req); err != nil {
+		return guest.ExitStatus{}, err
 	}
 	var st guest.ExitStatus
 	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
@@ -452,6 +456,9 @@ func (m *Manager) Exec(ctx context.Context, idOrName string, req guest.ExecReque
 // RunCode runs Python in the sandbox's persistent interpreter. A Python exception is a result
 // with OK false, not an error.
 func (m *Manager) RunCode(ctx context.Context, idOrName string, req guest.CodeRequest, stdout, stderr io.Writer) (guest.CodeResult, error) {
+	if err := validateTimeout(req.Timeout); err != nil {
+		return guest.CodeResult{}, err
+	}
 	var res guest.CodeResult
 	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
 		res, err = c.RunCode(ctx, req, stdout, stderr)
@@ -462,17 +469,29 @@ func (m *Manager) RunCode(ctx context.Context, idOrName string, req guest.CodeRe
 
 // PutFile writes r to the absolute path inside the sandbox with permission bits perm.
 func (m *Manager) PutFile(ctx context.Context, idOrName, path string, perm uint32, r io.Reader) error {
+	if err := ValidatePath("path", path); err != nil {
+		return err
+	}
+	if perm > 0o7777 {
+		return invalid("mode", "%o: want permission bits (at most 7777)", perm)
+	}
 	return m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error { return c.PutFile(ctx, path, perm, r) })
 }
 
 // GetFile copies the file at path inside the sandbox to w; errdefs.ErrNotFound if missing.
 func (m *Manager) GetFile(ctx context.Context, idOrName, path string, w io.Writer) error {
+	if err := ValidatePath("path", path); err != nil {
+		return err
+	}
 	return m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error { return c.GetFile(ctx, path, w) })
 }
 
 // ListFiles lists the directory at path inside the sandbox: at most guest.MaxListEntries
 // entries in name order, and the directory's total.
 func (m *Manager) ListFiles(ctx context.Context, idOrName, path string) (guest.Listing, error) {
+	if err := ValidatePath("path", path); err != nil {
+		return guest.Listing{}, err
+	}
 	var out guest.Listing
 	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
 		out, err = c.ListFiles(ctx, path)

@@ -16,7 +16,12 @@ type FaultyRegistry struct {
 	mu                sync.Mutex // guards the fields below
 	failPutCheckpoint bool
 	failPut           State
+	// blockDelete, when set, holds the next DeleteCheckpoint: it closes entered and waits for
+	// release.
+	blockDelete *block
 }
+
+type block struct{ entered, release chan struct{} }
 
 // NewFaultyRegistry returns an empty FaultyRegistry that fails nothing yet.
 func NewFaultyRegistry() *FaultyRegistry { return &FaultyRegistry{MemRegistry: NewMemRegistry()} }
@@ -59,4 +64,27 @@ func (r *FaultyRegistry) PutSandbox(ctx context.Context, rec SandboxRecord) erro
 		return ErrInjected
 	}
 	return r.MemRegistry.PutSandbox(ctx, rec)
+}
+
+// BlockNextDeleteCheckpoint holds the next DeleteCheckpoint until release is closed; entered
+// is closed once it is held. It returns entered.
+func (r *FaultyRegistry) BlockNextDeleteCheckpoint(release chan struct{}) (entered <-chan struct{}) {
+	b := &block{entered: make(chan struct{}), release: release}
+	r.mu.Lock()
+	r.blockDelete = b
+	r.mu.Unlock()
+	return b.entered
+}
+
+// DeleteCheckpoint implements Registry.
+func (r *FaultyRegistry) DeleteCheckpoint(ctx context.Context, id string) error {
+	r.mu.Lock()
+	b := r.blockDelete
+	r.blockDelete = nil
+	r.mu.Unlock()
+	if b != nil {
+		close(b.entered)
+		<-b.release
+	}
+	return r.MemRegistry.DeleteCheckpoint(ctx, id)
 }

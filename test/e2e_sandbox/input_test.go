@@ -3,7 +3,9 @@ package e2esandbox
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -154,4 +156,59 @@ func TestSDKExample(t *testing.T) {
 	if recs := d.Sandboxes(); len(recs) != 0 {
 		t.Errorf("the example left sandboxes: %+v", recs)
 	}
+}
+
+// TestSandboxBadInputOnRunsc: on a real daemon (its own state dir, real runsc and guest), bad
+// input that the unit table (internal/api TestSandboxBadInputIs400) covers on a fake reaches
+// no guest here either: 400 naming the field, no path of the daemon's in the message (a rootfs
+// inside the real state dir included), nothing left. And checkpoints rm of a real runsc image
+// deletes its directory and answers only once it is gone.
+func TestSandboxBadInputOnRunsc(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	sb := d.OK("sandbox", "create")
+	noHostPath := func(what string, err error) {
+		t.Helper()
+		if err != nil && strings.Contains(err.Error(), d.StateDir) {
+			t.Errorf("%s: the message names the daemon's state dir: %v", what, err)
+		}
+	}
+	_, err := d.Client.CreateSandbox(ctx, api.CreateSandboxBody{RootfsDir: filepath.Join(d.StateDir, "images")})
+	wantStatus(t, err, http.StatusBadRequest, "rootfs_dir")
+	noHostPath("rootfs inside the state dir", err)
+	err = d.Client.GetFile(ctx, sb, "/etc/host\x00name", io.Discard)
+	wantStatus(t, err, http.StatusBadRequest, "path")
+	err = d.Client.PutFile(ctx, sb, "/tmp/"+strings.Repeat("n", 256), 0o644, strings.NewReader("x"))
+	wantStatus(t, err, http.StatusBadRequest, "path")
+	_, err = d.Client.Exec(ctx, sb, api.ExecBody{Argv: []string{"/bin/echo", "a\x00b"}}, nil, nil)
+	wantStatus(t, err, http.StatusBadRequest, "argv[1]")
+	_, err = d.Client.Exec(ctx, sb, api.ExecBody{Argv: []string{"/bin/true"}, Env: []string{"A=\x00"}}, nil, nil)
+	wantStatus(t, err, http.StatusBadRequest, "env[0]")
+	_, err = d.Client.Checkpoint(ctx, sb, "bad\x00tag")
+	wantStatus(t, err, http.StatusBadRequest, "tag")
+	err = d.Client.RemoveCheckpoint(ctx, "no such")
+	wantStatus(t, err, http.StatusBadRequest, "checkpoint")
+	if recs := d.Sandboxes(); len(recs) != 1 {
+		t.Errorf("sandboxes after the bad calls: %+v", recs)
+	}
+	// The guest still answers, and a real image is removed for good.
+	var out strings.Builder
+	if _, err := d.Client.Exec(ctx, sb, api.ExecBody{Argv: []string{"/bin/echo", "ok"}}, &out, nil); err != nil || out.String() != "ok\n" {
+		t.Fatalf("exec after the bad calls = %q, %v", out.String(), err)
+	}
+	cp, err := d.Client.Checkpoint(ctx, sb, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cp.Dir); err != nil {
+		t.Fatalf("image of %s: %v", cp.ID, err)
+	}
+	if err := d.Client.RemoveCheckpoint(ctx, "base"); err != nil {
+		t.Fatalf("checkpoints rm: %v", err)
+	}
+	if _, err := os.Stat(cp.Dir); !os.IsNotExist(err) {
+		t.Errorf("image dir after checkpoints rm answered: %v", err)
+	}
+	err = d.Client.RemoveCheckpoint(ctx, cp.ID)
+	wantStatus(t, err, http.StatusNotFound, cp.ID)
 }

@@ -52,7 +52,7 @@ func TestSandboxLimits(t *testing.T) {
 		}
 	}
 	_, err := d.Client.CreateSandbox(ctx, api.CreateSandboxBody{MemoryMiB: 10})
-	wantStatus(t, err, http.StatusBadRequest, "memory 10 MiB: must be from 64 MiB")
+	wantStatus(t, err, http.StatusBadRequest, "memory_mib 10: must be from 64 MiB")
 	_, err = d.Client.CreateSandbox(ctx, api.CreateSandboxBody{PIDs: 1})
 	wantStatus(t, err, http.StatusBadRequest, "pids 1: must be from 32")
 	if recs := d.Sandboxes(); len(recs) != 0 {
