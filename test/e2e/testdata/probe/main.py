@@ -132,8 +132,8 @@ def alive(event, context):
     return os.path.exists(ALIVE)
 
 def kill_zygote(event, context):
-    os.kill(os.getppid(), signal.SIGKILL)
-    time.sleep(5)
+    os.kill(os.getppid(), signal.SIGKILL)  # the zygote is PID 1: the kernel drops it
+    time.sleep(0.5)
     return "still here"
 
 def unserialisable(event, context):
