@@ -108,7 +108,7 @@ func TestHandlerErrorsAreClear(t *testing.T) {
 
 // TestZygoteDeathIsContained: a request cannot kill its zygote (the zygote
 // is PID 1 of the sandbox's pid namespace, and the kernel drops signals sent
-// to it from inside); when the zygote dies anyway (here: SIGKILL from the
+// to it from inside; with Landlock scoping the kill fails with EPERM); when the zygote dies anyway (here: SIGKILL from the
 // host), the in-flight request fails clearly, the zygote is restarted and
 // later requests are served.
 func TestZygoteDeathIsContained(t *testing.T) {
