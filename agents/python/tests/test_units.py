@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 import uuid
 
@@ -175,6 +176,22 @@ class LandlockTest(unittest.TestCase):
             self.assertEqual(out, "True ok EPERM EACCES")
         else:
             self.assertEqual(out, "False ok ok ok", "no scoping: the request must carry on")
+
+    def test_refuses_with_other_threads(self):
+        """A thread alive before the domain (from an at-fork hook, say) would escape it."""
+        def probe():
+            stop = threading.Event()
+            threading.Thread(target=stop.wait, daemon=True).start()
+            try:
+                return child.enter_own_domain()
+            finally:
+                stop.set()
+
+        out = _in_child(probe)
+        if libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
+            self.assertIn("RuntimeError", out)
+        else:
+            self.assertEqual(out, "False", "no scoping: the request must carry on")
 
     def test_warmup_check(self):
         self.assertEqual(warmup.check_landlock("fork", abi=7)["level"], "info")

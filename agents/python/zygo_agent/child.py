@@ -214,10 +214,15 @@ def enter_own_domain() -> bool:
 
     Returns True once in the domain, False when the kernel's Landlock is absent or older than
     ABI 6 (the request then carries on unscoped; the zygote's ``landlock`` warm-up check has
-    said so). Raises ``OSError`` when Landlock with scoping is there but refuses.
+    said so). Raises ``OSError`` when Landlock with scoping is there but refuses, and
+    ``RuntimeError`` when another thread is alive (one started by an at-fork hook would stay
+    outside the domain).
     """
     if libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
         return False
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        raise RuntimeError(f"{threads} threads alive: Landlock would restrict only this one")
     libc.landlock_scope_self(REQUEST_SCOPES)
     return True
 
