@@ -80,29 +80,39 @@ func (d *deployment) start(ctx context.Context) error {
 	}
 	r := z.Ready()
 	d.m.appendLogs(ctx, d.zygoLines(warmupReport(r)))
+	// What this start retires (an import-check zygote, a replaced worker
+	// pool) is stopped after d.mu is released: status and requests must not
+	// wait for a sandbox to stop.
+	var retired *zygote.Zygote
+	var oldPool *workerPool
+	defer func() {
+		if oldPool != nil {
+			oldPool.close()
+		}
+		if retired != nil {
+			retired.Stop()
+		}
+	}()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ready = r
 	switch {
 	case mode == zygote.ModeWorker:
-		if d.pool != nil {
-			d.pool.close()
-		}
+		oldPool = d.pool
 		size := 0
 		if d.manifest.PoolSize != nil {
 			size = *d.manifest.PoolSize
 		}
 		if size == 0 {
-			z.Stop() // the import check; every request starts its own worker
-			z = nil
+			retired, z = z, nil // the import check; every request starts its own worker
 		}
 		d.pool = newWorkerPool(d, size, z)
 		d.setLocked("ready", nil, nil)
 	case mode == zygote.ModeSpawn:
-		z.Stop()
+		retired = z
 		d.setLocked("ready", nil, nil)
 	case !r.ForkSafe:
-		z.Stop()
+		retired = z
 		d.fallback = "threads alive at warm-up (" + threadDetail(r) + "): serving each request from a fresh interpreter (spawn) instead of forking"
 		d.m.appendLogs(ctx, d.zygoLines("falling back to spawn mode: "+d.fallback))
 		d.setLocked("ready", nil, nil)
@@ -197,6 +207,15 @@ func (d *deployment) current(ctx context.Context) (*zygote.Zygote, error) {
 	}
 }
 
+// markStopped marks d stopped: no request gets its zygote or a worker any
+// more, and a supervisor does not restart it. Cheap; it stops nothing.
+func (d *deployment) markStopped() {
+	d.mu.Lock()
+	d.stopped = true
+	d.setLocked("stopped", d.z, nil)
+	d.mu.Unlock()
+}
+
 // halt marks d stopped and closes its worker pool; it returns the zygote, which still runs.
 func (d *deployment) halt() *zygote.Zygote {
 	d.mu.Lock()
@@ -217,13 +236,13 @@ func (d *deployment) drainAndStop() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond+5*time.Second)
 		defer cancel()
 		_ = z.Drain(ctx)
-		z.Stop()
+		d.m.stopZygote(z)
 	}
 }
 
 func (d *deployment) stop() {
 	if z := d.halt(); z != nil {
-		z.Stop()
+		d.m.stopZygote(z)
 	}
 }
 

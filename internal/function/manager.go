@@ -80,6 +80,10 @@ type Manager struct {
 	fns map[string]*deployment
 
 	logs *logWriter // stores log lines off the request path
+
+	// stopZygote stops a retired deployment's zygote: (*zygote.Zygote).Stop,
+	// replaced by tests that need a stop to last.
+	stopZygote func(*zygote.Zygote)
 }
 
 // NewManager returns a Manager with no functions loaded; call Restore to
@@ -96,7 +100,8 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 		return nil, err
 	}
 	return &Manager{cfg: cfg, reg: reg, secrets: secrets, strict: strict, limiter: cfg.Limiter, log: cfg.Log,
-		fns: map[string]*deployment{}, logs: newLogWriter(reg.AppendLogs, cfg.Log)}, nil
+		fns: map[string]*deployment{}, logs: newLogWriter(reg.AppendLogs, cfg.Log),
+		stopZygote: (*zygote.Zygote).Stop}, nil
 }
 
 // DeployResult describes a deployed version.
@@ -249,28 +254,48 @@ func (m *Manager) Restore(ctx context.Context) error {
 
 // Remove stops a function's zygote and deletes it, its versions and its
 // logs. errdefs.ErrNotFound if it does not exist.
+//
+// The sandbox is stopped after deployMu is released: stopping is bounded
+// (zygote.Stop), but a Deploy or Remove of another function never waits for
+// it.
 func (m *Manager) Remove(ctx context.Context, name string) error {
-	m.deployMu.Lock()
-	defer m.deployMu.Unlock()
-	if err := m.reg.DeleteFunction(ctx, name); err != nil {
+	d, err := m.unregister(ctx, name)
+	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	d := m.fns[name]
-	delete(m.fns, name)
-	m.mu.Unlock()
 	if d != nil {
 		d.stop()
 	}
-	os.RemoveAll(filepath.Join(m.cfg.StateDir, "versions", name))
 	// Its zygotes are stopped and its code is gone: nothing runs as or
-	// belongs to its uid any more.
+	// belongs to its uid any more (and the allocator skips an id while any
+	// host process still runs as it).
 	if m.cfg.HostIDs != nil {
 		if err := m.cfg.HostIDs.Release(ctx, hostIDOwner(name)); err != nil {
 			m.log.Warn("releasing the function's uid", "function", name, "err", err)
 		}
 	}
 	return nil
+}
+
+// unregister deletes name from the registry and the loaded functions, marks
+// its deployment stopped (no request gets its zygote any more) and removes
+// its versions, all under deployMu. It returns the deployment (nil if none
+// was loaded), whose sandbox the caller stops.
+func (m *Manager) unregister(ctx context.Context, name string) (*deployment, error) {
+	m.deployMu.Lock()
+	defer m.deployMu.Unlock()
+	if err := m.reg.DeleteFunction(ctx, name); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	d := m.fns[name]
+	delete(m.fns, name)
+	m.mu.Unlock()
+	if d != nil {
+		d.markStopped()
+	}
+	os.RemoveAll(filepath.Join(m.cfg.StateDir, "versions", name))
+	return d, nil
 }
 
 // Shutdown stops every zygote (in-flight requests fail). Call once.

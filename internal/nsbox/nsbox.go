@@ -4,6 +4,13 @@
 // with every capability dropped, on a read-only root made only of what the
 // runtime needs, under the default seccomp filter (internal/seccomp).
 //
+// The agent is PID 1 of its pid namespace (bwrap --as-pid-1): there is no
+// bwrap init inside for a request to reach, the agent makes itself
+// non-dumpable before it runs user code (the Python zygote) or is the request
+// itself (spawn mode, a Node worker), and when PID 1 exits or is killed the
+// kernel kills every other process of the namespace. The bwrap process the
+// supervisor starts stays outside the namespace and waits for PID 1.
+//
 // nsbox never forks a Go process itself: the namespaces are made by bwrap,
 // which the supervisor starts with os/exec.
 package nsbox
@@ -112,6 +119,9 @@ func baseArgs(spec Spec) []string {
 	uid := fmt.Sprint(SandboxUID)
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+		// The agent itself is PID 1: no bwrap init (same uid, dumpable) for
+		// a request to take over, and killing PID 1 kills the namespace.
+		"--as-pid-1",
 		"--uid", uid, "--gid", uid, "--hostname", Hostname,
 		"--cap-drop", "ALL", "--die-with-parent", "--new-session",
 		"--ro-bind", "/usr", "/usr",

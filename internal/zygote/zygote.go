@@ -153,7 +153,7 @@ type Zygote struct {
 
 	mu       sync.Mutex // guards the fields below
 	state    State
-	initPID  int // host pid of bwrap's init in the sandbox (from --json-status-fd)
+	pid1fd   int // pidfd of the sandbox's PID 1 (the agent, from --json-status-fd); -1 when unknown or gone
 	nextSeq  int
 	forks    map[int]chan message // seq → forked/fork_error
 	exits    map[int]chan message // seq → exited
@@ -170,7 +170,7 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 		spec.Log = slog.Default()
 	}
 	z := &Zygote{spec: spec, log: spec.Log, done: make(chan struct{}), draining: make(chan struct{}),
-		forks: map[int]chan message{}, exits: map[int]chan message{}}
+		forks: map[int]chan message{}, exits: map[int]chan message{}, pid1fd: -1}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -335,47 +335,108 @@ func (z *Zygote) startWithPipes(cmd *exec.Cmd) (outR, errR *os.File, err error) 
 	return outR, errR, nil
 }
 
-// wait drains the process's output, records its host pid and exit, and
-// closes z.done.
+// wait drains the process's output, records the sandbox's PID 1, waits for
+// bwrap's exit and closes z.done. bwrap exits after PID 1, and the kernel
+// kills the rest of PID 1's namespace with it, so the output pipes normally
+// reach end of file at once; a process that still holds them (one stuck in
+// the kernel, or anything the namespace kill did not reach) gets outputGrace,
+// then the read ends are closed so that Done never waits for the sandbox.
 func (z *Zygote) wait(outR, errR, statusR *os.File) {
-	var wg sync.WaitGroup
+	var pumps sync.WaitGroup
 	for stream, r := range map[string]*os.File{"stdout": outR, "stderr": errR} {
-		wg.Add(1)
+		pumps.Add(1)
 		go func() {
-			defer wg.Done()
-			defer r.Close()
+			defer pumps.Done()
 			z.pumpLines(stream, r)
 		}()
 	}
+	status := make(chan struct{})
 	go func() {
-		defer statusR.Close()
-		dec := json.NewDecoder(statusR)
-		for {
-			var st struct {
-				ChildPID int `json:"child-pid"`
-			}
-			if dec.Decode(&st) != nil {
-				return
-			}
-			if st.ChildPID != 0 {
-				z.mu.Lock()
-				z.initPID = st.ChildPID
-				z.mu.Unlock()
-			}
-		}
+		defer close(status)
+		z.readStatus(statusR)
 	}()
 	err := z.cmd.Wait()
-	wg.Wait()
+	pumped := make(chan struct{})
+	go func() { pumps.Wait(); close(pumped) }()
+	select {
+	case <-pumped:
+	case <-time.After(outputGrace):
+		z.log.Warn("the sandbox's output pipes are still held open after it exited; no longer reading them", "grace", outputGrace)
+	}
+	outR.Close() // unblocks a pump still reading (pipes from os.Pipe are pollable)
+	errR.Close()
+	statusR.Close()
+	<-pumped
+	<-status
 	z.mu.Lock()
 	if err == nil {
 		err = errors.New("exited with status 0")
 	}
 	z.exitErr = describeExit(err)
 	z.state = StateStopped
+	if z.pid1fd >= 0 {
+		unix.Close(z.pid1fd)
+		z.pid1fd = -1
+	}
 	z.mu.Unlock()
 	z.ctl.close()
 	z.watcher.close()
 	close(z.done)
+}
+
+// outputGrace is how long wait keeps reading the sandbox's stdout and stderr
+// after bwrap has exited.
+const outputGrace = 2 * time.Second
+
+// readStatus reads bwrap's --json-status-fd reports until end of file (or
+// until wait closes r) and keeps a pidfd of the sandbox's PID 1, the agent.
+func (z *Zygote) readStatus(r io.Reader) {
+	dec := json.NewDecoder(r)
+	for {
+		var st struct {
+			ChildPID int `json:"child-pid"`
+		}
+		if dec.Decode(&st) != nil {
+			return
+		}
+		if st.ChildPID == 0 {
+			continue
+		}
+		fd, err := openPID1(st.ChildPID)
+		if err != nil {
+			z.log.Warn("opening the sandbox's PID 1", "pid", st.ChildPID, "err", err)
+			continue
+		}
+		z.mu.Lock()
+		if z.pid1fd >= 0 || z.state == StateStopped {
+			unix.Close(fd)
+		} else {
+			z.pid1fd = fd
+		}
+		z.mu.Unlock()
+	}
+}
+
+// openPID1 returns a pidfd for host pid, checked (through the pidfd, so a
+// recycled pid cannot pass) to be PID 1 of its own pid namespace. The
+// caller owns the descriptor.
+func openPID1(pid int) (int, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening pidfd: %w", err)
+	}
+	info, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("reading pidfd info: %w", err)
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "NSpid:" && f[len(f)-1] == "1" {
+			return fd, nil
+		}
+	}
+	unix.Close(fd)
+	return -1, fmt.Errorf("pid %d is not PID 1 of a pid namespace", pid)
 }
 
 func (z *Zygote) pumpLines(stream string, r io.Reader) {
@@ -449,7 +510,7 @@ func (z *Zygote) awaitReady(ctx context.Context) error {
 		}
 		if r.creds != nil {
 			z.mu.Lock()
-			z.ready.HostPID = int(r.creds.Pid) // the agent itself, not bwrap's init
+			z.ready.HostPID = int(r.creds.Pid) // the agent, PID 1 of the sandbox
 			z.mu.Unlock()
 		}
 		return z.handleFirst(r.m)
@@ -561,24 +622,51 @@ func (z *Zygote) Drain(ctx context.Context) error {
 	}
 }
 
-// Stop asks the agent to exit, kills the sandbox if it has not within a
-// second, and removes its run directory. It is idempotent.
+// Stop asks the agent to exit, kills the sandbox if it has not within
+// stopGrace, waits (bounded) for Done, and removes its run directory. It is
+// idempotent, holds no lock while it waits, and returns within about
+// stopGrace+killWait whatever the sandbox does: killing PID 1 kills its
+// whole pid namespace, bwrap is killed too, and wait stops reading output
+// pipes that something still holds.
 func (z *Zygote) Stop() {
-	z.sendMu.Lock()
 	if z.spec.Mode != ModeWorker {
-		_ = z.ctl.send(message{Type: "stop"}, nil)
+		// Asynchronously: an agent that never reads its control socket could
+		// leave a send blocked (and sendMu held); wait's close of the socket
+		// ends it.
+		go func() {
+			z.sendMu.Lock()
+			defer z.sendMu.Unlock()
+			_ = z.ctl.send(message{Type: "stop"}, nil)
+		}()
 	}
-	z.sendMu.Unlock()
 	select {
 	case <-z.done:
-	case <-time.After(time.Second):
+	case <-time.After(stopGrace):
 		z.kill()
-		<-z.done
+		select {
+		case <-z.done:
+		case <-time.After(killWait):
+			z.log.Error("the sandbox did not exit after SIGKILL; giving up waiting for it", "waited", killWait)
+		}
 	}
 	z.removeRunDir()
 }
 
+// stopGrace is how long Stop lets the agent exit by itself; killWait how
+// long it then waits for Done after SIGKILL (bwrap's exit plus outputGrace).
+const (
+	stopGrace = time.Second
+	killWait  = outputGrace + 8*time.Second
+)
+
+// kill sends SIGKILL to the sandbox's PID 1 (which makes the kernel kill
+// every process of its pid namespace) and to bwrap's process group.
 func (z *Zygote) kill() {
+	z.mu.Lock()
+	if z.pid1fd >= 0 {
+		_ = unix.PidfdSendSignal(z.pid1fd, unix.SIGKILL, nil, 0)
+	}
+	z.mu.Unlock()
 	if z.cmd != nil && z.cmd.Process != nil {
 		_ = syscall.Kill(-z.cmd.Process.Pid, syscall.SIGKILL)
 		_ = z.cmd.Process.Kill()

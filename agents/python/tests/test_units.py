@@ -1,13 +1,16 @@
 """In-process tests of agent pieces that need no supervisor: the reseed hook list (also the
 entry point after a sandbox restore), the intent recorder, the libcrypto verdict, the wire
-codec and result encoding."""
+codec, result encoding and the request's own Landlock domain."""
 
+import errno
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 import uuid
 
@@ -19,7 +22,7 @@ except ImportError as exc:  # fail loudly, never skip
     raise ImportError("python3-numpy is needed by these tests: apt-get install python3-numpy") \
         from exc
 
-from zygo_agent import child, errors, recorder, reseed, warmup, wire  # noqa: E402
+from zygo_agent import child, errors, libc, recorder, reseed, warmup, wire  # noqa: E402
 
 
 class ReseedTest(unittest.TestCase):
@@ -121,6 +124,85 @@ class WireTest(unittest.TestCase):
     def test_oversized_message_refused(self):
         with self.assertRaises(ValueError):
             wire.send(self.a, {"type": "x", "pad": "a" * wire.MAX_DATAGRAM})
+
+
+def _in_child(fn) -> str:
+    """Run ``fn()`` in a forked child and return the text it returned (its exception's
+    repr if it raised); the test process itself is never restricted."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            out = str(fn())
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            out = repr(exc)
+        os.write(w, out.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read().decode()
+    os.waitpid(pid, 0)
+    return out
+
+
+def _errno_of(fn) -> str:
+    try:
+        fn()
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+
+
+class LandlockTest(unittest.TestCase):
+    """child.enter_own_domain(): a forked request's own Landlock domain."""
+
+    def test_enter_own_domain(self):
+        parent = os.getpid()
+
+        def probe():
+            entered = child.enter_own_domain()
+            sub = subprocess.Popen(["sleep", "30"])  # in the domain: still ours to signal
+            own = _errno_of(lambda: os.kill(sub.pid, signal.SIGTERM))
+            sub.wait()
+            return " ".join([str(entered), own,
+                             _errno_of(lambda: os.kill(parent, signal.SIGCONT)),
+                             _errno_of(lambda: os.close(os.open(f"/proc/{parent}/mem",
+                                                                os.O_RDWR)))])
+
+        out = _in_child(probe)
+        if libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
+            # Root here: CAP_KILL and CAP_SYS_PTRACE do not get past the domain.
+            self.assertEqual(out, "True ok EPERM EACCES")
+        else:
+            self.assertEqual(out, "False ok ok ok", "no scoping: the request must carry on")
+
+    def test_refuses_with_other_threads(self):
+        """A thread alive before the domain (from an at-fork hook, say) would escape it."""
+        def probe():
+            stop = threading.Event()
+            threading.Thread(target=stop.wait, daemon=True).start()
+            try:
+                return child.enter_own_domain()
+            finally:
+                stop.set()
+
+        out = _in_child(probe)
+        if libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
+            self.assertIn("RuntimeError", out)
+        else:
+            self.assertEqual(out, "False", "no scoping: the request must carry on")
+
+    def test_warmup_check(self):
+        self.assertEqual(warmup.check_landlock("fork", abi=7)["level"], "info")
+        self.assertTrue(warmup.check_landlock("fork", abi=7)["scoped"])
+        for abi in (0, 5):
+            check = warmup.check_landlock("fork", abi=abi)
+            self.assertEqual(check["level"], "warn")
+            self.assertIn("signal the zygote", check["detail"])
+        self.assertEqual(warmup.check_landlock("spawn", abi=0)["level"], "info")
+        real = warmup.check_landlock("fork")
+        self.assertEqual(real["abi"], libc.landlock_abi())
 
 
 class ResultTest(unittest.TestCase):

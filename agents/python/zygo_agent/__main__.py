@@ -64,7 +64,7 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
         zygote.flush_stdio()
         _send_or_exit(control, {"type": "import_error", "error": failure.error})
         sys.exit(1)
-    report = warmup.run(code_dir, agent_fds=(CONTROL_FD,))  # step 4
+    report = warmup.run(code_dir, agent_fds=(CONTROL_FD,), mode=args.mode)  # step 4
     _prepare_for_forks(report)
     zygote.flush_stdio()  # step 5
     _send_or_exit(control, {"type": "ready", "pid": os.getpid(),
@@ -73,7 +73,7 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
                             "checks": report.checks})
 
     def serve(fd: int) -> NoReturn:
-        child.serve_request(fd, handler)
+        child.serve_request(fd, handler, own_domain=args.mode == "fork")
 
     if args.mode == "spawn":
         sys.exit(zygote.serve_spawn(control, serve))

@@ -6,7 +6,8 @@ after the caller has closed the control socket. In order:
 1. ``hello`` with explicit ``SCM_CREDENTIALS`` on the request socket, then wait for ``go``;
 2. before user code (:func:`_prepare`): close the request socket; point fds 1 and 2 at
    ``dir/stdout`` and ``dir/stderr``; replace inherited kernel objects (rule 9); reseed
-   (rule 7); set ``TMPDIR=dir/tmp`` and reset ``tempfile``; ``PR_SET_DUMPABLE 0``; clear the
+   (rule 7); set ``TMPDIR=dir/tmp`` and reset ``tempfile``; ``PR_SET_DUMPABLE 0``; in fork
+   mode, enter a Landlock domain of the request's own (:func:`enter_own_domain`); clear the
    zygote's ``atexit`` handlers; under ``strict``, install ``dir/strict.bpf`` as a second
    seccomp filter; read ``dir/event.json``;
 3. ``handler(event, context)``; the request's own ``atexit`` handlers; flush;
@@ -84,21 +85,23 @@ class _StepFailed(Exception):
         super().__init__(f"{step}: {type(exc).__name__}: {exc}")
 
 
-def serve_request(fd: int, handler) -> NoReturn:
+def serve_request(fd: int, handler, own_domain: bool) -> NoReturn:
     """Serve the request whose socket is ``fd`` with ``handler`` and leave with ``os._exit``.
+    ``own_domain`` (fork mode) puts the request in a Landlock domain of its own before user
+    code (:func:`enter_own_domain`).
 
     Never returns and never raises; the exit status says how far it got (see module doc).
     """
     code = EXIT_AGENT_ERROR
     try:
-        code = _serve(fd, handler)
+        code = _serve(fd, handler, own_domain)
     except BaseException as exc:  # noqa: BLE001 - nothing may unwind into the zygote's code
         log(f"request failed in the agent: {type(exc).__name__}: {exc}")
     finally:
         os._exit(code)
 
 
-def _serve(fd: int, handler) -> int:
+def _serve(fd: int, handler, own_domain: bool) -> int:
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)  # a default timeout set at import must not apply here
     wire.send_with_credentials(sock, {"type": "hello", "pid": os.getpid()})
@@ -107,7 +110,7 @@ def _serve(fd: int, handler) -> int:
     if go is None:
         return EXIT_NO_GO
     try:
-        event = _prepare(sock, go)
+        event = _prepare(sock, go, own_domain)
     except _StepFailed as failure:
         _write_result_quietly(go.dir, {"ok": False, "error": errors.error(
             "ZygoAgentError", str(failure))})
@@ -160,7 +163,7 @@ def _wait_for_go(sock: socket.socket):
             return None
 
 
-def _prepare(sock: socket.socket, go: _Go):
+def _prepare(sock: socket.socket, go: _Go, own_domain: bool):
     """Everything between ``go`` and user code; returns the event. Raises ``_StepFailed``."""
     steps = [
         ("closing the request socket", sock.close),
@@ -171,6 +174,8 @@ def _prepare(sock: socket.socket, go: _Go):
         ("keeping the process non-dumpable", lambda: libc.set_dumpable(False)),
         ("clearing the zygote's atexit handlers", atexit._clear),
     ]
+    if own_domain:  # before anything the request can start; one thread here (the fork's)
+        steps.insert(-1, ("entering the request's own Landlock domain", enter_own_domain))
     if go.strict:  # last, so nothing of ours runs under it before user code
         steps.append(("installing the strict seccomp filter", lambda: install_strict(go.dir)))
     for name, step in steps:
@@ -191,6 +196,35 @@ def install_strict(directory: str) -> None:
     with open(os.path.join(directory, "strict.bpf"), "rb") as f:
         program = f.read()
     libc.install_seccomp_filter(program)
+
+
+REQUEST_SCOPES = libc.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | libc.LANDLOCK_SCOPE_SIGNAL
+
+
+def enter_own_domain() -> bool:
+    """Put this process, and everything it will start or exec, in a new Landlock domain
+    scoping signals and abstract unix sockets (``REQUEST_SCOPES``); file and network access
+    are not handled (the sandbox's mounts decide those).
+
+    The kernel then refuses ptrace-class access (``/proc/PID/mem``) and signals (``EPERM``)
+    from the request to any process outside its domain (the zygote, idle pre-forked
+    children, other requests and what they exec), and connections to abstract unix sockets
+    bound outside it, while the zygote, outside every request's domain, still reaches, signals
+    and reaps them all. Must run while the process has one thread (a forked child does).
+
+    Returns True once in the domain, False when the kernel's Landlock is absent or older than
+    ABI 6 (the request then carries on unscoped; the zygote's ``landlock`` warm-up check has
+    said so). Raises ``OSError`` when Landlock with scoping is there but refuses, and
+    ``RuntimeError`` when another thread is alive (one started by an at-fork hook would stay
+    outside the domain).
+    """
+    if libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
+        return False
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        raise RuntimeError(f"{threads} threads alive: Landlock would restrict only this one")
+    libc.landlock_scope_self(REQUEST_SCOPES)
+    return True
 
 
 def redirect_stdio(directory: str) -> None:

@@ -18,7 +18,7 @@ import uuid
 from collections import Counter
 from typing import List, NamedTuple, Optional, Tuple
 
-from . import fdreset, recorder
+from . import fdreset, libc, recorder
 
 MAX_ITEMS = 64
 
@@ -31,9 +31,10 @@ class Report(NamedTuple):
     numpy_generators: List[object]
 
 
-def run(code_dir: str, agent_fds: Tuple[int, ...] = ()) -> Report:
+def run(code_dir: str, agent_fds: Tuple[int, ...] = (), mode: str = "fork") -> Report:
     """Run every check. ``code_dir`` selects the user's modules (those whose ``__file__`` is
-    under it); ``agent_fds`` are the agent's own descriptors, left out of ``sockets``.
+    under it); ``agent_fds`` are the agent's own descriptors, left out of ``sockets``;
+    ``mode`` (``fork`` or ``spawn``) is the agent's, for ``landlock``.
 
     Returns a ``Report``; never raises: a check that fails is reported as ``warn`` with the
     error, and a failed ``threads`` check makes ``fork_safe`` false (fail closed).
@@ -49,7 +50,8 @@ def run(code_dir: str, agent_fds: Tuple[int, ...] = ()) -> Report:
         ("threads", check_threads), ("generators", generators),
         ("sockets", lambda: check_sockets(agent_fds, code_dir)), ("uuid1", check_uuid1),
         ("numpy_global", check_numpy_global), ("libcrypto", check_libcrypto),
-        ("asyncio_loop", lambda: check_asyncio_loop(code_dir)))]
+        ("asyncio_loop", lambda: check_asyncio_loop(code_dir)),
+        ("landlock", lambda: check_landlock(mode)))]
     return Report(checks, checks[0].get("count") == 1, numpy_generators)
 
 
@@ -289,6 +291,28 @@ def check_asyncio_loop(code_dir: str) -> dict:
                   f"event loop(s) created at import ({names}); children never run them: their "
                   "epoll descriptors are replaced and the loop policy is reset",
                   items=items[:MAX_ITEMS])
+
+
+def check_landlock(mode: str, abi: Optional[int] = None) -> dict:
+    """``landlock``: whether each forked request can get a Landlock domain of its own
+    (ABI 6 or later: Linux 6.12, with ``landlock`` in the boot's ``lsm=`` list). ``abi``
+    overrides the kernel's answer (for tests)."""
+    if abi is None:
+        abi = libc.landlock_abi()
+    if mode != "fork":
+        return _check("landlock", "info", f"Landlock ABI {abi}; not used in {mode} mode: each "
+                      "request is alone in its sandbox's pid namespace", abi=abi, scoped=False)
+    if abi >= libc.LANDLOCK_SCOPED_ABI:
+        return _check("landlock", "info", f"Landlock ABI {abi}: each request runs in a domain "
+                      "of its own (no ptrace-class access, signals or abstract unix socket "
+                      "connections to the zygote, its other children or what they exec)",
+                      abi=abi, scoped=True)
+    have = f"Landlock ABI {abi}" if abi else "no Landlock"
+    return _check("landlock", "warn", f"{have} (scoping needs ABI 6: Linux 6.12 with landlock "
+                  "in lsm=): requests are not scoped from one another: a request can signal "
+                  "the zygote and its other children, reach what another request execs "
+                  "(/proc/PID/mem: exec makes a process dumpable again) and connect to its "
+                  "abstract unix sockets", abi=abi, scoped=False)
 
 
 def _check(name: str, level: str, detail: str, **extra) -> dict:

@@ -132,8 +132,11 @@ def alive(event, context):
     return os.path.exists(ALIVE)
 
 def kill_zygote(event, context):
-    os.kill(os.getppid(), signal.SIGKILL)
-    time.sleep(5)
+    try:  # the zygote is PID 1 (the kernel drops SIGKILL) outside our Landlock domain (EPERM)
+        os.kill(os.getppid(), signal.SIGKILL)
+    except PermissionError:
+        pass
+    time.sleep(0.5)
     return "still here"
 
 def unserialisable(event, context):
