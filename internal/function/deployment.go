@@ -37,7 +37,7 @@ type deployment struct {
 	lastErr  error
 	stopped  bool
 	haltedZ  *zygote.Zygote // the zygote halt took out of service
-	files    *secretFiles // the current zygote's /run/secrets
+	files    *secretFiles   // the current zygote's /run/secrets
 	filesZ   *zygote.Zygote
 	pool     *workerPool // Node functions: ready workers
 }
