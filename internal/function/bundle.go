@@ -144,9 +144,6 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 			return nil, fmt.Errorf("%w: bundle has %q twice", errdefs.ErrInvalidArgument, name)
 		}
 		seen[name] = true
-		for p := path.Dir(name); p != "."; p = path.Dir(p) {
-			dirs[p] = true
-		}
 		data, err := io.ReadAll(tr)
 		if err != nil {
 			if lr.N <= 0 { // the compressed limit cut the stream inside this file
@@ -160,10 +157,8 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 		}
 		files = append(files, File{Path: name, Mode: mode, Data: data})
 	}
-	for _, f := range files {
-		if dirs[f.Path] {
-			return nil, fmt.Errorf("%w: bundle entry %q is both a file and a directory", errdefs.ErrInvalidArgument, f.Path)
-		}
+	if err := checkFileDirClash(files, dirs); err != nil {
+		return nil, err
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
 	u := &Unpacked{Files: files, Hash: hashFiles(files)}
@@ -180,6 +175,23 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 		return nil, fmt.Errorf("%w: bundle has no %s at its top level", errdefs.ErrInvalidArgument, ManifestFile)
 	}
 	return u, nil
+}
+
+// checkFileDirClash fails (errdefs.ErrInvalidArgument, naming the path)
+// when a file's path is also a directory: a directory entry, or the parent
+// of another file. Such a bundle could not be written out.
+func checkFileDirClash(files []File, dirs map[string]bool) error {
+	for _, f := range files {
+		for p := path.Dir(f.Path); p != "."; p = path.Dir(p) {
+			dirs[p] = true
+		}
+	}
+	for _, f := range files {
+		if dirs[f.Path] {
+			return fmt.Errorf("%w: bundle entry %q is both a file and a directory", errdefs.ErrInvalidArgument, f.Path)
+		}
+	}
+	return nil
 }
 
 // cleanBundlePath returns name cleaned, or an error (errdefs.ErrInvalidArgument)
