@@ -57,7 +57,9 @@ func (b *byteBudget) release(n int64) {
 // readEvent reads an event of at most maxKiB KiB from body, whose length
 // is size bytes (-1: unknown, as with a chunked upload). It reserves the
 // memory in m's body budget before reading — size bytes, or the whole limit
-// when size is unknown — and never reads more than one byte past the limit.
+// when size is unknown (then, once read, only what the event's buffer
+// takes stays reserved) — and never reads more than one byte past the
+// limit.
 // The caller must call release once the event is no longer needed (even
 // on error, release is valid). Errors: errdefs.ErrTooLarge (over the
 // limit), errdefs.ErrInvalidArgument (the body could not be read), ctx's
@@ -92,6 +94,11 @@ func (m *Manager) readEvent(ctx context.Context, body io.Reader, size int64, max
 	}
 	if err != nil {
 		return nil, release, fmt.Errorf("%w: event: reading the body: %v", errdefs.ErrInvalidArgument, err)
+	}
+	// Keep only what the event holds on to while its request runs.
+	if held := int64(cap(event)); held < reserve {
+		m.bodies.release(reserve - held)
+		release = func() { m.bodies.release(held) }
 	}
 	return event, release, nil
 }

@@ -68,6 +68,19 @@ func TestReadEventStopsAtTheFunctionsLimit(t *testing.T) {
 	if m.bodies.free != 1<<20 {
 		t.Errorf("budget not given back: %d free", m.bodies.free)
 	}
+	// An event of unknown length read whole keeps only its own buffer
+	// reserved while its request runs, not the whole limit.
+	ev, release, err = m.readEvent(context.Background(), strings.NewReader(`{}`), -1, 512)
+	if err != nil || string(ev) != `{}` {
+		t.Fatalf("%q, %v", ev, err)
+	}
+	if held := 1<<20 - m.bodies.free; held != int64(cap(ev)) {
+		t.Errorf("a 2-byte event holds %d bytes of the budget, want its buffer's %d", held, cap(ev))
+	}
+	release()
+	if m.bodies.free != 1<<20 {
+		t.Errorf("budget not given back: %d free", m.bodies.free)
+	}
 }
 
 // blockingReader blocks its first Read until release is closed.
