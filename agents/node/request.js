@@ -19,6 +19,14 @@ const { O_WRONLY, O_CREAT, O_TRUNC, O_APPEND, O_NOFOLLOW } = fs.constants;
 const LOG_FLAGS = O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW;
 const RESULT_FLAGS = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW;
 
+/** JSON.parse refused the event (`cause`): the caller's error, reported as "rejected". */
+class EventRejected extends Error {
+  constructor(cause) {
+    super(`event: Node's JSON parser refused it: ${describe(cause).type}: ${describe(cause).message}`);
+    this.cause = cause;
+  }
+}
+
 /** A step before user code failed; `step` names it, `cause` is what it threw. */
 class StepFailed extends Error {
   constructor(step, cause) {
@@ -88,11 +96,27 @@ function prepare(sock, go) {
       throw new StepFailed(name, err);
     }
   }
+  let text;
   try {
-    return JSON.parse(fs.readFileSync(path.join(go.dir, 'event.json'), 'utf8'));
+    text = fs.readFileSync(path.join(go.dir, 'event.json'), 'utf8');
   } catch (err) {
     throw new StepFailed('reading event.json', err);
   }
+  return decodeEvent(text);
+}
+
+/** Parse the event's text; throws EventRejected when JSON.parse refuses it (or overflows). */
+function decodeEvent(text) {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new EventRejected(err);
+  }
+}
+
+/** The outcome for an event the parser refused: `rejected` names the field. */
+function rejectedOutcome(err) {
+  return { ok: false, rejected: 'event', error: error('EventRejected', err.message) };
 }
 
 /**
@@ -155,6 +179,9 @@ function setTmpdir(dir) {
  * JSON.stringify does. Never throws.
  */
 function encodeOutcome(outcome) {
+  if (!outcome.ok && outcome.rejected) {
+    return JSON.stringify({ ok: false, rejected: outcome.rejected, error: outcome.error });
+  }
   if (!outcome.ok) return JSON.stringify({ ok: false, error: outcome.error });
   let json;
   try {
@@ -190,6 +217,6 @@ function writeAll(fd, data) {
 }
 
 module.exports = {
-  StepFailed, parseGo, makeContext, prepare, redirectStdio, fileWriter, setTmpdir,
+  StepFailed, EventRejected, parseGo, makeContext, prepare, decodeEvent, rejectedOutcome, redirectStdio, fileWriter, setTmpdir,
   encodeOutcome, writeResult,
 };

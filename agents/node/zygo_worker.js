@@ -140,6 +140,15 @@ async function serve(sock, msg, handler) {
   try {
     event = request.prepare(sock, go);
   } catch (err) {
+    if (err instanceof request.EventRejected) {
+      try {
+        request.writeResult(go.dir, request.encodeOutcome(request.rejectedOutcome(err)));
+      } catch (e) {
+        log(`could not write result.json: ${e.message}`);
+        exit(EXIT_AGENT_ERROR);
+      }
+      exit(EXIT_OK);
+    }
     log(`before the handler: ${err.message}`);
     try {
       request.writeResult(go.dir,

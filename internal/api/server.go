@@ -39,7 +39,9 @@ import (
 // Functions is what the server needs from the function manager.
 type Functions interface {
 	Deploy(ctx context.Context, bundle io.Reader) (*function.DeployResult, error)
-	Invoke(ctx context.Context, name string, event []byte) (*function.Invocation, error)
+	// Invoke reads the event from body (size bytes, -1 when unknown) under
+	// the function's own max_request_kib; see function.Manager.Invoke.
+	Invoke(ctx context.Context, name string, body io.Reader, size int64) (*function.Invocation, error)
 	List() []function.Status
 	Get(name string) (function.Status, error)
 	Remove(ctx context.Context, name string) error
@@ -158,20 +160,15 @@ var failureStatus = map[zygote.Failure]int{
 	zygote.FailResponseLarge: http.StatusBadGateway,
 	zygote.FailInternal:      http.StatusInternalServerError,
 	zygote.FailLimit:         http.StatusBadGateway,
+	zygote.FailBadEvent:      http.StatusBadRequest,
 }
 
 func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, function.MaxBodyKiB<<10))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large", Message: "event exceeds the server's limit"})
-			return
-		}
-		writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: "reading event: " + err.Error()})
-		return
-	}
-	inv, err := s.fns.Invoke(r.Context(), r.PathValue("name"), body)
+	// The manager reads the body under the function's own max_request_kib
+	// (and the daemon's budget for bodies in memory); this outer bound only
+	// caps what any function may be sent.
+	body := http.MaxBytesReader(w, r.Body, function.MaxBodyKiB<<10+1)
+	inv, err := s.fns.Invoke(r.Context(), r.PathValue("name"), body, r.ContentLength)
 	if err != nil {
 		s.fail(w, err)
 		return

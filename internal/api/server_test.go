@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,7 +33,8 @@ import (
 type fakeFunctions struct {
 	mu       sync.Mutex
 	err      error
-	deploy   func(io.Reader) (*function.DeployResult, error) // overrides err and res
+	deploy   func(io.Reader) (*function.DeployResult, error)      // overrides err and res
+	invoke   func(io.Reader, int64) (*function.Invocation, error) // overrides Invoke
 	inv      *function.Invocation
 	statuses []function.Status
 
@@ -62,7 +64,14 @@ func (f *fakeFunctions) Deploy(ctx context.Context, bundle io.Reader) (*function
 	return &function.DeployResult{Name: "hello", Version: "sha256:abc", Mode: function.ModeFork, ReadyMs: 12}, nil
 }
 
-func (f *fakeFunctions) Invoke(ctx context.Context, name string, event []byte) (*function.Invocation, error) {
+func (f *fakeFunctions) Invoke(ctx context.Context, name string, body io.Reader, size int64) (*function.Invocation, error) {
+	if f.invoke != nil {
+		return f.invoke(body, size)
+	}
+	event, err := io.ReadAll(body)
+	if err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	f.invoked = append(f.invoked, name)
 	f.events = append(f.events, event)
@@ -312,25 +321,39 @@ type zeroReader struct{}
 
 func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
-func TestInvokeEventLimit(t *testing.T) {
-	const limit = function.MaxBodyKiB << 10
-	f := newFixture()
-	rec := f.do("POST", "/v1/functions/hello/invoke", io.LimitReader(zeroReader{}, limit+1))
-	if rec.Code != http.StatusRequestEntityTooLarge {
-		t.Fatalf("event of %d bytes: status %d, want 413", limit+1, rec.Code)
-	}
-	if eb := errorOf(t, rec); eb.Code != "too_large" {
-		t.Errorf("error body %+v", eb)
-	}
-	if len(f.fns.invoked) != 0 {
-		t.Errorf("Invoke was called for an event over the limit")
-	}
+// countingReader counts the bytes read from it.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
 
-	// Exactly the limit reaches the manager, whole.
-	f.fns.inv = &function.Invocation{RequestID: "r", Value: json.RawMessage(`null`)}
-	rec = f.do("POST", "/v1/functions/hello/invoke", io.LimitReader(zeroReader{}, limit))
-	if rec.Code != 200 || len(f.fns.events) != 1 || len(f.fns.events[0]) != limit {
-		t.Errorf("event of exactly %d bytes: status %d, events %d", limit, rec.Code, len(f.fns.events))
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// The server leaves the event to the manager, which limits it at the
+// function's own max_request_kib: nothing of the body is read before
+// Invoke, and Invoke learns the declared length.
+func TestInvokeLeavesBodyUnread(t *testing.T) {
+	const size = function.MaxBodyKiB << 10
+	f := newFixture()
+	body := &countingReader{r: io.LimitReader(zeroReader{}, size)}
+	var readBefore, gotSize int64 = -1, -2
+	f.fns.invoke = func(r io.Reader, n int64) (*function.Invocation, error) {
+		readBefore, gotSize = body.n.Load(), n
+		return nil, errdefs.ErrTooLarge
+	}
+	req := httptest.NewRequest("POST", "/v1/functions/hello/invoke", body)
+	req.ContentLength = size
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusRequestEntityTooLarge || errorOf(t, rec).Code != "too_large" {
+		t.Errorf("status %d %s, want 413 too_large", rec.Code, rec.Body)
+	}
+	if readBefore != 0 || gotSize != size {
+		t.Errorf("before Invoke the server read %d bytes of the event (want 0); Invoke got size %d, want %d", readBefore, gotSize, size)
 	}
 }
 

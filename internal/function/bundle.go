@@ -24,6 +24,8 @@ const (
 	MaxBundleBytes   = 64 << 20  // compressed upload, bytes
 	MaxUnpackedBytes = 256 << 20 // sum of file sizes, bytes
 	MaxBundleFiles   = 10_000
+	MaxPathBytes     = 1024 // one bundle path, bytes
+	MaxNameBytes     = 255  // one component of a bundle path, bytes (NAME_MAX)
 )
 
 // PackDir writes DIR as a gzip'd tar to w: regular files and directories
@@ -107,6 +109,7 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 	var files []File
 	var total int64
 	seen := map[string]bool{}
+	dirs := map[string]bool{} // directory entries and every file's parents
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -127,6 +130,7 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
+			dirs[name] = true
 			continue
 		case tar.TypeReg:
 		default:
@@ -153,6 +157,9 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 		}
 		files = append(files, File{Path: name, Mode: mode, Data: data})
 	}
+	if err := checkFileDirClash(files, dirs); err != nil {
+		return nil, err
+	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
 	u := &Unpacked{Files: files, Hash: hashFiles(files)}
 	for _, f := range files {
@@ -170,12 +177,48 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 	return u, nil
 }
 
+// checkFileDirClash fails (errdefs.ErrInvalidArgument, naming the path)
+// when a file's path is also a directory: a directory entry, or the parent
+// of another file. Such a bundle could not be written out.
+func checkFileDirClash(files []File, dirs map[string]bool) error {
+	for _, f := range files {
+		for p := path.Dir(f.Path); p != "."; p = path.Dir(p) {
+			dirs[p] = true
+		}
+	}
+	for _, f := range files {
+		if dirs[f.Path] {
+			return fmt.Errorf("%w: bundle entry %q is both a file and a directory", errdefs.ErrInvalidArgument, f.Path)
+		}
+	}
+	return nil
+}
+
+// cleanBundlePath returns name cleaned, or an error (errdefs.ErrInvalidArgument)
+// when it is absolute, leaves the bundle, or is longer than MaxPathBytes
+// or has a component longer than MaxNameBytes (it could not be written).
 func cleanBundlePath(name string) (string, error) {
 	c := path.Clean(strings.TrimSuffix(name, "/"))
 	if c == "." || c == "" || path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") {
-		return "", fmt.Errorf("%w: unsafe path %q in bundle", errdefs.ErrInvalidArgument, name)
+		return "", fmt.Errorf("%w: unsafe path %q in bundle", errdefs.ErrInvalidArgument, shorten(name))
+	}
+	if len(c) > MaxPathBytes {
+		return "", fmt.Errorf("%w: bundle entry %q: path is %d bytes, over the limit of %d", errdefs.ErrInvalidArgument, shorten(c), len(c), MaxPathBytes)
+	}
+	for _, part := range strings.Split(c, "/") {
+		if len(part) > MaxNameBytes {
+			return "", fmt.Errorf("%w: bundle entry %q: a name is %d bytes, over the limit of %d", errdefs.ErrInvalidArgument, shorten(c), len(part), MaxNameBytes)
+		}
 	}
 	return c, nil
+}
+
+// shorten cuts a path for a message to at most 80 bytes.
+func shorten(p string) string {
+	if len(p) <= 80 {
+		return p
+	}
+	return p[:77] + "..."
 }
 
 func hashFiles(files []File) string {

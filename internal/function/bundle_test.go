@@ -321,6 +321,11 @@ func TestReadBundleRejects(t *testing.T) {
 		{"not gzip", []byte("PK\x03\x04 this is a zip"), "not gzip"},
 		{"gzip of garbage", gzipOf(t, bytes.Repeat([]byte("garbage!"), 200)), "reading bundle"},
 		{"truncated file data", truncatedFile(t), `reading "main.py"`},
+		{"file, then a file below it", tarGz(t, manifest, reg("lib", "x"), reg("lib/a.py", "y")), `"lib" is both a file and a directory`},
+		{"file below, then the file", tarGz(t, manifest, reg("lib/a.py", "y"), reg("lib", "x")), `"lib" is both a file and a directory`},
+		{"directory entry and a file", tarGz(t, manifest, withType("lib/", tar.TypeDir), reg("lib", "x")), `"lib" is both a file and a directory`},
+		{"over-long path", tarGz(t, manifest, reg(strings.Repeat("d/", function.MaxPathBytes/2)+"x.py", "x")), "over the limit of 1024"},
+		{"over-long name", tarGz(t, manifest, reg(strings.Repeat("n", function.MaxNameBytes+1), "x")), "a name is 256 bytes, over the limit of 255"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			u, err := function.ReadBundle(bytes.NewReader(c.bundle))

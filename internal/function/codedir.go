@@ -2,7 +2,6 @@ package function
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -39,21 +38,6 @@ func gidOf(uid uint32) int {
 		return -1
 	}
 	return int(uid)
-}
-
-// storeVersion writes u at codeDir unless it is there already, and makes the
-// function's whole versions directory its own (secureCodeDir).
-func (m *Manager) storeVersion(u *Unpacked, codeDir string, uid uint32) error {
-	fnDir := filepath.Dir(codeDir)
-	if err := os.MkdirAll(fnDir, 0o750); err != nil {
-		return fmt.Errorf("storing version: %w", err)
-	}
-	if _, err := os.Stat(codeDir); errors.Is(err, os.ErrNotExist) {
-		if err := u.WriteTo(codeDir); err != nil {
-			return err
-		}
-	}
-	return secureCodeDir(fnDir, gidOf(uid))
 }
 
 // secureCodeDir gives every entry under dir (dir included) the group gid

@@ -2,6 +2,7 @@ package function
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -22,7 +23,9 @@ type deployment struct {
 	manifest *Manifest
 	codeDir  string
 	uid      uint32        // host uid and gid of its sandboxes; 0: the daemon's own
-	sem      chan struct{} // concurrency slots
+	sem      chan struct{} // concurrency slots; a request holds one from before it picks a zygote until Run returns
+	retired  chan struct{} // closed by halt: waiters for a slot move to the current deployment
+	released sync.Once     // the code directory's in-use count, given back once fully stopped
 	served   atomic.Int64
 	inflight atomic.Int64
 
@@ -34,7 +37,8 @@ type deployment struct {
 	changed  chan struct{} // closed and replaced whenever z or state changes
 	lastErr  error
 	stopped  bool
-	files    *secretFiles // the current zygote's /run/secrets
+	haltedZ  *zygote.Zygote // the zygote halt took out of service
+	files    *secretFiles   // the current zygote's /run/secrets
 	filesZ   *zygote.Zygote
 	pool     *workerPool // Node functions: ready workers
 }
@@ -51,7 +55,7 @@ func (d *deployment) filesFor(z *zygote.Zygote) *secretFiles {
 
 func newDeployment(m *Manager, name, version string, man *Manifest, codeDir string, uid uint32) *deployment {
 	return &deployment{m: m, name: name, version: version, manifest: man, codeDir: codeDir, uid: uid,
-		sem: make(chan struct{}, man.Concurrency), state: "starting", changed: make(chan struct{})}
+		sem: make(chan struct{}, man.Concurrency), retired: make(chan struct{}), state: "starting", changed: make(chan struct{})}
 }
 
 func (d *deployment) setLocked(state string, z *zygote.Zygote, err error) {
@@ -95,6 +99,10 @@ func (d *deployment) start(ctx context.Context) error {
 	}()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.stopped { // halted while this zygote started (a restart racing a stop)
+		go z.Stop()
+		return errRetired
+	}
 	d.ready = r
 	switch {
 	case mode == zygote.ModeWorker:
@@ -152,6 +160,7 @@ func (d *deployment) supervise(z *zygote.Zygote) {
 	}
 	d.setLocked("restarting", nil, z.Err())
 	d.mu.Unlock()
+	z.Stop() // it has exited: this only gives back its run directory and /tmp
 	msg := fmt.Sprintf("zygote died (%v); restarting", z.Err())
 	d.m.log.Warn(msg, "function", d.name)
 	d.m.appendLogs(context.Background(), d.zygoLines(msg))
@@ -195,7 +204,7 @@ func (d *deployment) current(ctx context.Context) (*zygote.Zygote, error) {
 		case "ready":
 			return z, nil
 		case "stopped":
-			return nil, fmt.Errorf("%w: function %q was replaced or removed", errdefs.ErrUnavailable, d.name)
+			return nil, errRetired
 		}
 		select {
 		case <-ch:
@@ -207,21 +216,50 @@ func (d *deployment) current(ctx context.Context) (*zygote.Zygote, error) {
 	}
 }
 
-// markStopped marks d stopped: no request gets its zygote or a worker any
-// more, and a supervisor does not restart it. Cheap; it stops nothing.
-func (d *deployment) markStopped() {
-	d.mu.Lock()
-	d.stopped = true
-	d.setLocked("stopped", d.z, nil)
-	d.mu.Unlock()
+// errRetired says a deployment was halted (replaced, removed or shut down)
+// before a request could start on it; Invoke moves the request to the
+// function's current deployment.
+var errRetired = errors.New("deployment retired")
+
+// acquireSlot waits for one of d's concurrency slots; errRetired when d is
+// halted first (or by the time the slot is free).
+func (d *deployment) acquireSlot(ctx context.Context) error {
+	select {
+	case d.sem <- struct{}{}:
+		if d.isStopped() {
+			<-d.sem
+			return errRetired
+		}
+		return nil
+	case <-d.retired:
+		return errRetired
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
-// halt marks d stopped and closes its worker pool; it returns the zygote, which still runs.
+func (d *deployment) releaseSlot() { <-d.sem }
+
+func (d *deployment) isStopped() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stopped
+}
+
+// halt marks d stopped, wakes the requests waiting for its slots and closes
+// its worker pool; it returns the zygote, which still runs. It is
+// idempotent and returns the same zygote each time.
 func (d *deployment) halt() *zygote.Zygote {
 	d.mu.Lock()
+	if d.stopped {
+		z := d.haltedZ
+		d.mu.Unlock()
+		return z
+	}
 	z, pool := d.z, d.pool
-	d.stopped = true
+	d.stopped, d.haltedZ = true, z
 	d.setLocked("stopped", nil, nil)
+	close(d.retired)
 	d.mu.Unlock()
 	if pool != nil {
 		pool.close()
@@ -229,21 +267,34 @@ func (d *deployment) halt() *zygote.Zygote {
 	return z
 }
 
-// drainAndStop waits for in-flight requests (up to the longest timeout) and
+// drainAndStop halts d, waits (up to the longest timeout plus 5 s) until
+// no request holds one of its slots and its zygote has released them, and
 // stops the zygote.
 func (d *deployment) drainAndStop() {
-	if z := d.halt(); z != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond+5*time.Second)
-		defer cancel()
+	z := d.halt()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond+5*time.Second)
+	defer cancel()
+	// Holding every slot means no request is between picking this version
+	// and the end of its Run (spawn and worker requests included).
+	for range cap(d.sem) {
+		select {
+		case d.sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+	}
+	if z != nil {
 		_ = z.Drain(ctx)
 		d.m.stopZygote(z)
 	}
+	d.released.Do(func() { d.m.releaseDir(d.codeDir) })
 }
 
+// stop halts d and stops its zygote at once (in-flight requests fail).
 func (d *deployment) stop() {
 	if z := d.halt(); z != nil {
 		d.m.stopZygote(z)
 	}
+	d.released.Do(func() { d.m.releaseDir(d.codeDir) })
 }
 
 func (d *deployment) status() Status {

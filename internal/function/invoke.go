@@ -3,7 +3,9 @@ package function
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -24,33 +26,59 @@ type Invocation struct {
 	Child     zygote.ChildKind // preforked, forked, spawned or worker
 }
 
-// Invoke runs one request of function name with event (valid JSON, at most
-// max_request_kib). It returns an error only when the request could not be
-// run at all: errdefs.ErrNotFound (no such function), errdefs.ErrTooLarge
-// (event over the limit), errdefs.ErrInvalidArgument (event not JSON),
-// errdefs.ErrUnavailable (no zygote came up in time). What happens to a
-// request that ran — including handler errors, timeouts and crashes — is in
-// the Invocation.
-func (m *Manager) Invoke(ctx context.Context, name string, event []byte) (*Invocation, error) {
+// Invoke runs one request of function name with the event read from body
+// (size bytes, or -1 when unknown; at most max_request_kib, read only after
+// the body budget has room for it, and never past the limit). A request
+// that waits for a concurrency slot of a version that is replaced meanwhile
+// is served by the version current when it gets a slot. It returns an error
+// only when the request could not be run at all: errdefs.ErrNotFound (no
+// such function), errdefs.ErrTooLarge (event over the limit),
+// errdefs.ErrInvalidArgument (event not UTF-8 JSON), errdefs.ErrUnavailable
+// (no zygote came up in time, or the daemon is stopping). What happens to
+// a request that ran — including handler errors, timeouts, crashes and an
+// event the runtime's parser refused — is in the Invocation.
+func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size int64) (*Invocation, error) {
 	d := m.get(name)
 	if d == nil {
 		return nil, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
 	}
-	if max := d.manifest.Limits.MaxRequestKiB << 10; len(event) > max {
-		return nil, fmt.Errorf("%w: event of %d bytes exceeds max_request_kib=%d", errdefs.ErrTooLarge, len(event), d.manifest.Limits.MaxRequestKiB)
+	event, release, err := m.readEvent(ctx, body, size, d.manifest.Limits.MaxRequestKiB)
+	defer release()
+	if err != nil {
+		return nil, err
 	}
 	if len(event) == 0 {
 		event = []byte("{}")
 	}
-	if !json.Valid(event) {
-		return nil, fmt.Errorf("%w: event is not valid JSON", errdefs.ErrInvalidArgument)
+	if err := checkEvent(event); err != nil {
+		return nil, err
 	}
-	select {
-	case d.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	for {
+		if max := d.manifest.Limits.MaxRequestKiB << 10; len(event) > max {
+			return nil, fmt.Errorf("%w: event: exceeds max_request_kib=%d", errdefs.ErrTooLarge, d.manifest.Limits.MaxRequestKiB)
+		}
+		inv, err := m.invokeOn(ctx, d, event)
+		if !errors.Is(err, errRetired) {
+			return inv, err
+		}
+		next := m.get(name)
+		switch {
+		case next == nil:
+			return nil, fmt.Errorf("function %q was removed: %w", name, errdefs.ErrNotFound)
+		case next == d:
+			return nil, fmt.Errorf("%w: function %q is stopping", errdefs.ErrUnavailable, name)
+		}
+		d = next
 	}
-	defer func() { <-d.sem }()
+}
+
+// invokeOn runs the request on deployment d, holding one of its slots;
+// errRetired when d was halted before the request started on it.
+func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*Invocation, error) {
+	if err := d.acquireSlot(ctx); err != nil {
+		return nil, err
+	}
+	defer d.releaseSlot()
 	d.inflight.Add(1)
 	defer d.inflight.Add(-1)
 
@@ -76,6 +104,9 @@ func (m *Manager) Invoke(ctx context.Context, name string, event []byte) (*Invoc
 		res, err = m.workerRun(ctx, d, pool, req, values)
 	} else if z != nil {
 		res, err = z.Run(ctx, m.prepare(d, req, d.filesFor(z), values))
+		if errors.Is(err, errdefs.ErrUnavailable) && d.isStopped() {
+			return nil, errRetired // drained between current and Run
+		}
 	} else {
 		inv.Spawned = true
 		res, err = m.spawnRun(ctx, d, req, values)

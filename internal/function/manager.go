@@ -30,6 +30,10 @@ type Registry interface {
 	Function(ctx context.Context, name string) (store.FunctionRecord, error)
 	Functions(ctx context.Context) ([]store.FunctionRecord, error)
 	DeleteFunction(ctx context.Context, name string) error
+	// Versions lists a function's stored versions, newest first.
+	Versions(ctx context.Context, function string) ([]store.Version, error)
+	// DeleteVersion removes one stored version (never the active one).
+	DeleteVersion(ctx context.Context, function, hash string) error
 	AppendLogs(ctx context.Context, lines []store.LogLine) error
 }
 
@@ -61,7 +65,15 @@ type Config struct {
 	// nil when the daemon cannot manage cgroups (not root): those limits are
 	// then not enforced, and the daemon says so at start.
 	Limiter Limiter
-	Log     *slog.Logger
+	// RetainVersions is how many superseded versions of a function are kept
+	// (in the store and on disk) besides the active one, for a quick
+	// redeploy; older ones are collected after each deploy. Default 2.
+	RetainVersions int
+	// BodyBudgetBytes bounds the memory all events being read or held by
+	// in-flight requests take together, bytes; a request waits for room
+	// before its event is read. Default (and minimum) 4 × MaxBodyKiB.
+	BodyBudgetBytes int64
+	Log             *slog.Logger
 }
 
 // Manager deploys functions and dispatches invocations. It is safe for
@@ -74,10 +86,12 @@ type Manager struct {
 	limiter Limiter // nil: no per-request cgroups
 	log     *slog.Logger
 
-	deployMu sync.Mutex // serialises Deploy and Remove
+	names  nameLocks   // one lock per function name: serialises its Deploy, Remove and version GC
+	bodies *byteBudget // memory of events being read or held
 
-	mu  sync.Mutex // guards fns
-	fns map[string]*deployment
+	mu    sync.Mutex // guards fns and inUse
+	fns   map[string]*deployment
+	inUse map[string]int // version dir → deployments not yet fully stopped that run it
 
 	logs *logWriter // stores log lines off the request path
 
@@ -95,13 +109,17 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
+	if cfg.RetainVersions <= 0 {
+		cfg.RetainVersions = 2
+	}
+	cfg.BodyBudgetBytes = max(cfg.BodyBudgetBytes, 4*MaxBodyKiB<<10)
 	strict, err := seccomp.Strict()
 	if err != nil {
 		return nil, err
 	}
 	return &Manager{cfg: cfg, reg: reg, secrets: secrets, strict: strict, limiter: cfg.Limiter, log: cfg.Log,
-		fns: map[string]*deployment{}, logs: newLogWriter(reg.AppendLogs, cfg.Log),
-		stopZygote: (*zygote.Zygote).Stop}, nil
+		fns: map[string]*deployment{}, inUse: map[string]int{}, bodies: newByteBudget(cfg.BodyBudgetBytes),
+		logs: newLogWriter(reg.AppendLogs, cfg.Log), stopZygote: (*zygote.Zygote).Stop}, nil
 }
 
 // DeployResult describes a deployed version.
@@ -124,39 +142,53 @@ type ImportFailed struct {
 
 // Deploy reads a bundle (see ReadBundle), stores it as an immutable version,
 // starts its zygote, waits for READY, switches traffic to it and drains the
-// old version in the background. Errors: errdefs.ErrInvalidArgument (bad
-// bundle or manifest, naming the key), *ImportFailed (wraps
+// old version in the background; then it collects superseded versions
+// beyond Config.RetainVersions. Only deploys and removals of the same name
+// wait for each other. Errors: errdefs.ErrInvalidArgument (bad bundle,
+// manifest or interpreter, naming the key), *ImportFailed (wraps
 // errdefs.ErrFailedPrecondition; carries the traceback),
-// errdefs.ErrUnavailable (sandbox could not start).
+// errdefs.ErrUnavailable (sandbox could not start). A failed deploy leaves
+// no version directory it made behind.
 func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, error) {
 	u, err := ReadBundle(bundle)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(u.Manifest.Interpreter); err != nil {
-		return nil, fmt.Errorf("%w: zygo.toml: interpreter: %s not found on this host", errdefs.ErrInvalidArgument, u.Manifest.Interpreter)
+	if err := m.checkInterpreter(u.Manifest.Interpreter); err != nil {
+		return nil, err
 	}
 	if err := m.checkSecrets(ctx, u.Manifest.Secrets); err != nil {
 		return nil, err
 	}
-	m.deployMu.Lock()
-	defer m.deployMu.Unlock()
-
 	name := u.Manifest.Name
+	unlock := m.names.lock(name)
+	defer unlock()
+
+	old := m.get(name)
+	if old != nil && old.version == u.Hash {
+		return old.result(true), nil
+	}
 	uid, err := m.hostID(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	codeDir := m.versionDir(name, u.Hash)
-	if err := m.storeVersion(u, codeDir, uid); err != nil {
+	created, err := storeVersionDir(u, codeDir)
+	if err != nil {
 		return nil, err
 	}
-	old := m.get(name)
-	if old != nil && old.version == u.Hash {
-		return old.result(true), nil
+	if err := secureCodeDir(filepath.Dir(codeDir), gidOf(uid)); err != nil {
+		if created {
+			m.removeVersionDir(name, codeDir)
+		}
+		return nil, err
 	}
-	d := newDeployment(m, name, u.Hash, u.Manifest, codeDir, uid)
-	if err := d.start(ctx); err != nil {
+	d := m.newDeployment(name, u.Hash, u.Manifest, codeDir, uid)
+	if err := m.activate(ctx, d, u); err != nil {
+		d.stop()
+		if created {
+			m.removeVersionDir(name, codeDir)
+		}
 		var ie *zygote.ImportError
 		if errors.As(err, &ie) {
 			m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Type+": "+ie.Message+"\n"+ie.Traceback))
@@ -164,22 +196,36 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 		}
 		return nil, err
 	}
-	mj, _ := json.Marshal(u.Manifest)
-	if err := m.reg.PutVersion(ctx, store.Version{Function: name, Hash: u.Hash, Manifest: mj}); err != nil {
-		d.stop()
-		return nil, err
-	}
-	if err := m.reg.SetActive(ctx, name, u.Hash); err != nil {
-		d.stop()
-		return nil, err
-	}
 	m.mu.Lock()
 	m.fns[name] = d
 	m.mu.Unlock()
 	if old != nil {
-		go old.drainAndStop()
+		go m.retire(old)
 	}
+	m.collectVersionsLocked(ctx, name)
 	return d.result(false), nil
+}
+
+// activate starts d's zygote and records its version as the active one.
+func (m *Manager) activate(ctx context.Context, d *deployment, u *Unpacked) error {
+	if err := d.start(ctx); err != nil {
+		return err
+	}
+	mj, _ := json.Marshal(u.Manifest)
+	if err := m.reg.PutVersion(ctx, store.Version{Function: d.name, Hash: u.Hash, Manifest: mj}); err != nil {
+		return err
+	}
+	return m.reg.SetActive(ctx, d.name, u.Hash)
+}
+
+// retire drains a superseded deployment (in-flight requests finish, queued
+// ones move to the current version), stops it, and collects the versions it
+// kept from collection. It holds no lock while draining.
+func (m *Manager) retire(d *deployment) {
+	d.drainAndStop()
+	unlock := m.names.lock(d.name)
+	defer unlock()
+	m.collectVersionsLocked(context.Background(), d.name)
 }
 
 // checkSecrets fails (errdefs.ErrInvalidArgument, naming the secret) when
@@ -203,7 +249,12 @@ func (m *Manager) checkSecrets(ctx context.Context, names []string) error {
 }
 
 func (m *Manager) versionDir(name, hash string) string {
-	return filepath.Join(m.cfg.StateDir, "versions", name, strings.TrimPrefix(hash, "sha256:")[:32])
+	return filepath.Join(m.versionsRoot(name), strings.TrimPrefix(hash, "sha256:")[:32])
+}
+
+// versionsRoot is the directory holding every stored version of name.
+func (m *Manager) versionsRoot(name string) string {
+	return filepath.Join(m.cfg.StateDir, "versions", name)
 }
 
 func (m *Manager) get(name string) *deployment {
@@ -220,6 +271,7 @@ func (m *Manager) Restore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.sweepRemoved()
 	for _, r := range recs {
 		var man Manifest
 		if err := json.Unmarshal(r.Active.Manifest, &man); err != nil {
@@ -238,7 +290,7 @@ func (m *Manager) Restore(ctx context.Context) error {
 			m.log.Error("restoring function", "function", r.Name, "err", err)
 			continue
 		}
-		d := newDeployment(m, r.Name, r.Active.Hash, &man, codeDir, uid)
+		d := m.newDeployment(r.Name, r.Active.Hash, &man, codeDir, uid)
 		m.mu.Lock()
 		m.fns[r.Name] = d
 		m.mu.Unlock()
@@ -253,18 +305,36 @@ func (m *Manager) Restore(ctx context.Context) error {
 }
 
 // Remove stops a function's zygote and deletes it, its versions and its
-// logs. errdefs.ErrNotFound if it does not exist.
-//
-// The sandbox is stopped after deployMu is released: stopping is bounded
-// (zygote.Stop), but a Deploy or Remove of another function never waits for
-// it.
+// logs, including version directories a failed deploy of an older daemon
+// left behind for a name that was never active. errdefs.ErrNotFound if
+// there is nothing of that name. The zygote is stopped after the name's
+// lock is released: a stop that takes long delays only this call.
 func (m *Manager) Remove(ctx context.Context, name string) error {
-	d, err := m.unregister(ctx, name)
-	if err != nil {
+	unlock := m.names.lock(name)
+	err := m.reg.DeleteFunction(ctx, name)
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		unlock()
 		return err
 	}
+	m.mu.Lock()
+	d := m.fns[name]
+	delete(m.fns, name)
+	m.mu.Unlock()
+	if d != nil {
+		d.halt() // no request starts on it from here
+	}
+	trash, moved := m.detachVersions(name)
+	unlock()
 	if d != nil {
 		d.stop()
+	}
+	if moved {
+		if rmErr := os.RemoveAll(trash); rmErr != nil {
+			m.log.Warn("removing versions", "function", name, "err", rmErr)
+		}
+	}
+	if err != nil && d == nil && !moved {
+		return err
 	}
 	// Its zygotes are stopped and its code is gone: nothing runs as or
 	// belongs to its uid any more (and the allocator skips an id while any
@@ -275,27 +345,6 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 		}
 	}
 	return nil
-}
-
-// unregister deletes name from the registry and the loaded functions, marks
-// its deployment stopped (no request gets its zygote any more) and removes
-// its versions, all under deployMu. It returns the deployment (nil if none
-// was loaded), whose sandbox the caller stops.
-func (m *Manager) unregister(ctx context.Context, name string) (*deployment, error) {
-	m.deployMu.Lock()
-	defer m.deployMu.Unlock()
-	if err := m.reg.DeleteFunction(ctx, name); err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	d := m.fns[name]
-	delete(m.fns, name)
-	m.mu.Unlock()
-	if d != nil {
-		d.markStopped()
-	}
-	os.RemoveAll(filepath.Join(m.cfg.StateDir, "versions", name))
-	return d, nil
 }
 
 // Shutdown stops every zygote (in-flight requests fail). Call once.

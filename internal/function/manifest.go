@@ -14,10 +14,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -99,6 +101,8 @@ const (
 	DefaultPreFork     = 2
 	MaxPreFork         = 64
 	MaxPoolSize        = 64
+	MaxEnvValueBytes   = 32 << 10  // one [env] value, bytes
+	MaxEnvBytes        = 128 << 10 // all [env] keys and values together, bytes
 )
 
 var (
@@ -253,15 +257,40 @@ func (m *Manifest) Validate() error {
 		}
 		seen[s] = true
 	}
-	for k := range m.Env {
+	if err := m.validateEnv(bad); err != nil {
+		return err
+	}
+	return m.Limits.validate(bad)
+}
+
+// validateEnv checks [env]: names, reserved names, and values that execve
+// could not pass (a NUL byte) or that are over MaxEnvValueBytes, or all
+// together over MaxEnvBytes.
+func (m *Manifest) validateEnv(bad func(key, format string, a ...any) error) error {
+	total := 0
+	for _, k := range slices.Sorted(maps.Keys(m.Env)) {
+		v := m.Env[k]
+		if len(k) > 128 {
+			return bad("env", "a variable name is longer than 128 bytes")
+		}
 		if !envKeyRE.MatchString(k) {
 			return bad("env."+k, "is not a valid environment variable name")
 		}
 		if reservedEnv(k) {
 			return bad("env."+k, "is reserved by Zygo")
 		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return bad("env."+k, "contains a NUL byte, which an environment variable cannot hold")
+		}
+		if len(v) > MaxEnvValueBytes {
+			return bad("env."+k, "is %d bytes, over the limit of %d", len(v), MaxEnvValueBytes)
+		}
+		total += len(k) + len(v) + 2
 	}
-	return m.Limits.validate(bad)
+	if total > MaxEnvBytes {
+		return bad("env", "is %d bytes in all, over the limit of %d", total, MaxEnvBytes)
+	}
+	return nil
 }
 
 func (l *Limits) validate(bad func(key, format string, a ...any) error) error {

@@ -2,6 +2,7 @@ package function_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,6 +36,12 @@ func TestParseManifestRejects(t *testing.T) {
 			cases = append(cases, c)
 		}
 	}
+	add("env",
+		badManifest{"NUL in a value", pyBase + "[env]\nA = \"x\\u0000y\"\n", "env.A: contains a NUL byte"},
+		badManifest{"value too long", pyBase + "[env]\nA = \"" + strings.Repeat("v", function.MaxEnvValueBytes+1) + "\"\n", "env.A: is 32769 bytes"},
+		badManifest{"all too long", pyBase + "[env]\n" + manyEnv(5, function.MaxEnvValueBytes), "env: is 163"},
+		badManifest{"name too long", pyBase + "[env]\n" + strings.Repeat("N", 129) + " = \"x\"\n", "env: a variable name is longer"},
+	)
 	add("unknown",
 		badManifest{"top level", pyBase + "colour = \"red\"\n", `unknown key "colour"`},
 		badManifest{"top level table", pyBase + "[build]\ncmd = \"make\"\n", `unknown key "build"`},
@@ -270,3 +277,12 @@ func TestLoadManifest(t *testing.T) {
 func intp(n int) *int { return &n }
 
 func eqIntp(a, b *int) bool { return (a == nil && b == nil) || (a != nil && b != nil && *a == *b) }
+
+// manyEnv returns n [env] lines, each a value of size bytes.
+func manyEnv(n, size int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "V%d = \"%s\"\n", i, strings.Repeat("v", size))
+	}
+	return b.String()
+}

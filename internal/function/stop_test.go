@@ -49,6 +49,15 @@ func (r *memRegistry) DeleteFunction(_ context.Context, name string) error {
 	return nil
 }
 func (r *memRegistry) AppendLogs(context.Context, []store.LogLine) error { return nil }
+func (r *memRegistry) Versions(_ context.Context, name string) ([]store.Version, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v, ok := r.versions[name]; ok {
+		return []store.Version{v}, nil
+	}
+	return nil, nil
+}
+func (r *memRegistry) DeleteVersion(context.Context, string, string) error { return nil }
 
 // hostileManager returns a Manager whose sandboxes are
 // internal/zygote/testdata/holdpipes-bwrap (ignores stop, leaves a process

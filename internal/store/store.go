@@ -174,6 +174,50 @@ func scanFunction(sc scanner) (FunctionRecord, error) {
 	return r, nil
 }
 
+// Versions lists the stored versions of function, newest first (by when
+// each was first stored); none is not an error.
+func (s *Store) Versions(ctx context.Context, function string) ([]Version, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT hash, manifest, created_at FROM versions WHERE function = ? ORDER BY created_at DESC, rowid DESC`, function)
+	if err != nil {
+		return nil, fmt.Errorf("listing versions of %s: %w", function, err)
+	}
+	defer rows.Close()
+	var out []Version
+	for rows.Next() {
+		v := Version{Function: function}
+		var manifest string
+		var created int64
+		if err := rows.Scan(&v.Hash, &manifest, &created); err != nil {
+			return nil, fmt.Errorf("listing versions of %s: %w", function, err)
+		}
+		v.Manifest, v.CreatedAt = []byte(manifest), time.UnixMilli(created)
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// DeleteVersion removes one stored version of function. It refuses
+// (errdefs.ErrFailedPrecondition) the active version; a version that is not
+// stored is not an error.
+func (s *Store) DeleteVersion(ctx context.Context, function, hash string) error {
+	res, err := s.db.ExecContext(ctx, `
+		DELETE FROM versions WHERE function = ? AND hash = ?
+		AND NOT EXISTS (SELECT 1 FROM functions WHERE name = ? AND active_version = ?)`,
+		function, hash, function, hash)
+	if err != nil {
+		return fmt.Errorf("deleting version %s of %s: %w", hash, function, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		var active int
+		_ = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM functions WHERE name = ? AND active_version = ?`, function, hash).Scan(&active)
+		if active > 0 {
+			return fmt.Errorf("%w: version %s of %s is active", errdefs.ErrFailedPrecondition, hash, function)
+		}
+	}
+	return nil
+}
+
 // DeleteFunction removes a function, its versions and its logs;
 // errdefs.ErrNotFound if it does not exist.
 func (s *Store) DeleteFunction(ctx context.Context, name string) error {

@@ -394,3 +394,33 @@ func TestStoreFilesAreOwnerOnly(t *testing.T) {
 		}
 	}
 }
+
+func TestVersionsAndDeleteVersion(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	for _, h := range []string{"sha256:1", "sha256:2", "sha256:3"} {
+		putActive(t, st, "fn", h, `{}`)
+	}
+	vs, err := st.Versions(ctx, "fn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 3 || vs[0].Hash != "sha256:3" || vs[2].Hash != "sha256:1" {
+		t.Fatalf("versions newest first: %+v", vs)
+	}
+	if err := st.DeleteVersion(ctx, "fn", "sha256:3"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("deleting the active version: %v, want ErrFailedPrecondition", err)
+	}
+	if err := st.DeleteVersion(ctx, "fn", "sha256:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteVersion(ctx, "fn", "sha256:1"); err != nil {
+		t.Errorf("deleting a version twice: %v", err)
+	}
+	if n := rowCount(t, st, "versions", "fn"); n != 2 {
+		t.Errorf("%d versions left, want 2", n)
+	}
+	if _, err := st.Function(ctx, "fn"); err != nil {
+		t.Errorf("the function lost its active version: %v", err)
+	}
+}

@@ -45,6 +45,7 @@ const (
 	FailResponseLarge Failure = "response_too_large" // result.json over the limit
 	FailInternal      Failure = "internal"           // Zygo could not run the request
 	FailLimit         Failure = "limit_exceeded"     // memory_mib, pids or cpu_ms killed it
+	FailBadEvent      Failure = "bad_event"          // the runtime's JSON parser refused the event
 )
 
 // Result is the outcome of Run.
@@ -87,6 +88,9 @@ type resultFile struct {
 	OK    bool            `json:"ok"`
 	Value json.RawMessage `json:"value"`
 	Error *HandlerError   `json:"error"`
+	// Rejected is "event" when the agent's JSON parser refused the event
+	// before any user code ran (the caller's error, not the handler's).
+	Rejected string `json:"rejected,omitempty"`
 }
 
 // maxLogBytes bounds what one request's stdout or stderr keeps, bytes.
@@ -299,6 +303,12 @@ func (z *Zygote) outcome(ctx context.Context, req Request, st exitStatus, dir re
 			msg = fmt.Sprintf("child exited with status %d without a result", st.code)
 		}
 		res.Error = &HandlerError{Type: "Crashed", Message: msg}
+	case !rf.OK && rf.Rejected == "event":
+		res.Failure = FailBadEvent
+		res.Error = rf.Error
+		if res.Error == nil {
+			res.Error = &HandlerError{Type: "EventRejected", Message: "event: the runtime's JSON parser refused it"}
+		}
 	case !rf.OK:
 		res.Failure = FailHandler
 		res.Error = rf.Error

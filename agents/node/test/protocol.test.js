@@ -152,17 +152,32 @@ test('a malformed go ends the worker with status 2 and no result', async () => {
   assert.ok(!fs.existsSync(path.join(dir, 'result.json')));
 });
 
-test('an unreadable event.json gives a ZygoAgentError result and status 3', async () => {
+test('an event.json JSON.parse refuses is a rejected event: no handler, status 0', async () => {
   const worker = new Worker('handlers', 'main.js:sync');
   await worker.next();
   const dir = requestDir({});
   fs.writeFileSync(path.join(dir, 'event.json'), '{not json');
   worker.send(goFor(dir));
+  assert.deepStrictEqual(await worker.exit(), { code: 0, signal: null });
+  const result = JSON.parse(fs.readFileSync(path.join(dir, 'result.json')));
+  assert.strictEqual(result.ok, false);
+  assert.strictEqual(result.rejected, 'event');
+  assert.strictEqual(result.error.type, 'EventRejected');
+  assert.match(result.error.message, /^event: Node's JSON parser refused it: SyntaxError/);
+});
+
+test('an unreadable event.json gives a ZygoAgentError result and status 3', async () => {
+  const worker = new Worker('handlers', 'main.js:sync');
+  await worker.next();
+  const dir = requestDir({});
+  fs.rmSync(path.join(dir, 'event.json'));
+  fs.mkdirSync(path.join(dir, 'event.json'));
+  worker.send(goFor(dir));
   assert.deepStrictEqual(await worker.exit(), { code: 3, signal: null });
   const result = JSON.parse(fs.readFileSync(path.join(dir, 'result.json')));
   assert.strictEqual(result.ok, false);
   assert.strictEqual(result.error.type, 'ZygoAgentError');
-  assert.match(result.error.message, /^reading event\.json: SyntaxError/);
+  assert.match(result.error.message, /^reading event\.json: Error/);
 });
 
 test('usage errors exit with status 2', async () => {

@@ -143,3 +143,21 @@ test('warm-up: handles open at import are named; a socket or server makes it a w
   const libcrypto = ready.checks.find((c) => c.name === 'libcrypto');
   assert.deepStrictEqual([libcrypto.level, libcrypto.version], ['info', process.versions.openssl]);
 });
+
+test('request.decodeEvent: what JSON.parse refuses is a rejected event naming the field', () => {
+  assert.deepStrictEqual(request.decodeEvent('{"n":[1,2.5]}'), { n: [1, 2.5] });
+  for (const text of ['{', '[1,]', '\u0000']) {
+    assert.throws(() => request.decodeEvent(text), request.EventRejected);
+  }
+  let caught;
+  try {
+    request.decodeEvent('{"a":');
+  } catch (err) {
+    caught = err;
+  }
+  const out = JSON.parse(request.encodeOutcome(request.rejectedOutcome(caught)));
+  assert.strictEqual(out.ok, false);
+  assert.strictEqual(out.rejected, 'event');
+  assert.strictEqual(out.error.type, 'EventRejected');
+  assert.ok(out.error.message.startsWith('event: '), out.error.message);
+});

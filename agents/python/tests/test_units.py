@@ -230,3 +230,28 @@ class ResultTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class EventDecodeTest(unittest.TestCase):
+    """What Python's JSON parser refuses is a rejected event (the caller's error), named."""
+
+    def test_refused_documents_are_rejected_events(self):
+        cases = {
+            "deep nesting": b"[" * 100_000 + b"]" * 100_000,
+            "5000-digit integer": b"1" * 5000,
+            "invalid UTF-8": b'"\xff\xfe"',
+            "not JSON": b"{",
+        }
+        for name, data in cases.items():
+            with self.subTest(name):
+                with self.assertRaises(child._EventRejected) as caught:
+                    child.decode_event(data)
+                result = child.rejected_event(caught.exception.__cause__)
+                self.assertEqual(result["rejected"], "event")
+                self.assertFalse(result["ok"])
+                self.assertTrue(result["error"]["message"].startswith("event: "))
+                self.assertEqual(result["error"]["type"], "EventRejected")
+
+    def test_ordinary_events_decode(self):
+        self.assertEqual(child.decode_event(b'{"n": [1, 2.5, "x"]}'), {"n": [1, 2.5, "x"]})
+        self.assertEqual(child.decode_event(b"9" * 4300), int("9" * 4300))

@@ -9,12 +9,15 @@ after the caller has closed the control socket. In order:
    (rule 7); set ``TMPDIR=dir/tmp`` and reset ``tempfile``; ``PR_SET_DUMPABLE 0``; in fork
    mode, enter a Landlock domain of the request's own (:func:`enter_own_domain`); clear the
    zygote's ``atexit`` handlers; under ``strict``, install ``dir/strict.bpf`` as a second
-   seccomp filter; read ``dir/event.json``;
+   seccomp filter; read ``dir/event.json`` and decode it (a document this runtime's parser
+   refuses — nesting deeper than the recursion limit, an integer over
+   ``sys.get_int_max_str_digits()`` digits, text that is not UTF-8 JSON — is written as a
+   result with ``"rejected": "event"``, the caller's error, and no user code runs);
 3. ``handler(event, context)``; the request's own ``atexit`` handlers; flush;
    ``dir/result.json`` written atomically, last; ``os._exit``.
 
 Exit status: ``EXIT_OK`` once ``result.json`` holds the handler's outcome (success or
-exception); ``EXIT_NO_GO`` when the request socket closed or ``go`` was malformed (no
+exception) or the event's rejection; ``EXIT_NO_GO`` when the request socket closed or ``go`` was malformed (no
 result); ``EXIT_AGENT_ERROR`` when a step before or after the handler failed (a
 ``ZygoAgentError`` result is written when the request directory allows it).
 """
@@ -79,6 +82,10 @@ class _Go:
                                time.time() + deadline_ms / 1000.0)
 
 
+class _EventRejected(Exception):
+    """The event could not be decoded by this runtime's JSON parser."""
+
+
 class _StepFailed(Exception):
     def __init__(self, step: str, exc: BaseException):
         self.step, self.exc = step, exc
@@ -116,6 +123,10 @@ def _serve(fd: int, handler, own_domain: bool) -> int:
             "ZygoAgentError", str(failure))})
         _flush_stdio()
         return EXIT_AGENT_ERROR
+    except _EventRejected as rejected:
+        _flush_stdio()
+        write_result(go.dir, rejected_event(rejected.__cause__))
+        return EXIT_OK
     outcome = _invoke(handler, event, go.context)
     # The request's own atexit handlers and the flush come first: writing
     # result.json is the last act before os._exit, so the supervisor may answer
@@ -185,9 +196,28 @@ def _prepare(sock: socket.socket, go: _Go, own_domain: bool):
             raise _StepFailed(name, exc) from exc
     try:
         with open(os.path.join(go.dir, "event.json"), "rb") as f:
-            return json.load(f)
-    except Exception as exc:  # noqa: BLE001 - OSError, bad JSON, RecursionError
+            data = f.read()
+    except Exception as exc:  # noqa: BLE001 - OSError
         raise _StepFailed("reading event.json", exc) from exc
+    return decode_event(data)
+
+
+def decode_event(data: bytes):
+    """Return the event decoded from ``data``. Raises ``_EventRejected`` (its ``__cause__``
+    the parser's error) for what this runtime cannot decode: invalid UTF-8 or JSON, nesting
+    past the recursion limit, an integer longer than ``sys.get_int_max_str_digits()``."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise _EventRejected() from exc
+
+
+def rejected_event(exc: BaseException) -> dict:
+    """The result for an event the parser refused (``exc``): ``rejected`` names the field,
+    the message carries the parser's reason, never a path or a traceback."""
+    return {"ok": False, "rejected": "event", "error": errors.error(
+        "EventRejected", f"event: Python's JSON parser refused it: {type(exc).__name__}: "
+        f"{errors._safe_str(exc)}")}
 
 
 def install_strict(directory: str) -> None:

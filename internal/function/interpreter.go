@@ -1,0 +1,120 @@
+package function
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/nsbox"
+)
+
+// Host directories an interpreter's bind (nsbox.InterpreterBind) may not
+// be, contain, or lie inside: host configuration and credentials, kernel
+// and device filesystems, runtime state and world-writable scratch space.
+var noBindTree = []string{"/etc", "/root", "/proc", "/sys", "/dev", "/run", "/boot", "/tmp", "/var/tmp", "/lost+found"}
+
+// Host directories an interpreter's bind may lie inside but not be or
+// contain (each holds other users' and services' data as a whole).
+var noBindWhole = []string{"/home", "/var", "/srv", "/mnt", "/media"}
+
+// checkInterpreter fails (errdefs.ErrInvalidArgument, naming
+// zygo.toml's interpreter key) unless interp is an executable ELF regular
+// file whose bind into the sandbox exposes nothing sensitive: none of
+// noBindTree, noBindWhole or the daemon's state directory (after resolving
+// symbolic links, as bwrap does). The interpreter is never run here.
+// Messages name only interp and the directory derived from it.
+func (m *Manager) checkInterpreter(interp string) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: zygo.toml: interpreter: %q %s", errdefs.ErrInvalidArgument, interp, fmt.Sprintf(format, a...))
+	}
+	st, err := os.Stat(interp)
+	switch {
+	case err != nil:
+		return bad("is not found on this host")
+	case !st.Mode().IsRegular():
+		return bad("is not a regular file")
+	case st.Mode()&0o111 == 0:
+		return bad("is not executable")
+	}
+	if !isELF(interp) {
+		return bad("is not an ELF executable (scripts and wrappers cannot be interpreters)")
+	}
+	bind := nsbox.InterpreterBind(interp)
+	if bind == "" {
+		return nil
+	}
+	forbidden := m.forbiddenBinds()
+	for _, p := range []string{bind, resolved(bind)} {
+		if reason := forbidden(p); reason != "" {
+			return bad("would bind %s into the sandbox, which %s; install the interpreter under /usr or its own directory (for example /opt/python3.12/bin/python3)", bind, reason)
+		}
+	}
+	return nil
+}
+
+// forbiddenBinds returns a func saying why a host directory may not be
+// bound into a sandbox ("" when it may).
+func (m *Manager) forbiddenBinds() func(dir string) string {
+	state := []string{m.cfg.StateDir}
+	if abs, err := filepath.Abs(m.cfg.StateDir); err == nil {
+		state = append(state, abs, resolved(abs))
+	}
+	return func(dir string) string {
+		if dir == "/" {
+			return "is the host's root"
+		}
+		for _, s := range state {
+			if within(dir, s) || within(s, dir) {
+				return "holds the daemon's state"
+			}
+		}
+		for _, s := range noBindTree {
+			if within(dir, s) || within(s, dir) {
+				return "holds host configuration, devices or scratch space"
+			}
+		}
+		for _, s := range noBindWhole {
+			if within(s, dir) {
+				return "holds other users' or services' data"
+			}
+		}
+		return ""
+	}
+}
+
+// within reports whether path is dir or below it (both clean and absolute).
+func within(path, dir string) bool {
+	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
+}
+
+// resolved returns p with symbolic links resolved, or p when that fails.
+func resolved(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
+}
+
+// isELF reports whether the regular file at path starts with the ELF magic.
+// It opens non-blocking and re-checks the type, so a FIFO swapped in after
+// the Stat cannot hang the deploy.
+func isELF(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return false
+	}
+	var magic [4]byte
+	if _, err := f.ReadAt(magic[:], 0); err != nil {
+		return false
+	}
+	return bytes.Equal(magic[:], []byte("\x7fELF"))
+}

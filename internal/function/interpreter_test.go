@@ -1,0 +1,74 @@
+package function
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+)
+
+func TestForbiddenBinds(t *testing.T) {
+	m := testManager(0)
+	m.cfg.StateDir = "/var/lib/zygo"
+	forbidden := m.forbiddenBinds()
+	for dir, want := range map[string]string{
+		"/":                  "root",
+		"/etc":               "host configuration",
+		"/etc/ssl":           "host configuration",
+		"/proc/1/root":       "host configuration",
+		"/run":               "host configuration",
+		"/tmp/py":            "scratch space",
+		"/home":              "other users",
+		"/var":               "daemon's state", // an ancestor of the state dir
+		"/var/lib":           "daemon's state",
+		"/var/lib/zygo":      "daemon's state",
+		"/var/lib/zygo/run":  "daemon's state",
+		"/srv":               "other users",
+		"/opt/python3.12":    "",
+		"/home/alice/py3.12": "",
+		"/var/opt/python":    "",
+	} {
+		got := forbidden(dir)
+		if (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("forbidden(%s) = %q, want %q", dir, got, want)
+		}
+	}
+}
+
+func TestCheckInterpreter(t *testing.T) {
+	m := testManager(0)
+	state := t.TempDir()
+	m.cfg.StateDir = state
+	script := filepath.Join(state, "script")
+	os.WriteFile(script, []byte("#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n"), 0o755)
+	plain := filepath.Join(state, "plain")
+	os.WriteFile(plain, []byte("\x7fELF"), 0o644)
+	elf, err := os.ReadFile("/usr/bin/python3")
+	if err != nil {
+		t.Fatal("/usr/bin/python3 is needed: apt-get install -y python3")
+	}
+	inState := filepath.Join(state, "py", "bin", "python3")
+	os.MkdirAll(filepath.Dir(inState), 0o755)
+	if err := os.WriteFile(inState, elf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for interp, want := range map[string]string{
+		"/no/such/python": "is not found",
+		"/etc":            "is not a regular file",
+		plain:             "is not executable",
+		script:            "is not an ELF executable",
+		inState:           "would bind " + filepath.Join(state, "py") + " into the sandbox, which holds the daemon's state",
+	} {
+		err := m.checkInterpreter(interp)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "zygo.toml: interpreter: ") ||
+			!strings.Contains(err.Error(), want) {
+			t.Errorf("checkInterpreter(%s) = %v, want %q", interp, err, want)
+		}
+	}
+	if err := m.checkInterpreter("/usr/bin/python3"); err != nil {
+		t.Errorf("/usr/bin/python3: %v", err)
+	}
+}
