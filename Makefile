@@ -12,11 +12,17 @@ all: build
 deps:
 	./scripts/deps.sh
 
-# bin/zygo-guest is PID 1 of every gVisor sandbox; it must be static. The daemon finds it next
-# to bin/zygo.
+# bin/zygo-guest is PID 1 of every gVisor sandbox; it must be static. bin/zygo_rand.so is the
+# native-randomness guard preloaded into fork-mode Python zygotes (needs gcc). The daemon finds
+# both next to bin/zygo.
+CC      ?= gcc
+RAND_CFLAGS := -shared -fPIC -O2 -Wall -Wextra -Werror
+
 build:
 	$(GO) build -o $(BIN)/zygo ./cmd/zygo
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/zygo-guest ./cmd/zygo-guest
+	@command -v $(CC) >/dev/null 2>&1 || { echo "build: $(CC) not found: the native-randomness guard (bin/zygo_rand.so) needs a C compiler: apt-get install gcc (or run make deps)" >&2; exit 1; }
+	$(CC) $(RAND_CFLAGS) -o $(BIN)/zygo_rand.so agents/native/zygo_rand.c -ldl
 
 test: deps build
 	cd agents/python && $(PY) -m unittest discover -s tests

@@ -11,7 +11,7 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var listen, bwrap, uidRange string
+	var listen, bwrap, uidRange, randGuard string
 	var tmpfsMiB int
 	var readyTimeout time.Duration
 	var debug bool
@@ -29,6 +29,7 @@ func newServeCmd(g *globals) *cobra.Command {
 			return daemon.Run(cmd.Context(), daemon.Config{
 				StateDir: g.resolveStateDir(), Listen: listen, Bwrap: bwrap,
 				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, Sandbox: sbx, Log: log,
+				RandGuard: randGuard,
 			}, nil)
 		},
 	}
@@ -38,6 +39,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&tmpfsMiB, "run-tmpfs-mib", 256, "size cap of the tmpfs holding each zygote's /tmp, request files and secrets (MiB)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level")
+	cmd.Flags().StringVar(&randGuard, "rand-guard", "", "native-randomness guard preloaded into fork-mode Python zygotes (default: "+daemon.RandGuardName+" next to zygo; built by `make build`)")
 	cmd.Flags().StringVar(&sbx.GuestBinary, "guest-binary", "", "static zygo-guest for gVisor sandboxes (default: next to zygo, then PATH)")
 	cmd.Flags().StringVar(&sbx.Runsc, "runsc", "", "runsc binary (default /usr/local/bin/runsc, then PATH)")
 	cmd.Flags().BoolVar(&sbx.Disabled, "no-sandboxes", false, "serve functions only; sandbox calls answer 503")

@@ -65,6 +65,9 @@ type Config struct {
 	uidRange     store.IDRange // UIDRange parsed by validate (root only)
 	// NoCgroups turns per-request cgroups off (limits not enforced).
 	NoCgroups bool
+	// RandGuard is the native-randomness guard (bin/zygo_rand.so, built by
+	// `make build`); "" looks for RandGuardName next to the zygo binary.
+	RandGuard string
 	// Sandbox configures the gVisor sandboxes (sandboxes.go).
 	Sandbox SandboxConfig
 	Log     *slog.Logger
@@ -199,6 +202,9 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	fcfg := functionConfig(cfg, st, agentDir)
+	if fcfg.RandGuard, err = installRandGuard(cfg.RandGuard, agentDir, log); err != nil {
+		return err
+	}
 	if lim := newLimiter(cfg, log); lim != nil {
 		fcfg.Limiter = lim
 		defer func() {

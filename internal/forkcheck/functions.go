@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 
@@ -32,7 +33,10 @@ const (
 )
 
 // BuiltinProbes extracts the embedded probes into dir and returns them with
-// their expectations: Python always, Node when node is true.
+// their expectations: Python and native always, Node when node is true. The
+// native library both Python probes load (probes/native/token.c) is compiled
+// here with gcc, on the machine that runs the check; without gcc it fails
+// saying how to install it.
 func BuiltinProbes(dir string, node bool) ([]Probe, error) {
 	if err := fs.WalkDir(probeFS, "probes", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -50,11 +54,33 @@ func BuiltinProbes(dir string, node bool) ([]Probe, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("extracting probes: %w", err)
 	}
-	probes := []Probe{{Name: "zygo-check-python", Dir: filepath.Join(dir, "probes", "python"), Specs: PythonSpecs}}
+	src := filepath.Join(dir, "probes", "native", "token.c")
+	for _, probe := range []string{"python", "native"} {
+		if err := compileShared(filepath.Join(dir, "probes", probe, "libtoken.so"), src); err != nil {
+			return nil, err
+		}
+	}
+	probes := []Probe{
+		{Name: "zygo-check-python", Dir: filepath.Join(dir, "probes", "python"), Specs: PythonSpecs},
+		{Name: "zygo-check-native", Dir: filepath.Join(dir, "probes", "native"), Specs: NativeSpecs},
+	}
 	if node {
 		probes = append(probes, Probe{Name: "zygo-check-node", Dir: filepath.Join(dir, "probes", "node"), Specs: NodeSpecs})
 	}
 	return probes, nil
+}
+
+// compileShared builds the C source src into the shared object out with gcc
+// -O2 (as libraries usually are: the probe's initialiser ends in a tail call).
+func compileShared(out, src string) error {
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		return fmt.Errorf("building the native probe library: gcc not found: install it (apt-get install gcc)")
+	}
+	if b, err := exec.Command(gcc, "-shared", "-fPIC", "-O2", "-o", out, src).CombinedOutput(); err != nil {
+		return fmt.Errorf("building the native probe library: %w\n%s", err, b)
+	}
+	return nil
 }
 
 // FunctionsReport is the outcome of the functions mode.

@@ -27,6 +27,17 @@ var PythonSpecs = map[string]Spec{
 	"heap address of an import-time object": {Expect: Documented,
 		Why:        "fork copies the zygote's address layout (ASLR), so every child of one zygote has the same addresses",
 		Mitigation: "the layout changes when the zygote restarts (zygo up of a new version, a daemon restart); use mode = \"spawn\" where one layout per request matters"},
+	"native buffer drawn at import": {Expect: Documented,
+		Why: "a native library (libtoken.so) filled a buffer of its own from getrandom() when the import loaded it: memory the agent cannot reseed, so every child of one zygote has the same bytes; " +
+			"the zygote's guard (zygo_rand.so) saw the draw and the warm-up check native_random names the library in zygo logs",
+		Mitigation: "mode = \"spawn\", or on_native_random = \"spawn\" (fork until such a draw is seen), gives each request its own: see the zygo-check-native row"},
+}
+
+// NativeSpecs are the expectations for the native-randomness probe's rows
+// (probes/native/main.py, on_native_random = "spawn").
+var NativeSpecs = map[string]Spec{
+	"native buffer drawn at import (on_native_random = spawn)": {Expect: Differs,
+		Why: "native buffer drawn at import: reported at warm-up (native_random), and on_native_random = \"spawn\" serves each request from a fresh interpreter, which loads the library and draws its own"},
 }
 
 // NodeSpecs are the expectations for the Node probe's rows

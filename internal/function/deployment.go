@@ -124,6 +124,15 @@ func (d *deployment) start(ctx context.Context) error {
 		d.fallback = "threads alive at warm-up (" + threadDetail(r) + "): serving each request from a fresh interpreter (spawn) instead of forking"
 		d.m.appendLogs(ctx, d.zygoLines("falling back to spawn mode: "+d.fallback))
 		d.setLocked("ready", nil, nil)
+	case d.manifest.OnNativeRandom == NativeRandomSpawn && nativeRandomLibraries(r) != 0:
+		retired = z
+		why := "native code drew OS randomness before the first fork"
+		if nativeRandomLibraries(r) < 0 {
+			why = "the native-randomness guard is not loaded, so native draws cannot be ruled out"
+		}
+		d.fallback = why + " and on_native_random = \"spawn\" (see the native_random check): serving each request from a fresh interpreter (spawn) instead of forking"
+		d.m.appendLogs(ctx, d.zygoLines("falling back to spawn mode: "+d.fallback))
+		d.setLocked("ready", nil, nil)
 	default:
 		d.setLocked("ready", z, nil)
 		go d.supervise(z)
@@ -138,6 +147,18 @@ func threadDetail(r zygote.Ready) string {
 		}
 	}
 	return "unknown threads"
+}
+
+// nativeRandomLibraries returns how many libraries the native_random check
+// found drawing OS randomness before the first fork, unreseeded; -1 when the
+// guard was not loaded (cannot tell).
+func nativeRandomLibraries(r zygote.Ready) int {
+	for _, c := range r.Checks {
+		if c.Name == "native_random" {
+			return c.Count
+		}
+	}
+	return 0
 }
 
 func warmupReport(r zygote.Ready) string {

@@ -61,6 +61,10 @@ type Config struct {
 	// filesystem (a daemon that is not root cannot mount).
 	RunTmpfsMiB  int
 	ReadyTimeout time.Duration // import + warm-up bound per zygote
+	// RandGuard says AgentDir holds the native-randomness guard
+	// (nsbox.RandGuardPath); fork-mode Python zygotes then preload it. False
+	// when it was not built (the warm-up check native_random says so).
+	RandGuard bool
 	// Limiter places each request in a cgroup (memory_mib, pids, cpu_ms);
 	// nil when the daemon cannot manage cgroups (not root): those limits are
 	// then not enforced, and the daemon says so at start.
@@ -415,10 +419,15 @@ func (m *Manager) FlushLogs(ctx context.Context) { m.logs.Flush(ctx) }
 
 func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
 	id := newID("z")
+	preload := ""
+	if mode == zygote.ModeFork && m.cfg.RandGuard {
+		preload = nsbox.RandGuardPath // only a zygote has children to share its memory
+	}
 	return zygote.Spec{
 		Box: nsbox.Spec{
 			Bwrap: m.cfg.Bwrap, HostUID: d.uid, Interpreter: d.manifest.Interpreter,
 			CodeDir: d.codeDir, AgentDir: m.cfg.AgentDir, EtcDir: filepath.Join(m.cfg.StateDir, "etc"),
+			Preload: preload,
 		},
 		Runtime:      string(d.manifest.Runtime),
 		Handler:      d.manifest.Handler,

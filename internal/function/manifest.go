@@ -84,7 +84,19 @@ type Manifest struct {
 	PoolSize *int              `toml:"pool_size" json:"pool_size,omitempty"`
 	Env      map[string]string `toml:"env" json:"env,omitempty"`
 	Limits   Limits            `toml:"limits" json:"limits"`
+	// OnNativeRandom is what a fork-mode Python function does when warm-up
+	// finds a native library that drew OS randomness before the first fork
+	// and that the agent cannot reseed (check native_random): "warn" (the
+	// default) reports it and keeps forking; "spawn" falls back to a fresh
+	// interpreter per request, as when threads are alive.
+	OnNativeRandom string `toml:"on_native_random" json:"on_native_random,omitempty"`
 }
+
+// OnNativeRandom values.
+const (
+	NativeRandomWarn  = "warn"
+	NativeRandomSpawn = "spawn"
+)
 
 // Bounds on manifest values; the docs (README, ARCHITECTURE) repeat them.
 const (
@@ -170,6 +182,9 @@ func (m *Manifest) applyDefaults() {
 	if m.Concurrency == 0 {
 		m.Concurrency = DefaultConcurrency
 	}
+	if m.OnNativeRandom == "" && m.Runtime == RuntimePython {
+		m.OnNativeRandom = NativeRandomWarn
+	}
 	if m.PreFork == nil && m.Runtime == RuntimePython {
 		n := DefaultPreFork
 		m.PreFork = &n
@@ -243,6 +258,12 @@ func (m *Manifest) Validate() error {
 	}
 	if m.Runtime != RuntimeNode && m.PoolSize != nil {
 		return bad("pool_size", "applies only to runtime = \"node\"")
+	}
+	switch {
+	case m.Runtime == RuntimeNode && m.OnNativeRandom != "":
+		return bad("on_native_random", "applies only to runtime = \"python\" (every Node request gets a fresh worker)")
+	case m.Runtime == RuntimePython && m.OnNativeRandom != NativeRandomWarn && m.OnNativeRandom != NativeRandomSpawn:
+		return bad("on_native_random", "%q is not one of warn, spawn", m.OnNativeRandom)
 	}
 	if m.Runtime == RuntimeNode && m.Strict {
 		return bad("strict", "is not supported for runtime = \"node\" yet")

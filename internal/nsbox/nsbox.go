@@ -50,7 +50,16 @@ type Spec struct {
 	TmpDir      string   // host dir bound at /tmp, read-write (private to this sandbox)
 	SecretsDir  string   // host dir bound at /run/secrets read-only; "" for none
 	EtcDir      string   // host dir holding generated passwd, group, hosts
+	// Preload is the in-sandbox path of a shared object the interpreter
+	// preloads (LD_PRELOAD, given with bwrap --setenv so that bwrap itself
+	// does not load it); "" for none. The Python zygote's native-randomness
+	// guard (RandGuardPath) removes itself from the environment at load.
+	Preload string
 }
+
+// RandGuardPath is where the native-randomness guard (agents/native/zygo_rand.c,
+// built as bin/zygo_rand.so) sits in a sandbox: under AgentDir.
+const RandGuardPath = AgentDir + "/native/zygo_rand.so"
 
 // Files the sandbox gets as inherited descriptors. The caller owns them and
 // closes its copies after Start.
@@ -147,6 +156,9 @@ func baseArgs(spec Spec) []string {
 	)
 	if spec.SecretsDir != "" {
 		a = append(a, "--ro-bind", spec.SecretsDir, SecretsDir)
+	}
+	if spec.Preload != "" {
+		a = append(a, "--setenv", "LD_PRELOAD", spec.Preload)
 	}
 	a = append(a, "--chdir", CodeDir, "--remount-ro", "/")
 	return a

@@ -47,6 +47,10 @@ type Check struct {
 	Name   string `json:"name"`
 	Level  string `json:"level"` // "info" or "warn"
 	Detail string `json:"detail"`
+	// Count is check-specific: threads alive (threads), libraries that drew
+	// OS randomness before the first fork and are not reseeded, -1 when the
+	// guard is not loaded (native_random).
+	Count int `json:"count,omitempty"`
 }
 
 // seqpacketPair returns a connected AF_UNIX SOCK_SEQPACKET pair, both

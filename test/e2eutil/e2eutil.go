@@ -54,7 +54,31 @@ func Build(guest bool) (zygo string, cleanup func(), err error) {
 			return "", nil, fmt.Errorf("building %s: %w\n%s", b.pkg, err, out)
 		}
 	}
+	if err := BuildRandGuard(filepath.Join(dir, "zygo_rand.so")); err != nil {
+		cleanup()
+		return "", nil, err
+	}
 	return bins[0].out, cleanup, nil
+}
+
+// BuildRandGuard compiles the native-randomness guard (agents/native/zygo_rand.c) to out, as
+// `make build` does next to bin/zygo. It fails saying how to install gcc when it is missing.
+func BuildRandGuard(out string) error {
+	return CompileShared(out, filepath.Join(RepoRoot(), "agents", "native", "zygo_rand.c"), "-ldl")
+}
+
+// CompileShared compiles the C source src into the shared object out with gcc (-O2, as a
+// library is usually built). It fails saying how to install gcc when it is missing.
+func CompileShared(out, src string, libs ...string) error {
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		return fmt.Errorf("gcc not found: install it (apt-get install gcc, or make deps) to build %s", filepath.Base(src))
+	}
+	args := append([]string{"-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", out, src}, libs...)
+	if b, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("compiling %s: %w\n%s", filepath.Base(src), err, b)
+	}
+	return nil
 }
 
 // LockedBuffer is a bytes.Buffer safe for a child process's writes and the test's reads.

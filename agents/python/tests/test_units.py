@@ -40,7 +40,7 @@ class ReseedTest(unittest.TestCase):
         uuid.uuid1()
         ran = reseed.reseed_all()
         self.assertEqual(ran, ["random", "numpy_global", "torch", "openssl", "uuid1",
-                               "tempfile", "generators"])
+                               "tempfile", "generators", "native_known"])
         self.assertNotEqual(random.getstate(), before[0])
         self.assertNotEqual(np.random.get_state()[1].tobytes(), before[1])
         self.assertNotEqual(unseeded.getstate(), before[2])

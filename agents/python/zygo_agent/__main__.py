@@ -64,7 +64,8 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
         zygote.flush_stdio()
         _send_or_exit(control, {"type": "import_error", "error": failure.error})
         sys.exit(1)
-    report = warmup.run(code_dir, agent_fds=(CONTROL_FD,), mode=args.mode)  # step 4
+    report = warmup.run(code_dir, agent_fds=(CONTROL_FD,), mode=args.mode,
+                        handler=args.handler)  # step 4
     _prepare_for_forks(report)
     zygote.flush_stdio()  # step 5
     _send_or_exit(control, {"type": "ready", "pid": os.getpid(),

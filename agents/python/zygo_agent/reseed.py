@@ -8,7 +8,8 @@ so it must not assume a fork happened. Each hook draws fresh entropy from the ke
 Hooks, in order: Python's global ``random``; NumPy's legacy global generator; torch's default
 generator (only if torch is already imported); OpenSSL's DRBG (``ssl.RAND_add``); ``uuid1``'s
 state; the ``tempfile`` name sequence and cached directory; generator objects created at import
-without an explicit seed (those the intent recorder saw, and those warm-up registered).
+without an explicit seed (those the intent recorder saw, and those warm-up registered); the
+known native generators warm-up found that expose a reseed function (:mod:`nativerand`).
 """
 
 import _random
@@ -20,7 +21,7 @@ import tempfile
 import uuid
 from typing import Callable, List, Tuple
 
-from . import recorder
+from . import nativerand, recorder
 
 
 class ReseedError(Exception):
@@ -127,4 +128,5 @@ _HOOKS: List[Tuple[str, Callable[[], None]]] = [
     ("uuid1", reseed_uuid),
     ("tempfile", reset_tempfile),
     ("generators", reseed_import_time_generators),
+    ("native_known", nativerand.reseed_known),
 ]

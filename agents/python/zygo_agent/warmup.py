@@ -18,7 +18,7 @@ import uuid
 from collections import Counter
 from typing import List, NamedTuple, Optional, Tuple
 
-from . import fdreset, libc, recorder
+from . import fdreset, libc, nativerand, recorder
 
 MAX_ITEMS = 64
 
@@ -31,10 +31,13 @@ class Report(NamedTuple):
     numpy_generators: List[object]
 
 
-def run(code_dir: str, agent_fds: Tuple[int, ...] = (), mode: str = "fork") -> Report:
+def run(code_dir: str, agent_fds: Tuple[int, ...] = (), mode: str = "fork",
+        handler: str = "") -> Report:
     """Run every check. ``code_dir`` selects the user's modules (those whose ``__file__`` is
     under it); ``agent_fds`` are the agent's own descriptors, left out of ``sockets``;
-    ``mode`` (``fork`` or ``spawn``) is the agent's, for ``landlock``.
+    ``mode`` (``fork`` or ``spawn``) is the agent's, for ``landlock`` and ``native_random``;
+    ``handler`` (``module:function``) names the function in ``native_random``, which also
+    stops the native-randomness guard's recording.
 
     Returns a ``Report``; never raises: a check that fails is reported as ``warn`` with the
     error, and a failed ``threads`` check makes ``fork_safe`` false (fail closed).
@@ -51,7 +54,8 @@ def run(code_dir: str, agent_fds: Tuple[int, ...] = (), mode: str = "fork") -> R
         ("sockets", lambda: check_sockets(agent_fds, code_dir)), ("uuid1", check_uuid1),
         ("numpy_global", check_numpy_global), ("libcrypto", check_libcrypto),
         ("asyncio_loop", lambda: check_asyncio_loop(code_dir)),
-        ("landlock", lambda: check_landlock(mode)))]
+        ("landlock", lambda: check_landlock(mode)),
+        ("native_random", lambda: check_native_random(mode, handler)))]
     return Report(checks, checks[0].get("count") == 1, numpy_generators)
 
 
@@ -313,6 +317,18 @@ def check_landlock(mode: str, abi: Optional[int] = None) -> dict:
                   "the zygote and its other children, reach what another request execs "
                   "(/proc/PID/mem: exec makes a process dumpable again) and connect to its "
                   "abstract unix sockets", abi=abi, scoped=False)
+
+
+def check_native_random(mode: str, handler: str) -> dict:
+    """``native_random``: native libraries that drew OS randomness before the first fork
+    (the preloaded guard's records) and known native generators (:mod:`nativerand`). In
+    spawn mode every request is a fresh interpreter: nothing is shared, nothing to check."""
+    if mode != "fork":
+        return _check("native_random", "info", f"not checked in {mode} mode: every request "
+                      "imports its native libraries afresh", count=0, items=[], known=[])
+    check = nativerand.check(handler)
+    check["detail"] = check["detail"][:2048]
+    return check
 
 
 def _check(name: str, level: str, detail: str, **extra) -> dict:

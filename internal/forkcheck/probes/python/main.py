@@ -2,6 +2,7 @@
 generator in a live state in the zygote; each request reports what it draws
 and what it can see. Keys are row names; the auditor holds the expectations."""
 import atexit
+import ctypes
 import glob
 import os
 import random
@@ -20,6 +21,7 @@ uuid.uuid1()                         # uuid1's clock-seq/last-timestamp state ex
 next(tempfile._get_candidate_names())
 IMPORT_RNG = random.Random()         # a generator object made at import, no seed
 IMPORT_RNG.random()
+NATIVE = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtoken.so"))
 GLOBAL = {"touched_by": None}        # a global a request may change
 ATEXIT_MARK = "/tmp/zygo-check-zygote-atexit"
 atexit.register(lambda: open(ATEXIT_MARK, "w").close())   # must never run in a child
@@ -56,4 +58,11 @@ def handler(event, context):
         "zygote atexit ran in a child": os.path.exists(ATEXIT_MARK),
         "hostname": socket.gethostname(),
         "heap address of an import-time object": hex(id(GLOBAL)),
+        "native buffer drawn at import": _native_token(),
     }
+
+
+def _native_token():
+    buf = ctypes.create_string_buffer(16)   # libtoken.so filled its own at load (getrandom)
+    NATIVE.zygo_token(buf)
+    return buf.raw.hex()

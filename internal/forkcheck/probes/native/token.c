@@ -1,0 +1,12 @@
+/* A library that buffers OS randomness when it is loaded: getrandom(2) fills 16 bytes in an
+ * ELF constructor, and zygo_token hands them out on every call (as a generator seeded once
+ * at import would). Built by `zygo check functions` (forkcheck.BuiltinProbes) with gcc -O2 into libtoken.so in
+ * this probe and the Python probe. */
+#include <string.h>
+#include <sys/random.h>
+
+static unsigned char buf[16];
+
+__attribute__((constructor)) static void init(void) { getrandom(buf, sizeof buf, 0); }
+
+void zygo_token(unsigned char *out) { memcpy(out, buf, sizeof buf); }
