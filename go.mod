@@ -2,6 +2,11 @@ module github.com/zygo-run/zygo
 
 go 1.26.8
 
+require github.com/zygo-run/zygo/sdk/go v0.0.0
+
+// The Go SDK is a module of its own (standard library only) in this repository.
+replace github.com/zygo-run/zygo/sdk/go => ./sdk/go
+
 require (
 	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/cilium/ebpf v0.16.0 // indirect

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // The loopback TCP listener is reachable by every local user, so it demands
@@ -118,18 +120,5 @@ func bearer(r *http.Request) (string, bool) {
 
 func unauthenticated(w http.ResponseWriter, msg string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="zygo"`)
-	writeError(w, http.StatusUnauthorized, ErrorBody{Code: "unauthenticated", Message: msg})
-}
-
-// bearerTransport adds "Authorization: Bearer token" to every request it
-// sends through next.
-type bearerTransport struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (t *bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context()) // a RoundTripper must not modify the caller's request
-	r.Header.Set("Authorization", "Bearer "+t.token)
-	return t.next.RoundTrip(r)
+	writeError(w, http.StatusUnauthorized, wire.ErrorBody{Code: wire.CodeUnauthenticated, Message: msg})
 }

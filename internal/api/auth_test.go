@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 const testToken = "3f1c0d2e4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
@@ -77,24 +78,24 @@ func TestTCPClientToken(t *testing.T) {
 	t.Cleanup(ts.Close)
 	addr := strings.TrimPrefix(ts.URL, "http://")
 
-	if _, err := api.NewTCPClient(addr, "").Status(ctx); !api.IsUnauthenticated(err) {
+	if _, err := zygo.NewTCPClient(addr, "").Status(ctx); !zygo.IsUnauthenticated(err) {
 		t.Errorf("Status without a token = %v, want a 401", err)
 	}
-	if _, err := api.NewTCPClient(addr, "wrong").Status(ctx); !api.IsUnauthenticated(err) {
+	if _, err := zygo.NewTCPClient(addr, "wrong").Status(ctx); !zygo.IsUnauthenticated(err) {
 		t.Errorf("Status with a wrong token = %v, want a 401", err)
 	}
-	c := api.NewTCPClient(addr, testToken)
+	c := zygo.NewTCPClient(addr, testToken)
 	if st, err := c.Status(ctx); err != nil || st.Version != "test-version" {
 		t.Errorf("Status with the token = %+v, %v", st, err)
 	}
-	if err := c.Remove(ctx, "hello"); err != nil || len(f.fns.removed) != 1 {
+	if err := c.RemoveFunction(ctx, "hello"); err != nil || len(f.fns.removed) != 1 {
 		t.Errorf("Remove with the token = %v (removed %q)", err, f.fns.removed)
 	}
 	// No sandbox API is wired: past the token check, Fork gets a 503.
-	if _, err := api.NewTCPClient(addr, "").Fork(ctx, "sb", 2, "", nil); !api.IsUnauthenticated(err) {
+	if _, err := zygo.NewTCPClient(addr, "").Fork(ctx, "sb", 2, "", nil); !zygo.IsUnauthenticated(err) {
 		t.Errorf("Fork without a token = %v, want a 401", err)
 	}
-	var ae *api.Error
+	var ae *zygo.Error
 	if _, err := c.Fork(ctx, "sb", 2, "", nil); !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
 		t.Errorf("Fork with the token = %v, want a 503 from past the token check", err)
 	}

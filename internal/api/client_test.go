@@ -15,11 +15,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/zygote"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // socketDir returns a short directory for a unix socket (sun_path holds
@@ -35,7 +35,7 @@ func socketDir(t *testing.T) string {
 }
 
 // serveUnix serves h on a unix socket and returns a client for it.
-func serveUnix(t *testing.T, h http.Handler) *api.Client {
+func serveUnix(t *testing.T, h http.Handler) *zygo.Client {
 	t.Helper()
 	sock := filepath.Join(socketDir(t), "zygo.sock")
 	l, err := net.Listen("unix", sock)
@@ -47,7 +47,7 @@ func serveUnix(t *testing.T, h http.Handler) *api.Client {
 	srv.Listener = l
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return api.NewUnixClient(sock)
+	return zygo.NewClient(sock)
 }
 
 func TestClientUnreachable(t *testing.T) {
@@ -66,11 +66,11 @@ func TestClientUnreachable(t *testing.T) {
 	}
 
 	for _, sock := range []string{filepath.Join(dir, "missing.sock"), refused} {
-		c := api.NewUnixClient(sock)
+		c := zygo.NewClient(sock)
 		_, err := c.Status(ctx)
-		var un *api.Unreachable
+		var un *zygo.Unreachable
 		if !errors.As(err, &un) {
-			t.Errorf("%s: Status = %v (%T), want *api.Unreachable", filepath.Base(sock), err, err)
+			t.Errorf("%s: Status = %v (%T), want *zygo.Unreachable", filepath.Base(sock), err, err)
 			continue
 		}
 		if !strings.Contains(err.Error(), "zygo serve") {
@@ -79,7 +79,7 @@ func TestClientUnreachable(t *testing.T) {
 		if un.Unwrap() == nil {
 			t.Errorf("%s: Unreachable wraps nothing", filepath.Base(sock))
 		}
-		var ae *api.Error
+		var ae *zygo.Error
 		if errors.As(err, &ae) {
 			t.Errorf("%s: transport failure reported as an API error %+v", filepath.Base(sock), ae)
 		}
@@ -95,7 +95,7 @@ func TestClientAgainstServer(t *testing.T) {
 	if err != nil || st.Version != "test-version" || st.Functions != 2 {
 		t.Fatalf("Status = %+v, %v", st, err)
 	}
-	list, err := c.List(ctx)
+	list, err := c.Functions(ctx)
 	if err != nil || len(list) != 2 || list[0].Name != "hello" {
 		t.Errorf("List = %+v, %v", list, err)
 	}
@@ -103,15 +103,15 @@ func TestClientAgainstServer(t *testing.T) {
 	t.Run("4xx is an *Error with the body", func(t *testing.T) {
 		f.fns.err = fmt.Errorf("function %q: %w", "nope", errdefs.ErrNotFound)
 		defer func() { f.fns.err = nil }()
-		err := c.Remove(ctx, "nope")
-		var ae *api.Error
+		err := c.RemoveFunction(ctx, "nope")
+		var ae *zygo.Error
 		if !errors.As(err, &ae) {
-			t.Fatalf("Remove = %v (%T), want *api.Error", err, err)
+			t.Fatalf("Remove = %v (%T), want *zygo.Error", err, err)
 		}
-		if ae.Status != 404 || ae.Body.Code != "not_found" || ae.Body.Message != `function "nope": not found` {
+		if ae.Status != 404 || ae.Code != "not_found" || ae.Message != `function "nope": not found` {
 			t.Errorf("Error = %+v", ae)
 		}
-		if !api.IsNotFound(err) {
+		if !zygo.IsNotFound(err) {
 			t.Error("IsNotFound = false for a 404")
 		}
 	})
@@ -134,17 +134,17 @@ func TestClientAgainstServer(t *testing.T) {
 		f.fns.inv = &function.Invocation{RequestID: "r-2", Failure: zygote.FailHandler,
 			Error: &zygote.HandlerError{Type: "KeyError", Message: "'name'", Traceback: "Traceback:\n  line 3"}}
 		_, err := c.Invoke(ctx, "hello", []byte(`{}`))
-		var ae *api.Error
+		var ae *zygo.Error
 		if !errors.As(err, &ae) {
-			t.Fatalf("Invoke = %v, want *api.Error", err)
+			t.Fatalf("Invoke = %v, want *zygo.Error", err)
 		}
-		if ae.Status != 500 || ae.Body.Code != "handler_error" || ae.Body.Type != "KeyError" || ae.Body.RequestID != "r-2" {
+		if ae.Status != 500 || ae.Code != "handler_error" || ae.Type != "KeyError" || ae.RequestID != "r-2" {
 			t.Errorf("Error = %+v", ae)
 		}
 		if err.Error() != "'name'\nTraceback:\n  line 3" {
 			t.Errorf("Error() = %q, want the message then the traceback", err.Error())
 		}
-		if api.IsNotFound(err) {
+		if zygo.IsNotFound(err) {
 			t.Error("IsNotFound = true for a 500")
 		}
 	})
@@ -157,7 +157,7 @@ func TestClientAgainstServer(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "main.py"), []byte("def handler(e, c): return e\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		res, err := c.Deploy(ctx, dir)
+		res, err := c.DeployDir(ctx, dir)
 		if err != nil || res.Name != "hello" {
 			t.Fatalf("Deploy = %+v, %v", res, err)
 		}
@@ -171,7 +171,7 @@ func TestClientAgainstServer(t *testing.T) {
 	})
 
 	t.Run("logs query", func(t *testing.T) {
-		if _, err := c.Logs(ctx, "hello", "r-7", 12); err != nil {
+		if _, err := c.Logs(ctx, "hello", zygo.LogsQuery{RequestID: "r-7", After: 12}); err != nil {
 			t.Fatal(err)
 		}
 		if q := f.logs.q; q == nil || q.Function != "hello" || q.RequestID != "r-7" || q.AfterID != 12 {
@@ -206,11 +206,11 @@ func TestClientNonJSONError(t *testing.T) {
 		http.Error(w, "upstream exploded", http.StatusBadGateway)
 	}))
 	_, err := c.Status(context.Background())
-	var ae *api.Error
+	var ae *zygo.Error
 	if !errors.As(err, &ae) {
-		t.Fatalf("Status = %v, want *api.Error", err)
+		t.Fatalf("Status = %v, want *zygo.Error", err)
 	}
-	if ae.Status != 502 || ae.Body.Code != "http" || ae.Body.Message != "HTTP 502: upstream exploded" {
+	if ae.Status != 502 || ae.Code != "http" || ae.Message != "HTTP 502: upstream exploded" {
 		t.Errorf("Error = %+v", ae)
 	}
 }

@@ -13,40 +13,19 @@ import (
 
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
-// ExecBody is the body of POST /v1/sandboxes/{id}/exec: one JSON object of at most
-// MaxSandboxJSONBytes. The command's stdin comes in one of two forms, or not at all (then it
-// is /dev/null):
-//
-//   - Stdin: the whole input, base64 in the JSON; the command starts once the body has
-//     arrived. For small inputs.
-//   - StdinStream: the JSON object is followed, in the same body, by one '\n' and then the
-//     stdin bytes, sent as they come (chunked); the end of the body closes the command's
-//     stdin. The command starts as soon as the object has arrived and its output streams back
-//     while stdin is still being sent (the server reads the body while it answers: HTTP/1.1
-//     full duplex). A client that goes away before the end of the body kills the command.
-//
-// Setting both is a 400.
-type ExecBody struct {
-	Argv        []string `json:"argv"`
-	Env         []string `json:"env,omitempty"`   // KEY=VALUE, added to the sandbox's environment
-	Cwd         string   `json:"cwd,omitempty"`   // default /
-	Stdin       []byte   `json:"stdin,omitempty"` // base64 in JSON
-	StdinStream bool     `json:"stdin_stream,omitempty"`
-	TimeoutMs   int64    `json:"timeout_ms,omitempty"`
-}
-
-// decodeExecBody reads an ExecBody and, with StdinStream, returns the rest of the body after
-// the '\n' as the stdin. On failure it has answered.
-func decodeExecBody(w http.ResponseWriter, r *http.Request) (ExecBody, io.Reader, bool) {
-	var body ExecBody
+// decodeExecBody reads a wire.ExecBody and, with StdinStream, returns the rest of the body
+// after the '\n' as the stdin. On failure it has answered.
+func decodeExecBody(w http.ResponseWriter, r *http.Request) (wire.ExecBody, io.Reader, bool) {
+	var body wire.ExecBody
 	lim := &io.LimitedReader{R: r.Body, N: MaxSandboxJSONBytes}
 	dec := json.NewDecoder(lim)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
 		if lim.N <= 0 {
-			writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large",
+			writeError(w, http.StatusRequestEntityTooLarge, wire.ErrorBody{Code: wire.CodeTooLarge,
 				Message: fmt.Sprintf("request body exceeds %d MiB", MaxSandboxJSONBytes>>20)})
 			return body, nil, false
 		}
@@ -129,5 +108,5 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxe
 		s.finishStream(w, st, err)
 		return
 	}
-	st.send(StreamEvent{Exit: &status})
+	st.send(wire.StreamEvent{Exit: exitStatusOf(status)})
 }

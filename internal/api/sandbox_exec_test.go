@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // catSandboxes is a Sandboxes whose Exec behaves as cat: it copies the request's stdin to
@@ -97,12 +98,12 @@ func TestExecStdinFullDuplex(t *testing.T) {
 	pr, pw := io.Pipe()
 	out := &syncWaiter{}
 	type result struct {
-		st  guest.ExitStatus
+		st  wire.ExitStatus
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		st, err := c.ExecStream(context.Background(), "sb-1", ExecBody{Argv: []string{"cat"}}, pr, out, nil)
+		st, err := c.ExecStream(context.Background(), "sb-1", wire.ExecBody{Argv: []string{"cat"}}, pr, out, nil)
 		done <- result{st, err}
 	}()
 	io.WriteString(pw, "one\n")
@@ -125,11 +126,11 @@ func TestExecStdinJSONAndNone(t *testing.T) {
 	ctx := context.Background()
 	f := newCat()
 	var out bytes.Buffer
-	if _, err := newTestServer(t, f, nil).Exec(ctx, "sb-1", ExecBody{Argv: []string{"cat"}, Stdin: []byte("abc")}, &out, nil); err != nil || out.String() != "abc" {
+	if _, err := newTestServer(t, f, nil).Exec(ctx, "sb-1", wire.ExecBody{Argv: []string{"cat"}, Stdin: []byte("abc")}, &out, nil); err != nil || out.String() != "abc" {
 		t.Fatalf("stdin in the JSON: %v %q", err, out.String())
 	}
 	f = newCat()
-	if _, err := newTestServer(t, f, nil).Exec(ctx, "sb-1", ExecBody{Argv: []string{"cat"}}, nil, nil); err != nil || f.hadStdin {
+	if _, err := newTestServer(t, f, nil).Exec(ctx, "sb-1", wire.ExecBody{Argv: []string{"cat"}}, nil, nil); err != nil || f.hadStdin {
 		t.Fatalf("no stdin: %v, the command had one: %v", err, f.hadStdin)
 	}
 }
@@ -137,7 +138,7 @@ func TestExecStdinJSONAndNone(t *testing.T) {
 func TestExecStdinBadBodies(t *testing.T) {
 	ctx := context.Background()
 	c := newTestServer(t, newCat(), nil)
-	_, err := c.ExecStream(ctx, "sb-1", ExecBody{Argv: []string{"cat"}, Stdin: []byte("x")}, strings.NewReader("y"), nil, nil)
+	_, err := c.ExecStream(ctx, "sb-1", wire.ExecBody{Argv: []string{"cat"}, Stdin: []byte("x")}, strings.NewReader("y"), nil, nil)
 	if err == nil {
 		t.Error("stdin given twice was accepted by the client")
 	}
@@ -146,7 +147,7 @@ func TestExecStdinBadBodies(t *testing.T) {
 		`{"argv":["cat"],"stdin_stream":true}x`:                       "followed by a newline",
 		`{"argv":["cat"],"stdin_stream":true}`:                        "followed by a newline",
 	} {
-		_, err := c.streamBody(ctx, sandboxPath("sb-1", "exec"), strings.NewReader(body), "", nil, nil)
+		err := rawCall(t, c, "POST", sbPath("sb-1", "exec"), strings.NewReader(body), "")
 		wantAPIError(t, err, http.StatusBadRequest, want)
 	}
 }
@@ -161,7 +162,7 @@ func TestExecStdinCommandExitsFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	st, err := c.ExecStream(ctx, "sb-1", ExecBody{Argv: []string{"true"}}, pr, nil, nil)
+	st, err := c.ExecStream(ctx, "sb-1", wire.ExecBody{Argv: []string{"true"}}, pr, nil, nil)
 	if err != nil || st.Code != 0 || time.Since(t0) > 5*time.Second {
 		t.Fatalf("exec that ignores a silent stdin: %+v %v after %v", st, err, time.Since(t0))
 	}
@@ -177,7 +178,7 @@ func TestExecStdinClientGoneCancels(t *testing.T) {
 	out := &syncWaiter{}
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.ExecStream(ctx, "sb-1", ExecBody{Argv: []string{"cat"}}, pr, out, nil)
+		_, err := c.ExecStream(ctx, "sb-1", wire.ExecBody{Argv: []string{"cat"}}, pr, out, nil)
 		done <- err
 	}()
 	io.WriteString(pw, "x")
@@ -224,7 +225,6 @@ func TestExecStdinSilentClientReleased(t *testing.T) {
 // Bodies the exec route refuses with 400 before anything runs: a second JSON object after the
 // first, an env entry without '=', a relative cwd.
 func TestExecRefusesMalformedRequests(t *testing.T) {
-	ctx := context.Background()
 	f := newCat()
 	c := newTestServer(t, f, nil)
 	for body, want := range map[string]string{
@@ -233,7 +233,7 @@ func TestExecRefusesMalformedRequests(t *testing.T) {
 		`{"argv":["true"],"env":["=x"]}`:      "KEY=VALUE",
 		`{"argv":["true"],"cwd":"../.."}`:     "absolute",
 	} {
-		_, err := c.streamBody(ctx, sandboxPath("sb-1", "exec"), strings.NewReader(body), "", nil, nil)
+		err := rawCall(t, c, "POST", sbPath("sb-1", "exec"), strings.NewReader(body), "")
 		wantAPIError(t, err, http.StatusBadRequest, want)
 	}
 	select {

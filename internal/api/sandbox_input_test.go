@@ -15,6 +15,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/sandboxtest"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // newInputServer serves the sandbox routes of a real Manager on sandboxtest.FakeBackend, whose
@@ -209,7 +210,7 @@ func call(t *testing.T, ts *httptest.Server, method, path, body string) (int, st
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var eb struct {
-		Error ErrorBody `json:"error"`
+		Error wire.ErrorBody `json:"error"`
 	}
 	_ = json.Unmarshal(raw, &eb)
 	return resp.StatusCode, eb.Error.Message, string(raw)

@@ -1,27 +1,6 @@
 package api
 
-// The sandbox routes (docs/ARCHITECTURE.md has the table):
-//
-//	POST   /v1/sandboxes                       body: CreateSandboxBody → 201 the record
-//	GET    /v1/sandboxes                       every record, oldest first
-//	GET    /v1/sandboxes/{id}                  {id} is a sandbox id or name, everywhere
-//	DELETE /v1/sandboxes/{id}                  204
-//	POST   /v1/sandboxes/{id}/exec             body: ExecBody [+ streamed stdin] → NDJSON StreamEvents, last: exit
-//	POST   /v1/sandboxes/{id}/run-code         body: CodeBody → NDJSON StreamEvents, last: result
-//	PUT    /v1/sandboxes/{id}/files?path=&mode=    body: the content → 204
-//	GET    /v1/sandboxes/{id}/files?path=      the content
-//	GET    /v1/sandboxes/{id}/files/list?path= []guest.FileInfo, at most guest.MaxListEntries in name
-//	                                           order; header Zygo-Entries-Total: the directory's count
-//	POST   /v1/sandboxes/{id}/checkpoint       body: CheckpointBody → 201 the checkpoint
-//	GET    /v1/sandboxes/{id}/checkpoints      the sandbox's checkpoints
-//	POST   /v1/sandboxes/{id}/fork             body: ForkBody → ForkAnswer; with Accept:
-//	                                           application/x-ndjson, ForkEvents (progress, then the answer)
-//	POST   /v1/sandboxes/{id}/rollback         body: RollbackBody → the record
-//	GET    /v1/sandboxes/{id}/generation       GenerationBody
-//	GET    /v1/sandboxes/{id}/services         []guest.ServiceStatus, live from the guest
-//	GET    /v1/checkpoints[?sandbox=ID]        every checkpoint, oldest first
-//	GET    /v1/checkpoints/{id}                {id} is a checkpoint id or tag
-//	DELETE /v1/checkpoints/{id}                204; 409 while a sandbox or checkpoint refers to it
+// The sandbox routes: the table is in sdk/go/wire (sandboxes.go).
 
 import (
 	"context"
@@ -39,6 +18,7 @@ import (
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // Sandboxes is what the server needs from the sandbox manager (*sandbox.Manager). Every id
@@ -64,13 +44,10 @@ type Sandboxes interface {
 
 var _ Sandboxes = (*sandbox.Manager)(nil)
 
-// Limits of the sandbox routes.
+// Limits of the sandbox routes (the contract's).
 const (
-	// MaxSandboxJSONBytes bounds a JSON request body (an exec's stdin travels in it, unless
-	// it is streamed after it: see ExecBody).
-	MaxSandboxJSONBytes = 16 << 20
-	// MaxFileBytes bounds one file upload. A sandbox's writes live in memory.
-	MaxFileBytes = 256 << 20
+	MaxSandboxJSONBytes = wire.MaxSandboxJSONBytes
+	MaxFileBytes        = wire.MaxFileBytes
 )
 
 // sandboxAPI is the sandbox side of the server.
@@ -125,59 +102,43 @@ func (s *Server) needSandboxes(h sandboxHandler) http.HandlerFunc {
 			if s.sandboxes.unavailable != nil {
 				msg = s.sandboxes.unavailable.Error()
 			}
-			writeError(w, http.StatusServiceUnavailable, ErrorBody{Code: "unavailable", Message: msg})
+			writeError(w, http.StatusServiceUnavailable, wire.ErrorBody{Code: wire.CodeUnavailable, Message: msg})
 			return
 		}
 		h(w, r, sb)
 	}
 }
 
-// codeStatus is the HTTP status of each error code, as Server.fail answers them.
-var codeStatus = map[string]int{
-	"not_found": http.StatusNotFound, "bad_request": http.StatusBadRequest,
-	"too_large": http.StatusRequestEntityTooLarge, "exists": http.StatusConflict,
-	"failed_precondition": http.StatusConflict, "unavailable": http.StatusServiceUnavailable,
-	"deadline_exceeded": http.StatusGatewayTimeout, "cancelled": 499, "internal": http.StatusInternalServerError,
-}
-
-// statusOfCode returns the HTTP status of an error code (500 for an unknown one).
-func statusOfCode(code string) int {
-	if st, ok := codeStatus[code]; ok {
-		return st
-	}
-	return http.StatusInternalServerError
-}
-
 // errorCode maps err's errdefs category to an error code and an HTTP status: Server.fail
 // uses it, and so do errors reported inside a stream or a body of their own.
-func (s *Server) errorCode(err error) (string, int) {
-	code := "internal"
+func (s *Server) errorCode(err error) (wire.Code, int) {
+	code := wire.CodeInternal
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
-		code = "not_found"
+		code = wire.CodeNotFound
 	case errors.Is(err, errdefs.ErrInvalidArgument):
-		code = "bad_request"
+		code = wire.CodeBadRequest
 	case errors.Is(err, errdefs.ErrTooLarge):
-		code = "too_large"
+		code = wire.CodeTooLarge
 	case errors.Is(err, errdefs.ErrExists):
-		code = "exists"
+		code = wire.CodeExists
 	case errors.Is(err, errdefs.ErrFailedPrecondition):
-		code = "failed_precondition"
+		code = wire.CodeFailedPrecondition
 	case errors.Is(err, errdefs.ErrUnavailable):
-		code = "unavailable"
+		code = wire.CodeUnavailable
 	case errors.Is(err, errdefs.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
-		code = "deadline_exceeded"
+		code = wire.CodeDeadlineExceeded
 	case errors.Is(err, context.Canceled):
-		code = "cancelled"
+		code = wire.CodeCancelled
 	default:
-		s.log.Error("api", "err", err)
+		s.log.Error("api: an error of no category", "err", err)
 	}
-	return code, statusOfCode(code)
+	return code, wire.StatusOf(code)
 }
 
-func (s *Server) errorBody(err error) *ErrorBody {
+func (s *Server) errorBody(err error) *wire.ErrorBody {
 	code, _ := s.errorCode(err)
-	return &ErrorBody{Code: code, Message: err.Error()}
+	return &wire.ErrorBody{Code: code, Message: err.Error()}
 }
 
 // decodeBody reads a JSON body into v; an empty body leaves v as it is. Unknown fields are
@@ -188,11 +149,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large",
+			writeError(w, http.StatusRequestEntityTooLarge, wire.ErrorBody{Code: wire.CodeTooLarge,
 				Message: fmt.Sprintf("request body exceeds %d MiB", MaxSandboxJSONBytes>>20)})
 			return false
 		}
-		writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: "decoding request body: " + err.Error()})
+		badRequest(w, "decoding request body: "+err.Error())
 		return false
 	}
 	if dec.More() {
@@ -203,29 +164,20 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 func badRequest(w http.ResponseWriter, msg string) {
-	writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: msg})
+	writeError(w, http.StatusBadRequest, wire.ErrorBody{Code: wire.CodeBadRequest, Message: msg})
 }
 
-// CreateSandboxBody is the body of POST /v1/sandboxes: name, rootfs_dir, services, env,
-// secrets, memory_mib, pids, cpus (all optional). Secrets are names of the daemon's secret
-// store; an unknown one is a 400 naming it. The limits (sandbox.Limits): memory_mib in MiB
-// (default 2048, at least 64, at most the host's memory), pids (default 4096, 32 to 2^22),
-// cpus in cores, fractions allowed (default 0: no quota; 0.01 to the host's CPU count); a
-// value out of bounds is a 400 naming the field and the bounds. The record answered carries
-// the limits in force in its options.
-type CreateSandboxBody = sandbox.CreateOptions
-
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
-	var body CreateSandboxBody
+	var body wire.CreateSandboxBody
 	if !decodeBody(w, r, &body) {
 		return
 	}
-	rec, err := sb.Create(r.Context(), body)
+	rec, err := sb.Create(r.Context(), createOptionsFrom(body))
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, rec)
+	writeJSON(w, http.StatusCreated, sandboxOf(rec))
 }
 
 // sandboxSecretUsers returns the sandboxes ("sandbox NAME") and checkpoints ("checkpoint ID")
@@ -267,10 +219,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, sb Sandbo
 		s.fail(w, err)
 		return
 	}
-	if recs == nil {
-		recs = []sandbox.SandboxRecord{}
-	}
-	writeJSON(w, http.StatusOK, recs)
+	writeJSON(w, http.StatusOK, sandboxesOf(recs))
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
@@ -279,7 +228,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec)
+	writeJSON(w, http.StatusOK, sandboxOf(rec))
 }
 
 func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
@@ -288,23 +237,6 @@ func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request, sb Sandbo
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// CodeBody is the body of POST /v1/sandboxes/{id}/run-code.
-type CodeBody struct {
-	Code      string `json:"code"`
-	TimeoutMs int64  `json:"timeout_ms,omitempty"`
-}
-
-// StreamEvent is one line of the NDJSON answer of exec and run-code: output chunks as they
-// come, then exactly one of Exit (exec), Result (run-code) or Error (the call failed after the
-// stream began; before that, the answer is an ordinary error with its status).
-type StreamEvent struct {
-	Stream string            `json:"stream,omitempty"` // "stdout" or "stderr"
-	Data   []byte            `json:"data,omitempty"`   // base64 in JSON
-	Exit   *guest.ExitStatus `json:"exit,omitempty"`
-	Result *guest.CodeResult `json:"result,omitempty"`
-	Error  *ErrorBody        `json:"error,omitempty"`
 }
 
 // eventStream writes StreamEvents. The status line goes out with the first event, so an error
@@ -321,7 +253,7 @@ func newEventStream(w http.ResponseWriter) *eventStream {
 	return &eventStream{w: w, rc: http.NewResponseController(w)}
 }
 
-func (st *eventStream) send(ev StreamEvent) {
+func (st *eventStream) send(ev wire.StreamEvent) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.started {
@@ -342,7 +274,7 @@ func (st *eventStream) isStarted() bool {
 // writer returns an io.Writer that sends what it is given as events of stream name.
 func (st *eventStream) writer(name string) io.Writer {
 	return writerFunc(func(p []byte) (int, error) {
-		st.send(StreamEvent{Stream: name, Data: append([]byte(nil), p...)})
+		st.send(wire.StreamEvent{Stream: name, Data: append([]byte(nil), p...)})
 		return len(p), nil
 	})
 }
@@ -355,14 +287,14 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // ordinary error answer.
 func (s *Server) finishStream(w http.ResponseWriter, st *eventStream, err error) {
 	if st.isStarted() {
-		st.send(StreamEvent{Error: s.errorBody(err)})
+		st.send(wire.StreamEvent{Error: s.errorBody(err)})
 		return
 	}
 	s.fail(w, err)
 }
 
 func (s *Server) runCode(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
-	var body CodeBody
+	var body wire.CodeBody
 	if !decodeBody(w, r, &body) {
 		return
 	}
@@ -377,7 +309,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 		s.finishStream(w, st, err)
 		return
 	}
-	st.send(StreamEvent{Result: &res})
+	st.send(wire.StreamEvent{Result: codeResultOf(res)})
 }
 
 // maxTimeoutMs is the longest timeout_ms a time.Duration holds.
@@ -435,7 +367,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	body := &limitedBody{r: http.MaxBytesReader(w, r.Body, MaxFileBytes)}
 	if err := sb.PutFile(r.Context(), r.PathValue("id"), p, uint32(mode), body); err != nil {
 		if body.tooLong {
-			writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large",
+			writeError(w, http.StatusRequestEntityTooLarge, wire.ErrorBody{Code: wire.CodeTooLarge,
 				Message: fmt.Sprintf("file exceeds %d MiB", MaxFileBytes>>20)})
 			return
 		}
@@ -489,20 +421,12 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, sb Sandboxes)
 		s.fail(w, err)
 		return
 	}
-	if ls.Entries == nil {
-		ls.Entries = []guest.FileInfo{}
-	}
-	w.Header().Set(EntriesTotalHeader, strconv.Itoa(max(ls.Total, len(ls.Entries))))
-	writeJSON(w, http.StatusOK, ls.Entries)
-}
-
-// CheckpointBody is the body of POST /v1/sandboxes/{id}/checkpoint.
-type CheckpointBody struct {
-	Tag string `json:"tag,omitempty"`
+	w.Header().Set(wire.EntriesTotalHeader, strconv.Itoa(max(ls.Total, len(ls.Entries))))
+	writeJSON(w, http.StatusOK, fileInfosOf(ls.Entries))
 }
 
 func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
-	var body CheckpointBody
+	var body wire.CheckpointBody
 	if !decodeBody(w, r, &body) {
 		return
 	}
@@ -511,7 +435,7 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, sb Sandboxes
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, cp)
+	writeJSON(w, http.StatusCreated, checkpointOf(cp))
 }
 
 func (s *Server) writeCheckpoints(w http.ResponseWriter, r *http.Request, sb Sandboxes, sandboxID string) {
@@ -520,10 +444,7 @@ func (s *Server) writeCheckpoints(w http.ResponseWriter, r *http.Request, sb San
 		s.fail(w, err)
 		return
 	}
-	if cps == nil {
-		cps = []sandbox.CheckpointRecord{}
-	}
-	writeJSON(w, http.StatusOK, cps)
+	writeJSON(w, http.StatusOK, checkpointsOf(cps))
 }
 
 func (s *Server) sandboxCheckpoints(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
@@ -540,7 +461,7 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request, sb Sandbo
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, cp)
+	writeJSON(w, http.StatusOK, checkpointOf(cp))
 }
 
 func (s *Server) removeCheckpoint(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
@@ -551,64 +472,22 @@ func (s *Server) removeCheckpoint(w http.ResponseWriter, r *http.Request, sb San
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// ForkBody is the body of POST /v1/sandboxes/{id}/fork.
-type ForkBody struct {
-	N int `json:"n"` // children, 1..the daemon's bound (sandbox.MaxForkN)
-	// From is the checkpoint (id or tag) to restore; empty: checkpoint the sandbox now.
-	From string `json:"from,omitempty"`
-}
-
-// ForkChildBody is one child's outcome: its record, or why it failed (it was destroyed).
-type ForkChildBody struct {
-	Index   int                    `json:"index"`
-	Sandbox *sandbox.SandboxRecord `json:"sandbox,omitempty"`
-	Error   *ErrorBody             `json:"error,omitempty"`
-}
-
-// ForkAnswer is the answer of a fork: 200 when at least one child runs (partial success is
-// normal, and every failure is listed); when every child failed, the status of their errors'
-// category with Error set, and the children still listed.
-type ForkAnswer struct {
-	Error      *ErrorBody               `json:"error,omitempty"`
-	Checkpoint sandbox.CheckpointRecord `json:"checkpoint"`
-	Children   []ForkChildBody          `json:"children"`
-	Succeeded  int                      `json:"succeeded"`
-	Failed     int                      `json:"failed"`
-}
-
-// ForkEvent is one line of a fork streamed as NDJSON (the request's Accept header is
-// application/x-ndjson): Progress lines while the children are made, then one line with the
-// Answer and the HTTP status the plain call would have had. A fork refused before any child
-// is attempted (bad n, unknown sandbox, a failed checkpoint) is a plain error answer instead.
-type ForkEvent struct {
-	Progress *sandbox.ForkProgress `json:"progress,omitempty"`
-	Answer   *ForkAnswer           `json:"answer,omitempty"`
-	Status   int                   `json:"status,omitempty"` // with Answer
-}
-
-// EntriesTotalHeader carries a listing's total number of entries; the body holds at most
-// guest.MaxListEntries of them.
-const EntriesTotalHeader = "Zygo-Entries-Total"
-
-// ForkStreamType is the media type of a streamed fork.
-const ForkStreamType = "application/x-ndjson"
-
 func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
-	var body ForkBody
+	var body wire.ForkBody
 	if !decodeBody(w, r, &body) {
 		return
 	}
 	opts := sandbox.ForkOptions{N: body.N, From: body.From}
 	var stream *json.Encoder // set once the 200 is sent: after the first progress event
-	if r.Header.Get("Accept") == ForkStreamType {
+	if r.Header.Get("Accept") == wire.ForkStreamType {
 		rc := http.NewResponseController(w)
 		opts.Progress = func(p sandbox.ForkProgress) { // serialized by Fork
 			if stream == nil {
-				w.Header().Set("Content-Type", ForkStreamType)
+				w.Header().Set("Content-Type", wire.ForkStreamType)
 				w.WriteHeader(http.StatusOK)
 				stream = json.NewEncoder(w)
 			}
-			_ = stream.Encode(ForkEvent{Progress: &p})
+			_ = stream.Encode(wire.ForkEvent{Progress: forkProgressOf(p)})
 			_ = rc.Flush()
 		}
 	}
@@ -617,14 +496,14 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 		s.fail(w, err)
 		return
 	}
-	ans := ForkAnswer{Checkpoint: res.Checkpoint, Children: make([]ForkChildBody, 0, len(res.Children))}
+	ans := wire.ForkAnswer{Checkpoint: checkpointOf(res.Checkpoint), Children: make([]wire.ForkChild, 0, len(res.Children))}
 	for i, c := range res.Children {
-		cb := ForkChildBody{Index: i}
+		cb := wire.ForkChild{Index: i}
 		if c.Err != nil {
 			cb.Error = s.errorBody(c.Err)
 			ans.Failed++
 		} else {
-			rec := c.Sandbox
+			rec := sandboxOf(c.Sandbox)
 			cb.Sandbox = &rec
 			ans.Succeeded++
 		}
@@ -636,19 +515,14 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 		_, status = s.errorCode(err)
 	}
 	if stream != nil {
-		_ = stream.Encode(ForkEvent{Answer: &ans, Status: status})
+		_ = stream.Encode(wire.ForkEvent{Answer: &ans, Status: status})
 		return
 	}
 	writeJSON(w, status, ans)
 }
 
-// RollbackBody is the body of POST /v1/sandboxes/{id}/rollback.
-type RollbackBody struct {
-	To string `json:"to"` // checkpoint id or tag
-}
-
 func (s *Server) rollback(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
-	var body RollbackBody
+	var body wire.RollbackBody
 	if !decodeBody(w, r, &body) {
 		return
 	}
@@ -661,13 +535,7 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request, sb Sandboxes) 
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec)
-}
-
-// GenerationBody is the answer of GET /v1/sandboxes/{id}/generation.
-type GenerationBody struct {
-	SandboxID  string `json:"sandbox_id"`
-	Generation string `json:"generation"` // 128 bits, 32 hex digits; new on every fork and rollback
+	writeJSON(w, http.StatusOK, sandboxOf(rec))
 }
 
 func (s *Server) generation(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
@@ -680,7 +548,7 @@ func (s *Server) generation(w http.ResponseWriter, r *http.Request, sb Sandboxes
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, GenerationBody{SandboxID: rec.ID, Generation: rec.Generation})
+	writeJSON(w, http.StatusOK, wire.GenerationBody{SandboxID: rec.ID, Generation: rec.Generation})
 }
 
 func (s *Server) services(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
@@ -689,8 +557,5 @@ func (s *Server) services(w http.ResponseWriter, r *http.Request, sb Sandboxes) 
 		s.fail(w, err)
 		return
 	}
-	if st == nil {
-		st = []guest.ServiceStatus{}
-	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, http.StatusOK, serviceStatusesOf(st))
 }

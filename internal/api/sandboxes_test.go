@@ -16,6 +16,8 @@ import (
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // fakeSandboxes is a hand-written Sandboxes: each method answers from its fields.
@@ -92,22 +94,24 @@ func (f *fakeSandboxes) Checkpoints(context.Context, string) ([]sandbox.Checkpoi
 	return f.cps, f.err
 }
 
-func newTestServer(t *testing.T, sb Sandboxes, unavailable error) *Client {
+func newTestServer(t *testing.T, sb Sandboxes, unavailable error) *zygo.Client {
 	t.Helper()
 	srv := NewServer(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(sb, unavailable)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	return NewTCPClient(strings.TrimPrefix(ts.URL, "http://"), "")
+	c := zygo.NewTCPClient(strings.TrimPrefix(ts.URL, "http://"), "")
+	serverURLs.Store(c, ts.URL)
+	return c
 }
 
-func wantAPIError(t *testing.T, err error, status int, substr string) *Error {
+func wantAPIError(t *testing.T, err error, status int, substr string) *zygo.Error {
 	t.Helper()
-	var ae *Error
+	var ae *zygo.Error
 	if !errors.As(err, &ae) {
-		t.Fatalf("want *Error %d, got %v", status, err)
+		t.Fatalf("want *zygo.Error %d, got %v", status, err)
 	}
-	if ae.Status != status || !strings.Contains(ae.Body.Message, substr) {
-		t.Errorf("got %d %q, want %d containing %q", ae.Status, ae.Body.Message, status, substr)
+	if ae.Status != status || !strings.Contains(ae.Message, substr) {
+		t.Errorf("got %d %q, want %d containing %q", ae.Status, ae.Message, status, substr)
 	}
 	return ae
 }
@@ -117,7 +121,7 @@ func TestSandboxRoutesUnavailable(t *testing.T) {
 	_, err := c.ListSandboxes(context.Background())
 	wantAPIError(t, err, http.StatusServiceUnavailable, "scripts/install-runsc.sh")
 	c = newTestServer(t, nil, nil)
-	_, err = c.CreateSandbox(context.Background(), CreateSandboxBody{})
+	_, err = c.CreateSandbox(context.Background(), wire.CreateSandboxBody{})
 	wantAPIError(t, err, http.StatusServiceUnavailable, "not enabled")
 }
 
@@ -142,12 +146,7 @@ func TestSandboxErrorStatuses(t *testing.T) {
 
 func TestSandboxTokenNeverInJSON(t *testing.T) {
 	c := newTestServer(t, &fakeSandboxes{rec: sandbox.SandboxRecord{ID: "sb-1", Token: "very-secret-token"}}, nil)
-	resp, err := c.do(context.Background(), "GET", "/v1/sandboxes/sb-1", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b := rawGet(t, c, "/v1/sandboxes/sb-1")
 	if bytes.Contains(b, []byte("very-secret-token")) {
 		t.Errorf("the guest token is in the API answer: %s", b)
 	}
@@ -156,9 +155,9 @@ func TestSandboxTokenNeverInJSON(t *testing.T) {
 func TestSandboxBadBodies(t *testing.T) {
 	c := newTestServer(t, &fakeSandboxes{}, nil)
 	ctx := context.Background()
-	err := c.getJSON(ctx, "POST", "/v1/sandboxes", strings.NewReader(`{"nmae": "x"}`), "application/json", nil)
+	err := rawCall(t, c, "POST", "/v1/sandboxes", strings.NewReader(`{"nmae": "x"}`), "application/json")
 	wantAPIError(t, err, 400, "nmae")
-	_, err = c.Exec(ctx, "sb-1", ExecBody{}, nil, nil)
+	_, err = c.Exec(ctx, "sb-1", wire.ExecBody{}, nil, nil)
 	wantAPIError(t, err, 400, "argv: is empty")
 	_, err = c.Rollback(ctx, "sb-1", "")
 	wantAPIError(t, err, 400, "checkpoint")
@@ -171,18 +170,18 @@ func TestSandboxExecStream(t *testing.T) {
 	// Output, then the exit status.
 	f := &fakeSandboxes{execOut: "hello\n"}
 	var out bytes.Buffer
-	st, err := newTestServer(t, f, nil).Exec(ctx, "sb-1", ExecBody{Argv: []string{"x"}}, &out, nil)
+	st, err := newTestServer(t, f, nil).Exec(ctx, "sb-1", wire.ExecBody{Argv: []string{"x"}}, &out, nil)
 	if err != nil || st.Code != 3 || out.String() != "hello\n" {
 		t.Errorf("exec: %+v %v %q", st, err, out.String())
 	}
 	// An error before any output keeps its own status.
 	f = &fakeSandboxes{execErr: fmt.Errorf("guest: no such file: %w", errdefs.ErrNotFound)}
-	_, err = newTestServer(t, f, nil).Exec(ctx, "sb-1", ExecBody{Argv: []string{"x"}}, nil, nil)
+	_, err = newTestServer(t, f, nil).Exec(ctx, "sb-1", wire.ExecBody{Argv: []string{"x"}}, nil, nil)
 	wantAPIError(t, err, 404, "no such file")
 	// An error after output arrives as the stream's last event, with the same category.
 	f = &fakeSandboxes{execOut: "partial", execErr: fmt.Errorf("guest died: %w", errdefs.ErrUnavailable)}
 	out.Reset()
-	_, err = newTestServer(t, f, nil).Exec(ctx, "sb-1", ExecBody{Argv: []string{"x"}}, &out, nil)
+	_, err = newTestServer(t, f, nil).Exec(ctx, "sb-1", wire.ExecBody{Argv: []string{"x"}}, &out, nil)
 	wantAPIError(t, err, 503, "guest died")
 	if out.String() != "partial" {
 		t.Errorf("output before the error: %q", out.String())
@@ -241,15 +240,15 @@ func TestSandboxForkStreamsProgress(t *testing.T) {
 	ctx := context.Background()
 	ok := sandbox.ForkChild{Sandbox: sandbox.SandboxRecord{ID: "sb-ok"}}
 	bad := sandbox.ForkChild{Err: fmt.Errorf("resealing: %w", errdefs.ErrUnavailable)}
-	var got []sandbox.ForkProgress
-	record := func(p sandbox.ForkProgress) { got = append(got, p) }
+	var got []wire.ForkProgress
+	record := func(p wire.ForkProgress) { got = append(got, p) }
 
 	f := &fakeSandboxes{forkRes: sandbox.ForkResult{Children: []sandbox.ForkChild{ok, bad, ok}}}
 	ans, err := newTestServer(t, f, nil).Fork(ctx, "sb-1", 3, "", record)
 	if err != nil || ans.Succeeded != 2 || ans.Failed != 1 || len(ans.Children) != 3 {
 		t.Fatalf("streamed partial fork: %+v %v", ans, err)
 	}
-	want := []sandbox.ForkProgress{{Checkpoint: "cp-1", N: 3}, {Checkpoint: "cp-1", N: 3, Ready: 1},
+	want := []wire.ForkProgress{{Checkpoint: "cp-1", N: 3}, {Checkpoint: "cp-1", N: 3, Ready: 1},
 		{Checkpoint: "cp-1", N: 3, Ready: 1, Failed: 1}, {Checkpoint: "cp-1", N: 3, Ready: 2, Failed: 1}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("progress events %+v, want %+v", got, want)
@@ -307,7 +306,7 @@ func TestSecretRemoveRefusedWhileSandboxesUseIt(t *testing.T) {
 	srv := NewServer(noFunctions{}, nil, sec, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(sb, nil)
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
-	c := NewTCPClient(strings.TrimPrefix(ts.URL, "http://"), "")
+	c := zygo.NewTCPClient(strings.TrimPrefix(ts.URL, "http://"), "")
 	err := c.RemoveSecret(ctx, "API_KEY")
 	wantAPIError(t, err, http.StatusConflict, `secret "API_KEY" is used by sandbox agent, checkpoint cp-1 (base)`)
 	err = c.RemoveSecret(ctx, "DB")
@@ -335,6 +334,6 @@ func TestGenerationOnlyWhenRunning(t *testing.T) {
 func TestTrailingJSONRefused(t *testing.T) {
 	f := &fakeSandboxes{forkRes: sandbox.ForkResult{Children: []sandbox.ForkChild{{Sandbox: sandbox.SandboxRecord{ID: "sb-ok"}}}}}
 	c := newTestServer(t, f, nil)
-	_, err := c.do(context.Background(), "POST", sandboxPath("sb-1", "fork"), strings.NewReader(`{"n":1}{"n":16}`), "application/json")
+	err := rawCall(t, c, "POST", sbPath("sb-1", "fork"), strings.NewReader(`{"n":1}{"n":16}`), "application/json")
 	wantAPIError(t, err, http.StatusBadRequest, "after the JSON object")
 }

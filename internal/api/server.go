@@ -1,6 +1,8 @@
-// Package api is Zygo's HTTP API (JSON over a unix socket and, optionally,
-// loopback TCP) and the Go client the CLI uses. It is the only place where
-// error categories (internal/errdefs) become HTTP status codes.
+// Package api is the server of Zygo's HTTP API (JSON over a unix socket and,
+// optionally, loopback TCP). Its bodies are those of the contract package
+// sdk/go/wire, made from the daemon's types at the edge (convert.go); the Go
+// client is sdk/go/zygo. It is the only place where error categories
+// (internal/errdefs) become HTTP status codes and error codes.
 //
 // Routes (docs/ARCHITECTURE.md has the table):
 //
@@ -34,6 +36,7 @@ import (
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/zygote"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // Functions is what the server needs from the function manager.
@@ -91,20 +94,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
 	s.sandboxRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path})
+		writeError(w, http.StatusNotFound, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})
-	return mux
-}
-
-// StatusBody is the answer of GET /v1/status.
-type StatusBody struct {
-	Version   string `json:"version"`
-	UptimeMs  int64  `json:"uptime_ms"`
-	Functions int    `json:"functions"`
+	return s.accessLog(mux)
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, StatusBody{Version: s.version, UptimeMs: time.Since(s.started).Milliseconds(), Functions: len(s.fns.List())})
+	writeJSON(w, http.StatusOK, wire.StatusBody{Version: s.version, UptimeMs: time.Since(s.started).Milliseconds(), Functions: len(s.fns.List())})
 }
 
 func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
@@ -115,7 +111,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var ife *function.ImportFailed
 		if errors.As(err, &ife) {
-			writeError(w, http.StatusUnprocessableEntity, ErrorBody{Code: "import_failed", Type: ife.Type,
+			writeError(w, http.StatusUnprocessableEntity, wire.ErrorBody{Code: wire.CodeImportFailed, Type: ife.Type,
 				Message:   "the new version failed to import; the previous version keeps serving: " + ife.Type + ": " + ife.Message,
 				Traceback: ife.Traceback})
 			return
@@ -127,11 +123,11 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	if res.Unchanged {
 		code = http.StatusOK
 	}
-	writeJSON(w, code, res)
+	writeJSON(w, code, deployResultOf(res))
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.fns.List())
+	writeJSON(w, http.StatusOK, functionsOf(s.fns.List()))
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -140,7 +136,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, http.StatusOK, functionOf(st))
 }
 
 func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
@@ -149,18 +145,6 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// failureStatus maps how a request failed to an HTTP status.
-var failureStatus = map[zygote.Failure]int{
-	zygote.FailHandler:       http.StatusInternalServerError,
-	zygote.FailTimeout:       http.StatusGatewayTimeout,
-	zygote.FailCrashed:       http.StatusBadGateway,
-	zygote.FailZygote:        http.StatusServiceUnavailable,
-	zygote.FailResponseLarge: http.StatusBadGateway,
-	zygote.FailInternal:      http.StatusInternalServerError,
-	zygote.FailLimit:         http.StatusBadGateway,
-	zygote.FailBadEvent:      http.StatusBadRequest,
 }
 
 func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
@@ -173,28 +157,22 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	w.Header().Set("X-Zygo-Request-Id", inv.RequestID)
-	w.Header().Set("X-Zygo-Version", inv.Version)
-	w.Header().Set("X-Zygo-Child", string(inv.Child))
-	w.Header().Set("X-Zygo-Duration-Ms", strconv.FormatFloat(float64(inv.Elapsed.Microseconds())/1000, 'f', 2, 64))
+	w.Header().Set(wire.RequestIDHeader, inv.RequestID)
+	w.Header().Set(wire.VersionHeader, inv.Version)
+	w.Header().Set(wire.ChildHeader, string(inv.Child))
+	w.Header().Set(wire.DurationHeader, strconv.FormatFloat(float64(inv.Elapsed.Microseconds())/1000, 'f', 2, 64))
 	if inv.Failure != zygote.FailNone {
-		e := ErrorBody{Code: string(inv.Failure), RequestID: inv.RequestID}
+		e := wire.ErrorBody{Code: wire.Code(inv.Failure), RequestID: inv.RequestID}
 		if inv.Error != nil {
 			e.Type, e.Message, e.Traceback = inv.Error.Type, inv.Error.Message, inv.Error.Traceback
 		}
-		writeError(w, failureStatus[inv.Failure], e)
+		writeError(w, wire.StatusOf(e.Code), e)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(inv.Value)
 	w.Write([]byte("\n"))
-}
-
-// LogsBody is the answer of GET /v1/functions/{name}/logs.
-type LogsBody struct {
-	Lines []store.LogLine `json:"lines"`
-	Next  int64           `json:"next"` // pass as ?after= to continue
 }
 
 func (s *Server) getLogs(w http.ResponseWriter, r *http.Request) {
@@ -207,13 +185,13 @@ func (s *Server) getLogs(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if v := r.URL.Query().Get("after"); v != "" {
 		if q.AfterID, err = strconv.ParseInt(v, 10, 64); err != nil {
-			writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: "after: not an integer"})
+			badRequest(w, "after: not an integer")
 			return
 		}
 	}
 	if v := r.URL.Query().Get("limit"); v != "" {
-		if q.Limit, err = strconv.Atoi(v); err != nil || q.Limit < 1 || q.Limit > 10000 {
-			writeError(w, http.StatusBadRequest, ErrorBody{Code: "bad_request", Message: "limit: must be 1..10000"})
+		if q.Limit, err = strconv.Atoi(v); err != nil || q.Limit < 1 || q.Limit > wire.MaxLogsLimit {
+			badRequest(w, fmt.Sprintf("limit: must be 1..%d", wire.MaxLogsLimit))
 			return
 		}
 	}
@@ -231,19 +209,7 @@ func (s *Server) getLogs(w http.ResponseWriter, r *http.Request) {
 	if len(lines) > 0 {
 		next = lines[len(lines)-1].ID
 	}
-	if lines == nil {
-		lines = []store.LogLine{}
-	}
-	writeJSON(w, http.StatusOK, LogsBody{Lines: lines, Next: next})
-}
-
-// ErrorBody is the JSON error every failing call returns, as {"error": ...}.
-type ErrorBody struct {
-	Code      string `json:"code"` // not_found, bad_request, too_large, import_failed, handler_error, timeout, ...
-	Message   string `json:"message"`
-	Type      string `json:"type,omitempty"`
-	Traceback string `json:"traceback,omitempty"`
-	RequestID string `json:"request_id,omitempty"`
+	writeJSON(w, http.StatusOK, wire.LogsBody{Lines: logLinesOf(lines), Next: next})
 }
 
 // fail answers err with the status and code of its errdefs category (the
@@ -251,11 +217,11 @@ type ErrorBody struct {
 // errorCode).
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	code, status := s.errorCode(err)
-	writeError(w, status, ErrorBody{Code: code, Message: err.Error()})
+	writeError(w, status, wire.ErrorBody{Code: code, Message: err.Error()})
 }
 
-func writeError(w http.ResponseWriter, status int, e ErrorBody) {
-	writeJSON(w, status, map[string]ErrorBody{"error": e})
+func writeError(w http.ResponseWriter, status int, e wire.ErrorBody) {
+	writeJSON(w, status, wire.ErrorAnswer{Error: e})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -269,7 +235,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 	v, err := io.ReadAll(http.MaxBytesReader(w, r.Body, secret.MaxValueBytes))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large",
+		writeError(w, http.StatusRequestEntityTooLarge, wire.ErrorBody{Code: wire.CodeTooLarge,
 			Message: fmt.Sprintf("secret value exceeds %d KiB", secret.MaxValueBytes>>10)})
 		return
 	}
@@ -286,7 +252,7 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ms)
+	writeJSON(w, http.StatusOK, secretsOf(ms))
 }
 
 // removeSecret refuses while a function, a sandbox or a checkpoint names the secret: a
@@ -301,7 +267,7 @@ func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(users) > 0 {
-		writeError(w, http.StatusConflict, ErrorBody{Code: "failed_precondition", Message: fmt.Sprintf(
+		writeError(w, http.StatusConflict, wire.ErrorBody{Code: wire.CodeFailedPrecondition, Message: fmt.Sprintf(
 			"secret %q is used by %s: deploy them without it (or zygo rm them) first", name, strings.Join(users, ", "))})
 		return
 	}
@@ -311,7 +277,7 @@ func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(sbUsers) > 0 {
-		writeError(w, http.StatusConflict, ErrorBody{Code: "failed_precondition", Message: fmt.Sprintf(
+		writeError(w, http.StatusConflict, wire.ErrorBody{Code: wire.CodeFailedPrecondition, Message: fmt.Sprintf(
 			"secret %q is used by %s: remove them first (zygo sandbox rm, zygo sandbox checkpoints rm)", name, strings.Join(sbUsers, ", "))})
 		return
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/zygote"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // fakeFunctions is a hand-written api.Functions. err, when set, is what
@@ -173,13 +174,13 @@ func (f *fixture) do(method, target string, body io.Reader) *httptest.ResponseRe
 
 // errorOf decodes an {"error": ...} body, failing the test if the response
 // is not one.
-func errorOf(t *testing.T, rec *httptest.ResponseRecorder) api.ErrorBody {
+func errorOf(t *testing.T, rec *httptest.ResponseRecorder) wire.ErrorBody {
 	t.Helper()
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q, want application/json", ct)
 	}
 	var eb struct {
-		Error *api.ErrorBody `json:"error"`
+		Error *wire.ErrorBody `json:"error"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Error == nil {
 		t.Fatalf("body is not an error object (%v): %s", err, rec.Body)
@@ -191,7 +192,7 @@ func TestErrorCategories(t *testing.T) {
 	categories := []struct {
 		err    error
 		status int
-		code   string
+		code   wire.Code
 	}{
 		{errdefs.ErrNotFound, 404, "not_found"},
 		{errdefs.ErrInvalidArgument, 400, "bad_request"},
@@ -216,7 +217,7 @@ func TestErrorCategories(t *testing.T) {
 	}
 	for _, c := range categories {
 		for _, r := range routes {
-			t.Run(c.code+" "+r.method+" "+r.target, func(t *testing.T) {
+			t.Run(string(c.code)+" "+r.method+" "+r.target, func(t *testing.T) {
 				f := newFixture()
 				// Wrapped with context, as the managers do.
 				err := fmt.Errorf("doing the thing for %q: %w", "hello", c.err)
@@ -298,7 +299,7 @@ func TestInvokeFailures(t *testing.T) {
 				t.Errorf("X-Zygo-Request-Id %q, want r-9 on a failed request too", got)
 			}
 			eb := errorOf(t, rec)
-			want := api.ErrorBody{Code: string(c.failure), RequestID: "r-9", Type: "ValueError", Message: "bad input",
+			want := wire.ErrorBody{Code: wire.Code(c.failure), RequestID: "r-9", Type: "ValueError", Message: "bad input",
 				Traceback: "Traceback (most recent call last):\n..."}
 			if eb != want {
 				t.Errorf("error body %+v, want %+v", eb, want)
@@ -367,7 +368,7 @@ func TestLogs(t *testing.T) {
 	if want := (store.LogQuery{Function: "hello", RequestID: "r-1", AfterID: 5, Limit: 2}); f.logs.q == nil || *f.logs.q != want {
 		t.Errorf("query %+v, want %+v", f.logs.q, want)
 	}
-	var body api.LogsBody
+	var body wire.LogsBody
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +519,7 @@ func TestUnknownRoute(t *testing.T) {
 func TestStatusListGetRemove(t *testing.T) {
 	f := newFixture()
 	rec := f.do("GET", "/v1/status", nil)
-	var st api.StatusBody
+	var st wire.StatusBody
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != 200 || st.Version != "test-version" || st.Functions != 2 {
 		t.Errorf("status: %d %s (%v)", rec.Code, rec.Body, err)
 	}

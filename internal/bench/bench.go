@@ -22,7 +22,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // Stats summarises latencies.
@@ -46,13 +46,13 @@ func summarise(lat []time.Duration, wall time.Duration) Stats {
 
 // Invoke runs n requests of fn with conc in flight through client and
 // returns their latency statistics; any failed request is an error.
-func Invoke(ctx context.Context, c *api.Client, fn string, event string, n, conc int) (Stats, error) {
+func Invoke(ctx context.Context, c *zygo.Client, fn string, event string, n, conc int) (Stats, error) {
 	return InvokePaced(ctx, c, fn, event, n, conc, 0)
 }
 
 // InvokePaced is Invoke with a pause of gap before each request (after the
 // first), as traffic that leaves a pool time to refill would.
-func InvokePaced(ctx context.Context, c *api.Client, fn string, event string, n, conc int, gap time.Duration) (Stats, error) {
+func InvokePaced(ctx context.Context, c *zygo.Client, fn string, event string, n, conc int, gap time.Duration) (Stats, error) {
 	lat := make([]time.Duration, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, conc)

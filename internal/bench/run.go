@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/daemon"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // Config says what to run.
@@ -71,7 +71,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer stop()
-	c := api.NewUnixClient(daemon.SocketPath(state))
+	c := zygo.NewClient(daemon.SocketPath(state))
 	r := &Report{Machine: machine(), When: time.Now().UTC()}
 	b := &runner{ctx: ctx, c: c, cfg: cfg, work: work, rep: r, phases: phases}
 	for _, step := range []func() error{b.warm, b.cold, b.floor, b.node, b.growth, b.memory} {
@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 type runner struct {
 	ctx    context.Context
-	c      *api.Client
+	c      *zygo.Client
 	cfg    Config
 	work   string
 	rep    *Report
@@ -101,7 +101,7 @@ func (b *runner) add(what, value, ratio string) {
 }
 
 func (b *runner) deploy(dir string) error {
-	_, err := b.c.Deploy(b.ctx, dir)
+	_, err := b.c.DeployDir(b.ctx, dir)
 	return err
 }
 
@@ -314,7 +314,7 @@ func (b *runner) growth() error {
 		}
 		b.add(fmt.Sprintf("warm p50, zygote holding %d MiB", mib), fmt.Sprintf("p50 %.2f ms (floor %.2f ms)", ms(s.P50), ms(f.P50)),
 			fmt.Sprintf("Zygo/floor = %.2f", ratio(s.P50, f.P50)))
-		if err := b.c.Remove(b.ctx, name); err != nil {
+		if err := b.c.RemoveFunction(b.ctx, name); err != nil {
 			return err
 		}
 	}
@@ -331,7 +331,7 @@ func (b *runner) memory() error {
 	if err := b.deploy(dir); err != nil {
 		return err
 	}
-	fns, err := b.c.List(b.ctx)
+	fns, err := b.c.Functions(b.ctx)
 	if err != nil {
 		return err
 	}

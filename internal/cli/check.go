@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/daemon"
 	"github.com/zygo-run/zygo/internal/forkcheck"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 func newCheckCmd(g *globals) *cobra.Command {
@@ -90,7 +90,7 @@ func printReport(w io.Writer, asJSON bool, rep any, rows []forkcheck.Row, title 
 // checkDaemon returns a client for the daemon the check runs against: a
 // private one on a fresh state dir under work (the default), or the one at
 // --state-dir. stop shuts the private daemon down.
-func checkDaemon(ctx context.Context, g *globals, useExisting bool, work string) (*api.Client, func(), error) {
+func checkDaemon(ctx context.Context, g *globals, useExisting bool, work string) (*zygo.Client, func(), error) {
 	if useExisting {
 		c := g.client()
 		if _, err := c.Status(ctx); err != nil {
@@ -111,5 +111,5 @@ func checkDaemon(ctx context.Context, g *globals, useExisting bool, work string)
 		return nil, nil, err
 	}
 	stop := func() { _ = stopDaemon() }
-	return api.NewUnixClient(daemon.SocketPath(state)), stop, nil
+	return zygo.NewClient(daemon.SocketPath(state)), stop, nil
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 func newInvokeCmd(g *globals) *cobra.Command {
@@ -67,9 +67,9 @@ func readData(data string, stdin io.Reader) ([]byte, error) {
 }
 
 func describeInvokeError(err error) error {
-	var ae *api.Error
-	if errors.As(err, &ae) && !api.IsUnauthenticated(err) { // a 401 keeps its type: run explains it
-		b := ae.Body
+	var ae *zygo.Error
+	if errors.As(err, &ae) && !zygo.IsUnauthenticated(err) { // a 401 keeps its type: run explains it
+		b := ae.ErrorBody
 		msg := b.Message
 		if b.Type != "" && !strings.HasPrefix(msg, b.Type) {
 			msg = b.Type + ": " + msg
@@ -85,7 +85,7 @@ func describeInvokeError(err error) error {
 	return err
 }
 
-func invokeMany(cmd *cobra.Command, c *api.Client, name string, event []byte, n, conc int) error {
+func invokeMany(cmd *cobra.Command, c *zygo.Client, name string, event []byte, n, conc int) error {
 	type out struct {
 		value string
 		err   error

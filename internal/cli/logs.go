@@ -7,7 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 func newLogsCmd(g *globals) *cobra.Command {
@@ -21,7 +22,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 			c := g.client()
 			var after int64
 			for {
-				body, err := c.Logs(cmd.Context(), args[0], request, after)
+				body, err := c.Logs(cmd.Context(), args[0], zygo.LogsQuery{RequestID: request, After: after})
 				if err != nil {
 					if cmd.Context().Err() != nil {
 						return nil
@@ -51,7 +52,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func printLogs(w io.Writer, body *api.LogsBody) {
+func printLogs(w io.Writer, body wire.LogsBody) {
 	for _, l := range body.Lines {
 		req := l.RequestID
 		if req == "" {

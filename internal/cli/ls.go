@@ -13,7 +13,7 @@ func newLsCmd(g *globals) *cobra.Command {
 		Short: "List deployed functions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fns, err := g.client().List(cmd.Context())
+			fns, err := g.client().Functions(cmd.Context())
 			if err != nil {
 				return err
 			}

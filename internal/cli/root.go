@@ -16,8 +16,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/daemon"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 type globals struct {
@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
-		if api.IsUnauthenticated(err) {
+		if zygo.IsUnauthenticated(err) {
 			err = g.explainUnauthenticated(err)
 		}
 		if msg := err.Error(); msg != "" { // an exitError may carry only a status
@@ -86,11 +86,11 @@ func (g *globals) resolveStateDir() string {
 	return daemon.DefaultStateDir()
 }
 
-func (g *globals) client() *api.Client {
+func (g *globals) client() *zygo.Client {
 	if g.addr != "" {
-		return api.NewTCPClient(g.addr, g.token())
+		return zygo.NewTCPClient(g.addr, g.token())
 	}
-	return api.NewUnixClient(daemon.SocketPath(g.resolveStateDir()))
+	return zygo.NewClient(daemon.SocketPath(g.resolveStateDir()))
 }
 
 // token returns the bearer token for --addr: $ZYGO_TOKEN, else the contents

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/term"
 	"mvdan.cc/sh/v3/syntax"
 
-	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // newSandboxCmd is `zygo sandbox`: long-lived gVisor sandboxes that can be checkpointed,
@@ -40,7 +40,7 @@ func newSandboxCmd(g *globals) *cobra.Command {
 }
 
 func newSandboxCreateCmd(g *globals) *cobra.Command {
-	var body api.CreateSandboxBody
+	var body wire.CreateSandboxBody
 	var services, onFork, restart []string
 	var memory string
 	cmd := &cobra.Command{
@@ -69,7 +69,10 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			body.Services = svcs
+			for _, sv := range svcs {
+				body.Services = append(body.Services, wire.Service{Name: sv.Name, Argv: sv.Argv, Env: sv.Env,
+					OnFork: string(sv.OnFork), Signal: sv.Signal, Restart: string(sv.Restart)})
+			}
 			if body.RootfsDir != "" {
 				abs, err := rootfsDir(body.RootfsDir)
 				if err != nil {

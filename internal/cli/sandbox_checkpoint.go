@@ -9,7 +9,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
-	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 func newSandboxCheckpointCmd(g *globals) *cobra.Command {
@@ -100,7 +100,7 @@ func newSandboxForkCmd(g *globals) *cobra.Command {
 			t0 := time.Now()
 			ans, err := g.client().Fork(cmd.Context(), args[0], n, from, bar.update)
 			bar.stop()
-			var ae *api.Error
+			var ae *zygo.Error
 			if err != nil && (!errors.As(err, &ae) || len(ans.Children) == 0) {
 				return err
 			}

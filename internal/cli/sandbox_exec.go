@@ -9,12 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/zygo-run/zygo/internal/api"
-	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 func newSandboxExecCmd(g *globals) *cobra.Command {
-	var body api.ExecBody
+	var body wire.ExecBody
 	var stdin bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -35,7 +34,7 @@ func newSandboxExecCmd(g *globals) *cobra.Command {
 			}
 			body.Argv = argv
 			body.TimeoutMs = timeout.Milliseconds()
-			var st guest.ExitStatus
+			var st wire.ExitStatus
 			var err error
 			if stdin {
 				st, err = g.client().ExecStream(cmd.Context(), id, body, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -85,7 +84,7 @@ func newSandboxRunCodeCmd(g *globals) *cobra.Command {
 			if strings.TrimSpace(src) == "" {
 				return errors.New("no code: pass --code SRC or pipe it on stdin")
 			}
-			res, err := g.client().RunCode(cmd.Context(), args[0], api.CodeBody{Code: src, TimeoutMs: timeout.Milliseconds()},
+			res, err := g.client().RunCode(cmd.Context(), args[0], wire.CodeBody{Code: src, TimeoutMs: timeout.Milliseconds()},
 				cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				return err

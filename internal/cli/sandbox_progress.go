@@ -7,7 +7,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // startProgress shows a spinner with the elapsed time on stderr while a long call (checkpoint,
@@ -54,9 +54,9 @@ func startForkProgress(cmd *cobra.Command, id string, n int, from string) *forkP
 	return p
 }
 
-// update is the api.Client.Fork progress callback. Without a terminal it does nothing (the
+// update is the zygo.Client.Fork progress callback. Without a terminal it does nothing (the
 // client still asks for progress: it costs a few lines).
-func (p *forkProgress) update(pr sandbox.ForkProgress) {
+func (p *forkProgress) update(pr wire.ForkProgress) {
 	if !stdoutIsTerminal(p.cmd) {
 		return
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 func newSandboxServicesCmd(g *globals) *cobra.Command {
@@ -47,7 +47,7 @@ func newSandboxServicesCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func serviceState(s guest.ServiceStatus) string {
+func serviceState(s wire.ServiceStatus) string {
 	switch {
 	case s.Running:
 		return "running"
@@ -65,7 +65,7 @@ func pidText(pid int) string {
 	return strconv.Itoa(pid)
 }
 
-func lastExitText(s guest.ServiceStatus) string {
+func lastExitText(s wire.ServiceStatus) string {
 	if s.LastExit == nil {
 		return "-"
 	}
@@ -76,7 +76,7 @@ func lastExitText(s guest.ServiceStatus) string {
 	return fmt.Sprintf("%s, %s ago", what, time.Since(s.LastExitAt).Round(time.Second))
 }
 
-func serviceNote(s guest.ServiceStatus) string {
+func serviceNote(s wire.ServiceStatus) string {
 	switch {
 	case s.LastError != "":
 		return "start failed: " + s.LastError

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 func newUpCmd(g *globals) *cobra.Command {
@@ -15,11 +15,11 @@ func newUpCmd(g *globals) *cobra.Command {
 		Short: "Deploy the function in DIR (it holds zygo.toml)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := g.client().Deploy(cmd.Context(), args[0])
+			res, err := g.client().DeployDir(cmd.Context(), args[0])
 			if err != nil {
-				var ae *api.Error
-				if errors.As(err, &ae) && ae.Body.Code == "import_failed" {
-					return fmt.Errorf("%s\n%s", ae.Body.Message, ae.Body.Traceback)
+				var ae *zygo.Error
+				if errors.As(err, &ae) && ae.Code == "import_failed" {
+					return fmt.Errorf("%s\n%s", ae.Message, ae.Traceback)
 				}
 				return err
 			}

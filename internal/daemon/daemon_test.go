@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/daemon"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // These tests run the daemon in-process: they need bwrap (the daemon refuses
@@ -176,7 +176,7 @@ func TestRunLifecycle(t *testing.T) {
 	cfg.Listen = freeLoopbackAddr(t)
 	d := start(t, cfg)
 
-	c := api.NewUnixClient(sock)
+	c := zygo.NewClient(sock)
 	st, err := c.Status(ctx)
 	if err != nil {
 		t.Fatalf("status over the socket: %v", err)
@@ -184,14 +184,14 @@ func TestRunLifecycle(t *testing.T) {
 	if st.Version != daemon.Version || st.Functions != 0 || st.UptimeMs < 0 {
 		t.Errorf("status = %+v", st)
 	}
-	if fns, err := c.List(ctx); err != nil || len(fns) != 0 {
+	if fns, err := c.Functions(ctx); err != nil || len(fns) != 0 {
 		t.Errorf("List on a new state dir = %+v, %v", fns, err)
 	}
 	tok, err := os.ReadFile(daemon.TokenPath(dir))
 	if err != nil {
 		t.Fatalf("reading the token the daemon made: %v", err)
 	}
-	if _, err := api.NewTCPClient(cfg.Listen, string(tok)).Status(ctx); err != nil {
+	if _, err := zygo.NewTCPClient(cfg.Listen, string(tok)).Status(ctx); err != nil {
 		t.Errorf("status over --listen %s: %v", cfg.Listen, err)
 	}
 	for p, want := range map[string]fs.FileMode{dir: fs.ModeDir | 0o711, sock: fs.ModeSocket | 0o600} {
@@ -217,14 +217,14 @@ func TestRunLifecycle(t *testing.T) {
 		t.Errorf("socket still there after shutdown: %v", err)
 	}
 	_, err = c.Status(ctx)
-	var un *api.Unreachable
+	var un *zygo.Unreachable
 	if !errors.As(err, &un) {
-		t.Errorf("status after shutdown = %v, want *api.Unreachable", err)
+		t.Errorf("status after shutdown = %v, want *zygo.Unreachable", err)
 	}
 
 	// The lock went with it: the state dir can be served again.
 	d2 := start(t, config(t, dir))
-	if _, err := api.NewUnixClient(sock).Status(ctx); err != nil {
+	if _, err := zygo.NewClient(sock).Status(ctx); err != nil {
 		t.Errorf("status from the restarted daemon: %v", err)
 	}
 	if err := d2.stop(t); err != nil {
@@ -304,7 +304,7 @@ func TestRunServesAFunction(t *testing.T) {
 	leaks := checkGoroutines(t)
 	before := children(t)
 	d := start(t, config(t, stateDir(t)))
-	c := api.NewUnixClient(daemon.SocketPath(d.dir))
+	c := zygo.NewClient(daemon.SocketPath(d.dir))
 
 	fn := t.TempDir()
 	files := map[string]string{
@@ -316,7 +316,7 @@ func TestRunServesAFunction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res, err := c.Deploy(ctx, fn)
+	res, err := c.DeployDir(ctx, fn)
 	if err != nil {
 		d.stop(t)
 		t.Fatalf("Deploy: %v", err)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/daemon"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // call sends one raw HTTP request, as curl would, with token as a bearer
@@ -110,10 +110,10 @@ func TestListenRequiresToken(t *testing.T) {
 	}
 
 	// The Go client: with the token, and without.
-	if _, err := api.NewTCPClient(addr, tok).Status(ctx); err != nil {
+	if _, err := zygo.NewTCPClient(addr, tok).Status(ctx); err != nil {
 		t.Errorf("client with the token: %v", err)
 	}
-	if _, err := api.NewTCPClient(addr, "").Status(ctx); !api.IsUnauthenticated(err) {
+	if _, err := zygo.NewTCPClient(addr, "").Status(ctx); !zygo.IsUnauthenticated(err) {
 		t.Errorf("client without a token: %v, want a 401", err)
 	}
 	if err := d.stop(t); err != nil {

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 //go:embed probes
@@ -96,7 +96,7 @@ type FunctionsReport struct {
 // flight, and evaluates every row. It returns an error only when the
 // experiment could not run (deploy or invoke failed); row failures are in
 // the report.
-func RunFunctions(ctx context.Context, client *api.Client, probes []Probe, holderDir string, n int) (*FunctionsReport, error) {
+func RunFunctions(ctx context.Context, client *zygo.Client, probes []Probe, holderDir string, n int) (*FunctionsReport, error) {
 	if n < 2 {
 		return nil, fmt.Errorf("-n must be at least 2 to compare copies, got %d", n)
 	}
@@ -109,7 +109,7 @@ func RunFunctions(ctx context.Context, client *api.Client, probes []Probe, holde
 	}
 	rep := &FunctionsReport{Mode: "functions", N: n, Series: []string{"sequential", "concurrent"}}
 	for _, p := range probes {
-		if _, err := client.Deploy(ctx, p.Dir); err != nil {
+		if _, err := client.DeployDir(ctx, p.Dir); err != nil {
 			return nil, fmt.Errorf("deploying probe %s: %w", p.Name, err)
 		}
 		seq, err := invokeN(ctx, client, p.Name, n, 1)
@@ -128,13 +128,13 @@ func RunFunctions(ctx context.Context, client *api.Client, probes []Probe, holde
 // holdSecret sets a random secret, deploys the function that holds it and
 // keeps one of its requests in flight (so its secret file exists) until
 // stop is called.
-func holdSecret(ctx context.Context, client *api.Client, dir string) (stop func(), err error) {
+func holdSecret(ctx context.Context, client *zygo.Client, dir string) (stop func(), err error) {
 	var v [16]byte
 	_, _ = rand.Read(v[:])
 	if err := client.SetSecret(ctx, secretName, []byte(hex.EncodeToString(v[:]))); err != nil {
 		return nil, fmt.Errorf("setting the check's secret: %w", err)
 	}
-	if _, err := client.Deploy(ctx, dir); err != nil {
+	if _, err := client.DeployDir(ctx, dir); err != nil {
 		return nil, fmt.Errorf("deploying the secret holder: %w", err)
 	}
 	hctx, cancel := context.WithCancel(ctx)
@@ -151,7 +151,7 @@ func holdSecret(ctx context.Context, client *api.Client, dir string) (stop func(
 
 // invokeN runs n requests, conc at a time, and decodes each result as a
 // row → value map.
-func invokeN(ctx context.Context, client *api.Client, name string, n, conc int) ([]map[string]json.RawMessage, error) {
+func invokeN(ctx context.Context, client *zygo.Client, name string, n, conc int) ([]map[string]json.RawMessage, error) {
 	out := make([]map[string]json.RawMessage, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, conc)

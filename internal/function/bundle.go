@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // Bundle limits. A bundle is the gzip'd tar of a function directory that
@@ -28,57 +28,17 @@ const (
 	MaxNameBytes     = 255  // one component of a bundle path, bytes (NAME_MAX)
 )
 
-// PackDir writes DIR as a gzip'd tar to w: regular files and directories
-// only, paths relative to DIR. Symbolic links and other special files are an
-// error naming the path (a bundle must not point outside itself). Hidden
-// directories named .git are skipped.
+// PackDir writes DIR as a gzip'd tar to w (zygo.PackDir, the SDK's, is the one
+// implementation): regular files and directories only, paths relative to DIR.
+// Symbolic links and other special files are an error wrapping
+// errdefs.ErrInvalidArgument and naming the path (a bundle must not point
+// outside itself). Hidden directories named .git are skipped.
 func PackDir(dir string, w io.Writer) error {
-	gz := gzip.NewWriter(w)
-	tw := tar.NewWriter(gz)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		if d.IsDir() && d.Name() == ".git" {
-			return filepath.SkipDir
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case info.Mode().IsDir():
-			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: filepath.ToSlash(rel) + "/", Mode: 0o755})
-		case info.Mode().IsRegular():
-			mode := int64(0o644)
-			if info.Mode()&0o111 != 0 {
-				mode = 0o755
-			}
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: filepath.ToSlash(rel), Mode: mode, Size: info.Size()}); err != nil {
-				return err
-			}
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.Copy(tw, f)
-			return err
-		default:
-			return fmt.Errorf("%w: %s is not a regular file or directory (links are not allowed in a function)", errdefs.ErrInvalidArgument, rel)
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("packing %s: %w", dir, err)
+	err := zygo.PackDir(dir, w)
+	if errors.Is(err, zygo.ErrSpecialFile) {
+		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return gz.Close()
+	return err
 }
 
 // File is one regular file of a bundle.
@@ -103,7 +63,7 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 	lr := &io.LimitedReader{R: r, N: MaxBundleBytes + 1}
 	gz, err := gzip.NewReader(lr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: bundle is not gzip: %v", errdefs.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: bundle is not gzip: %w", errdefs.ErrInvalidArgument, err)
 	}
 	tr := tar.NewReader(gz)
 	var files []File
@@ -119,7 +79,7 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 			if lr.N <= 0 {
 				return nil, fmt.Errorf("%w: bundle exceeds %d MiB", errdefs.ErrTooLarge, MaxBundleBytes>>20)
 			}
-			return nil, fmt.Errorf("%w: reading bundle: %v", errdefs.ErrInvalidArgument, err)
+			return nil, fmt.Errorf("%w: reading bundle: %w", errdefs.ErrInvalidArgument, err)
 		}
 		if h.Typeflag == tar.TypeDir && path.Clean(h.Name) == "." {
 			continue // "./", as `tar -czf - .` writes it
@@ -149,7 +109,7 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 			if lr.N <= 0 { // the compressed limit cut the stream inside this file
 				return nil, fmt.Errorf("%w: bundle exceeds %d MiB", errdefs.ErrTooLarge, MaxBundleBytes>>20)
 			}
-			return nil, fmt.Errorf("%w: reading %q: %v", errdefs.ErrInvalidArgument, name, err)
+			return nil, fmt.Errorf("%w: reading %q: %w", errdefs.ErrInvalidArgument, name, err)
 		}
 		mode := int64(0o644)
 		if h.Mode&0o111 != 0 {

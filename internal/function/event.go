@@ -84,7 +84,7 @@ func (m *Manager) readEvent(ctx context.Context, body io.Reader, size int64, max
 	if size >= 0 {
 		event = make([]byte, size)
 		if _, err := io.ReadFull(body, event); err != nil {
-			return nil, release, fmt.Errorf("%w: event: reading the body: %v", errdefs.ErrInvalidArgument, err)
+			return nil, release, fmt.Errorf("%w: event: reading the body: %w", errdefs.ErrInvalidArgument, err)
 		}
 		return event, release, nil
 	}
@@ -93,7 +93,7 @@ func (m *Manager) readEvent(ctx context.Context, body io.Reader, size int64, max
 		return nil, release, tooLarge()
 	}
 	if err != nil {
-		return nil, release, fmt.Errorf("%w: event: reading the body: %v", errdefs.ErrInvalidArgument, err)
+		return nil, release, fmt.Errorf("%w: event: reading the body: %w", errdefs.ErrInvalidArgument, err)
 	}
 	// Keep only what the event holds on to while its request runs.
 	if held := int64(cap(event)); held < reserve {

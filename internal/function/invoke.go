@@ -130,7 +130,7 @@ func (m *Manager) spawnRun(ctx context.Context, d *deployment, req zygote.Reques
 	t0 := time.Now()
 	z, err := zygote.Start(ctx, m.zygoteSpec(d, zygote.ModeSpawn))
 	if err != nil {
-		return nil, fmt.Errorf("%w: starting a fresh interpreter: %v", errdefs.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: starting a fresh interpreter: %w", errdefs.ErrUnavailable, err)
 	}
 	defer z.Stop()
 	res, err := z.Run(ctx, m.prepare(d, req, &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, values))
@@ -146,7 +146,7 @@ func (m *Manager) workerRun(ctx context.Context, d *deployment, pool *workerPool
 	t0 := time.Now()
 	z, _, err := pool.take(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: starting a worker: %v", errdefs.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: starting a worker: %w", errdefs.ErrUnavailable, err)
 	}
 	defer z.Stop()
 	res, err := z.Run(ctx, m.prepare(d, req, &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, values))

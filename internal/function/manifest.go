@@ -131,7 +131,7 @@ func ParseManifest(data []byte) (*Manifest, error) {
 	var m Manifest
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&m)
 	if err != nil {
-		return nil, fmt.Errorf("%w: zygo.toml: %v", errdefs.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: zygo.toml: %w", errdefs.ErrInvalidArgument, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))

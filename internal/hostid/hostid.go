@@ -56,7 +56,7 @@ func Parse(s string) (store.IDRange, error) {
 		err = errors.New("it contains root (0) or nobody (65534)")
 	}
 	if err != nil {
-		return store.IDRange{}, fmt.Errorf("--uid-range %q: %v", s, err)
+		return store.IDRange{}, fmt.Errorf("--uid-range %q: %w", s, err)
 	}
 	return r, nil
 }

@@ -62,7 +62,7 @@ func (m *Manager) watch(e *entry, inst *Instance) {
 func (m *Manager) engineDied(e *entry, engineID string, cause error) {
 	m.log.Error("sandbox engine died; marking the sandbox dead (zygo sandbox rm removes it)",
 		"sandbox_id", e.id, "engine_id", engineID, "err", cause)
-	e.cancel(fmt.Errorf("sandbox %s is dead (%v): %w", e.id, cause, ErrDead))
+	e.cancel(fmt.Errorf("sandbox %s is dead (%w): %w", e.id, cause, ErrDead))
 	ctx, cancel := context.WithTimeout(m.ctx, deadMarkTimeout)
 	defer cancel()
 	if err := e.gate.lock(ctx, false); err == nil {

@@ -506,7 +506,7 @@ func (z *Zygote) awaitReady(ctx context.Context) error {
 			if tail != "" {
 				tail = "; its last output:\n" + tail
 			}
-			return fmt.Errorf("%w: agent exited before ready: %v%s", errdefs.ErrUnavailable, z.exitErr, tail)
+			return fmt.Errorf("%w: agent exited before ready: %w%s", errdefs.ErrUnavailable, z.exitErr, tail)
 		}
 		if r.creds != nil {
 			z.mu.Lock()

@@ -230,7 +230,7 @@ func TestLoadNumpyExample(t *testing.T) {
 	if len(seen) != 500 {
 		t.Fatalf("%d distinct draws of 500", len(seen))
 	}
-	st, err := d.Client.List(t.Context())
+	st, err := d.Client.Functions(t.Context())
 	if err != nil || len(st) != 1 || st[0].Served != 500 {
 		t.Fatalf("served count: %+v %v", st, err)
 	}

@@ -75,22 +75,22 @@ func TestHandlerErrorsAreClear(t *testing.T) {
 
 	_, err := d.TryInvoke("probe", map[string]any{"action": "fail", "why": "no cheese"})
 	ae := apiError(t, err)
-	if ae.Status != 500 || ae.Body.Type != "ValueError" || ae.Body.Message != "bad input: no cheese" ||
-		!strings.Contains(ae.Body.Traceback, "main.py") || ae.Body.RequestID == "" {
-		t.Errorf("handler exception: got %d %+v", ae.Status, ae.Body)
+	if ae.Status != 500 || ae.Type != "ValueError" || ae.Message != "bad input: no cheese" ||
+		!strings.Contains(ae.Traceback, "main.py") || ae.RequestID == "" {
+		t.Errorf("handler exception: got %d %+v", ae.Status, ae.ErrorBody)
 	}
 
 	_, err = d.TryInvoke("probe", map[string]any{"action": "crash", "signal": "SIGSEGV"})
 	ae = apiError(t, err)
-	if ae.Status != 502 || !strings.Contains(ae.Body.Message, "SIGSEGV") {
-		t.Errorf("crash: got %d %+v", ae.Status, ae.Body)
+	if ae.Status != 502 || !strings.Contains(ae.Message, "SIGSEGV") {
+		t.Errorf("crash: got %d %+v", ae.Status, ae.ErrorBody)
 	}
 
 	t0 := time.Now()
 	_, err = d.TryInvoke("probe", map[string]any{"action": "sleep", "seconds": 30})
 	ae = apiError(t, err)
-	if ae.Status != 504 || !strings.Contains(ae.Body.Message, "timeout_ms=3000") {
-		t.Errorf("timeout: got %d %+v", ae.Status, ae.Body)
+	if ae.Status != 504 || !strings.Contains(ae.Message, "timeout_ms=3000") {
+		t.Errorf("timeout: got %d %+v", ae.Status, ae.ErrorBody)
 	}
 	if el := time.Since(t0); el > 10*time.Second {
 		t.Errorf("timeout took %s to report", el)
@@ -98,8 +98,8 @@ func TestHandlerErrorsAreClear(t *testing.T) {
 
 	_, err = d.TryInvoke("probe", map[string]any{"action": "big", "kib": 128})
 	ae = apiError(t, err)
-	if ae.Status != 502 || !strings.Contains(ae.Body.Message, "max_response_kib=64") {
-		t.Errorf("oversized response: got %d %+v", ae.Status, ae.Body)
+	if ae.Status != 502 || !strings.Contains(ae.Message, "max_response_kib=64") {
+		t.Errorf("oversized response: got %d %+v", ae.Status, ae.ErrorBody)
 	}
 	// After each failure the function still serves.
 	var ok map[string]any
@@ -119,7 +119,7 @@ func TestZygoteDeathIsContained(t *testing.T) {
 	if still != "still here" {
 		t.Errorf("a request's SIGKILL to its zygote: got %q", still)
 	}
-	ls, err := d.Client.List(context.Background())
+	ls, err := d.Client.Functions(context.Background())
 	if err != nil || len(ls) != 1 || ls[0].ZygotePID == 0 {
 		t.Fatalf("zygote pid: %v, %+v", err, ls)
 	}
@@ -133,8 +133,8 @@ func TestZygoteDeathIsContained(t *testing.T) {
 		t.Fatal(err)
 	}
 	ae := apiError(t, <-failed)
-	if ae.Body.Code != "zygote_died" && ae.Body.Code != "crashed" {
-		t.Errorf("request whose zygote died: got %d %+v", ae.Status, ae.Body)
+	if ae.Code != "zygote_died" && ae.Code != "crashed" {
+		t.Errorf("request whose zygote died: got %d %+v", ae.Status, ae.ErrorBody)
 	}
 	// The zygote is restarted and later requests are served.
 	var r map[string]any

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 	"github.com/zygo-run/zygo/test/e2eutil"
 )
 
@@ -105,7 +105,7 @@ func fixture(name string) string {
 
 // Invoke calls the function through the HTTP API and decodes the result
 // into out (if not nil). It fails the test on an API error.
-func (d *Daemon) Invoke(name string, event any, out any) *api.InvokeResult {
+func (d *Daemon) Invoke(name string, event any, out any) *zygo.InvokeResult {
 	d.t.Helper()
 	res, err := d.TryInvoke(name, event)
 	if err != nil {
@@ -120,7 +120,7 @@ func (d *Daemon) Invoke(name string, event any, out any) *api.InvokeResult {
 }
 
 // TryInvoke calls the function and returns the API error, if any.
-func (d *Daemon) TryInvoke(name string, event any) (*api.InvokeResult, error) {
+func (d *Daemon) TryInvoke(name string, event any) (*zygo.InvokeResult, error) {
 	b, err := json.Marshal(event)
 	if err != nil {
 		d.t.Fatal(err)
@@ -171,7 +171,7 @@ func (d *Daemon) Logs(name, requestID string) []string {
 	var all []string
 	var after int64
 	for {
-		body, err := d.Client.Logs(context.Background(), name, requestID, after)
+		body, err := d.Client.Logs(context.Background(), name, zygo.LogsQuery{RequestID: requestID, After: after})
 		if err != nil {
 			d.t.Fatalf("logs %s: %v", name, err)
 		}
@@ -185,10 +185,10 @@ func (d *Daemon) Logs(name, requestID string) []string {
 	}
 }
 
-// apiError returns err as *api.Error or fails the test.
-func apiError(t *testing.T, err error) *api.Error {
+// apiError returns err as *zygo.Error or fails the test.
+func apiError(t *testing.T, err error) *zygo.Error {
 	t.Helper()
-	var ae *api.Error
+	var ae *zygo.Error
 	if !errors.As(err, &ae) {
 		t.Fatalf("want an API error, got %v", err)
 	}

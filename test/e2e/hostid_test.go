@@ -24,7 +24,7 @@ import (
 // hostUIDs returns the host uid of each loaded function's zygote, by name.
 func (d *Daemon) hostUIDs(t *testing.T) map[string]uint32 {
 	t.Helper()
-	st, err := d.Client.List(context.Background())
+	st, err := d.Client.Functions(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

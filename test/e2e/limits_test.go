@@ -25,8 +25,8 @@ func TestLimits(t *testing.T) {
 		t0 := time.Now()
 		_, err := d.TryInvoke("limits", map[string]any{"action": c.action})
 		ae := apiError(t, err)
-		if ae.Status != c.status || ae.Body.Code != c.code || !strings.Contains(ae.Body.Message, c.want) {
-			t.Errorf("%s: got %d %+v, want %d %s %q", c.action, ae.Status, ae.Body, c.status, c.code, c.want)
+		if ae.Status != c.status || string(ae.Code) != c.code || !strings.Contains(ae.Message, c.want) {
+			t.Errorf("%s: got %d %+v, want %d %s %q", c.action, ae.Status, ae.ErrorBody, c.status, c.code, c.want)
 		}
 		if el := time.Since(t0); el > 8*time.Second {
 			t.Errorf("%s: took %s to be stopped", c.action, el)
@@ -39,8 +39,8 @@ func TestLimits(t *testing.T) {
 	}
 	// An oversized request is refused before it reaches the function.
 	_, err := d.TryInvoke("limits", map[string]any{"action": "ok", "pad": strings.Repeat("x", 17<<10)})
-	if ae := apiError(t, err); ae.Status != 413 || !strings.Contains(ae.Body.Message, "max_request_kib=16") {
-		t.Errorf("oversized request: %d %+v", ae.Status, ae.Body)
+	if ae := apiError(t, err); ae.Status != 413 || !strings.Contains(ae.Message, "max_request_kib=16") {
+		t.Errorf("oversized request: %d %+v", ae.Status, ae.ErrorBody)
 	}
 	var ok string
 	d.Invoke("limits", map[string]any{"action": "ok"}, &ok)

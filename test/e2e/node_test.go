@@ -77,11 +77,11 @@ func TestNodeFunctions(t *testing.T) {
 		t0 := time.Now()
 		_, err := d.TryInvoke("nodefn", map[string]any{"action": c.action, "why": "x"})
 		ae := apiError(t, err)
-		if ae.Body.Code != c.code || !strings.Contains(ae.Body.Message, c.want) {
-			t.Errorf("%s: got %d %+v, want %s %q", c.action, ae.Status, ae.Body, c.code, c.want)
+		if string(ae.Code) != c.code || !strings.Contains(ae.Message, c.want) {
+			t.Errorf("%s: got %d %+v, want %s %q", c.action, ae.Status, ae.ErrorBody, c.code, c.want)
 		}
-		if c.action == "throw" && (ae.Body.Type != "RangeError" || !strings.Contains(ae.Body.Traceback, "index.js")) {
-			t.Errorf("throw: type %q, stack %q", ae.Body.Type, ae.Body.Traceback)
+		if c.action == "throw" && (ae.Type != "RangeError" || !strings.Contains(ae.Traceback, "index.js")) {
+			t.Errorf("throw: type %q, stack %q", ae.Type, ae.Traceback)
 		}
 		if time.Since(t0) > 10*time.Second {
 			t.Errorf("%s took %s", c.action, time.Since(t0))
@@ -94,7 +94,7 @@ func TestNodeFunctions(t *testing.T) {
 	}
 
 	// The pool is configurable and refilled; a new version drains the old workers.
-	st, err := d.Client.List(t.Context())
+	st, err := d.Client.Functions(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // TestPlantedFilesInTheRequestDir: a handler replaces result.json, stdout or
@@ -63,12 +63,12 @@ func TestPlantedFilesInTheRequestDir(t *testing.T) {
 				if err == nil {
 					seen = append(seen, string(res.Value))
 				}
-				var ae *api.Error
+				var ae *zygo.Error
 				if err != nil && !errors.As(err, &ae) {
 					t.Fatalf("no answer (the daemon is stuck on the plant?): %v", err)
 				}
 				if ae != nil {
-					seen = append(seen, ae.Body.Message, ae.Body.Traceback)
+					seen = append(seen, ae.Message, ae.Traceback)
 				}
 				switch {
 				case at != "result.json":
@@ -77,11 +77,11 @@ func TestPlantedFilesInTheRequestDir(t *testing.T) {
 						t.Fatalf("planting at %s failed the request: %v", at, err)
 					}
 				case k.name == "huge sparse file":
-					if ae == nil || ae.Body.Code != "response_too_large" {
+					if ae == nil || ae.Code != "response_too_large" {
 						t.Fatalf("a 1 TiB result.json: got %v, want response_too_large", err)
 					}
 				default:
-					if ae == nil || ae.Body.Code != "crashed" || !strings.Contains(ae.Body.Message, "not a regular file") {
+					if ae == nil || ae.Code != "crashed" || !strings.Contains(ae.Message, "not a regular file") {
 						t.Fatalf("a %s at result.json: got value %v, error %v; want crashed, saying it is not a regular file", k.name, res, err)
 					}
 				}

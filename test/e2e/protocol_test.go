@@ -164,8 +164,8 @@ func TestProtocolRule11_FailureContained(t *testing.T) {
 	}
 	_, err = d.TryInvoke("probe", map[string]any{"action": "unserialisable"})
 	ae := apiError(t, err)
-	if ae.Body.Code != "handler_error" || !strings.Contains(ae.Body.Message, "JSON") {
-		t.Fatalf("unserialisable result: got %+v", ae.Body)
+	if ae.Code != "handler_error" || !strings.Contains(ae.Message, "JSON") {
+		t.Fatalf("unserialisable result: got %+v", ae.ErrorBody)
 	}
 	var ok json.RawMessage
 	d.Invoke("probe", map[string]any{"action": "rng"}, &ok)
@@ -197,7 +197,7 @@ func TestProtocolRule4_NoRequestDataInZygote(t *testing.T) {
 	if len(token) != 32 {
 		t.Fatalf("unexpected request dir %q", tmp.Tmpdir)
 	}
-	st, err := d.Client.List(t.Context())
+	st, err := d.Client.Functions(t.Context())
 	if err != nil || len(st) != 1 || st[0].ZygotePID == 0 {
 		t.Fatalf("zygote pid unknown: %+v %v", st, err)
 	}

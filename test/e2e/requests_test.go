@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/function"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // versionedSleeper returns a handler that sleeps event["sleep"] seconds
@@ -129,7 +129,7 @@ func TestEventOverTheFunctionsLimitIsNotRead(t *testing.T) {
 		if err != nil {
 			t.Fatalf("declared=%v: %v", declared, err)
 		}
-		var eb struct{ Error api.ErrorBody }
+		var eb struct{ Error wire.ErrorBody }
 		_ = json.NewDecoder(resp.Body).Decode(&eb)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || eb.Error.Code != "too_large" || !strings.Contains(eb.Error.Message, "max_request_kib=1") {
@@ -172,9 +172,9 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() (bool
 	}
 }
 
-func functionStatus(t *testing.T, d *Daemon, name string) function.Status {
+func functionStatus(t *testing.T, d *Daemon, name string) wire.Function {
 	t.Helper()
-	fs, err := d.Client.List(context.Background())
+	fs, err := d.Client.Functions(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func functionStatus(t *testing.T, d *Daemon, name string) function.Status {
 		}
 	}
 	t.Fatalf("%s is not listed", name)
-	return function.Status{}
+	return wire.Function{}
 }
 
 // Issue 12.7: a zygote that dies gives back its run directory (and its
@@ -322,21 +322,21 @@ func rawTarGz(t *testing.T, files [][2]string) []byte {
 }
 
 // post sends body to path on the daemon and returns the status and error body.
-func post(t *testing.T, d *Daemon, path string, body []byte) (int, api.ErrorBody) {
+func post(t *testing.T, d *Daemon, path string, body []byte) (int, wire.ErrorBody) {
 	t.Helper()
 	resp, err := unixHTTP(d).Post("http://zygo"+path, "application/octet-stream", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var eb struct{ Error api.ErrorBody }
+	var eb struct{ Error wire.ErrorBody }
 	_ = json.NewDecoder(resp.Body).Decode(&eb)
 	return resp.StatusCode, eb.Error
 }
 
 // checkBadRequest fails unless the answer is a 400 naming field, without a
 // host path the caller did not give (in given).
-func checkBadRequest(t *testing.T, d *Daemon, what string, status int, eb api.ErrorBody, field, given string) {
+func checkBadRequest(t *testing.T, d *Daemon, what string, status int, eb wire.ErrorBody, field, given string) {
 	t.Helper()
 	if status != http.StatusBadRequest || !strings.Contains(eb.Message, field) {
 		t.Errorf("%s: status %d %+v, want 400 naming %q", what, status, eb, field)

@@ -91,8 +91,8 @@ func TestSecrets(t *testing.T) {
 	// Neither the logs nor error messages carry the value.
 	_, err := d.TryInvoke("secretfn", map[string]any{"action": "leak"})
 	ae := apiError(t, err)
-	if strings.Contains(ae.Body.Message+ae.Body.Traceback, "s3cr3t") || !strings.Contains(ae.Body.Message, "[redacted:API_KEY]") {
-		t.Errorf("error message: %+v", ae.Body)
+	if strings.Contains(ae.Message+ae.Traceback, "s3cr3t") || !strings.Contains(ae.Message, "[redacted:API_KEY]") {
+		t.Errorf("error message: %+v", ae.ErrorBody)
 	}
 	logs, _, _ := d.CLI("logs", "secretfn")
 	if strings.Contains(logs, "s3cr3t") || !strings.Contains(logs, "the key is [redacted:API_KEY]") {

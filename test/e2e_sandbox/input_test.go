@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // TestSandboxBadInput: unknown ids are 404; fork N out of range is 400 naming the bound;
@@ -62,7 +63,7 @@ func TestSandboxBadInput(t *testing.T) {
 	if el := time.Since(t0); el > 30*time.Second {
 		t.Errorf("exec of a missing binary took %s", el)
 	}
-	_, err = d.Client.Exec(ctx, sb, api.ExecBody{Argv: []string{"no-such-command"}}, nil, nil)
+	_, err = d.Client.Exec(ctx, sb, wire.ExecBody{Argv: []string{"no-such-command"}}, nil, nil)
 	wantStatus(t, err, http.StatusNotFound, "")
 
 	// Exit codes and both streams pass through.
@@ -97,12 +98,12 @@ func TestSandboxBadInput(t *testing.T) {
 
 func wantStatus(t *testing.T, err error, status int, substr string) {
 	t.Helper()
-	var ae *api.Error
+	var ae *zygo.Error
 	if !errors.As(err, &ae) {
 		t.Fatalf("want an API error with status %d, got %v", status, err)
 	}
-	if ae.Status != status || !strings.Contains(ae.Body.Message, substr) {
-		t.Errorf("status %d %q, want %d containing %q", ae.Status, ae.Body.Message, status, substr)
+	if ae.Status != status || !strings.Contains(ae.Message, substr) {
+		t.Errorf("status %d %q, want %d containing %q", ae.Status, ae.Message, status, substr)
 	}
 }
 
@@ -121,7 +122,7 @@ func TestSandboxUnavailable(t *testing.T) {
 			if msg := d.Fails("sandbox", "ls"); !strings.Contains(msg, c.want) {
 				t.Errorf("sandbox ls with %s: %q, want it to mention %q", c.flag, msg, c.want)
 			}
-			_, err := d.Client.CreateSandbox(context.Background(), api.CreateSandboxBody{})
+			_, err := d.Client.CreateSandbox(context.Background(), wire.CreateSandboxBody{})
 			wantStatus(t, err, http.StatusServiceUnavailable, c.want)
 		})
 	}
@@ -173,16 +174,16 @@ func TestSandboxBadInputOnRunsc(t *testing.T) {
 			t.Errorf("%s: the message names the daemon's state dir: %v", what, err)
 		}
 	}
-	_, err := d.Client.CreateSandbox(ctx, api.CreateSandboxBody{RootfsDir: filepath.Join(d.StateDir, "images")})
+	_, err := d.Client.CreateSandbox(ctx, wire.CreateSandboxBody{RootfsDir: filepath.Join(d.StateDir, "images")})
 	wantStatus(t, err, http.StatusBadRequest, "rootfs_dir")
 	noHostPath("rootfs inside the state dir", err)
 	err = d.Client.GetFile(ctx, sb, "/etc/host\x00name", io.Discard)
 	wantStatus(t, err, http.StatusBadRequest, "path")
 	err = d.Client.PutFile(ctx, sb, "/tmp/"+strings.Repeat("n", 256), 0o644, strings.NewReader("x"))
 	wantStatus(t, err, http.StatusBadRequest, "path")
-	_, err = d.Client.Exec(ctx, sb, api.ExecBody{Argv: []string{"/bin/echo", "a\x00b"}}, nil, nil)
+	_, err = d.Client.Exec(ctx, sb, wire.ExecBody{Argv: []string{"/bin/echo", "a\x00b"}}, nil, nil)
 	wantStatus(t, err, http.StatusBadRequest, "argv[1]")
-	_, err = d.Client.Exec(ctx, sb, api.ExecBody{Argv: []string{"/bin/true"}, Env: []string{"A=\x00"}}, nil, nil)
+	_, err = d.Client.Exec(ctx, sb, wire.ExecBody{Argv: []string{"/bin/true"}, Env: []string{"A=\x00"}}, nil, nil)
 	wantStatus(t, err, http.StatusBadRequest, "env[0]")
 	_, err = d.Client.Checkpoint(ctx, sb, "bad\x00tag")
 	wantStatus(t, err, http.StatusBadRequest, "tag")
@@ -193,7 +194,7 @@ func TestSandboxBadInputOnRunsc(t *testing.T) {
 	}
 	// The guest still answers, and a real image is removed for good.
 	var out strings.Builder
-	if _, err := d.Client.Exec(ctx, sb, api.ExecBody{Argv: []string{"/bin/echo", "ok"}}, &out, nil); err != nil || out.String() != "ok\n" {
+	if _, err := d.Client.Exec(ctx, sb, wire.ExecBody{Argv: []string{"/bin/echo", "ok"}}, &out, nil); err != nil || out.String() != "ok\n" {
 		t.Fatalf("exec after the bad calls = %q, %v", out.String(), err)
 	}
 	cp, err := d.Client.Checkpoint(ctx, sb, "base")

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // cgroupOf returns FILE of controller ctrl in engine instance engine's cgroup, or "" when it
@@ -51,9 +51,9 @@ func TestSandboxLimits(t *testing.T) {
 			t.Errorf("create %v: %q, want the field named", tc.args, msg)
 		}
 	}
-	_, err := d.Client.CreateSandbox(ctx, api.CreateSandboxBody{MemoryMiB: 10})
+	_, err := d.Client.CreateSandbox(ctx, wire.CreateSandboxBody{MemoryMiB: 10})
 	wantStatus(t, err, http.StatusBadRequest, "memory_mib 10: must be from 64 MiB")
-	_, err = d.Client.CreateSandbox(ctx, api.CreateSandboxBody{PIDs: 1})
+	_, err = d.Client.CreateSandbox(ctx, wire.CreateSandboxBody{PIDs: 1})
 	wantStatus(t, err, http.StatusBadRequest, "pids 1: must be from 32")
 	if recs := d.Sandboxes(); len(recs) != 0 {
 		t.Fatalf("refused creates left %d sandboxes", len(recs))

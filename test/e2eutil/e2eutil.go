@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/daemon"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // RepoRoot returns the repository's root directory.
@@ -109,7 +109,7 @@ type Process struct {
 	// Cmd is the running daemon (nil before Start); Log what it printed.
 	Cmd    *exec.Cmd
 	Log    *LockedBuffer
-	Client *api.Client
+	Client *zygo.Client
 }
 
 // Start starts the daemon and waits (at most ready) until it answers a status call; it fails
@@ -123,7 +123,7 @@ func (p *Process) Start(ready time.Duration) {
 	if err := p.Cmd.Start(); err != nil {
 		p.T.Fatal(err)
 	}
-	p.Client = api.NewUnixClient(daemon.SocketPath(p.StateDir))
+	p.Client = zygo.NewClient(daemon.SocketPath(p.StateDir))
 	deadline := time.Now().Add(ready)
 	for {
 		if _, err := p.Client.Status(context.Background()); err == nil {

@@ -1,17 +1,26 @@
-// Package zygo is the Go SDK for Zygo's sandboxes: long-lived gVisor sandboxes that can be
-// checkpointed, forked N ways and rolled back, each copy resealed (new generation, identity and
-// tokens) before it is handed out. It talks to a running `zygo serve` over its HTTP API (a
-// unix socket, or loopback TCP) and depends only on the standard library.
+// Package zygo is the Go client of a Zygo daemon (`zygo serve`): functions (deploy, invoke,
+// logs, list, remove, secrets) and sandboxes (long-lived gVisor sandboxes that can be
+// checkpointed, forked N ways and rolled back, each copy resealed before it is handed out).
+// It talks to the daemon's HTTP API (package wire) over its unix socket, or TCP with the
+// daemon's bearer token, and depends only on the standard library; the zygo CLI uses it.
 //
 //	c := zygo.NewClient(zygo.DefaultSocket())
+//	res, err := c.DeployDir(ctx, "examples/hello")
+//	out, err := c.Invoke(ctx, "hello", []byte(`{"name": "x"}`))
 //	sb, err := c.Create(ctx, zygo.CreateOptions{Name: "agent"})
-//	res, err := sb.RunCode(ctx, "x = 41")
+//	code, err := sb.RunCode(ctx, "x = 41")
 //	cp, err := sb.Checkpoint(ctx, "base")
 //	fork, err := sb.Fork(ctx, 3, cp.ID)  // three independent copies of the running sandbox
 //
-// examples/sdk-go is a complete program. Errors from the daemon are *Error values; test them
-// with IsNotFound and friends. Every method takes a context; cancelling it abandons the call
-// (an exec or run-code in flight is killed).
+// Sandboxes have two levels: a *Sandbox (from Create, Get, List or Sandbox) is a handle with
+// buffered results, and the Client's methods that take a sandbox id (Exec, ExecStream,
+// RunCode, Fork, ...) are the calls underneath, streaming to the writers given. examples/sdk-go
+// is a complete program.
+//
+// Errors the daemon answers are *Error values carrying the HTTP status and the error body
+// (its wire.Code); test them with IsNotFound and friends. A daemon that does not answer is an
+// *Unreachable. Every method takes a context; cancelling it abandons the call (an exec or
+// run-code in flight is killed).
 package zygo
 
 import (
@@ -22,12 +31,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"time"
 
-	"github.com/zygo-run/zygo/internal/api"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // Client talks to one Zygo daemon. Safe for concurrent use.
@@ -38,7 +45,7 @@ type Client struct {
 
 // NewClient returns a client for the daemon listening on the unix socket at socketPath.
 func NewClient(socketPath string) *Client {
-	return &Client{base: "http://zygo", hc: api.UnixHTTPClient(socketPath)}
+	return &Client{base: "http://zygo", hc: wire.UnixHTTPClient(socketPath)}
 }
 
 // NewTCPClient returns a client for a daemon started with `zygo serve --listen addr`. That
@@ -46,7 +53,7 @@ func NewClient(socketPath string) *Client {
 // contents of api.token in its state directory (mode 0600), sent as "Authorization: Bearer
 // token". With token "" none is sent, and the daemon answers 401 (IsUnauthenticated).
 func NewTCPClient(addr, token string) *Client {
-	return &Client{base: "http://" + addr, hc: api.TCPHTTPClient(token)}
+	return &Client{base: "http://" + addr, hc: wire.TCPHTTPClient(token)}
 }
 
 // DefaultSocket returns where the CLI looks for the daemon: $ZYGO_STATE_DIR/zygo.sock, else
@@ -58,53 +65,83 @@ func DefaultSocket() string {
 	return "/var/lib/zygo/zygo.sock"
 }
 
-// Error is a call the daemon refused or failed. Status is the HTTP status; Code is one of
-// not_found, bad_request, too_large, exists, failed_precondition, unavailable,
-// deadline_exceeded, unauthenticated, internal.
+// Error is a call the daemon refused or failed: the HTTP status and the error body.
 type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	Status int
+	wire.ErrorBody
 }
 
-func (e *Error) Error() string { return e.Message }
+// Error returns the daemon's message, and the handler's traceback after it when there is one.
+func (e *Error) Error() string {
+	if e.Traceback != "" {
+		return e.Message + "\n" + e.Traceback
+	}
+	return e.Message
+}
 
-func hasCode(err error, code string) bool {
+// Unreachable is a transport failure: no daemon answered.
+type Unreachable struct{ Err error }
+
+func (e *Unreachable) Error() string {
+	return fmt.Sprintf("no Zygo daemon answered (is `zygo serve` running with the same --state-dir?): %v", e.Err)
+}
+
+func (e *Unreachable) Unwrap() error { return e.Err }
+
+func hasCode(err error, codes ...wire.Code) bool {
 	var e *Error
-	return errors.As(err, &e) && e.Code == code
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, c := range codes {
+		if e.Code == c {
+			return true
+		}
+	}
+	return false
 }
 
-// IsNotFound reports whether err says the sandbox, checkpoint, file or binary does not exist.
-func IsNotFound(err error) bool { return hasCode(err, "not_found") }
+// IsNotFound reports whether err says the function, sandbox, checkpoint, file or binary does
+// not exist.
+func IsNotFound(err error) bool { return hasCode(err, wire.CodeNotFound) }
 
 // IsBadRequest reports whether err says the request was malformed or out of range (a fork N
-// beyond the bound, for one).
-func IsBadRequest(err error) bool { return hasCode(err, "bad_request") }
+// beyond the bound, for one); the message names the field.
+func IsBadRequest(err error) bool { return hasCode(err, wire.CodeBadRequest) }
 
 // IsConflict reports whether err says the object is in a state that forbids the call (a
 // checkpoint still referenced, a sandbox that is not running) or the name is taken.
-func IsConflict(err error) bool { return hasCode(err, "failed_precondition") || hasCode(err, "exists") }
+func IsConflict(err error) bool { return hasCode(err, wire.CodeFailedPrecondition, wire.CodeExists) }
 
 // IsUnauthenticated reports whether err says the call lacked the daemon's token, or carried
 // a wrong one (TCP only; see NewTCPClient).
-func IsUnauthenticated(err error) bool { return hasCode(err, "unauthenticated") }
+func IsUnauthenticated(err error) bool { return hasCode(err, wire.CodeUnauthenticated) }
 
 // IsUnavailable reports whether err says sandboxes (or the engine, or a guest) are not
 // available on this daemon; the message says why.
-func IsUnavailable(err error) bool { return hasCode(err, "unavailable") }
+func IsUnavailable(err error) bool { return hasCode(err, wire.CodeUnavailable) }
 
-// do sends one request; a non-2xx answer becomes an *Error. The caller closes the body.
+// do sends one request; a non-2xx answer becomes an *Error, a transport failure an
+// *Unreachable (ctx's error when ctx ended). The caller closes the body.
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ctype string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("making request %s %s: %w", method, path, err)
 	}
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
+	return c.send(ctx, req)
+}
+
+// send is do with the request made.
+func (c *Client) send(ctx context.Context, req *http.Request) (*http.Response, error) {
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("zygo daemon unreachable: %w", err)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &Unreachable{err}
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
@@ -113,28 +150,38 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ct
 	return resp, nil
 }
 
+// readError returns the *Error of a non-2xx answer; one without an error body gets
+// wire.CodeHTTP and the start of what the body held.
 func readError(resp *http.Response) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var eb struct {
-		Error *Error `json:"error"`
-	}
-	if json.Unmarshal(raw, &eb) != nil || eb.Error == nil {
-		return &Error{Status: resp.StatusCode, Code: "http", Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw))}
-	}
-	eb.Error.Status = resp.StatusCode
-	return eb.Error
+	return decodeError(resp.StatusCode, raw)
 }
 
+func decodeError(status int, raw []byte) *Error {
+	var eb wire.ErrorAnswer
+	if json.Unmarshal(raw, &eb) != nil || eb.Error.Code == "" {
+		return &Error{Status: status, ErrorBody: wire.ErrorBody{Code: wire.CodeHTTP,
+			Message: fmt.Sprintf("HTTP %d: %s", status, bytes.TrimSpace(raw))}}
+	}
+	return &Error{Status: status, ErrorBody: eb.Error}
+}
+
+// call sends in (JSON, when not nil) and decodes the answer into out (when not nil).
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	ctype := ""
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return err
+			return fmt.Errorf("encoding request: %w", err)
 		}
 		body, ctype = bytes.NewReader(b), "application/json"
 	}
+	return c.callBody(ctx, method, path, body, ctype, out)
+}
+
+// callBody is call with the request body given.
+func (c *Client) callBody(ctx context.Context, method, path string, body io.Reader, ctype string, out any) error {
 	resp, err := c.do(ctx, method, path, body, ctype)
 	if err != nil {
 		return err
@@ -143,109 +190,14 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	if out == nil {
 		return nil
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
-}
-
-func sbPath(id string, rest ...string) string {
-	p := "/v1/sandboxes/" + url.PathEscape(id)
-	for _, r := range rest {
-		p += "/" + r
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decoding the answer to %s %s: %w", method, path, err)
 	}
-	return p
+	return nil
 }
 
-// Service is a long-lived process a sandbox starts at boot.
-type Service struct {
-	Name string   `json:"name"`
-	Argv []string `json:"argv"`
-	Env  []string `json:"env,omitempty"`
-	// OnFork is what a fork or rollback does to it: "restart" (a fresh process), "signal"
-	// (Signal, default SIGHUP, after the new generation is published) or "keep" (default).
-	OnFork string `json:"on_fork,omitempty"`
-	Signal int    `json:"signal,omitempty"`
-	// Restart is when the sandbox starts it again after its process ended: "on-failure" (the
-	// default: a non-zero exit or a signal), "always" or "no"; after 100 ms, doubled for each
-	// consecutive restart up to 30 s. Another value is refused at create (IsBadRequest).
-	Restart string `json:"restart,omitempty"`
-}
-
-// CreateOptions are chosen at create; forks and rollbacks inherit them.
-type CreateOptions struct {
-	Name      string    `json:"name,omitempty"`       // unique; default the id
-	RootfsDir string    `json:"rootfs_dir,omitempty"` // a host directory to use, read-only, as the root
-	Services  []Service `json:"services,omitempty"`
-	Env       []string  `json:"env,omitempty"` // KEY=VALUE for every exec and service
-	// Secrets names secrets set with `zygo secret set NAME`: each is written to
-	// /run/secrets/NAME (mode 0400) at create and, with its current value, in every fork child
-	// and rollback. An unknown name is an error (IsBadRequest) naming it.
-	Secrets []string `json:"secrets,omitempty"`
-	// MemoryMiB bounds the sandbox's memory in MiB: its processes and the files written to its
-	// in-memory root (/tmp and every other path) together. 0 means the daemon's default,
-	// 2048 (or the host's memory if less); below 64 or above the host's memory is an error
-	// (IsBadRequest). Past it the kernel kills the largest process inside (exit 137) or the
-	// whole sandbox (then State "dead", Error naming the memory limit).
-	MemoryMiB int `json:"memory_mib,omitempty"`
-	// PIDs bounds the processes and threads alive at once inside, the guest agent's own
-	// threads included; past it fork and clone fail with EAGAIN. 0 means the default, 4096;
-	// below 32 is an error (IsBadRequest).
-	PIDs int `json:"pids,omitempty"`
-	// CPUs is a CPU quota in cores (1.5 = one and a half cores); 0 means no quota; below 0.01
-	// or above the host's CPU count is an error (IsBadRequest).
-	CPUs float64 `json:"cpus,omitempty"`
-}
-
-// Sandbox is a sandbox's record at the time it was read, and the handle to act on it.
-type Sandbox struct {
-	ID           string    `json:"id"`
-	Name         string    `json:"name"`
-	State        string    `json:"state"` // running, checkpointing, rolling_back, dead (engine died; Error says why), failed, recovering (retry shortly), …
-	ParentID     string    `json:"parent_id,omitempty"`
-	CheckpointID string    `json:"checkpoint_id,omitempty"`
-	Generation   string    `json:"generation"` // 128 bits as 32 hex digits; new on every fork and rollback
-	Error        string    `json:"error,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
-	// Options are the sandbox's create options as in force: its limits with the defaults
-	// filled in (a fork child's and a rollback's are those of its checkpoint's sandbox).
-	Options CreateOptions `json:"options"`
-
-	c *Client
-}
-
-// Create starts a sandbox and returns it once its guest agent answers.
-func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
-	sb := &Sandbox{c: c}
-	return sb, c.call(ctx, "POST", "/v1/sandboxes", opts, sb)
-}
-
-// Get returns the sandbox with that id or name.
-func (c *Client) Get(ctx context.Context, idOrName string) (*Sandbox, error) {
-	sb := &Sandbox{c: c}
-	return sb, c.call(ctx, "GET", sbPath(idOrName), nil, sb)
-}
-
-// List returns every sandbox, oldest first.
-func (c *Client) List(ctx context.Context) ([]*Sandbox, error) {
-	var out []*Sandbox
-	if err := c.call(ctx, "GET", "/v1/sandboxes", nil, &out); err != nil {
-		return nil, err
-	}
-	for _, sb := range out {
-		sb.c = c
-	}
-	return out, nil
-}
-
-// Remove destroys the sandbox. Its checkpoints stay.
-func (sb *Sandbox) Remove(ctx context.Context) error {
-	return sb.c.call(ctx, "DELETE", sbPath(sb.ID), nil, nil)
-}
-
-// CurrentGeneration asks the daemon for the sandbox's generation now (sb.Generation is the one
-// it had when sb was read).
-func (sb *Sandbox) CurrentGeneration(ctx context.Context) (string, error) {
-	var g struct {
-		Generation string `json:"generation"`
-	}
-	err := sb.c.call(ctx, "GET", sbPath(sb.ID, "generation"), nil, &g)
-	return g.Generation, err
+// Status returns the daemon's status.
+func (c *Client) Status(ctx context.Context) (wire.StatusBody, error) {
+	var s wire.StatusBody
+	return s, c.call(ctx, "GET", "/v1/status", nil, &s)
 }

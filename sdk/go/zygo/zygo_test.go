@@ -56,11 +56,11 @@ func TestExecStream(t *testing.T) {
 `),
 	})
 	var out strings.Builder
-	res, err := (&Sandbox{ID: "sb-1", c: c}).Exec(context.Background(), []string{"x"}, &ExecOptions{Stdout: &out})
+	res, err := c.Sandbox("sb-1").Exec(context.Background(), []string{"x"}, &ExecOptions{Stdout: &out})
 	if err != nil || res.ExitCode != 7 || string(res.Stdout) != "hi" || string(res.Stderr) != "err" || out.String() != "hi" {
 		t.Errorf("exec: %+v %v %q", res, err, out.String())
 	}
-	if _, err := (&Sandbox{ID: "sb-2", c: c}).Exec(context.Background(), []string{"x"}, nil); !IsUnavailable(err) {
+	if _, err := c.Sandbox("sb-2").Exec(context.Background(), []string{"x"}, nil); !IsUnavailable(err) {
 		t.Errorf("error event: %v", err)
 	}
 }
@@ -75,7 +75,7 @@ func TestFork(t *testing.T) {
 		"POST /v1/sandboxes/bad/fork": answer(400, `{"error": {"code": "bad_request", "message": "fork n=0: must be between 1 and 16"}}`),
 	})
 	ctx := context.Background()
-	res, err := (&Sandbox{ID: "part", c: c}).Fork(ctx, 2, "")
+	res, err := c.Sandbox("part").Fork(ctx, 2, "")
 	if err != nil || len(res.Children) != 2 || len(res.Running()) != 1 || res.Running()[0].ID != "sb-a" ||
 		!IsUnavailable(res.Children[1].Err) || res.Checkpoint.ID != "cp-1" {
 		t.Errorf("partial fork: %+v %v", res, err)
@@ -83,11 +83,11 @@ func TestFork(t *testing.T) {
 	if res.Running()[0].c != c {
 		t.Errorf("a child cannot be used: no client")
 	}
-	res, err = (&Sandbox{ID: "none", c: c}).Fork(ctx, 1, "")
+	res, err = c.Sandbox("none").Fork(ctx, 1, "")
 	if !IsUnavailable(err) || len(res.Children) != 1 || res.Children[0].Err == nil {
 		t.Errorf("all failed: %+v %v", res, err)
 	}
-	if _, err := (&Sandbox{ID: "bad", c: c}).Fork(ctx, 0, ""); !IsBadRequest(err) || !strings.Contains(err.Error(), "16") {
+	if _, err := c.Sandbox("bad").Fork(ctx, 0, ""); !IsBadRequest(err) || !strings.Contains(err.Error(), "16") {
 		t.Errorf("bad n: %v", err)
 	}
 }
@@ -115,7 +115,7 @@ func TestTCPToken(t *testing.T) {
 		if _, err := cl.Get(ctx, "x"); !c.want(err) {
 			t.Errorf("token %q: Get = %v", c.token, err)
 		}
-		if _, err := (&Sandbox{ID: "x", c: cl}).Fork(ctx, 1, ""); !c.want(err) {
+		if _, err := cl.Sandbox("x").Fork(ctx, 1, ""); !c.want(err) {
 			t.Errorf("token %q: Fork = %v", c.token, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package zygo
+package api_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // catManager is the daemon's sandbox manager reduced to an Exec that behaves as cat.
@@ -27,18 +28,18 @@ func (catManager) Exec(_ context.Context, _ string, req guest.ExecRequest, stdou
 	return guest.ExitStatus{}, err
 }
 
-type waitBuf struct {
+type sdkWaitBuf struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (w *waitBuf) Write(p []byte) (int, error) {
+func (w *sdkWaitBuf) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
 
-func (w *waitBuf) waitFor(t *testing.T, want string) {
+func (w *sdkWaitBuf) waitFor(t *testing.T, want string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		w.mu.Lock()
@@ -53,22 +54,22 @@ func (w *waitBuf) waitFor(t *testing.T, want string) {
 	}
 }
 
-// Against the daemon's real exec handler: ExecOptions.Stdin is streamed (the second line is
+// The SDK against the daemon's real exec handler: ExecOptions.Stdin is streamed (the second line is
 // written only after the first came back), and its EOF ends the command.
 func TestExecStdinStreams(t *testing.T) {
 	srv := api.NewServer(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(catManager{}, nil)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	sb := &Sandbox{ID: "sb-1", c: NewTCPClient(strings.TrimPrefix(ts.URL, "http://"), "")}
+	sb := zygo.NewTCPClient(strings.TrimPrefix(ts.URL, "http://"), "").Sandbox("sb-1")
 	ctx := context.Background()
 
 	pr, pw := io.Pipe()
-	out := &waitBuf{}
+	out := &sdkWaitBuf{}
 	done := make(chan error, 1)
-	var res ExecResult
+	var res zygo.ExecResult
 	go func() {
 		var err error
-		res, err = sb.Exec(ctx, []string{"cat"}, &ExecOptions{Stdin: pr, Stdout: out})
+		res, err = sb.Exec(ctx, []string{"cat"}, &zygo.ExecOptions{Stdin: pr, Stdout: out})
 		done <- err
 	}()
 	io.WriteString(pw, "one\n")
@@ -90,12 +91,12 @@ func TestExecStdinStreams(t *testing.T) {
 		t.Fatalf("exec without stdin: %+v %v", res, err)
 	}
 	// A failing Stdin abandons the call.
-	bad := io.MultiReader(strings.NewReader("x"), errReader{})
-	if _, err := sb.Exec(ctx, []string{"cat"}, &ExecOptions{Stdin: bad}); err == nil {
+	bad := io.MultiReader(strings.NewReader("x"), sdkErrReader{})
+	if _, err := sb.Exec(ctx, []string{"cat"}, &zygo.ExecOptions{Stdin: bad}); err == nil {
 		t.Fatal("exec with a failing stdin succeeded")
 	}
 }
 
-type errReader struct{}
+type sdkErrReader struct{}
 
-func (errReader) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
+func (sdkErrReader) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }

@@ -1,0 +1,103 @@
+package api
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/zygo-run/zygo/sdk/go/wire"
+)
+
+// accessLog returns h behind one log record per call: method, route pattern, status,
+// duration, bytes written and request id. Calls that succeed (or that the caller got wrong:
+// 4xx) are logged at debug level, 5xx at info. The request id is the one the handler set
+// (an invoke's X-Zygo-Request-Id, which its log lines carry), else the caller's X-Request-Id,
+// else the trace id of its W3C traceparent, else empty.
+func (s *Server) accessLog(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			// A handler that aborts (http.ErrAbortHandler) is still logged, then re-panics.
+			p := recover()
+			status := rec.status
+			if status == 0 {
+				status = http.StatusOK
+				if p != nil {
+					status = http.StatusInternalServerError
+				}
+			}
+			level := slog.LevelDebug
+			if status >= 500 || p != nil {
+				level = slog.LevelInfo
+			}
+			s.log.LogAttrs(r.Context(), level, "api call",
+				slog.String("method", r.Method), slog.String("route", r.Pattern),
+				slog.Int("status", status), slog.Duration("duration", time.Since(t0)),
+				slog.Int64("bytes", rec.bytes), slog.String("request_id", requestID(r, rec)),
+				slog.Bool("aborted", p != nil))
+			if p != nil {
+				panic(p)
+			}
+		}()
+		h.ServeHTTP(rec, r)
+	})
+}
+
+// recorder is a ResponseWriter that keeps the status and the bytes written. Unwrap lets
+// http.ResponseController reach the connection's Flush, deadlines and full duplex.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// maxCallerIDBytes bounds a request id taken from the caller.
+const maxCallerIDBytes = 128
+
+// requestID returns the id of the call for the access log (see accessLog).
+func requestID(r *http.Request, rec *recorder) string {
+	if id := rec.Header().Get(wire.RequestIDHeader); id != "" {
+		return id
+	}
+	if id := r.Header.Get(wire.CallerRequestIDHeader); id != "" && printable(id) {
+		return id
+	}
+	// traceparent: version "-" trace-id (32 hex) "-" parent-id "-" flags.
+	if parts := strings.Split(r.Header.Get("Traceparent"), "-"); len(parts) == 4 && len(parts[1]) == 32 && printable(parts[1]) {
+		return parts[1]
+	}
+	return ""
+}
+
+// printable reports whether a caller's id is short and plain ASCII without spaces.
+func printable(s string) bool {
+	if len(s) > maxCallerIDBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,265 @@
+package wire
+
+import (
+	"io/fs"
+	"time"
+)
+
+// The sandbox routes ({id} is a sandbox id or name everywhere; a checkpoint {id} is an id or
+// a tag):
+//
+//	POST   /v1/sandboxes                       body: CreateSandboxBody → 201 Sandbox
+//	GET    /v1/sandboxes                       []Sandbox, oldest first
+//	GET    /v1/sandboxes/{id}                  Sandbox
+//	DELETE /v1/sandboxes/{id}                  204
+//	POST   /v1/sandboxes/{id}/exec             body: ExecBody [+ streamed stdin] → NDJSON StreamEvents, last: exit
+//	POST   /v1/sandboxes/{id}/run-code         body: CodeBody → NDJSON StreamEvents, last: result
+//	PUT    /v1/sandboxes/{id}/files?path=&mode=    body: the content → 204
+//	GET    /v1/sandboxes/{id}/files?path=      the content
+//	GET    /v1/sandboxes/{id}/files/list?path= []FileInfo, at most MaxListEntries in name order;
+//	                                           header EntriesTotalHeader: the directory's count
+//	POST   /v1/sandboxes/{id}/checkpoint       body: CheckpointBody → 201 Checkpoint
+//	GET    /v1/sandboxes/{id}/checkpoints      []Checkpoint of the sandbox
+//	POST   /v1/sandboxes/{id}/fork             body: ForkBody → ForkAnswer; with Accept: ForkStreamType,
+//	                                           ForkEvents (progress, then the answer)
+//	POST   /v1/sandboxes/{id}/rollback         body: RollbackBody → Sandbox
+//	GET    /v1/sandboxes/{id}/generation       GenerationBody
+//	GET    /v1/sandboxes/{id}/services         []ServiceStatus, live from the guest
+//	GET    /v1/checkpoints[?sandbox=ID]        []Checkpoint, oldest first
+//	GET    /v1/checkpoints/{id}                Checkpoint
+//	DELETE /v1/checkpoints/{id}                204; 409 while a sandbox or checkpoint refers to it
+
+// Bounds of the sandbox routes.
+const (
+	// MaxSandboxJSONBytes bounds a JSON request body (an exec's stdin travels in it, unless
+	// it is streamed after it: see ExecBody).
+	MaxSandboxJSONBytes = 16 << 20
+	// MaxFileBytes bounds one file upload. A sandbox's writes live in memory.
+	MaxFileBytes = 256 << 20
+	// MaxListEntries bounds the entries of one file listing.
+	MaxListEntries = 10000
+	// MaxForkN is the default bound on a fork's n (a daemon may be configured with another;
+	// a larger n is a 400 stating the bound).
+	MaxForkN = 16
+)
+
+// ForkStreamType is the media type of a streamed fork (and of exec and run-code answers).
+const ForkStreamType = "application/x-ndjson"
+
+// CreateSandboxBody is the body of POST /v1/sandboxes; every field is optional. Forks and
+// rollbacks inherit it.
+type CreateSandboxBody struct {
+	Name      string    `json:"name,omitempty"`       // unique; default the id
+	RootfsDir string    `json:"rootfs_dir,omitempty"` // a host directory to use, read-only, as the root
+	Services  []Service `json:"services,omitempty"`
+	Env       []string  `json:"env,omitempty"` // KEY=VALUE for every exec and service
+	// Secrets names secrets of the daemon's store (`zygo secret set NAME`): each is written to
+	// /run/secrets/NAME (mode 0400) at create and, with its current value, in every fork child
+	// and rollback. An unknown name is a 400 naming it.
+	Secrets []string `json:"secrets,omitempty"`
+	// MemoryMiB bounds the sandbox's memory in MiB: its processes and the files written to its
+	// in-memory root together. 0: the daemon's default, 2048 (or the host's memory if less);
+	// below 64 or above the host's memory is a 400.
+	MemoryMiB int `json:"memory_mib,omitempty"`
+	// PIDs bounds the processes and threads alive at once inside. 0: 4096; below 32 is a 400.
+	PIDs int `json:"pids,omitempty"`
+	// CPUs is a CPU quota in cores (1.5 = one and a half); 0: no quota; below 0.01 or above
+	// the host's CPU count is a 400.
+	CPUs float64 `json:"cpus,omitempty"`
+}
+
+// Service is a long-lived process a sandbox starts at boot.
+type Service struct {
+	Name string   `json:"name"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"`
+	// OnFork is what a fork or rollback does to it: "restart" (a fresh process), "signal"
+	// (Signal, default SIGHUP, after the new generation is published) or "keep" (default).
+	OnFork string `json:"on_fork,omitempty"`
+	Signal int    `json:"signal,omitempty"`
+	// Restart is when the sandbox starts it again after its process ended: "on-failure" (the
+	// default), "always" or "no"; after 100 ms, doubled for each consecutive restart up to 30 s.
+	Restart string `json:"restart,omitempty"`
+}
+
+// Sandbox is a sandbox's record.
+type Sandbox struct {
+	ID       string `json:"id"` // stable across rollback; "sb-" + 16 hex digits
+	Name     string `json:"name"`
+	Backend  string `json:"backend"`
+	EngineID string `json:"engine_id"` // the current engine instance; changes on rollback
+	// State: creating, restoring, resealing, running, checkpointing, rolling_back, dead (the
+	// engine died; Error says why), failed, removing, recovering (retry shortly).
+	State        string `json:"state"`
+	ParentID     string `json:"parent_id,omitempty"`     // the sandbox it was forked from
+	CheckpointID string `json:"checkpoint_id,omitempty"` // the checkpoint its instance was restored from
+	Generation   string `json:"generation"`              // 128 bits as 32 hex digits; new on every fork and rollback
+	// Options are its create options as in force: the limits with the defaults filled in.
+	Options   CreateSandboxBody `json:"options"`
+	Services  []Service         `json:"services,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+// Checkpoint is an immutable image of a sandbox at one moment. Images form a tree: ParentID
+// is the checkpoint the source sandbox was itself restored from.
+type Checkpoint struct {
+	ID         string            `json:"id"` // "cp-" + 16 hex digits
+	Tag        string            `json:"tag,omitempty"`
+	SandboxID  string            `json:"sandbox_id"` // the source
+	ParentID   string            `json:"parent_id,omitempty"`
+	Backend    string            `json:"backend"`
+	Dir        string            `json:"dir"` // the image directory on the daemon's host
+	SizeBytes  int64             `json:"size_bytes"`
+	Generation string            `json:"generation"` // the source's at checkpoint time
+	Hostname   string            `json:"hostname"`
+	Options    CreateSandboxBody `json:"options"`
+	CreatedAt  time.Time         `json:"created_at"`
+	// Checksums has one "crc32c:XXXXXXXX" per file of the image, by path relative to Dir.
+	Checksums map[string]string `json:"checksums,omitempty"`
+}
+
+// ExecBody is the body of POST /v1/sandboxes/{id}/exec: one JSON object of at most
+// MaxSandboxJSONBytes. The command's stdin comes in one of two forms, or not at all (then it
+// is /dev/null):
+//
+//   - Stdin: the whole input, base64 in the JSON; the command starts once the body has
+//     arrived. For small inputs.
+//   - StdinStream: the JSON object is followed, in the same body, by one '\n' and then the
+//     stdin bytes, sent as they come (chunked); the end of the body closes the command's
+//     stdin. The command starts as soon as the object has arrived and its output streams back
+//     while stdin is still being sent (HTTP/1.1 full duplex). A client that goes away before
+//     the end of the body kills the command.
+//
+// Setting both is a 400.
+type ExecBody struct {
+	Argv        []string `json:"argv"`
+	Env         []string `json:"env,omitempty"`   // KEY=VALUE, added to the sandbox's environment
+	Cwd         string   `json:"cwd,omitempty"`   // default /
+	Stdin       []byte   `json:"stdin,omitempty"` // base64 in JSON
+	StdinStream bool     `json:"stdin_stream,omitempty"`
+	// TimeoutMs: then SIGTERM to the command's process group, SIGKILL 2 s later; 0: none.
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+}
+
+// CodeBody is the body of POST /v1/sandboxes/{id}/run-code.
+type CodeBody struct {
+	Code      string `json:"code"`
+	TimeoutMs int64  `json:"timeout_ms,omitempty"` // then KeyboardInterrupt; 0: none
+}
+
+// StreamEvent is one line of the NDJSON answer of exec and run-code: output chunks as they
+// come, then exactly one of Exit (exec), Result (run-code) or Error (the call failed after the
+// stream began; before that, the answer is an ordinary error with its status).
+type StreamEvent struct {
+	Stream string      `json:"stream,omitempty"` // "stdout" or "stderr"
+	Data   []byte      `json:"data,omitempty"`   // base64 in JSON
+	Exit   *ExitStatus `json:"exit,omitempty"`
+	Result *CodeResult `json:"result,omitempty"`
+	Error  *ErrorBody  `json:"error,omitempty"`
+}
+
+// ExitStatus is how a command ended.
+type ExitStatus struct {
+	Code     int  `json:"code"`             // exit code; 128+N when killed by signal N
+	Signal   int  `json:"signal,omitempty"` // the signal that killed it, or 0
+	TimedOut bool `json:"timed_out,omitempty"`
+}
+
+// CodeResult is the outcome of a run-code. A Python exception is OK false with its traceback
+// in Error: the interpreter and its variables survive it.
+type CodeResult struct {
+	OK    bool   `json:"ok"`
+	Value string `json:"value,omitempty"` // repr of the last statement when it is an expression
+	Error string `json:"error,omitempty"`
+	// OutputTruncated: the code printed more than 16 MiB; the rest was discarded (a marker on
+	// stderr shows where) while the code kept running.
+	OutputTruncated bool `json:"output_truncated,omitempty"`
+	// Restarted: the interpreter died under the call (it ignored a timeout's KeyboardInterrupt
+	// for 2 s and was killed, or it exited); its variables are lost.
+	Restarted bool `json:"restarted,omitempty"`
+}
+
+// FileInfo describes one directory entry inside a sandbox.
+type FileInfo struct {
+	Name    string      `json:"name"`
+	Size    int64       `json:"size"`
+	Mode    fs.FileMode `json:"mode"` // io/fs.FileMode bits, as a number
+	ModTime time.Time   `json:"mod_time"`
+	IsDir   bool        `json:"is_dir"`
+}
+
+// CheckpointBody is the body of POST /v1/sandboxes/{id}/checkpoint.
+type CheckpointBody struct {
+	Tag string `json:"tag,omitempty"`
+}
+
+// ForkBody is the body of POST /v1/sandboxes/{id}/fork.
+type ForkBody struct {
+	N int `json:"n"` // children, 1..the daemon's bound (MaxForkN by default)
+	// From is the checkpoint (id or tag) to restore; empty: checkpoint the sandbox now.
+	From string `json:"from,omitempty"`
+}
+
+// ForkChild is one child's outcome: its record, or why it failed (it was destroyed).
+type ForkChild struct {
+	Index   int        `json:"index"`
+	Sandbox *Sandbox   `json:"sandbox,omitempty"`
+	Error   *ErrorBody `json:"error,omitempty"`
+}
+
+// ForkAnswer is the answer of a fork: 200 when at least one child runs (partial success is
+// normal, and every failure is listed); when every child failed, the status of their errors'
+// category with Error set, and the children still listed.
+type ForkAnswer struct {
+	Error      *ErrorBody  `json:"error,omitempty"`
+	Checkpoint Checkpoint  `json:"checkpoint"`
+	Children   []ForkChild `json:"children"`
+	Succeeded  int         `json:"succeeded"`
+	Failed     int         `json:"failed"`
+}
+
+// ForkProgress is a fork's progress so far.
+type ForkProgress struct {
+	Checkpoint string `json:"checkpoint"` // the checkpoint restored
+	N          int    `json:"n"`          // children asked for
+	Ready      int    `json:"ready"`      // restored and resealed so far
+	Failed     int    `json:"failed"`     // failed so far (each is destroyed)
+}
+
+// ForkEvent is one line of a fork streamed as NDJSON (the request's Accept header is
+// ForkStreamType): Progress lines while the children are made, then one line with the Answer
+// and the HTTP status the plain call would have had. A fork refused before any child is
+// attempted (bad n, unknown sandbox, a failed checkpoint) is a plain error answer instead.
+type ForkEvent struct {
+	Progress *ForkProgress `json:"progress,omitempty"`
+	Answer   *ForkAnswer   `json:"answer,omitempty"`
+	Status   int           `json:"status,omitempty"` // with Answer
+}
+
+// RollbackBody is the body of POST /v1/sandboxes/{id}/rollback.
+type RollbackBody struct {
+	To string `json:"to"` // checkpoint id or tag
+}
+
+// GenerationBody is the answer of GET /v1/sandboxes/{id}/generation.
+type GenerationBody struct {
+	SandboxID  string `json:"sandbox_id"`
+	Generation string `json:"generation"` // 128 bits, 32 hex digits; new on every fork and rollback
+}
+
+// ServiceStatus is the live state of one declared service.
+type ServiceStatus struct {
+	Name     string      `json:"name"`
+	Restart  string      `json:"restart"` // the effective policy
+	Running  bool        `json:"running"`
+	PID      int         `json:"pid,omitempty"` // of the running process, in the sandbox
+	Restarts int         `json:"restarts"`      // starts after a process ended
+	LastExit *ExitStatus `json:"last_exit,omitempty"`
+	// LastExitAt is when the last process ended; zero (left out) while none has.
+	LastExitAt    time.Time `json:"last_exit_at,omitzero"`
+	LastError     string    `json:"last_error,omitempty"`     // why the last start failed
+	NextRestartAt time.Time `json:"next_restart_at,omitzero"` // while it waits in backoff
+	Log           string    `json:"log,omitempty"`            // the file, inside, that holds its output
+}
