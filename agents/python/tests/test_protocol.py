@@ -10,7 +10,7 @@ import unittest
 import harness
 
 CHECK_NAMES = {"threads", "generators", "sockets", "uuid1", "numpy_global", "libcrypto",
-               "asyncio_loop", "landlock"}
+               "asyncio_loop", "landlock", "descriptors", "processes", "shared_memory"}
 
 
 def check(ready, name):
