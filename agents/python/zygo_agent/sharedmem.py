@@ -9,12 +9,11 @@ channel from one request to the next.
 :func:`plan_shared` (warm-up) finds, in ``/proc/self/smaps``, every mapping that is shared and
 may be written (``VmFlags`` ``sh`` and ``mw``: a read-only mapping of a file opened read-only can
 never become writable). Those that only inheritance reaches (anonymous, deleted, memfd,
-System V, POSIX shared memory under ``/dev/shm``) are made private in each fork-mode child
-before user code by :func:`privatise`: the contents are copied into a private anonymous
-mapping (read through ``/proc/self/mem``, so a page past the end of a file reads as zeros
-instead of raising ``SIGBUS``) which ``mremap`` then moves onto the same addresses, with the
-same protection. Python ``mmap`` objects, ctypes pointers and NumPy arrays over the region keep
-working, on memory of their own. A shared mapping of a file with a path is kept (every request
+System V, POSIX shared memory under ``/dev/shm``) are replaced in each fork-mode child before
+user code by :func:`privatise`: the contents are copied into a memfd of the child's own, mapped
+shared over the same addresses with the same protection. Python ``mmap`` objects, ctypes
+pointers and NumPy arrays over the region keep working, on memory no sibling reaches (what
+the request itself forks still shares it, as the import intended). A shared mapping of a file with a path is kept (every request
 can open that file anyway) and named at warm-up.
 """
 
@@ -24,21 +23,15 @@ import re
 from typing import List, NamedTuple
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
-MAP_PRIVATE, MAP_ANONYMOUS = 0x02, 0x20
-MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
+MAP_SHARED, MAP_FIXED = 0x01, 0x10
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_long)
-_libc.mremap.restype = ctypes.c_void_p
-_libc.mremap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
-                         ctypes.c_void_p)
 _libc.mprotect.restype = ctypes.c_int
 _libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-_libc.munmap.restype = ctypes.c_int
-_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 
 _HEADER = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S{4}) \S+ \S+ \S+\s*(.*)$")
 
@@ -48,7 +41,7 @@ _plan: List["Region"] = []
 class Region(NamedTuple):
     """One shared, writable mapping: ``start``/``end`` (addresses), ``perms`` (``rw-s``),
     ``backing`` (the path column of ``/proc/self/maps``, ``""`` for none) and ``private``
-    (True when each child gets a private copy)."""
+    (True when each child gets a copy of its own)."""
     start: int
     end: int
     perms: str
@@ -91,20 +84,19 @@ def plan_shared() -> List[Region]:
 
 
 def privatise() -> int:
-    """Make every planned ``private`` region that is still mapped, shared, at the same
-    addresses a private copy with the same contents and protection. Returns the number of
-    bytes made private. Raises ``OSError`` if a region cannot be copied or moved (the caller
+    """Give this process its own copy, with the same contents and protection, of every planned
+    ``private`` region that is still mapped, shared, at the same addresses. Returns the number
+    of bytes copied. Raises ``OSError`` if a region cannot be copied or mapped (the caller
     must then not run user code)."""
     todo = [r for r in _plan if r.private]
     if not todo:
         return 0
     live = _shared_now()
     done = 0
-    with open("/proc/self/mem", "rb", buffering=0) as mem:
-        for region in todo:
-            if (region.start, region.end) in live:
-                _make_private(mem.fileno(), region)
-                done += region.size
+    for region in todo:
+        if (region.start, region.end) in live:
+            _make_own(region)
+            done += region.size
     return done
 
 
@@ -119,35 +111,35 @@ def _shared_now() -> set:
     return result
 
 
-def _make_private(mem_fd: int, region: Region) -> None:
+def _make_own(region: Region) -> None:
+    """Copy ``region`` into a memfd of this process's own and map that, shared, over the same
+    addresses: the request (and what it forks) shares it as the import intended, no sibling
+    does. The copy is a ``write(2)`` from the region, so a page the kernel cannot read (past
+    the end of a file) ends the copy with ``EFAULT`` instead of a ``SIGBUS``; the rest of the
+    copy is zeros."""
     size = region.size
-    copy = _libc.mmap(None, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-    if copy in (None, _MAP_FAILED):
-        raise _errno_error("mmap")
-    try:
-        buffer = (ctypes.c_char * size).from_address(copy)
-        view = memoryview(buffer).cast("B")
-        got = 0
-        while got < size:  # a short read: the rest is past the end of the file (zeros)
-            try:
-                n = os.preadv(mem_fd, [view[got:]], region.start + got)
-            except OSError:
-                break
-            if n <= 0:
-                break
-            got += n
-        del view, buffer
-        moved = _libc.mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, region.start)
-        if moved in (None, _MAP_FAILED):
-            raise _errno_error("mremap")
-    except BaseException:
-        _libc.munmap(copy, size)
-        raise
     prot = ((PROT_READ if region.perms[0] == "r" else 0)
             | (PROT_WRITE if region.perms[1] == "w" else 0)
             | (PROT_EXEC if region.perms[2] == "x" else 0))
-    if _libc.mprotect(region.start, size, prot) != 0:
+    if not prot & PROT_READ and _libc.mprotect(region.start, size, prot | PROT_READ) != 0:
         raise _errno_error("mprotect")
+    memfd = os.memfd_create("zygo-own-copy", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(memfd, size)
+        view = memoryview((ctypes.c_char * size).from_address(region.start)).cast("B")
+        copied = 0
+        try:
+            while copied < size:
+                copied += os.write(memfd, view[copied:])
+        except OSError:  # EFAULT: unreadable from here on
+            pass
+        finally:
+            view.release()
+        mapped = _libc.mmap(region.start, size, prot, MAP_SHARED | MAP_FIXED, memfd, 0)
+        if mapped in (None, _MAP_FAILED):
+            raise _errno_error("mmap")
+    finally:
+        os.close(memfd)
 
 
 def _errno_error(call: str) -> OSError:
