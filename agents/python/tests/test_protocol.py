@@ -10,7 +10,8 @@ import unittest
 import harness
 
 CHECK_NAMES = {"threads", "generators", "sockets", "uuid1", "numpy_global", "libcrypto",
-               "asyncio_loop", "landlock", "native_random"}
+               "asyncio_loop", "landlock", "native_random", "descriptors", "processes",
+               "shared_memory"}
 
 
 def check(ready, name):

@@ -74,7 +74,7 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
                             "checks": report.checks})
 
     def serve(fd: int) -> NoReturn:
-        child.serve_request(fd, handler, own_domain=args.mode == "fork")
+        child.serve_request(fd, handler, forked=args.mode == "fork")
 
     if args.mode == "spawn":
         sys.exit(zygote.serve_spawn(control, serve))

@@ -5,8 +5,11 @@ after the caller has closed the control socket. In order:
 
 1. ``hello`` with explicit ``SCM_CREDENTIALS`` on the request socket, then wait for ``go``;
 2. before user code (:func:`_prepare`): close the request socket; point fds 1 and 2 at
-   ``dir/stdout`` and ``dir/stderr``; replace inherited kernel objects (rule 9); reseed
-   (rule 7); set ``TMPDIR=dir/tmp`` and reset ``tempfile``; ``PR_SET_DUMPABLE 0``; in fork
+   ``dir/stdout`` and ``dir/stderr``; in fork mode, apply the warm-up plan to every inherited
+   descriptor (rule 9, :mod:`fdreset`) and give the child a private copy of every shared
+   writable mapping only inheritance reaches (:mod:`sharedmem`) — in spawn mode, the process
+   that imported the code serves the request, and nothing its import made is replaced,
+   closed or remapped; reseed (rule 7); set ``TMPDIR=dir/tmp`` and reset ``tempfile``; ``PR_SET_DUMPABLE 0``; in fork
    mode, enter a Landlock domain of the request's own (:func:`enter_own_domain`); clear the
    zygote's ``atexit`` handlers; under ``strict``, install ``dir/strict.bpf`` as a second
    seccomp filter; read ``dir/event.json`` and decode it (a document this runtime's parser
@@ -32,7 +35,7 @@ import sys
 import time
 from typing import NoReturn
 
-from . import errors, fdreset, libc, reseed, wire
+from . import errors, fdreset, libc, reseed, sharedmem, wire
 from .agentlog import log
 
 EXIT_OK = 0
@@ -92,32 +95,35 @@ class _StepFailed(Exception):
         super().__init__(f"{step}: {type(exc).__name__}: {exc}")
 
 
-def serve_request(fd: int, handler, own_domain: bool) -> NoReturn:
+def serve_request(fd: int, handler, forked: bool) -> NoReturn:
     """Serve the request whose socket is ``fd`` with ``handler`` and leave with ``os._exit``.
-    ``own_domain`` (fork mode) puts the request in a Landlock domain of its own before user
-    code (:func:`enter_own_domain`).
+    ``forked`` (fork mode: this process is a child of the zygote) makes the child's inherited
+    descriptors and shared memory its own and puts the request in a Landlock domain of its
+    own before user code (:func:`enter_own_domain`); without it (spawn mode, the thread
+    fallback) the import's objects are left as they are.
 
     Never returns and never raises; the exit status says how far it got (see module doc).
     """
     code = EXIT_AGENT_ERROR
     try:
-        code = _serve(fd, handler, own_domain)
+        code = _serve(fd, handler, forked)
     except BaseException as exc:  # noqa: BLE001 - nothing may unwind into the zygote's code
         log(f"request failed in the agent: {type(exc).__name__}: {exc}")
     finally:
         os._exit(code)
 
 
-def _serve(fd: int, handler, own_domain: bool) -> int:
+def _serve(fd: int, handler, forked: bool) -> int:
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)  # a default timeout set at import must not apply here
     wire.send_with_credentials(sock, {"type": "hello", "pid": os.getpid()})
-    _prewarm(sock.fileno())
+    if forked:
+        _prewarm(sock.fileno())
     go = _wait_for_go(sock)
     if go is None:
         return EXIT_NO_GO
     try:
-        event = _prepare(sock, go, own_domain)
+        event = _prepare(sock, go, forked)
     except _StepFailed as failure:
         _write_result_quietly(go.dir, {"ok": False, "error": errors.error(
             "ZygoAgentError", str(failure))})
@@ -146,6 +152,7 @@ def _prewarm(request_fd: int) -> None:
     known. Never raises: a failure here is retried, and reported, after GO."""
     try:
         fdreset.reset_inherited(keep=(request_fd,))
+        _privatise_memory()
         reseed.reseed_all()
         io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True).write("")
     except Exception:  # noqa: BLE001 - the same steps run, and report, after GO
@@ -174,18 +181,22 @@ def _wait_for_go(sock: socket.socket):
             return None
 
 
-def _prepare(sock: socket.socket, go: _Go, own_domain: bool):
+def _prepare(sock: socket.socket, go: _Go, forked: bool):
     """Everything between ``go`` and user code; returns the event. Raises ``_StepFailed``."""
     steps = [
         ("closing the request socket", sock.close),
         ("redirecting stdout and stderr", lambda: redirect_stdio(go.dir)),
-        ("resetting inherited descriptors", fdreset.reset_inherited),
+    ]
+    if forked:  # rule 9; in spawn mode what the import made is this process's own
+        steps += [("resetting inherited descriptors", fdreset.reset_inherited),
+                  ("making inherited shared memory private", _privatise_memory)]
+    steps += [
         ("reseeding", reseed.reseed_all),
         ("setting TMPDIR", lambda: set_tmpdir(os.path.join(go.dir, "tmp"))),
         ("keeping the process non-dumpable", lambda: libc.set_dumpable(False)),
         ("clearing the zygote's atexit handlers", atexit._clear),
     ]
-    if own_domain:  # before anything the request can start; one thread here (the fork's)
+    if forked:  # before anything the request can start; one thread here (the fork's)
         steps.insert(-1, ("entering the request's own Landlock domain", enter_own_domain))
     if go.strict:  # last, so nothing of ours runs under it before user code
         steps.append(("installing the strict seccomp filter", lambda: install_strict(go.dir)))
@@ -200,6 +211,17 @@ def _prepare(sock: socket.socket, go: _Go, own_domain: bool):
     except Exception as exc:  # noqa: BLE001 - OSError
         raise _StepFailed("reading event.json", exc) from exc
     return decode_event(data)
+
+
+_memory_private = False
+
+
+def _privatise_memory() -> None:
+    """:func:`sharedmem.privatise` once per child (the pre-warm may have done it)."""
+    global _memory_private
+    if not _memory_private:
+        sharedmem.privatise()
+        _memory_private = True
 
 
 def decode_event(data: bytes):

@@ -3,31 +3,63 @@
 After ``fork()`` every descriptor in the child refers to the same open file description as the
 zygote's. A socket written from two processes interleaves their bytes (case BH-15: one TLS
 session, two writers, "bad record mac"); an epoll instance delivers one process's events to the
-other and ``epoll_ctl`` from the child edits the zygote's interest list (case BH-14).
+other and ``epoll_ctl`` from the child edits the zygote's interest list (case BH-14); a pipe to
+a helper process started at import hands one request's reply to another; a file opened at
+import shares its offset, so successive requests read successive records.
 
-:func:`reset_inherited` therefore swaps, with ``dup2`` so that the fd numbers held by Python
-objects stay valid:
+Every descriptor therefore has a policy, decided at warm-up (:func:`plan_inherited`, reported
+by the ``descriptors`` check) and applied in each fork-mode child before user code
+(:func:`reset_inherited`), always with ``dup2`` so that the fd numbers held by Python objects
+stay valid:
 
-- every socket for a fresh, unconnected socket of the same family, type and protocol (using it
-  fails with ``ENOTCONN`` or similar, so a client library reconnects);
-- every ``eventpoll``, ``eventfd``, ``signalfd``, ``timerfd``, ``inotify`` and ``io_uring``
-  descriptor for ``/dev/null``;
+- an ``AF_INET``/``AF_INET6`` socket or any datagram socket becomes a fresh, unconnected
+  socket of the same family, type and protocol (TCP then fails with ``ENOTCONN`` on ``recv``
+  and ``EPIPE`` on ``send``, so a client library reconnects; a datagram socket is unbound:
+  ``send`` fails with ``ENOTCONN``/``EDESTADDRREQ``, ``sendto`` works and only this child gets
+  the answers); an ``AF_UNIX`` stream or seqpacket socket becomes a dead descriptor (below),
+  since a fresh one answers ``recv`` with an unhelpful ``EINVAL``;
+- the write end of a pipe or FIFO becomes the write end of a pipe nobody reads: ``write``
+  fails with ``EPIPE`` (``BrokenPipeError``), as when the peer has gone;
+- the read end of a pipe or FIFO (or one opened read-write), and any other anonymous kernel
+  object (``pidfd``, ``userfaultfd``, ...), becomes a *dead* descriptor, an ``O_PATH`` handle on
+  an empty memfd named ``zygo-replaced`` (its ``/proc/self/fd`` link says so): every call on
+  it but ``close``, ``fstat``, ``fcntl`` and ``dup`` — ``read``, ``write``, ``send``, ``recv``,
+  ``getpeername``, ``epoll_ctl`` — fails with ``EBADF``, and ``poll`` reports ``POLLNVAL``;
+- an ``eventpoll``, ``eventfd``, ``signalfd``, ``timerfd``, ``inotify`` or ``io_uring``
+  descriptor becomes ``/dev/null``;
+- a regular file or directory gets an open file description of its own: it is re-opened
+  through its ``/proc/self/fd/N`` magic link (which names the inode itself, so no rename can
+  put another file there; the result is checked to have the same ``st_dev``/``st_ino``) with
+  the flags ``/proc/self/fdinfo`` reports (access mode, ``O_APPEND``, ``O_NONBLOCK``, ...) and
+  the offset it had at warm-up. A file with no path (deleted, ``O_TMPFILE``, a memfd) gets its
+  own offset too, but its content stays shared by every request: the warm-up report says so;
+- a character or block device, and an ``O_PATH`` handle, is kept (no offset or data of its own
+  to share).
 
-and then resets the asyncio policy. Nothing here calls ``epoll_ctl``, ``shutdown`` or
-``loop.close()`` on an inherited object: the replaced objects are kept referenced in
-``_graveyard`` so that no finaliser runs on them, and the child leaves with ``os._exit``.
-Pipes and regular files are left alone (rule 9 does not cover them).
+Descriptors 1 and 2 are the agent's (pointed at the request's files); a descriptor the plan
+does not know (opened after warm-up, by an at-fork hook) is decided in the child by the same
+rules. Nothing here calls ``epoll_ctl``, ``shutdown`` or ``loop.close()`` on an inherited
+object: the replaced objects are kept referenced in ``_graveyard`` so that no finaliser runs on
+them, and the child leaves with ``os._exit``. In spawn mode (and the thread fallback) none of
+this runs: the process that imported the code serves the request, and what it made is its own.
 """
 
 import os
 import socket
+import stat
 import sys
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 _EVENT_KINDS = ("anon_inode:[eventpoll]", "anon_inode:[eventfd]", "anon_inode:[signalfd]",
                 "anon_inode:[timerfd]", "anon_inode:inotify", "anon_inode:[io_uring]")
+_STDIO = (1, 2)  # pointed at the request's own files by child.redirect_stdio
+# The open(2) flags a re-open keeps; O_CREAT, O_EXCL, O_TRUNC and O_NOCTTY never reach f_flags.
+_REOPEN_FLAGS = (os.O_ACCMODE | os.O_APPEND | os.O_NONBLOCK | os.O_DSYNC | os.O_SYNC
+                 | os.O_DIRECT | os.O_NOATIME | os.O_LARGEFILE | os.O_DIRECTORY)
 
 _graveyard: List[object] = []  # inherited objects that must never be finalised
+_plan: Dict[int, "Entry"] = {}  # fd -> the warm-up decision (plan_inherited)
+_done = False  # reset_inherited has run to the end in this process
 
 
 class SocketInfo(NamedTuple):
@@ -37,6 +69,42 @@ class SocketInfo(NamedTuple):
     proto: int
     local: object
     peer: object  # None when not connected
+
+
+class Entry(NamedTuple):
+    """The policy for one descriptor.
+
+    ``kind``: ``socket``, ``pipe``, ``fifo``, ``event``, ``file``, ``directory``, ``device``,
+    ``o_path``, ``anon`` or ``stdio``. ``action``: ``fresh-socket``, ``dead-writer``, ``dead``,
+    ``devnull``, ``reopen``, ``keep`` or ``agent``. ``shared_content`` is true for a re-opened
+    file no path reaches (its data is still shared by every request). ``flags`` (open flags)
+    and ``offset`` (bytes) matter for ``reopen``; ``ident`` is ``(st_dev, st_ino)``.
+    """
+    fd: int
+    kind: str
+    target: str
+    action: str
+    flags: int = 0
+    offset: int = 0
+    ident: Tuple[int, int] = (0, 0)
+    shared_content: bool = False
+
+    def describe(self) -> str:
+        """Return what a child sees, in a few words, for the warm-up report."""
+        return _DESCRIPTIONS[self.action] + (
+            "; its content is still shared by every request (no path reaches it)"
+            if self.shared_content else "")
+
+
+_DESCRIPTIONS = {
+    "fresh-socket": "replaced by an unconnected socket (ENOTCONN/EPIPE until reconnected)",
+    "dead-writer": "replaced by a pipe nobody reads (write: EPIPE)",
+    "dead": "replaced by a dead descriptor (read/write/send/recv: EBADF)",
+    "devnull": "replaced by /dev/null",
+    "reopen": "re-opened in each child: own offset, same flags",
+    "keep": "kept (nothing of its own to share)",
+    "agent": "the agent's: pointed at the request's own stdout/stderr file",
+}
 
 
 def open_fds() -> List[Tuple[int, str]]:
@@ -62,6 +130,74 @@ def kind_of(target: str) -> Optional[str]:
     if target.startswith(_EVENT_KINDS):
         return "event"
     return None
+
+
+def open_flags(fd: int) -> int:
+    """Return the open file description's flags of ``fd`` (``/proc/self/fdinfo``, octal).
+    Raises ``OSError`` if the fdinfo cannot be read, ``ValueError`` if it has no flags line."""
+    with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("flags:"):
+                return int(line.split()[1], 8)
+    raise ValueError(f"fd {fd}: no flags in fdinfo")
+
+
+def decide(fd: int, target: str) -> Entry:
+    """Return the policy for descriptor ``fd`` whose link target is ``target``.
+    Never changes the descriptor. Raises ``OSError`` if it cannot be inspected."""
+    if fd in _STDIO:
+        return Entry(fd, "stdio", target, "agent")
+    kind = kind_of(target)
+    if kind == "socket":
+        try:
+            info = probe_socket(fd)
+        except OSError:
+            return Entry(fd, "socket", target, "dead")
+        # A fresh AF_UNIX stream socket answers recv with EINVAL, which says nothing: a
+        # dead descriptor answers EBADF. TCP answers ENOTCONN; a datagram socket stays
+        # usable for sendto, and only this child receives what is sent back to it.
+        unix_stream = info.family == socket.AF_UNIX and info.type != socket.SOCK_DGRAM
+        return Entry(fd, "socket", target, "dead" if unix_stream else "fresh-socket")
+    if kind == "event":
+        return Entry(fd, "event", target, "devnull")
+    st = os.fstat(fd)
+    mode = st.st_mode
+    if target.startswith("anon_inode:"):
+        return Entry(fd, "anon", target, "dead")
+    flags = open_flags(fd)
+    if flags & getattr(os, "O_PATH", 0o10000000):
+        return Entry(fd, "o_path", target, "keep", flags)
+    if stat.S_ISFIFO(mode):
+        writer = flags & os.O_ACCMODE == os.O_WRONLY
+        return Entry(fd, "pipe" if target.startswith("pipe:") else "fifo", target,
+                     "dead-writer" if writer else "dead", flags)
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        offset = os.lseek(fd, 0, os.SEEK_CUR)
+        nameless = not target.startswith("/") or target.endswith(" (deleted)") \
+            or target.startswith("/memfd:")
+        return Entry(fd, "file" if stat.S_ISREG(mode) else "directory", target, "reopen",
+                     flags, offset, (st.st_dev, st.st_ino), nameless)
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return Entry(fd, "device", target, "keep", flags)
+    return Entry(fd, "anon", target, "dead", flags)
+
+
+def plan_inherited(skip: Iterable[int] = ()) -> List[Entry]:
+    """Decide, at warm-up, the policy of every open descriptor but those in ``skip`` (the
+    agent's own, closed in each child), remember it for :func:`reset_inherited`, and return
+    it. A descriptor that cannot be inspected gets ``dead``. Raises ``OSError`` if
+    ``/proc/self/fd`` cannot be listed."""
+    skip = set(skip)
+    _plan.clear()
+    for fd, target in open_fds():
+        if fd in skip:
+            continue
+        try:
+            entry = decide(fd, target)
+        except (OSError, ValueError):
+            entry = Entry(fd, "anon", target, "dead")
+        _plan[fd] = entry
+    return list(_plan.values())
 
 
 def probe_socket(fd: int) -> SocketInfo:
@@ -90,29 +226,33 @@ def probe_socket(fd: int) -> SocketInfo:
 
 
 def reset_inherited(keep: Iterable[int] = ()) -> Dict[str, int]:
-    """Replace every inherited socket and event-loop descriptor (except those in ``keep``)
-    and reset asyncio. Returns counts ``{"sockets": n, "event_fds": m}``.
+    """Apply the warm-up plan (or, for a descriptor it does not know, the same rules) to every
+    descriptor but 1, 2 and those in ``keep``, then reset asyncio. Runs once per process:
+    a second call after a complete first one returns ``{}``. Returns counts by action.
 
-    Raises ``OSError`` if ``/proc/self/fd`` or ``/dev/null`` cannot be opened or a ``dup2``
-    fails; the caller must then not run user code.
+    Raises ``OSError`` if ``/proc/self/fd`` cannot be listed or a replacement cannot be made;
+    the caller must then not run user code. A file that cannot be re-opened (its mode now
+    forbids it, its inode changed) becomes a dead descriptor and counts as ``reopen-failed``.
     """
+    global _done
+    if _done:
+        return {}
     keep = set(keep)
-    counts = {"sockets": 0, "event_fds": 0}
-    devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    counts: Dict[str, int] = {}
+    spares = _Spares()
     try:
         for fd, target in open_fds():
-            kind = kind_of(target)
-            if fd in keep or fd == devnull or kind is None:
+            if fd in keep or fd in _STDIO or spares.owns(fd):
                 continue
-            if kind == "socket":
-                _replace_socket(fd, devnull)
-                counts["sockets"] += 1
-            else:
-                _replace(fd, devnull)
-                counts["event_fds"] += 1
+            entry = _plan.get(fd)
+            if entry is None or entry.target != target:
+                entry = decide(fd, target)
+            action = _apply(entry, spares)
+            counts[action] = counts.get(action, 0) + 1
     finally:
-        os.close(devnull)
+        spares.close()
     reset_asyncio()
+    _done = True
     return counts
 
 
@@ -138,20 +278,99 @@ def reset_asyncio() -> None:
     asyncio.set_event_loop_policy(None)
 
 
+class _Spares:
+    """The replacement objects, made once per :func:`reset_inherited` and closed after."""
+
+    def __init__(self):
+        self._fds: Dict[str, int] = {}
+
+    def owns(self, fd: int) -> bool:
+        return fd in self._fds.values()
+
+    def get(self, what: str) -> int:
+        if what not in self._fds:
+            self._fds[what] = _make_spare(what)
+        return self._fds[what]
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _make_spare(what: str) -> int:
+    if what == "devnull":
+        return os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    if what == "dead":
+        memfd = os.memfd_create("zygo-replaced", os.MFD_CLOEXEC)
+        try:
+            return os.open(f"/proc/self/fd/{memfd}", os.O_PATH | os.O_CLOEXEC)
+        finally:
+            os.close(memfd)
+    if what == "dead-writer":
+        r, w = os.pipe2(os.O_CLOEXEC)
+        os.close(r)
+        return w
+    raise ValueError(what)
+
+
+def _apply(entry: Entry, spares: _Spares) -> str:
+    """Apply ``entry`` to its descriptor; return the action taken."""
+    fd = entry.fd
+    if entry.action in ("keep", "agent"):
+        return entry.action
+    if entry.action == "fresh-socket":
+        _replace_socket(fd, spares)
+    elif entry.action == "reopen":
+        if not _reopen(entry):
+            _replace(fd, spares.get("dead"))
+            return "reopen-failed"
+    elif entry.action == "dead-writer":
+        blocking = os.get_blocking(fd)
+        _replace(fd, spares.get("dead-writer"))
+        os.set_blocking(fd, blocking)  # only this child's copy: the spare pipe is its own
+    else:
+        _replace(fd, spares.get(entry.action))
+    return entry.action
+
+
+def _reopen(entry: Entry) -> bool:
+    """Give ``entry.fd`` an open file description of its own (same inode, flags, offset).
+    Returns False if the inode cannot be re-opened or is no longer the one planned."""
+    flags = entry.flags & _REOPEN_FLAGS | os.O_CLOEXEC | os.O_NOCTTY
+    if entry.kind == "file":  # O_TMPFILE's flag contains O_DIRECTORY's bit
+        flags &= ~os.O_DIRECTORY
+    try:
+        fresh = os.open(f"/proc/self/fd/{entry.fd}", flags)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fresh)
+        if (st.st_dev, st.st_ino) != entry.ident:
+            return False
+        os.lseek(fresh, entry.offset, os.SEEK_SET)
+        _replace(entry.fd, fresh)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fresh)
+
+
 def _replace(fd: int, source: int) -> None:
     inheritable = os.get_inheritable(fd)
     os.dup2(source, fd, inheritable=inheritable)
 
 
-def _replace_socket(fd: int, devnull: int) -> None:
+def _replace_socket(fd: int, spares: _Spares) -> None:
     blocking = os.get_blocking(fd)
     try:
         info = probe_socket(fd)
         fresh = socket.socket(info.family, info.type, info.proto)
     except OSError:
-        # A family we may not create here (AF_PACKET without CAP_NET_RAW, ...): /dev/null
-        # still cuts the shared object off; use then fails with ENOTSOCK.
-        _replace(fd, devnull)
+        # A family we may not create here (AF_PACKET without CAP_NET_RAW, ...): a dead
+        # descriptor still cuts the shared object off; use then fails with EBADF.
+        _replace(fd, spares.get("dead"))
         return
     with fresh:
         _replace(fd, fresh.fileno())

@@ -3,7 +3,9 @@
 Each check returns one ``{"name", "level", "detail", ...}`` object; ``level`` is ``info`` or
 ``warn``, ``detail`` is one human-readable line, and extra keys carry the structured findings
 (``items``, ``count``). Only ``threads`` decides ``fork_safe``. Checks only observe: they change
-no state, except that :func:`run` returns the NumPy generators the children must reseed.
+no state, except that :func:`run` returns the NumPy generators the children must reseed, and
+``descriptors`` and ``shared_memory`` record their plans (in :mod:`fdreset` and
+:mod:`sharedmem`) for the children to apply.
 """
 
 import gc
@@ -18,7 +20,7 @@ import uuid
 from collections import Counter
 from typing import List, NamedTuple, Optional, Tuple
 
-from . import fdreset, libc, nativerand, recorder
+from . import fdreset, libc, nativerand, recorder, sharedmem
 
 MAX_ITEMS = 64
 
@@ -55,7 +57,9 @@ def run(code_dir: str, agent_fds: Tuple[int, ...] = (), mode: str = "fork",
         ("numpy_global", check_numpy_global), ("libcrypto", check_libcrypto),
         ("asyncio_loop", lambda: check_asyncio_loop(code_dir)),
         ("landlock", lambda: check_landlock(mode)),
-        ("native_random", lambda: check_native_random(mode, handler)))]
+        ("native_random", lambda: check_native_random(mode, handler)),
+        ("descriptors", lambda: check_descriptors(agent_fds, mode)),
+        ("processes", check_processes), ("shared_memory", lambda: check_shared_memory(mode)))]
     return Report(checks, checks[0].get("count") == 1, numpy_generators)
 
 
@@ -329,6 +333,94 @@ def check_native_random(mode: str, handler: str) -> dict:
     check = nativerand.check(handler)
     check["detail"] = check["detail"][:2048]
     return check
+
+
+def check_descriptors(agent_fds: Tuple[int, ...] = (), mode: str = "fork") -> dict:
+    """``descriptors``: every descriptor open after import (fd, kind, target) and what each
+    child does with it (:func:`fdreset.plan_inherited`, the plan the children apply). The
+    agent's ``agent_fds`` are listed as closed in each child. In spawn mode nothing is done."""
+    plan = fdreset.plan_inherited(skip=agent_fds)
+    items = [{"fd": fd, "kind": "agent", "target": "the control socket",
+              "action": "closed in each child"} for fd in agent_fds]
+    for e in plan:
+        action = e.describe() if mode == "fork" else "kept: this process serves one request"
+        items.append({"fd": e.fd, "kind": e.kind, "target": e.target, "action": action,
+                      "policy": e.action, "shared_content": e.shared_content})
+    items.sort(key=lambda i: i["fd"])
+    listed = "; ".join(f"fd {i['fd']} {i['kind']} {i['target']}: {i['action']}" for i in items)
+    worth = [i for i in items if i.get("policy") not in (None, "keep", "agent")]
+    level = "warn" if mode == "fork" and any(i.get("shared_content") for i in items) else "info"
+    detail = (f"{len(items)} descriptor(s) open after import, {len(worth)} made private to "
+              f"each request: {listed}" if mode == "fork" else
+              f"{len(items)} descriptor(s) open after import, left as they are ({mode} mode): "
+              f"{listed}")
+    return _check("descriptors", level, detail, items=items[:MAX_ITEMS])
+
+
+def check_processes() -> dict:
+    """``processes``: processes the import started (children of the agent), with the
+    descriptors that connect the agent to them (pipes and sockets both hold)."""
+    me = os.getpid()
+    mine = {}
+    for fd, target in fdreset.open_fds():
+        if fd not in (1, 2) and target.startswith(("pipe:", "socket:")):  # 1, 2: the agent's
+            mine.setdefault(target, []).append(fd)
+    items = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me or _ppid(int(name)) != me:
+            continue
+        pid = int(name)
+        shared = set()
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                shared.update(mine.get(os.readlink(f"/proc/{pid}/fd/{fd}"), []))
+        except OSError:
+            pass
+        items.append({"pid": pid, "cmdline": _cmdline(pid), "fds": sorted(shared)})
+    if not items:
+        return _check("processes", "info", "no process started at import", items=[])
+    listed = "; ".join(
+        f"pid {i['pid']} ({i['cmdline']}), connected by fd {', '.join(map(str, i['fds']))}"
+        if i["fds"] else f"pid {i['pid']} ({i['cmdline']})" for i in items)
+    detail = (f"{len(items)} process(es) started at import: {listed}; they belong to the "
+              "zygote: each child's descriptors to them are replaced (see descriptors), so "
+              "a request cannot talk to them through those; it must start its own")
+    return _check("processes", "warn", detail, items=items[:MAX_ITEMS])
+
+
+def check_shared_memory(mode: str = "fork") -> dict:
+    """``shared_memory``: ``MAP_SHARED`` mappings that may be written (anonymous,
+    ``multiprocessing``, ``shared_memory``, memfd, System V, files), and whether each child
+    gets a private copy (:func:`sharedmem.plan_shared`)."""
+    regions = sharedmem.plan_shared()
+    items = [{"start": hex(r.start), "size": r.size, "perms": r.perms, "backing": r.backing,
+              "private": r.private and mode == "fork"} for r in regions]
+    if not items:
+        return _check("shared_memory", "info", "no writable shared mapping", items=[])
+    what = {True: "private copy in each child",
+            False: "kept shared: a file every request can open anyway"}
+    listed = "; ".join(f"{i['backing'] or '[anonymous]'} {i['size']} bytes {i['perms']}: "
+                       + (what[r.private] if mode == "fork" else f"kept ({mode} mode)")
+                       for i, r in zip(items, regions))
+    level = "warn" if any(not r.private for r in regions) and mode == "fork" else "info"
+    return _check("shared_memory", level, f"{len(items)} writable shared mapping(s): {listed}",
+                  items=items[:MAX_ITEMS])
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read(512).replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200]
+    except OSError:
+        return "?"
 
 
 def _check(name: str, level: str, detail: str, **extra) -> dict:
