@@ -15,6 +15,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/hostid"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 	"github.com/zygo-run/zygo/internal/secret"
@@ -108,6 +109,11 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 	if err != nil {
 		return nil, nil, err
 	}
+	// Each sandbox's runsc-sandbox and runsc-gofer run as its own uid of the range, which
+	// must reach the engine dir's rootfs/, bin/ and its instance's host/.
+	if err := checkTraversable(engineDir, cfg.uidRange.First); err != nil {
+		return nil, nil, fmt.Errorf("engine dir: %w", err)
+	}
 	reg, err := store.NewSandboxRegistry(ctx, st)
 	if err != nil {
 		return nil, nil, err
@@ -116,7 +122,7 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 	mgr, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: reg,
 		ProtectedDirs: []string{cfg.StateDir, engineDir},
 		ImageDir:      filepath.Join(cfg.StateDir, "images"), Log: log.With("component", "sandbox"),
-		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets)})
+		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets), HostIDs: hostid.NewAllocator(st, cfg.uidRange)})
 	return mgr, be, err
 }
 

@@ -400,10 +400,15 @@ func (m *Manager) restoreChild(ctx context.Context, ck Checkpointer, parent Sand
 		return s
 	}
 	s.undo.Add(func(ctx context.Context) error { return m.reg.DeleteSandbox(ctx, s.rec.ID) })
+	var uid uint32
+	if uid, s.err = m.hostUID(ctx, s.rec.ID); s.err != nil { // the child's own: it is a sandbox of its own
+		return s
+	}
+	s.undo.Add(func(ctx context.Context) error { return m.releaseHostUID(ctx, s.rec.ID) })
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	spec := Spec{ID: s.rec.EngineID, Hostname: s.rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
-		Limits: cp.Options.Limits()} // the source's limits: the image needs them
+		Limits: cp.Options.Limits(), HostUID: uid} // the source's limits: the image needs them
 	s.inst, s.err = ck.Restore(rctx, cp.Dir, spec)
 	if s.err != nil {
 		s.err = fmt.Errorf("restoring %s from %s: %w", s.rec.ID, cp.ID, s.err)
@@ -504,10 +509,14 @@ func (m *Manager) rollbackLocked(ctx context.Context, ck Checkpointer, rec Sandb
 
 // restoreInPlace restores cp under rec.EngineID and reseals it; on error it destroys it.
 func (m *Manager) restoreInPlace(ctx context.Context, ck Checkpointer, rec *SandboxRecord, cp CheckpointRecord) (*Instance, error) {
+	uid, err := m.hostUID(ctx, rec.ID) // the sandbox's own, which it keeps
+	if err != nil {
+		return nil, err
+	}
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
-		Limits: cp.Options.Limits()}
+		Limits: cp.Options.Limits(), HostUID: uid}
 	inst, err := ck.Restore(rctx, cp.Dir, spec)
 	if err != nil {
 		return nil, err

@@ -74,6 +74,10 @@ type ManagerConfig struct {
 	RecoverWorkers int
 	// Now is the clock [time.Now].
 	Now func() time.Time
+	// HostIDs hands each sandbox its own host uid (Spec.HostUID), owner "sandbox:ID": a fork
+	// child gets its own, a rollback keeps its sandbox's, Remove gives it back. nil: every
+	// instance runs as the engine's default.
+	HostIDs HostIDs
 }
 
 // Manager drives sandboxes through their lifecycle (see the package doc) and keeps their
@@ -246,6 +250,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	if err := rootfsClearOf(opts.RootfsDir, append([]string{m.cfg.ImageDir}, m.cfg.ProtectedDirs...)); err != nil {
 		return SandboxRecord{}, err
 	}
+	if err := m.rootfsReachable(opts.RootfsDir); err != nil {
+		return SandboxRecord{}, err
+	}
 	if err := guest.ValidateServices(opts.Services); err != nil {
 		return SandboxRecord{}, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
 	}
@@ -288,12 +295,17 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 		}
 		return nil
 	})
+	uid, err := m.hostUID(ctx, id)
+	if err != nil {
+		return SandboxRecord{}, err
+	}
+	undo.Add(func(ctx context.Context) error { return m.releaseHostUID(ctx, id) }) // after the Destroy below
 	engineID := rec.EngineID
 	undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, engineID) }) // a half-made instance too
 	boot := guest.Boot{Token: rec.Token, Services: opts.Services, Env: opts.Env, MachineID: newID("", 16), Identity: guest.Identity{
 		SandboxID: rec.ID, Generation: rec.Generation, Hostname: rec.EngineID, ResumedAt: now}}
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: opts.RootfsDir, Boot: boot, Token: rec.Token,
-		Limits: opts.Limits()}
+		Limits: opts.Limits(), HostUID: uid}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	inst, err := m.be.Create(cctx, spec)
@@ -525,6 +537,9 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 	if err := m.be.Destroy(ctx, rec.EngineID); err != nil {
 		_ = m.setState(context.WithoutCancel(ctx), &rec, Failed, fmt.Errorf("removing: %w", err))
 		return fmt.Errorf("destroying sandbox %s: %w", rec.ID, err)
+	}
+	if err := m.releaseHostUID(ctx, rec.ID); err != nil {
+		return err
 	}
 	if err := m.reg.DeleteSandbox(ctx, rec.ID); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("deleting sandbox record %s: %w", rec.ID, err)
