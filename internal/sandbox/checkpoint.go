@@ -66,7 +66,11 @@ func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *Sa
 	})
 	cp := CheckpointRecord{ID: newID("cp-", 8), Tag: tag, SandboxID: rec.ID, ParentID: rec.CheckpointID,
 		Backend: m.be.Name(), Token: rec.Token, Generation: rec.Generation, Options: rec.Options}
-	cp.Dir = filepath.Join(m.cfg.ImageDir, cp.ID)
+	dir, err := m.imageDirFor(rec.Options)
+	if err != nil {
+		return CheckpointRecord{}, err
+	}
+	cp.Dir = filepath.Join(dir, cp.ID)
 	// The Manager owns cp.Dir from here on: a backend that failed after writing it (the image
 	// complete, the guest not back) must not leave it behind.
 	undo.Add(func(context.Context) error { return os.RemoveAll(cp.Dir) })
@@ -110,7 +114,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *Sa
 func (m *Manager) Checkpoints(ctx context.Context, sandboxID string) ([]CheckpointRecord, error) {
 	all, err := m.reg.ListCheckpoints(ctx)
 	if err != nil || sandboxID == "" {
-		return all, err
+		return withLost(all), err
 	}
 	rec, gerr := m.Get(ctx, sandboxID)
 	switch {
@@ -128,12 +132,18 @@ func (m *Manager) Checkpoints(ctx context.Context, sandboxID string) ([]Checkpoi
 	if gerr != nil && len(out) == 0 {
 		return nil, fmt.Errorf("sandbox %q: no such sandbox and no checkpoint of one: %w", sandboxID, errdefs.ErrNotFound)
 	}
-	return out, nil
+	return withLost(out), nil
 }
 
 // GetCheckpoint returns the checkpoint with that id or tag, or an error wrapping
 // errdefs.ErrNotFound.
 func (m *Manager) GetCheckpoint(ctx context.Context, idOrTag string) (CheckpointRecord, error) {
+	cp, err := m.getCheckpoint(ctx, idOrTag)
+	cp.Lost = err == nil && imageLost(cp)
+	return cp, err
+}
+
+func (m *Manager) getCheckpoint(ctx context.Context, idOrTag string) (CheckpointRecord, error) {
 	cp, err := m.reg.GetCheckpoint(ctx, idOrTag)
 	if err == nil || !errdefs.IsNotFound(err) {
 		return cp, err

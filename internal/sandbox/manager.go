@@ -50,6 +50,11 @@ type ManagerConfig struct {
 	Registry Registry // required
 	// ImageDir holds one directory per checkpoint image; created if missing. Required.
 	ImageDir string
+	// SecretImageDir holds instead the images of sandboxes that hold secrets
+	// (CreateOptions.Secrets): a sandbox's memory, secrets included, is in its image. It must
+	// be on a memory filesystem (tmpfs or ramfs), which NewManager and every checkpoint check.
+	// Empty: such sandboxes cannot be checkpointed (errdefs.ErrFailedPrecondition).
+	SecretImageDir string
 	// ProtectedDirs are directories a sandbox's RootfsDir may neither contain nor lie inside
 	// (the daemon's state dir: its secret key, database, images, other sandboxes' sockets);
 	// ImageDir always is one.
@@ -130,6 +135,11 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	}
 	if err := os.MkdirAll(cfg.ImageDir, 0o700); err != nil {
 		return nil, fmt.Errorf("making image dir: %w", err)
+	}
+	if cfg.SecretImageDir != "" {
+		if err := checkMemoryFS(cfg.SecretImageDir); err != nil {
+			return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+		}
 	}
 	m := &Manager{cfg: cfg, be: cfg.Backend, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
 		recovering: map[string]chan struct{}{}}
@@ -247,7 +257,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	if err := ValidateRootfs(opts.RootfsDir); err != nil {
 		return SandboxRecord{}, err
 	}
-	if err := rootfsClearOf(opts.RootfsDir, append([]string{m.cfg.ImageDir}, m.cfg.ProtectedDirs...)); err != nil {
+	if err := rootfsClearOf(opts.RootfsDir, append([]string{m.cfg.ImageDir, m.cfg.SecretImageDir}, m.cfg.ProtectedDirs...)); err != nil {
 		return SandboxRecord{}, err
 	}
 	if err := m.rootfsReachable(opts.RootfsDir); err != nil {
