@@ -42,6 +42,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&randGuard, "rand-guard", "", "native-randomness guard preloaded into fork-mode Python zygotes (default: "+daemon.RandGuardName+" next to zygo; built by `make build`)")
 	cmd.Flags().StringVar(&sbx.GuestBinary, "guest-binary", "", "static zygo-guest for gVisor sandboxes (default: next to zygo, then PATH)")
 	cmd.Flags().StringVar(&sbx.Runsc, "runsc", "", "runsc binary (default /usr/local/bin/runsc, then PATH)")
+	cmd.Flags().IntVar(&sbx.SecretImagesMiB, "secret-images-mib", 2048, "size cap of the tmpfs holding the checkpoint images of sandboxes with secrets (MiB)")
 	cmd.Flags().BoolVar(&sbx.Disabled, "no-sandboxes", false, "serve functions only; sandbox calls answer 503")
 	return cmd
 }

@@ -147,6 +147,12 @@ func (c *Config) validate() error {
 	case c.RunTmpfsMiB < 0:
 		return fmt.Errorf("--run-tmpfs-mib %d: must be a positive number of MiB", c.RunTmpfsMiB)
 	}
+	switch {
+	case c.Sandbox.SecretImagesMiB == 0:
+		c.Sandbox.SecretImagesMiB = 2048
+	case c.Sandbox.SecretImagesMiB < 0:
+		return fmt.Errorf("--secret-images-mib %d: must be a positive number of MiB", c.Sandbox.SecretImagesMiB)
+	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}

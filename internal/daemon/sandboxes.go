@@ -15,6 +15,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/hostid"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 	"github.com/zygo-run/zygo/internal/secret"
@@ -38,6 +39,9 @@ type SandboxConfig struct {
 	EngineDir string
 	// ReadyTimeout bounds each wait for a guest agent: create, restore, reseal, attach [60s].
 	ReadyTimeout time.Duration
+	// SecretImagesMiB caps the tmpfs STATE/images-mem that holds the checkpoint images of
+	// sandboxes with secrets (secretimages.go) [2048].
+	SecretImagesMiB int
 }
 
 // MaxEngineDir is the longest engine state directory: the guest's socket is
@@ -49,8 +53,10 @@ const MaxEngineDir = 107 - len("/instances/") - len("sb-0123456789abcdef-012345"
 type sandboxes struct {
 	mgr *sandbox.Manager
 	be  *gvisor.Backend
-	err error // why sandboxes are unavailable; nil when mgr is set
-	log *slog.Logger
+	// memImages is the tmpfs of the images of sandboxes with secrets (secretimages.go).
+	memImages string
+	err       error // why sandboxes are unavailable; nil when mgr is set
+	log       *slog.Logger
 }
 
 // openSandboxes builds the gVisor backend and the sandbox Manager on the store and starts
@@ -83,7 +89,7 @@ func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *se
 			log.Warn("sandbox engine died while the daemon was down; marked dead (zygo sandbox rm removes it)", "sandbox_id", id)
 		}
 	}()
-	s.mgr, s.be = mgr, be
+	s.mgr, s.be, s.memImages = mgr, be, secretImageDir(cfg.StateDir)
 	return s
 }
 
@@ -108,15 +114,24 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 	if err != nil {
 		return nil, nil, err
 	}
+	// Each sandbox's runsc-sandbox and runsc-gofer run as its own uid of the range, which
+	// must reach the engine dir's rootfs/, bin/ and its instance's host/.
+	if err := checkTraversable(engineDir, cfg.uidRange.First); err != nil {
+		return nil, nil, fmt.Errorf("engine dir: %w", err)
+	}
 	reg, err := store.NewSandboxRegistry(ctx, st)
 	if err != nil {
+		return nil, nil, err
+	}
+	memImages := secretImageDir(cfg.StateDir)
+	if err := mountSecretImages(memImages, sc.SecretImagesMiB, log); err != nil {
 		return nil, nil, err
 	}
 	log.Info("sandbox engine", "backend", be.Name(), "guest", guestBin, "engine_dir", engineDir)
 	mgr, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: reg,
 		ProtectedDirs: []string{cfg.StateDir, engineDir},
-		ImageDir:      filepath.Join(cfg.StateDir, "images"), Log: log.With("component", "sandbox"),
-		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets)})
+		ImageDir:      filepath.Join(cfg.StateDir, "images"), SecretImageDir: memImages, Log: log.With("component", "sandbox"),
+		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets), HostIDs: hostid.NewAllocator(st, cfg.uidRange)})
 	return mgr, be, err
 }
 
@@ -167,6 +182,7 @@ func (s *sandboxes) close() {
 	if err := s.be.ReleaseHost(ctx); err != nil && !errdefs.IsFailedPrecondition(err) {
 		s.log.Warn("releasing the sandbox engine's host resources", "err", err)
 	}
+	unmountSecretImagesIfEmpty(s.memImages, s.log)
 }
 
 // findGuestBinary returns the zygo-guest to use: the configured path, else the one next to

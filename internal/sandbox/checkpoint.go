@@ -69,7 +69,11 @@ func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *Sa
 	})
 	cp := CheckpointRecord{ID: newID("cp-", 8), Tag: tag, SandboxID: rec.ID, ParentID: rec.CheckpointID,
 		Backend: m.be.Name(), Token: rec.Token, Generation: rec.Generation, Options: rec.Options}
-	cp.Dir = filepath.Join(m.cfg.ImageDir, cp.ID)
+	dir, err := m.imageDirFor(rec.Options)
+	if err != nil {
+		return CheckpointRecord{}, err
+	}
+	cp.Dir = filepath.Join(dir, cp.ID)
 	// The Manager owns cp.Dir from here on: a backend that failed after writing it (the image
 	// complete, the guest not back) must not leave it behind.
 	undo.Add(func(context.Context) error { return os.RemoveAll(cp.Dir) })
@@ -113,7 +117,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *Sa
 func (m *Manager) Checkpoints(ctx context.Context, sandboxID string) ([]CheckpointRecord, error) {
 	all, err := m.reg.ListCheckpoints(ctx)
 	if err != nil || sandboxID == "" {
-		return all, err
+		return withLost(all), err
 	}
 	if err := validateSandboxRef(sandboxID); err != nil {
 		return nil, err
@@ -134,7 +138,7 @@ func (m *Manager) Checkpoints(ctx context.Context, sandboxID string) ([]Checkpoi
 	if gerr != nil && len(out) == 0 {
 		return nil, fmt.Errorf("sandbox %q: no such sandbox and no checkpoint of one: %w", sandboxID, errdefs.ErrNotFound)
 	}
-	return out, nil
+	return withLost(out), nil
 }
 
 // GetCheckpoint returns the checkpoint with that id or tag, or an error wrapping
@@ -143,6 +147,12 @@ func (m *Manager) GetCheckpoint(ctx context.Context, idOrTag string) (Checkpoint
 	if err := ValidateCheckpointRef("checkpoint", idOrTag); err != nil {
 		return CheckpointRecord{}, err
 	}
+	cp, err := m.getCheckpoint(ctx, idOrTag)
+	cp.Lost = err == nil && imageLost(cp)
+	return cp, err
+}
+
+func (m *Manager) getCheckpoint(ctx context.Context, idOrTag string) (CheckpointRecord, error) {
 	cp, err := m.reg.GetCheckpoint(ctx, idOrTag)
 	if err == nil || !errdefs.IsNotFound(err) {
 		return cp, err
@@ -401,10 +411,15 @@ func (m *Manager) restoreChild(ctx context.Context, ck Checkpointer, parent Sand
 		return s
 	}
 	s.undo.Add(func(ctx context.Context) error { return m.reg.DeleteSandbox(ctx, s.rec.ID) })
+	var uid uint32
+	if uid, s.err = m.hostUID(ctx, s.rec.ID); s.err != nil { // the child's own: it is a sandbox of its own
+		return s
+	}
+	s.undo.Add(func(ctx context.Context) error { return m.releaseHostUID(ctx, s.rec.ID) })
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	spec := Spec{ID: s.rec.EngineID, Hostname: s.rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
-		Limits: cp.Options.Limits()} // the source's limits: the image needs them
+		Limits: cp.Options.Limits(), HostUID: uid} // the source's limits: the image needs them
 	s.inst, s.err = ck.Restore(rctx, cp.Dir, spec)
 	if s.err != nil {
 		s.err = fmt.Errorf("restoring %s from %s: %w", s.rec.ID, cp.ID, s.err)
@@ -568,10 +583,14 @@ func (m *Manager) settle(ctx context.Context, rec *SandboxRecord, to State, caus
 
 // restoreInPlace restores cp under rec.EngineID and reseals it; on error it destroys it.
 func (m *Manager) restoreInPlace(ctx context.Context, ck Checkpointer, rec *SandboxRecord, cp CheckpointRecord) (*Instance, error) {
+	uid, err := m.hostUID(ctx, rec.ID) // the sandbox's own, which it keeps
+	if err != nil {
+		return nil, err
+	}
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
-		Limits: cp.Options.Limits()}
+		Limits: cp.Options.Limits(), HostUID: uid}
 	inst, err := ck.Restore(rctx, cp.Dir, spec)
 	if err != nil {
 		return nil, err

@@ -107,8 +107,15 @@ func (m *Manager) stillThere(ctx context.Context, cp CheckpointRecord) error {
 // its checksum. It returns a *CorruptImageError naming the checkpoint and the first bad file.
 // A checkpoint recorded before checksums existed (none recorded) is not checked; that is
 // logged. When the checkpoint was removed meanwhile (its record gone), it returns an error
-// wrapping errdefs.ErrNotFound instead.
+// wrapping errdefs.ErrNotFound instead, and when the image is lost (its directory gone: an
+// in-memory image after a reboot), one wrapping errdefs.ErrFailedPrecondition.
 func (m *Manager) verifyImage(ctx context.Context, cp CheckpointRecord) error {
+	if imageLost(cp) {
+		if gone := m.stillThere(ctx, cp); gone != nil {
+			return gone
+		}
+		return lostImageError(cp)
+	}
 	err := m.verifyImageFiles(ctx, cp)
 	var ce *CorruptImageError
 	if errors.As(err, &ce) {

@@ -50,6 +50,11 @@ type ManagerConfig struct {
 	Registry Registry // required
 	// ImageDir holds one directory per checkpoint image; created if missing. Required.
 	ImageDir string
+	// SecretImageDir holds instead the images of sandboxes that hold secrets
+	// (CreateOptions.Secrets): a sandbox's memory, secrets included, is in its image. It must
+	// be on a memory filesystem (tmpfs or ramfs), which NewManager and every checkpoint check.
+	// Empty: such sandboxes cannot be checkpointed (errdefs.ErrFailedPrecondition).
+	SecretImageDir string
 	// ProtectedDirs are directories a sandbox's RootfsDir may neither contain nor lie inside
 	// (the daemon's state dir: its secret key, database, images, other sandboxes' sockets);
 	// ImageDir always is one.
@@ -74,6 +79,10 @@ type ManagerConfig struct {
 	RecoverWorkers int
 	// Now is the clock [time.Now].
 	Now func() time.Time
+	// HostIDs hands each sandbox its own host uid (Spec.HostUID), owner "sandbox:ID": a fork
+	// child gets its own, a rollback keeps its sandbox's, Remove gives it back. nil: every
+	// instance runs as the engine's default.
+	HostIDs HostIDs
 }
 
 // Manager drives sandboxes through their lifecycle (see the package doc) and keeps their
@@ -132,6 +141,11 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	}
 	if err := os.MkdirAll(cfg.ImageDir, 0o700); err != nil {
 		return nil, fmt.Errorf("making image dir: %w", err)
+	}
+	if cfg.SecretImageDir != "" {
+		if err := checkMemoryFS(cfg.SecretImageDir); err != nil {
+			return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+		}
 	}
 	m := &Manager{cfg: cfg, be: cfg.Backend, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
 		recovering: map[string]chan struct{}{}, ckLeases: map[string]int{}, ckRemoving: map[string]bool{},
@@ -249,10 +263,13 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	opts = opts.WithDefaults()
 	// The daemon's directories first: nothing about what is in them (missing, empty) may be
 	// told to the caller.
-	if err := rootfsClearOf(opts.RootfsDir, append([]string{m.cfg.ImageDir}, m.cfg.ProtectedDirs...)); err != nil {
+	if err := rootfsClearOf(opts.RootfsDir, append([]string{m.cfg.ImageDir, m.cfg.SecretImageDir}, m.cfg.ProtectedDirs...)); err != nil {
 		return SandboxRecord{}, err
 	}
 	if err := ValidateRootfs(opts.RootfsDir); err != nil {
+		return SandboxRecord{}, err
+	}
+	if err := m.rootfsReachable(opts.RootfsDir); err != nil {
 		return SandboxRecord{}, err
 	}
 	secrets, err := m.createSecrets(ctx, opts.Secrets)
@@ -286,12 +303,17 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 		}
 		return nil
 	})
+	uid, err := m.hostUID(ctx, id)
+	if err != nil {
+		return SandboxRecord{}, err
+	}
+	undo.Add(func(ctx context.Context) error { return m.releaseHostUID(ctx, id) }) // after the Destroy below
 	engineID := rec.EngineID
 	undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, engineID) }) // a half-made instance too
 	boot := guest.Boot{Token: rec.Token, Services: opts.Services, Env: opts.Env, MachineID: newID("", 16), Identity: guest.Identity{
 		SandboxID: rec.ID, Generation: rec.Generation, Hostname: rec.EngineID, ResumedAt: now}}
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: opts.RootfsDir, Boot: boot, Token: rec.Token,
-		Limits: opts.Limits()}
+		Limits: opts.Limits(), HostUID: uid}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	inst, err := m.be.Create(cctx, spec)
@@ -544,6 +566,9 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 	if err := m.be.Destroy(ctx, rec.EngineID); err != nil {
 		_ = m.setState(context.WithoutCancel(ctx), &rec, Failed, fmt.Errorf("removing: %w", err))
 		return fmt.Errorf("destroying sandbox %s: %w", rec.ID, err)
+	}
+	if err := m.releaseHostUID(ctx, rec.ID); err != nil {
+		return err
 	}
 	if err := m.reg.DeleteSandbox(ctx, rec.ID); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("deleting sandbox record %s: %w", rec.ID, err)

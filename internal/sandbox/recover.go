@@ -240,11 +240,22 @@ func (m *Manager) removeStrayImages(ctx context.Context) {
 	for _, cp := range cps {
 		known[filepath.Clean(cp.Dir)] = true
 	}
-	ents, _ := os.ReadDir(m.cfg.ImageDir)
-	for _, e := range ents {
-		p := filepath.Join(m.cfg.ImageDir, e.Name())
-		if !known[p] && (strings.HasPrefix(e.Name(), "cp-") || strings.HasPrefix(e.Name(), ".")) {
-			_ = os.RemoveAll(p)
+	for _, dir := range []string{m.cfg.ImageDir, m.cfg.SecretImageDir} {
+		if dir == "" {
+			continue
+		}
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			if !known[p] && (strings.HasPrefix(e.Name(), "cp-") || strings.HasPrefix(e.Name(), ".")) {
+				_ = os.RemoveAll(p)
+			}
+		}
+	}
+	for _, cp := range cps {
+		if imageLost(cp) {
+			m.log.Warn("checkpoint image lost: it was held in memory (its sandbox held secrets) and the host "+
+				"restarted since; zygo sandbox checkpoints shows it as lost, rm-checkpoint removes it", "checkpoint", cp.ID)
 		}
 	}
 }

@@ -59,6 +59,9 @@ type CheckpointRecord struct {
 	// "crc32c:" + 8 hex digits, taken when the checkpoint was written and checked before every
 	// restore. Empty for checkpoints recorded before checksums existed (restored unchecked).
 	Checksums map[string]string `json:"checksums,omitempty"`
+	// Lost is set, by the Manager's listings and never stored, when the image is gone: an
+	// image held in memory (its sandbox held secrets) does not survive a reboot.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // Registry persists sandbox and checkpoint records. The daemon implements it on SQLite;

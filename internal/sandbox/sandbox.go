@@ -58,6 +58,11 @@ type Spec struct {
 	// sandbox the image was taken of (its checkpoint record's options): the engine may refuse
 	// an image whose limits differ (runsc compares the process rlimits). Zero: none.
 	Limits Limits
+	// HostUID is the host uid, and gid of the same number, that the instance's engine
+	// processes run as: the guest's root is mapped to it, and to nothing else. Per instance:
+	// a restored copy may get its own. 0 means the engine's default (runsc: host root in an
+	// identity-mapped user namespace).
+	HostUID uint32
 }
 
 // Instance is a running engine instance as the Manager sees it.

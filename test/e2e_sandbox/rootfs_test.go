@@ -12,11 +12,16 @@ import (
 
 // A --rootfs that reaches the daemon's own socket (here a hard link to it) must not give code
 // in the sandbox the API: gVisor's --host-uds=open lets the sandbox dial any host unix socket
-// in its root, and the unix socket needs no token. The daemon refuses connections from runsc
-// processes; other callers go on working.
+// in its root, and the unix socket needs no token. The sandbox's own uid cannot connect to it,
+// and the daemon refuses connections from runsc processes; other callers go on working.
 func TestRootfsCannotReachTheDaemon(t *testing.T) {
 	d := startDaemon(t)
 	root := t.TempDir()
+	for _, dir := range []string{filepath.Dir(root), root} { // the sandbox's own uid reaches it
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, dir := range []string{"usr", "tmp", "etc", "proc", "dev", "sys", "run", "root", "zygo/host"} {
 		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
 			t.Fatal(err)
@@ -47,11 +52,11 @@ except OSError as e:
 	if strings.Contains(out, "HTTP/1") {
 		t.Fatalf("code in the sandbox reached the daemon's API: %q", out)
 	}
-	if !strings.Contains(out, "refused") && !strings.Contains(out, "answer: b''") {
-		t.Errorf("unexpected probe output %q", out)
-	}
-	if !strings.Contains(d.Log(), "refused an API connection from a gVisor sandbox") {
-		t.Errorf("the daemon did not log the refusal")
+	// The sandbox's engine runs as its own uid, which may not connect to the root-only (0600)
+	// socket at all; the daemon's refusal of runsc peers (internal/daemon/peer_test.go) is the
+	// second wall, for an engine running as root.
+	if !strings.HasPrefix(out, "refused:") || strings.Contains(d.Log(), "refused an API connection") {
+		t.Errorf("probe output %q, want the connection refused before it reaches the daemon", out)
 	}
 	d.OK("sandbox", "ls") // the daemon still serves its own clients
 }

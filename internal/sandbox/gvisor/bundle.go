@@ -60,6 +60,8 @@ type ociMount struct {
 
 type ociLinux struct {
 	Namespaces  []ociNamespace `json:"namespaces"`
+	UIDMappings []ociIDMapping `json:"uidMappings,omitempty"`
+	GIDMappings []ociIDMapping `json:"gidMappings,omitempty"`
 	Resources   *ociResources  `json:"resources,omitempty"`
 	CgroupsPath string         `json:"cgroupsPath,omitempty"`
 }
@@ -82,6 +84,12 @@ type ociPids struct {
 type ociCPU struct {
 	Quota  int64  `json:"quota"`  // microseconds per period
 	Period uint64 `json:"period"` // microseconds
+}
+
+type ociIDMapping struct {
+	ContainerID uint32 `json:"containerID"`
+	HostID      uint32 `json:"hostID"`
+	Size        uint32 `json:"size"`
 }
 
 type ociNamespace struct {
@@ -127,6 +135,13 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, hostDir string) ociSpec {
 		Linux: ociLinux{Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}}},
 	}
 	b.applyLimits(&s, spec)
+	if spec.HostUID != 0 {
+		// runsc (directfs, run as root) starts the sandbox and the gofer each in a new user
+		// namespace with these mappings, as the namespace's root: host uid spec.HostUID.
+		m := []ociIDMapping{{ContainerID: 0, HostID: spec.HostUID, Size: 1}}
+		s.Linux.Namespaces = append(s.Linux.Namespaces, ociNamespace{"user"})
+		s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
+	}
 	if spec.RootfsDir == "" {
 		for _, p := range hostBinds {
 			if _, err := os.Stat(p); err == nil {

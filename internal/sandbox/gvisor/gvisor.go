@@ -150,10 +150,8 @@ func New(cfg Config) (*Backend, error) {
 	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"); err == nil {
 		b.memsw = true
 	}
-	for _, d := range []string{b.runscRoot, b.instDir, filepath.Dir(b.guestBin)} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("making state dir: %w", err)
-		}
+	if err := prepareDirs(cfg.StateDir, b.runscRoot, b.instDir, filepath.Dir(b.guestBin)); err != nil {
+		return nil, err
 	}
 	if err := ensureRootfs(b.rootfs); err != nil {
 		return nil, err
@@ -226,6 +224,9 @@ func (b *Backend) Restore(ctx context.Context, imageDir string, spec sandbox.Spe
 	if _, err := os.Stat(filepath.Join(imageDir, "checkpoint.img")); err != nil {
 		return nil, fmt.Errorf("image %s: %w", imageDir, errdefs.ErrNotFound)
 	}
+	if err := b.checkImageBundle(imageDir, spec); err != nil {
+		return nil, err
+	}
 	return b.start(ctx, spec, imageDir)
 }
 
@@ -249,12 +250,16 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, imageDir string)
 	}()
 	undo.Add(func(ctx context.Context) error { return b.Destroy(ctx, spec.ID) })
 	hostDir := filepath.Join(in.dir, "host")
-	if err := os.MkdirAll(hostDir, 0o700); err != nil {
-		return nil, fmt.Errorf("making instance dir: %w", err)
+	if err := makeInstanceDirs(in.dir, hostDir, spec.HostUID); err != nil {
+		return nil, err
 	}
 	if imageDir == "" {
-		if err := writeJSON(filepath.Join(hostDir, "boot.json"), spec.Boot, 0o600); err != nil {
+		boot := filepath.Join(hostDir, "boot.json")
+		if err := writeJSON(boot, spec.Boot, 0o600); err != nil {
 			return nil, fmt.Errorf("writing boot file: %w", err)
+		}
+		if err := shareWithEngine(boot, spec.HostUID, 0o640); err != nil {
+			return nil, err
 		}
 	}
 	if err := b.listen(in, spec.Token); err != nil {
@@ -297,6 +302,10 @@ func (b *Backend) listen(in *instance, token string) error {
 	if err != nil {
 		return fmt.Errorf("listening for the guest: %w", err)
 	}
+	if err := shareLikeHostDir(sock); err != nil { // a re-attach makes a new one
+		ln.Close()
+		return err
+	}
 	sctx, stop := context.WithCancel(context.Background())
 	client := guest.NewClient(token, b.log.With("engine_id", in.id))
 	// The boot file holds the first token; the guest's directory is read-only to it, so the
@@ -325,7 +334,10 @@ func (b *Backend) runContainer(ctx context.Context, in *instance, imageDir strin
 	pidFile := "--pid-file=" + filepath.Join(in.dir, sandboxPIDFile)
 	args := []string{"run", "--detach", pidFile, "--bundle=" + in.dir, in.id}
 	if imageDir != "" {
-		args = []string{"restore", "--detach", pidFile, "--image-path=" + imageDir, "--bundle=" + in.dir, in.id}
+		// runsc's own check of the bundle against the image's would refuse a copy that runs
+		// as a host uid of its own; checkImageBundle has checked everything else.
+		args = []string{"--restore-spec-validation=warning", "restore", "--detach", pidFile,
+			"--image-path=" + imageDir, "--bundle=" + in.dir, in.id}
 	}
 	if err := b.runscDetached(ctx, logf, args...); err != nil {
 		return fmt.Errorf("starting %s: %w (%w)", in.id, errdefs.ErrUnavailable, err)
@@ -421,6 +433,9 @@ func (b *Backend) Checkpoint(ctx context.Context, id, imageDir string) error {
 	epoch := in.client.Epoch()
 	_, err := b.runsc(ctx, "checkpoint", "--leave-running", "--image-path="+tmp, id)
 	in.client.ResetUpTo(epoch) // the guest's connection died inside; it dials again
+	if err == nil {
+		err = saveImageBundle(in.dir, tmp)
+	}
 	if err == nil {
 		err = os.Rename(tmp, imageDir)
 	}

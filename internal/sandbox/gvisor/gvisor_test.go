@@ -58,6 +58,9 @@ func newBackend(t testing.TB, stateDir string) *gvisor.Backend {
 func stateDir(t testing.TB) string {
 	t.Helper()
 	d, err := os.MkdirTemp("/tmp", "zg-")
+	if err == nil {
+		err = os.Chmod(d, 0o711) // traversed by the sandboxes' own uids, as the daemon's is
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

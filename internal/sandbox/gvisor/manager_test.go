@@ -26,6 +26,7 @@ type harness struct {
 	reg *sandbox.MemRegistry
 	be  *gvisor.Backend
 	m   *sandbox.Manager
+	ids sandbox.HostIDs // nil: the engine's default uid
 }
 
 func newHarness(t testing.TB, reseal sandbox.ResealFunc) *harness {
@@ -38,7 +39,7 @@ func newHarness(t testing.TB, reseal sandbox.ResealFunc) *harness {
 func (h *harness) open(t testing.TB, reseal sandbox.ResealFunc) {
 	h.be = newBackend(t, filepath.Join(h.dir, "engine"))
 	m, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: h.be, Registry: h.reg,
-		ImageDir: filepath.Join(h.dir, "images"), Reseal: reseal, ReadyTimeout: 30 * time.Second})
+		ImageDir: filepath.Join(h.dir, "images"), Reseal: reseal, ReadyTimeout: 30 * time.Second, HostIDs: h.ids})
 	if err != nil {
 		t.Fatal(err)
 	}

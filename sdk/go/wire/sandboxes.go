@@ -118,6 +118,9 @@ type Checkpoint struct {
 	CreatedAt  time.Time         `json:"created_at"`
 	// Checksums has one "crc32c:XXXXXXXX" per file of the image, by path relative to Dir.
 	Checksums map[string]string `json:"checksums,omitempty"`
+	// Lost is true when the image is gone (an in-memory image of a sandbox that holds
+	// secrets, after a reboot): fork and rollback from it fail with 412; it can be removed.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // ExecBody is the body of POST /v1/sandboxes/{id}/exec: one JSON object of at most
