@@ -87,13 +87,7 @@ func splitLines(b []byte, limit int) (out []string, rest []byte) {
 			line, next = b[:i], i+1
 		}
 		if len(line) > maxLogPiece {
-			cut := maxLogPiece
-			for k := 0; k < utf8.UTFMax && cut > 0 && !utf8.RuneStart(line[cut]); k++ {
-				cut--
-			}
-			if cut == 0 {
-				cut = maxLogPiece
-			}
+			cut := pieceCut(line)
 			line, next = line[:cut], cut
 		}
 		out = append(out, string(bytes.ToValidUTF8(line, []byte("\uFFFD"))))
@@ -101,6 +95,29 @@ func splitLines(b []byte, limit int) (out []string, rest []byte) {
 	}
 	return out, nil
 }
+
+// pieceCut returns where to cut a line longer than maxLogPiece: before a
+// redaction marker the cut would split, else at a rune boundary near
+// maxLogPiece, else at maxLogPiece.
+func pieceCut(line []byte) int {
+	cut := maxLogPiece
+	if i := bytes.LastIndex(line[max(cut-maxMarker, 0):cut], []byte("[redacted:")); i >= 0 {
+		start := max(cut-maxMarker, 0) + i
+		if end := bytes.IndexByte(line[start:], ']'); start > 0 && (end < 0 || start+end >= cut) {
+			return start
+		}
+	}
+	for k := 0; k < utf8.UTFMax && cut > 0 && !utf8.RuneStart(line[cut]); k++ {
+		cut--
+	}
+	if cut == 0 {
+		return maxLogPiece
+	}
+	return cut
+}
+
+// maxMarker is how far back pieceCut looks for a marker, bytes.
+const maxMarker = 256
 
 // agentLog splits the zygote's own output on one stream (what it prints
 // outside requests) into lines as they arrive, keeping at most maxLogLines
