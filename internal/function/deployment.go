@@ -339,18 +339,17 @@ func (d *deployment) result(unchanged bool) *DeployResult {
 		Fallback: d.fallback, Checks: d.ready.Checks, ReadyMs: d.ready.Took.Milliseconds()}
 }
 
-// outputSink stores what the agent prints outside requests.
-func (d *deployment) outputSink() func(requestID, stream, line string) {
-	return func(requestID, stream, line string) {
-		if requestID != "" && len(d.manifest.Secrets) > 0 {
-			// A worker's or spawned agent's own fds after GO: scrub secrets
-			// like the request's captured output.
-			if values, err := d.m.secretValues(context.Background(), d.manifest.Secrets); err == nil {
-				line = redact(line, values)
-			}
+// outputSink stores what the agent prints on its own fds: outside
+// requests, and a spawned agent's or worker's after GO (bounded and
+// redacted by the zygote, zygote.Spec.Output).
+func (d *deployment) outputSink() func(requestID, stream string, lines []string) {
+	return func(requestID, stream string, lines []string) {
+		now := time.Now()
+		out := make([]store.LogLine, len(lines))
+		for i, l := range lines {
+			out[i] = store.LogLine{Function: d.name, Version: d.version, RequestID: requestID, Stream: stream, At: now, Line: l}
 		}
-		d.m.appendLogs(context.Background(), []store.LogLine{{Function: d.name, Version: d.version,
-			RequestID: requestID, Stream: stream, At: time.Now(), Line: line}})
+		d.m.appendLogs(context.Background(), out)
 	}
 }
 

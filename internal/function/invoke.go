@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/redact"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
@@ -95,6 +96,7 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err)
 	}
+	req.Redact = redact.New(values)
 	inv := &Invocation{RequestID: req.ID, Version: d.version}
 	var res *zygote.Result
 	d.mu.Lock()
@@ -114,7 +116,7 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 	if err != nil {
 		return nil, err
 	}
-	redactResult(res, values)
+	redactResult(res, req.Redact)
 	d.served.Add(1)
 	if m.log.Enabled(ctx, slog.LevelDebug) {
 		m.log.Debug("request done", "function", d.name, "request_id", req.ID, "failure", res.Failure, "phases", res.Phases)

@@ -2,8 +2,10 @@ package function
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/store"
 )
@@ -12,43 +14,89 @@ import (
 // single goroutine writes them in batches, one transaction each. Flush
 // waits until everything queued before it is stored, so a caller that asks
 // for logs after its request returned (read-your-writes) sees them.
+//
+// The queue is bounded (maxPendingLines lines, maxPendingBytes bytes of
+// text): when the store falls behind, further lines are dropped and counted
+// per function, and the next batch stores one "[zygo: N log lines ...
+// dropped]" line for each. append never waits for the store, so a flood of
+// output costs a request neither time nor the daemon memory; a batch is
+// never larger than the store's retention of one function.
 type logWriter struct {
 	store func(ctx context.Context, lines []store.LogLine) error
 	log   *slog.Logger
 
-	mu      sync.Mutex // guards pending, waiters and closed
-	pending []store.LogLine
-	waiters []chan struct{}
-	closed  bool
-	wake    chan struct{}
-	done    chan struct{}
+	mu           sync.Mutex // guards the fields below
+	pending      []store.LogLine
+	pendingBytes int
+	dropped      map[string]*droppedLogs // function → what was dropped since the last batch
+	waiters      []chan struct{}
+	closed       bool
+	wake         chan struct{}
+	done         chan struct{}
 }
 
-// maxPendingLines bounds the queue; beyond it, append writes through (the
-// caller waits) so memory stays bounded under a flood of output.
-const maxPendingLines = 50_000
+// droppedLogs counts the lines of one function dropped from a full queue.
+type droppedLogs struct {
+	version      string
+	lines, bytes int64
+}
+
+// The queue's bounds.
+const (
+	maxPendingLines = store.MaxLogLinesPerFunction
+	maxPendingBytes = 16 << 20
+)
 
 func newLogWriter(storeFn func(ctx context.Context, lines []store.LogLine) error, log *slog.Logger) *logWriter {
-	w := &logWriter{store: storeFn, log: log, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &logWriter{store: storeFn, log: log, wake: make(chan struct{}, 1), done: make(chan struct{}), dropped: map[string]*droppedLogs{}}
 	go w.run()
 	return w
 }
 
-// append queues lines (or writes them at once when the queue is full or
-// the writer is closed).
+// append queues what fits of lines and counts the rest as dropped; it never
+// waits for the store. After close (the daemon is stopping, no request is
+// running) it writes at once.
 func (w *logWriter) append(lines []store.LogLine) {
 	if len(lines) == 0 {
 		return
 	}
 	w.mu.Lock()
-	if w.closed || len(w.pending) > maxPendingLines {
+	if w.closed {
 		w.mu.Unlock()
 		w.write(lines)
 		return
 	}
-	w.pending = append(w.pending, lines...)
+	for _, l := range lines {
+		if len(w.pending) >= maxPendingLines || w.pendingBytes+len(l.Line) > maxPendingBytes {
+			d := w.dropped[l.Function]
+			if d == nil {
+				d = &droppedLogs{}
+				w.dropped[l.Function] = d
+			}
+			d.version = l.Version
+			d.lines++
+			d.bytes += int64(len(l.Line))
+			continue
+		}
+		w.pending = append(w.pending, l)
+		w.pendingBytes += len(l.Line)
+	}
 	w.mu.Unlock()
 	w.kick()
+}
+
+// takeLocked returns the queued lines, followed by one note per function
+// that had lines dropped, and empties the queue.
+func (w *logWriter) takeLocked() []store.LogLine {
+	batch := w.pending
+	w.pending, w.pendingBytes = nil, 0
+	now := time.Now()
+	for fn, d := range w.dropped {
+		batch = append(batch, store.LogLine{Function: fn, Version: d.version, Stream: "zygo", At: now,
+			Line: fmt.Sprintf("[zygo: %d log lines (%d bytes) dropped: the log store fell behind]", d.lines, d.bytes)})
+		delete(w.dropped, fn)
+	}
+	return batch
 }
 
 func (w *logWriter) kick() {
@@ -81,8 +129,8 @@ func (w *logWriter) run() {
 	for range w.wake {
 		for {
 			w.mu.Lock()
-			batch, waiters := w.pending, w.waiters
-			w.pending, w.waiters = nil, nil
+			batch, waiters := w.takeLocked(), w.waiters
+			w.waiters = nil
 			w.mu.Unlock()
 			if len(batch) == 0 && len(waiters) == 0 {
 				break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,5 +64,63 @@ func TestLogWriterFlushIsReadYourWrites(t *testing.T) {
 	w.append([]store.LogLine{{Line: "after close"}})
 	if got, _ := st.snapshot(); got[len(got)-1] != "after close" {
 		t.Fatal("a line appended after close was lost")
+	}
+}
+
+// TestLogWriterNeverWaitsForTheStore: while the store is stuck, append
+// returns at once however much is appended, the queue stays bounded, and
+// once the store is back the dropped lines are counted in a note.
+func TestLogWriterNeverWaitsForTheStore(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var stored []store.LogLine
+	var biggest int
+	w := newLogWriter(func(_ context.Context, lines []store.LogLine) error {
+		<-release
+		mu.Lock()
+		defer mu.Unlock()
+		stored = append(stored, lines...)
+		biggest = max(biggest, len(lines))
+		return nil
+	}, slog.Default())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 100; i++ { // 200,000 lines, ten times the queue
+			batch := make([]store.LogLine, 2000)
+			for j := range batch {
+				batch[j] = store.LogLine{Function: "flood", Version: "v1", Line: "x"}
+			}
+			w.append(batch)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second): // a hang, not a timing threshold
+		close(release)
+		t.Fatal("append waited for a stuck store")
+	}
+	w.mu.Lock()
+	pending := len(w.pending)
+	w.mu.Unlock()
+	if pending > maxPendingLines {
+		t.Fatalf("%d lines pending, bound %d", pending, maxPendingLines)
+	}
+	close(release)
+	w.Flush(context.Background())
+	w.close()
+	mu.Lock()
+	defer mu.Unlock()
+	if biggest > store.MaxLogLinesPerFunction+1 {
+		t.Errorf("a batch of %d lines: more than the retention", biggest)
+	}
+	var note string
+	for _, l := range stored {
+		if l.Stream == "zygo" && l.Function == "flood" && l.Version == "v1" {
+			note = l.Line
+		}
+	}
+	if len(stored) > 200_000-150_000 || !strings.Contains(note, "dropped") {
+		t.Fatalf("%d lines stored, note %q: want the queue's worth and a note of the rest", len(stored), note)
 	}
 }

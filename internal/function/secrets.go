@@ -3,9 +3,9 @@ package function
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
+	"github.com/zygo-run/zygo/internal/redact"
 	"github.com/zygo-run/zygo/internal/untrusted"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
@@ -119,39 +119,11 @@ func (m *Manager) secretValues(ctx context.Context, names []string) (map[string]
 	return out, nil
 }
 
-// redact replaces every secret value in s with [redacted:NAME].
-func redact(s string, values map[string][]byte) string {
-	for name, v := range values {
-		if len(v) == 0 {
-			continue
-		}
-		for _, form := range []string{string(v), strings.TrimSpace(string(v))} {
-			if len(form) >= 3 && strings.Contains(s, form) {
-				s = strings.ReplaceAll(s, form, "[redacted:"+name+"]")
-			}
-		}
-	}
-	return s
-}
-
-func redactLines(lines []string, values map[string][]byte) []string {
-	if len(lines) == 0 {
-		return lines
-	}
-	return strings.Split(redact(strings.Join(lines, "\n"), values), "\n")
-}
-
-// redactResult scrubs secret values from what a request printed and from
-// its error, before they reach the logs or the caller's error message.
-func redactResult(res *zygote.Result, values map[string][]byte) {
-	if len(values) == 0 {
-		return
-	}
-	// Over the joined output, so that a value spanning lines (a PEM key) is
-	// found too.
-	res.Stdout = redactLines(res.Stdout, values)
-	res.Stderr = redactLines(res.Stderr, values)
-	if e := res.Error; e != nil {
-		e.Message, e.Traceback, e.Type = redact(e.Message, values), redact(e.Traceback, values), redact(e.Type, values)
+// redactResult scrubs secret values from a request's error before it
+// reaches the logs or the caller's error message. Its output was redacted
+// where it was read, over each whole stream (zygote.Request.Redact).
+func redactResult(res *zygote.Result, r *redact.Redactor) {
+	if e := res.Error; e != nil && r != nil {
+		e.Message, e.Traceback, e.Type = r.String(e.Message), r.String(e.Traceback), r.String(e.Type)
 	}
 }

@@ -23,8 +23,12 @@ type LogLine struct {
 // pruned as new ones arrive.
 const MaxLogLinesPerFunction = 20_000
 
-// AppendLogs stores lines in one transaction.
+// AppendLogs stores lines in one transaction and, in it, prunes each
+// function's logs to the newest MaxLogLinesPerFunction. Of more lines of one
+// function than that, only the newest are inserted: one call never writes
+// more rows than the retention keeps.
 func (s *Store) AppendLogs(ctx context.Context, lines []LogLine) error {
+	lines = newestPerFunction(lines, MaxLogLinesPerFunction)
 	if len(lines) == 0 {
 		return nil
 	}
@@ -53,6 +57,29 @@ func (s *Store) AppendLogs(ctx context.Context, lines []LogLine) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// newestPerFunction returns lines without the oldest of any function that
+// has more than keep, in order; lines itself when none has.
+func newestPerFunction(lines []LogLine, keep int) []LogLine {
+	count := map[string]int{}
+	over := false
+	for _, l := range lines {
+		count[l.Function]++
+		over = over || count[l.Function] > keep
+	}
+	if !over {
+		return lines
+	}
+	out := make([]LogLine, 0, len(lines))
+	for _, l := range lines {
+		if count[l.Function] > keep {
+			count[l.Function]--
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // LogQuery selects log lines.

@@ -55,6 +55,9 @@ CREATE INDEX IF NOT EXISTS logs_function ON logs (function, id);
 CREATE INDEX IF NOT EXISTS logs_request ON logs (request_id);
 `
 
+// walLimitBytes is what the WAL file keeps of its size after a checkpoint.
+const walLimitBytes = 4 << 20
+
 // Open opens (creating if needed) the database at path. The caller owns the
 // returned Store and must Close it.
 func Open(ctx context.Context, path string) (*Store, error) {
@@ -63,7 +66,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := restrictFile(path); err != nil {
 		return nil, err
 	}
-	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	// journal_size_limit: once a checkpoint has copied the WAL into the
+	// database, the WAL file is truncated to at most walLimitBytes, so a
+	// burst of writes (logs) does not keep its disk.
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)" +
+		fmt.Sprintf("&_pragma=journal_size_limit(%d)", walLimitBytes)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)

@@ -1,8 +1,6 @@
 package zygote
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/nsbox"
+	"github.com/zygo-run/zygo/internal/redact"
 	"github.com/zygo-run/zygo/internal/untrusted"
 )
 
@@ -152,11 +151,12 @@ func readResult(ctx context.Context, d *untrusted.Dir, max int64) (*resultFile, 
 	return &rf, nil
 }
 
-// readLines returns the lines of d's file name (stdout or stderr), reading
-// at most maxLogBytes of it, followed by a note when it was longer. A name
-// that is anything but a regular single-link file is not read; its one
-// line says so. Missing: nil.
-func readLines(ctx context.Context, d *untrusted.Dir, name string) []string {
+// readLines returns the lines of d's file name (stdout or stderr): its
+// head, redacted with r as one text, bounded in bytes and lines, and a note
+// of what was dropped (streamLog). It reads at most maxLogBytes+r.Span()-1
+// bytes, whatever the file's size. A name that is anything but a regular
+// single-link file is not read; its one line says so. Missing: nil.
+func readLines(ctx context.Context, d *untrusted.Dir, name string, r *redact.Redactor) []string {
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -168,21 +168,15 @@ func readLines(ctx context.Context, d *untrusted.Dir, name string) []string {
 		return nil
 	}
 	defer f.Close()
-	var out []string
-	r := bufio.NewReaderSize(io.LimitReader(f, maxLogBytes), 64<<10)
-	for {
-		line, err := r.ReadSlice('\n')
-		if len(line) > 0 { // a line longer than the buffer arrives in pieces
-			out = append(out, string(bytes.ToValidUTF8(bytes.TrimSuffix(line, []byte("\n")), []byte("\uFFFD"))))
-		}
-		if err != nil && err != bufio.ErrBufferFull {
-			break
-		}
+	s := newStreamLog(r)
+	_, _ = io.Copy(s, io.LimitReader(f, int64(s.keep)))
+	if st, err := f.Stat(); err == nil && st.Size() > s.written {
+		s.written = st.Size()
 	}
-	if st, err := f.Stat(); err == nil && st.Size() > maxLogBytes {
-		out = append(out, fmt.Sprintf("[zygo: output truncated: %d bytes written, the first %d kept]", st.Size(), maxLogBytes))
+	if s.written == 0 {
+		return nil
 	}
-	return out
+	return s.lines(name, r)
 }
 
 // removeRunTree removes the zygote's run directory and everything the sandbox

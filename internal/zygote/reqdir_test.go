@@ -137,7 +137,7 @@ func TestReadLinesRefusesWhatTheRequestPlanted(t *testing.T) {
 			plantAt(t, dir, "stdout", what)
 			d := openDir(t, dir)
 			var lines []string
-			within(t, what, func() { lines = readLines(context.Background(), d, "stdout") })
+			within(t, what, func() { lines = readLines(context.Background(), d, "stdout", nil) })
 			joined := strings.Join(lines, "\n")
 			if strings.Contains(joined, marker) {
 				t.Fatalf("the host file's marker reached the logs")
@@ -152,7 +152,7 @@ func TestReadLinesRefusesWhatTheRequestPlanted(t *testing.T) {
 				for _, l := range lines[:len(lines)-1] {
 					kept += len(l)
 				}
-				if kept > maxLogBytes || !strings.Contains(lines[len(lines)-1], "output truncated") {
+				if kept > maxLogBytes || !strings.Contains(lines[len(lines)-1], "stdout truncated") {
 					t.Fatalf("kept %d bytes of a 1 TiB stdout, last line %q", kept, lines[len(lines)-1])
 				}
 				return
@@ -169,10 +169,10 @@ func TestReadLinesReadsItsOwnOutput(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "stdout"), []byte("one\ntwo\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := readLines(context.Background(), openDir(t, dir), "stdout"); strings.Join(got, "|") != "one|two" {
+	if got := readLines(context.Background(), openDir(t, dir), "stdout", nil); strings.Join(got, "|") != "one|two" {
 		t.Fatalf("lines = %q", got)
 	}
-	if got := readLines(context.Background(), openDir(t, dir), "stderr"); got != nil {
+	if got := readLines(context.Background(), openDir(t, dir), "stderr", nil); got != nil {
 		t.Fatalf("missing stderr: %q", got)
 	}
 }

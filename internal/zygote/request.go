@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/redact"
 )
 
 // Request is one invocation.
@@ -31,6 +32,10 @@ type Request struct {
 	// failure (a cgroup limit that killed the child). The child may still be
 	// exiting when after runs. after is also called when err is not nil.
 	BeforeGo func(ctx context.Context, hostPID int) (after func(*Result), err error)
+	// Redact scrubs the request's secret values from its output, over each
+	// whole stream before it is cut into lines or pieces (output.go); nil
+	// redacts nothing.
+	Redact *redact.Redactor
 }
 
 // Failure classifies why a request did not produce a value.
@@ -53,7 +58,7 @@ type Result struct {
 	Value   json.RawMessage // the handler's return value when Failure is FailNone
 	Failure Failure
 	Error   *HandlerError // details when Failure is not FailNone
-	Stdout  []string      // lines the request printed
+	Stdout  []string      // lines the request printed, redacted and bounded (output.go)
 	Stderr  []string
 	HostPID int
 	Child   ChildKind // where the request's process came from
@@ -93,9 +98,6 @@ type resultFile struct {
 	Rejected string `json:"rejected,omitempty"`
 }
 
-// maxLogBytes bounds what one request's stdout or stderr keeps, bytes.
-const maxLogBytes = 1 << 20
-
 // Run serves one request on a child and returns as soon as its outcome is
 // known: when the child has renamed result.json into place (its last act
 // before exiting) or has exited or been killed. Releasing the child's
@@ -133,8 +135,8 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 	// Bounded reads of regular files only (reqdir.go): they cannot block, and
 	// a caller that went away must not cost the request its logs.
 	rctx := context.WithoutCancel(ctx)
-	res.Stdout = readLines(rctx, dir.files, "stdout")
-	res.Stderr = readLines(rctx, dir.files, "stderr")
+	res.Stdout = readLines(rctx, dir.files, "stdout", req.Redact)
+	res.Stderr = readLines(rctx, dir.files, "stderr", req.Redact)
 	res.mark("collect", &res.lap)
 	res.Elapsed = time.Since(t0)
 	go func() {
@@ -240,7 +242,7 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 	goMsg := message{Type: "go", RequestID: req.ID, Dir: dir.sandbox, DeadlineMs: max(time.Until(deadline).Milliseconds(), 0),
 		Function: req.Function, Version: req.Version, Strict: req.Strict}
 	if z.spec.Mode != ModeFork {
-		z.current.Store(req.ID)
+		z.current.Store(&outputOwner{id: req.ID, redact: req.Redact})
 	}
 	if err := c.conn.send(goMsg, nil); err != nil {
 		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)

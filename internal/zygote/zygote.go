@@ -12,7 +12,6 @@
 package zygote
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,12 +73,16 @@ type Spec struct {
 	PreFork int
 	// ReadyTimeout bounds the import and warm-up, default 60 s.
 	ReadyTimeout time.Duration
-	// Output receives each line the agent process prints on its own stdout
-	// and stderr (import-time prints, agent diagnostics). requestID is empty,
-	// except for spawned agents and Node workers after GO, whose process is
-	// the request: what they write to fds 1 and 2 directly (a subprocess,
-	// native code) belongs to it. May be nil.
-	Output func(requestID, stream, line string)
+	// Output receives the lines the agent process prints on its own stdout
+	// and stderr (import-time prints, agent diagnostics), in order, a batch
+	// at a time, bounded per stream over the zygote's life (output.go).
+	// requestID is empty, except for spawned agents and Node workers after
+	// GO, whose process is the request: what they write to fds 1 and 2
+	// directly (a subprocess, native code) belongs to it, is bounded and
+	// redacted (Request.Redact) like its files, and arrives in one batch per
+	// stream when the process has exited. Output must not block for long:
+	// it runs on the goroutine that drains the pipe. May be nil.
+	Output func(requestID, stream string, lines []string)
 	Log    *slog.Logger
 }
 
@@ -143,7 +147,7 @@ type Zygote struct {
 	sendMu  sync.Mutex      // serialises writes on ctl
 	pool    *pool           // pre-forked children (fork mode with PreFork > 0)
 	dirs    chan requestDir // empty request directories made ahead of demand (with a pool)
-	current atomic.Value    // string: the request a spawned agent or worker serves, after GO
+	current atomic.Value    // *outputOwner: the request a spawned agent or worker serves, after GO
 	watcher *resultWatcher
 
 	tailMu     sync.Mutex    // guards stderrTail
@@ -439,22 +443,66 @@ func openPID1(pid int) (int, error) {
 	return -1, fmt.Errorf("pid %d is not PID 1 of a pid namespace", pid)
 }
 
+// pumpLines reads one of the agent process's output pipes to its end. What
+// arrives while a request owns the process (a spawned agent or a worker,
+// after GO) is that request's: kept bounded like its files (output.go),
+// redacted as one text and handed to Output when the pipe ends. The rest is
+// the zygote's own, handed to Output line by line as it arrives, within its
+// lifetime budget. The pipe is always read to its end, so the sandbox never
+// blocks on it; what is over a budget is counted and dropped.
 func (z *Zygote) pumpLines(stream string, r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if stream == "stderr" {
-			z.tailMu.Lock()
-			z.stderrTail = append(z.stderrTail, sc.Text())
-			if len(z.stderrTail) > stderrTailLines {
-				z.stderrTail = z.stderrTail[1:]
+	own := &agentLog{stream: stream}
+	var owner *outputOwner
+	var reqLog *streamLog
+	endRequest := func() {
+		if owner != nil {
+			z.output(owner.id, stream, reqLog.lines(stream, owner.redact))
+		}
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if o, _ := z.current.Load().(*outputOwner); o != nil && o != owner {
+				z.output("", stream, own.flushPartial())
+				endRequest()
+				owner, reqLog = o, newStreamLog(o.redact)
 			}
-			z.tailMu.Unlock()
+			if owner != nil {
+				reqLog.Write(buf[:n])
+			} else {
+				z.output("", stream, own.write(buf[:n]))
+			}
 		}
-		if z.spec.Output != nil {
-			req, _ := z.current.Load().(string)
-			z.spec.Output(req, stream, sc.Text())
+		if err != nil {
+			break
 		}
+	}
+	z.output("", stream, own.flush())
+	endRequest()
+}
+
+// output hands lines to Spec.Output and keeps the tail of the zygote's own
+// stderr (each line cut at maxTailLine bytes) for start-up errors.
+func (z *Zygote) output(requestID, stream string, lines []string) {
+	if len(lines) == 0 {
+		return
+	}
+	if stream == "stderr" && requestID == "" {
+		z.tailMu.Lock()
+		for _, l := range lines[max(len(lines)-stderrTailLines, 0):] {
+			if len(l) > maxTailLine {
+				l = strings.ToValidUTF8(l[:maxTailLine], "\uFFFD")
+			}
+			z.stderrTail = append(z.stderrTail, l)
+		}
+		if n := len(z.stderrTail); n > stderrTailLines {
+			z.stderrTail = slices.Clone(z.stderrTail[n-stderrTailLines:])
+		}
+		z.tailMu.Unlock()
+	}
+	if z.spec.Output != nil {
+		z.spec.Output(requestID, stream, lines)
 	}
 }
 
