@@ -30,6 +30,7 @@ import (
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
+	"github.com/zygo-run/zygo/internal/trusted"
 	"github.com/zygo-run/zygo/internal/untrusted"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
@@ -291,10 +292,24 @@ func serveAPI(ctx context.Context, cfg Config, h http.Handler, ready func()) err
 
 // prepareStateDir creates the state dir traversable (0711) by the
 // unprivileged sandbox uid, which must reach versions/, agents/ and run/
-// under it to bind them.
+// under it to bind them. It refuses a state dir that another user could
+// change: one that dir, an ancestor or a top-level entry of it is owned by
+// someone other than root or the daemon's euid, or is writable by a group
+// or others (trusted.Dir, trusted.Entries), since that user could rename
+// the socket, agents/ or versions/ and plant their own.
 func prepareStateDir(dir string) error {
+	euid := os.Geteuid()
+	if err := trustedAncestors(dir, euid); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
+	}
+	if err := trusted.Dir(dir, euid); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := trusted.Entries(dir, euid); err != nil {
+		return fmt.Errorf("state dir: %w", err)
 	}
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -307,6 +322,26 @@ func prepareStateDir(dir string) error {
 	// versions/ is traversed, never listed, by the functions' uids: each
 	// reaches its own versions/NAME only (function/codedir.go).
 	if err := os.Chmod(filepath.Join(dir, "versions"), 0o711); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	return nil
+}
+
+// trustedAncestors checks (trusted.Dir) the nearest existing ancestor of
+// dir before MkdirAll creates what is missing under it: nothing is created
+// under a directory another user controls.
+func trustedAncestors(dir string, euid int) error {
+	p := dir
+	for {
+		if _, err := os.Lstat(p); err == nil || p == "/" {
+			break
+		}
+		p = filepath.Dir(p)
+	}
+	if p == dir {
+		return nil // exists: checked whole after MkdirAll
+	}
+	if err := trusted.Dir(p, euid); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	return nil
