@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -150,6 +151,26 @@ func TestSandboxTokenNeverInJSON(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if bytes.Contains(b, []byte("very-secret-token")) {
 		t.Errorf("the guest token is in the API answer: %s", b)
+	}
+}
+
+// A checkpoint as the API lists it carries its size and age, not the host
+// path of its image.
+func TestCheckpointImageDirNeverInJSON(t *testing.T) {
+	cp := sandbox.CheckpointRecord{ID: "cp-0123456789abcdef", SizeBytes: 4096, Dir: "/var/lib/zygo/images/cp-0123456789abcdef"}
+	c := newTestServer(t, &fakeSandboxes{cps: []sandbox.CheckpointRecord{cp}}, nil)
+	resp, err := c.do(context.Background(), "GET", "/v1/checkpoints", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if bytes.Contains(b, []byte("/var/lib/zygo")) || bytes.Contains(b, []byte(`"dir"`)) {
+		t.Errorf("the image's host path is in the API answer: %s", b)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(b, &got); err != nil || len(got) != 1 || got[0]["size_bytes"] != 4096.0 || got[0]["created_at"] == nil {
+		t.Errorf("size or age missing from the API answer: %s", b)
 	}
 }
 
