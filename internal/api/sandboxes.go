@@ -137,7 +137,7 @@ var codeStatus = map[string]int{
 	"not_found": http.StatusNotFound, "bad_request": http.StatusBadRequest,
 	"too_large": http.StatusRequestEntityTooLarge, "exists": http.StatusConflict,
 	"failed_precondition": http.StatusConflict, "unavailable": http.StatusServiceUnavailable,
-	"deadline_exceeded": http.StatusGatewayTimeout, "cancelled": 499, "internal": http.StatusInternalServerError,
+	"deadline_exceeded": http.StatusGatewayTimeout, "permission_denied": http.StatusForbidden, "cancelled": 499, "internal": http.StatusInternalServerError,
 }
 
 // statusOfCode returns the HTTP status of an error code (500 for an unknown one).
@@ -159,6 +159,8 @@ func (s *Server) errorCode(err error) (string, int) {
 		code = "bad_request"
 	case errors.Is(err, errdefs.ErrTooLarge):
 		code = "too_large"
+	case errors.Is(err, errdefs.ErrPermissionDenied):
+		code = "permission_denied"
 	case errors.Is(err, errdefs.ErrExists):
 		code = "exists"
 	case errors.Is(err, errdefs.ErrFailedPrecondition):

@@ -133,6 +133,7 @@ func TestSandboxErrorStatuses(t *testing.T) {
 		{fmt.Errorf("name: %w", errdefs.ErrExists), 409},
 		{&sandbox.TransitionError{ID: "x", From: sandbox.Failed, To: sandbox.Checkpointing}, 409},
 		{fmt.Errorf("guest: %w", errdefs.ErrUnavailable), 503},
+		{fmt.Errorf("guest: read-only file system: %w", errdefs.ErrPermissionDenied), 403},
 		{errors.New("boom"), 500},
 	} {
 		cl := newTestServer(t, &fakeSandboxes{err: c.err}, nil)
