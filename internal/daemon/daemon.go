@@ -361,7 +361,7 @@ func trustedAncestors(dir string, euid int) error {
 	if p == dir {
 		return nil // exists: checked whole after MkdirAll
 	}
-	if err := trusted.Dir(p, euid); err != nil {
+	if err := trusted.Ancestor(p, euid); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	return nil

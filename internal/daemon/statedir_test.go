@@ -12,7 +12,7 @@ import (
 
 // A root daemon refuses a state dir another local user could change (the
 // attack: a user makes it 0777, the daemon's socket is then theirs to
-// swap), one under such a dir, and one holding an entry another user put
+// swap), one under such a dir (existing or to be made), and one holding an entry another user put
 // there; the error names the path and the owner, and nothing is left
 // listening.
 func TestStartRefusedOnAStateDirAnotherUserControls(t *testing.T) {
@@ -47,6 +47,11 @@ func TestStartRefusedOnAStateDirAnotherUserControls(t *testing.T) {
 			chown(p)
 			return filepath.Join(p, "st"), p + " is owned by uid 12345"
 		},
+		"made under a dir of another uid": func(dir string) (string, string) {
+			p := mk(filepath.Join(dir, "home"), 0o755)
+			chown(p)
+			return filepath.Join(p, "a", "st"), p + " is owned by uid 12345"
+		},
 		"an entry of another uid": func(dir string) (string, string) {
 			s := mk(filepath.Join(dir, "st"), 0o711)
 			v := mk(filepath.Join(s, "versions"), 0o755)
@@ -68,5 +73,19 @@ func TestStartRefusedOnAStateDirAnotherUserControls(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(state, "zygo.db")); err == nil {
 			t.Errorf("%s: the refused daemon created its database", name)
 		}
+	}
+}
+
+// A state dir the daemon makes itself directly under a sticky root-owned dir (like /tmp) is
+// fine: others cannot rename what is in it.
+func TestStateDirMadeUnderAStickyDir(t *testing.T) {
+	requireBwrap(t)
+	sticky := stateDir(t)
+	if err := os.Chmod(sticky, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, config(t, filepath.Join(sticky, "st")))
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -18,7 +18,13 @@ import (
 // be writable, since others cannot rename what is in it. dir must exist and
 // be absolute. The error names the path, its owner and mode: it is an
 // operator's message.
-func Dir(dir string, euid int) error {
+func Dir(dir string, euid int) error { return check(dir, euid, true) }
+
+// Ancestor is Dir for a directory the caller will create something in (the nearest existing
+// ancestor of a directory to make): it may itself be a root-owned sticky one like /tmp.
+func Ancestor(dir string, euid int) error { return check(dir, euid, false) }
+
+func check(dir string, euid int, leaf bool) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("checking %s: not an absolute path", dir)
 	}
@@ -27,7 +33,7 @@ func Dir(dir string, euid int) error {
 		return fmt.Errorf("resolving %s: %w", dir, err)
 	}
 	for _, p := range []string{filepath.Clean(dir), real} {
-		if err := chain(p, euid); err != nil {
+		if err := chain(p, euid, leaf); err != nil {
 			return err
 		}
 	}
@@ -38,8 +44,8 @@ func Dir(dir string, euid int) error {
 // symbolic links are skipped (a link cannot be changed, only replaced, which
 // needs write access to its parent, checked here); Dir checks the resolved
 // path too.
-func chain(p string, euid int) error {
-	for cur, leaf := p, true; ; cur, leaf = filepath.Dir(cur), false {
+func chain(p string, euid int, leaf bool) error {
+	for cur := p; ; cur, leaf = filepath.Dir(cur), false {
 		fi, err := os.Lstat(cur)
 		if err != nil {
 			return fmt.Errorf("checking %s: %w", cur, err)
