@@ -106,7 +106,7 @@ func sandboxesOf(rs []sandbox.SandboxRecord) []wire.Sandbox {
 
 func checkpointOf(c sandbox.CheckpointRecord) wire.Checkpoint {
 	return wire.Checkpoint{ID: c.ID, Tag: c.Tag, SandboxID: c.SandboxID, ParentID: c.ParentID, Backend: c.Backend,
-		Dir: c.Dir, SizeBytes: c.SizeBytes, Generation: c.Generation, Hostname: c.Hostname,
+		SizeBytes: c.SizeBytes, Generation: c.Generation, Hostname: c.Hostname,
 		Options: createOptionsOf(c.Options), CreatedAt: c.CreatedAt, Checksums: c.Checksums, Lost: c.Lost}
 }
 

@@ -120,6 +120,8 @@ func (s *Server) errorCode(err error) (wire.Code, int) {
 		code = wire.CodeBadRequest
 	case errors.Is(err, errdefs.ErrTooLarge):
 		code = wire.CodeTooLarge
+	case errors.Is(err, errdefs.ErrPermissionDenied):
+		code = wire.CodePermissionDenied
 	case errors.Is(err, errdefs.ErrExists):
 		code = wire.CodeExists
 	case errors.Is(err, errdefs.ErrFailedPrecondition):

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -136,6 +137,7 @@ func TestSandboxErrorStatuses(t *testing.T) {
 		{fmt.Errorf("name: %w", errdefs.ErrExists), 409},
 		{&sandbox.TransitionError{ID: "x", From: sandbox.Failed, To: sandbox.Checkpointing}, 409},
 		{fmt.Errorf("guest: %w", errdefs.ErrUnavailable), 503},
+		{fmt.Errorf("guest: read-only file system: %w", errdefs.ErrPermissionDenied), 403},
 		{errors.New("boom"), 500},
 	} {
 		cl := newTestServer(t, &fakeSandboxes{err: c.err}, nil)
@@ -149,6 +151,21 @@ func TestSandboxTokenNeverInJSON(t *testing.T) {
 	b := rawGet(t, c, "/v1/sandboxes/sb-1")
 	if bytes.Contains(b, []byte("very-secret-token")) {
 		t.Errorf("the guest token is in the API answer: %s", b)
+	}
+}
+
+// A checkpoint as the API lists it carries its size and age, not the host
+// path of its image.
+func TestCheckpointImageDirNeverInJSON(t *testing.T) {
+	cp := sandbox.CheckpointRecord{ID: "cp-0123456789abcdef", SizeBytes: 4096, Dir: "/var/lib/zygo/images/cp-0123456789abcdef"}
+	c := newTestServer(t, &fakeSandboxes{cps: []sandbox.CheckpointRecord{cp}}, nil)
+	b := rawGet(t, c, "/v1/checkpoints")
+	if bytes.Contains(b, []byte("/var/lib/zygo")) || bytes.Contains(b, []byte(`"dir"`)) {
+		t.Errorf("the image's host path is in the API answer: %s", b)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(b, &got); err != nil || len(got) != 1 || got[0]["size_bytes"] != 4096.0 || got[0]["created_at"] == nil {
+		t.Errorf("size or age missing from the API answer: %s", b)
 	}
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -35,7 +36,9 @@ func newServeCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this loopback TCP address (127.0.0.1:PORT or localhost:PORT; PORT 0 picks one, logged); calls on it need the token in STATE/api.token")
 	cmd.Flags().StringVar(&bwrap, "bwrap", "", "path of bwrap (default: found on PATH)")
-	cmd.Flags().StringVar(&uidRange, "uid-range", "", "host uids the daemon owns, START-END or START:COUNT; each function runs as one of its own (root only; default "+hostid.String(hostid.Default)+"; refused if /etc/passwd, /etc/group, /etc/subuid or /etc/subgid use any)")
+	cmd.Flags().StringVar(&uidRange, "uid-range", "auto", "host uids the daemon owns, START-END or START:COUNT, claimed on the host while it runs; each function runs as one of its own (root only). "+
+		"auto: the first free block of 65536 from "+fmt.Sprint(hostid.Default.First)+" (the last run's first). Refused if another daemon claims it, "+
+		"if /etc/passwd, /etc/group, /etc/subuid or /etc/subgid use any, or if a host process runs as one")
 	cmd.Flags().IntVar(&tmpfsMiB, "run-tmpfs-mib", 256, "size cap of the tmpfs holding each zygote's /tmp, request files and secrets (MiB)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level")

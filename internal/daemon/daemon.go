@@ -30,6 +30,7 @@ import (
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
+	"github.com/zygo-run/zygo/internal/trusted"
 	"github.com/zygo-run/zygo/internal/untrusted"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
@@ -50,11 +51,18 @@ type Config struct {
 	Bwrap string
 	// UIDRange is the block of host uids (and gids of the same numbers) the
 	// daemon owns, as START-END or START:COUNT (internal/hostid): each
-	// function runs as one of them that nothing else shares. "" is
-	// hostid.Default. Checked at start against HostFiles: no account and no
-	// subordinate range may fall in it. A daemon that is not root cannot
-	// switch uids: its sandboxes run as its own uid and UIDRange is unused.
+	// function runs as one of them that nothing else shares. "" and "auto"
+	// choose the first free block of 65536 among hostid.AutoBlocks from
+	// hostid.Default, the one of the last run first (recorded in the store).
+	// The range is claimed on the host while the daemon runs
+	// (hostid.ClaimRange, in UIDClaimDir) and refused when another live
+	// daemon claims an overlapping one, when an account of HostFiles or a
+	// subordinate range falls in it, or when a host process not of this
+	// daemon runs as one of its ids. A daemon that is not root cannot switch
+	// uids: its sandboxes run as its own uid and UIDRange is unused.
 	UIDRange string
+	// UIDClaimDir is where the range is claimed; "" is hostid.ClaimDir.
+	UIDClaimDir string
 	// HostFiles are the account databases UIDRange is checked against; the
 	// zero value is hostid.SystemFiles (tests point it at their own).
 	HostFiles hostid.HostFiles
@@ -62,7 +70,8 @@ type Config struct {
 	// directory (its /tmp, request files and /run/secrets); 0 is 256 MiB.
 	RunTmpfsMiB  int
 	ReadyTimeout time.Duration // per zygote import + warm-up; default 60 s
-	uidRange     store.IDRange // UIDRange parsed by validate (root only)
+	uidRange     store.IDRange // UIDRange parsed by validate (root only), then the claimed one
+	uidAuto      bool          // UIDRange is "" or "auto"
 	// NoCgroups turns per-request cgroups off (limits not enforced).
 	NoCgroups bool
 	// RandGuard is the native-randomness guard (bin/zygo_rand.so, built by
@@ -126,8 +135,9 @@ func (c *Config) validate() error {
 		}
 	}
 	if os.Geteuid() == 0 {
-		c.uidRange = hostid.Default
-		if c.UIDRange != "" {
+		if c.UIDRange == "" || c.UIDRange == "auto" {
+			c.uidAuto = true
+		} else {
 			r, err := hostid.Parse(c.UIDRange)
 			if err != nil {
 				return err
@@ -137,8 +147,8 @@ func (c *Config) validate() error {
 		if c.HostFiles == (hostid.HostFiles{}) {
 			c.HostFiles = hostid.SystemFiles
 		}
-		if err := hostid.Check(c.uidRange, c.HostFiles); err != nil {
-			return err
+		if c.UIDClaimDir == "" {
+			c.UIDClaimDir = hostid.ClaimDir
 		}
 	}
 	switch {
@@ -171,9 +181,6 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err := prepareStateDir(cfg.StateDir); err != nil {
 		return err
 	}
-	if err := checkTraversable(cfg.StateDir, cfg.uidRange.First); err != nil {
-		return err
-	}
 	unlock, err := lockStateDir(cfg.StateDir)
 	if err != nil {
 		return err
@@ -184,6 +191,20 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	defer st.Close()
+	if os.Geteuid() == 0 {
+		claim, err := claimUIDRange(ctx, &cfg, st)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := claim.Release(); err != nil {
+				log.Warn("releasing the uid range", "err", err)
+			}
+		}()
+	}
+	if err := checkTraversable(cfg.StateDir, cfg.uidRange.First); err != nil {
+		return err
+	}
 	agentDir, err := agents.Extract(filepath.Join(cfg.StateDir, "agents"))
 	if err != nil {
 		return err
@@ -303,10 +324,24 @@ func serveAPI(ctx context.Context, cfg Config, h http.Handler, ready func()) err
 
 // prepareStateDir creates the state dir traversable (0711) by the
 // unprivileged sandbox uid, which must reach versions/, agents/ and run/
-// under it to bind them.
+// under it to bind them. It refuses a state dir that another user could
+// change: one that dir, an ancestor or a top-level entry of it is owned by
+// someone other than root or the daemon's euid, or is writable by a group
+// or others (trusted.Dir, trusted.Entries), since that user could rename
+// the socket, agents/ or versions/ and plant their own.
 func prepareStateDir(dir string) error {
+	euid := os.Geteuid()
+	if err := trustedAncestors(dir, euid); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
+	}
+	if err := trusted.Dir(dir, euid); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := trusted.Entries(dir, euid); err != nil {
+		return fmt.Errorf("state dir: %w", err)
 	}
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -319,6 +354,26 @@ func prepareStateDir(dir string) error {
 	// versions/ is traversed, never listed, by the functions' uids: each
 	// reaches its own versions/NAME only (function/codedir.go).
 	if err := os.Chmod(filepath.Join(dir, "versions"), 0o711); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	return nil
+}
+
+// trustedAncestors checks (trusted.Dir) the nearest existing ancestor of
+// dir before MkdirAll creates what is missing under it: nothing is created
+// under a directory another user controls.
+func trustedAncestors(dir string, euid int) error {
+	p := dir
+	for {
+		if _, err := os.Lstat(p); err == nil || p == "/" {
+			break
+		}
+		p = filepath.Dir(p)
+	}
+	if p == dir {
+		return nil // exists: checked whole after MkdirAll
+	}
+	if err := trusted.Ancestor(p, euid); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	return nil

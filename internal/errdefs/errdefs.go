@@ -27,6 +27,9 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrDeadlineExceeded: the operation ran past its time limit. HTTP 504.
 	ErrDeadlineExceeded = errors.New("deadline exceeded")
+	// ErrPermissionDenied: the caller may not do this to that object (a read-only or
+	// root-only file in a sandbox). HTTP 403.
+	ErrPermissionDenied = errors.New("permission denied")
 )
 
 // IsNotFound reports whether err is, or wraps, ErrNotFound.

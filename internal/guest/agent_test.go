@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -201,5 +202,47 @@ func TestPutFileRefusesSpecialFiles(t *testing.T) {
 	}
 	if st, err := os.Stat(null); err != nil || st.Mode()&os.ModeCharDevice == 0 {
 		t.Errorf("the device node was replaced: %v %v", st.Mode(), err)
+	}
+}
+
+// bindMount binds src onto dst (read-only when ro) for the rest of the test.
+func bindMount(t *testing.T, src, dst string, ro bool) {
+	t.Helper()
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind-mounting needs root: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dst, unix.MNT_DETACH) })
+	if ro {
+		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A put the sandbox's own layout forbids is the caller's error, never the guest failing (503):
+// onto a mount point such as /zygo/guest (EBUSY) it is a conflict (409 class), into a
+// read-only directory (EROFS) a permission error (403 class).
+func TestPutFileErrorsAreTheCallers(t *testing.T) {
+	c, _ := startPair(t, strings.Repeat("t", 64))
+	dir := t.TempDir()
+	src, target := filepath.Join(dir, "src"), filepath.Join(dir, "guest")
+	for _, p := range []string{src, target} {
+		if err := os.WriteFile(p, []byte("bin"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bindMount(t, src, target, false)
+	err := c.PutFile(waitCtx(t), target, 0o644, strings.NewReader("x"))
+	if !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("PutFile onto a mount point = %v, want ErrFailedPrecondition (409)", err)
+	}
+	ro := filepath.Join(dir, "ro")
+	if err := os.Mkdir(ro, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bindMount(t, ro, ro, true)
+	err = c.PutFile(waitCtx(t), filepath.Join(ro, "f"), 0o644, strings.NewReader("x"))
+	if !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("PutFile into a read-only dir = %v, want ErrPermissionDenied (403)", err)
 	}
 }

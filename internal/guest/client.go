@@ -350,8 +350,10 @@ func decodeError(resp *http.Response) error {
 		cat = errdefs.ErrNotFound
 	case "invalid":
 		cat = errdefs.ErrInvalidArgument
-	case "unauthorized":
+	case "unauthorized", "conflict":
 		cat = errdefs.ErrFailedPrecondition
+	case "permission_denied":
+		cat = errdefs.ErrPermissionDenied
 	default:
 		cat = errdefs.ErrUnavailable
 	}

@@ -28,9 +28,15 @@ func writeFSError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
-	case errors.Is(err, fs.ErrInvalid), errors.Is(err, fs.ErrExist),
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
 		// Permanent for this path (a read-only bind, a mode): not worth a retry.
-		errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
+		writeError(w, http.StatusForbidden, "permission_denied", err.Error())
+	case errors.Is(err, syscall.EBUSY), errors.Is(err, syscall.ETXTBSY):
+		// The path is in use by the sandbox itself (a mount point such as /zygo/guest, a
+		// running binary): the caller's conflict, not the guest failing.
+		writeError(w, http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, fs.ErrInvalid), errors.Is(err, fs.ErrExist),
+		errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
 		writeError(w, http.StatusBadRequest, "invalid", err.Error())
 	default:
 		writeError(w, http.StatusInternalServerError, "internal", err.Error())

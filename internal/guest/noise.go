@@ -1,10 +1,13 @@
 package guest
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +36,26 @@ import (
 // JSON Hello): an agent from a checkpoint image made by a Zygo older than protocol 2. Such an
 // image cannot be restored by this version; re-create the sandbox.
 var ErrOldGuest = errors.New("the guest agent speaks channel protocol 1 (its image was made by an older Zygo); this Zygo speaks protocol 2: re-create the sandbox from scratch")
+
+// readOldHello reads the rest of a protocol 1 Hello line (its first two bytes were read) and
+// returns ErrOldGuest only when it carries token: the old protocol sent the token in the
+// clear, and anything on the socket can send `{"`. A hello without the token is a plain
+// rejection, so that an unauthenticated connection never changes what the Client believes
+// about its guest (Client.incompatible).
+func readOldHello(conn net.Conn, token string) error {
+	line, err := bufio.NewReader(io.LimitReader(conn, maxHelloBytes)).ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("reading a protocol 1 hello: %w", err)
+	}
+	var h struct {
+		Token string `json:"token"`
+	}
+	if json.Unmarshal(append([]byte(`{"`), line...), &h) != nil ||
+		subtle.ConstantTimeCompare([]byte(h.Token), []byte(token)) != 1 {
+		return errors.New("a plaintext (protocol 1) hello that does not carry the sandbox's token: not its guest")
+	}
+	return ErrOldGuest
+}
 
 // channelPrologue is mixed into the handshake hash: both sides must agree on the protocol.
 var channelPrologue = []byte("zygo guest channel v2")
@@ -140,7 +163,7 @@ func acceptChannel(conn net.Conn, token string, check func(hello []byte) ([]byte
 		return nil, nil, fmt.Errorf("reading handshake: %w", err)
 	}
 	if string(hdr[:]) == `{"` { // protocol 1 opened with a plaintext JSON Hello line
-		return nil, nil, ErrOldGuest
+		return nil, nil, readOldHello(conn, token)
 	}
 	msg, err := readFrame(io.MultiReader(bytes.NewReader(hdr[:]), conn), maxHelloBytes)
 	if err != nil {

@@ -271,3 +271,33 @@ func TestOldGuestFailsFast(t *testing.T) {
 		t.Errorf("Wait took %v; it should fail as soon as the old hello arrives", d)
 	}
 }
+
+// Bytes that merely look like an old guest's hello, from anything that reaches the socket
+// without the token, change nothing the Client believes: waiting calls do not fail with
+// ErrOldGuest, and the real guest still connects afterwards.
+func TestUnauthenticatedOldHelloChangesNothing(t *testing.T) {
+	token := strings.Repeat("k", 64)
+	c, sock := startHost(t, token)
+	for _, junk := range []string{`{"`, `{"proto":1,"token":"wrong","sandbox_id":"sb-x"}` + "\n"} {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write([]byte(junk))
+		if junk == `{"` {
+			conn.(*net.UnixConn).CloseWrite()
+		}
+		io.ReadAll(conn) // until the host closes it: the handshake has failed
+		conn.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := c.Wait(ctx)
+	cancel()
+	if errors.Is(err, ErrOldGuest) {
+		t.Fatalf("after unauthenticated bytes, Wait = %v: the client was marked incompatible", err)
+	}
+	startAgentVia(t, sock, token)
+	if err := c.Wait(waitCtx(t)); err != nil {
+		t.Fatalf("the real guest after the junk: %v", err)
+	}
+}

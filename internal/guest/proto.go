@@ -307,5 +307,5 @@ type ResealResult struct {
 // errorBody is the JSON body of a non-2xx answer.
 type errorBody struct {
 	Error string `json:"error"`
-	Code  string `json:"code"` // "not_found", "invalid", "unauthorized", "internal"
+	Code  string `json:"code"` // "not_found", "invalid", "permission_denied", "conflict", "unauthorized", "internal"
 }

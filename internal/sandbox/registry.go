@@ -45,7 +45,9 @@ type CheckpointRecord struct {
 	SandboxID string `json:"sandbox_id"` // the source
 	ParentID  string `json:"parent_id,omitempty"`
 	Backend   string `json:"backend"`
-	Dir       string `json:"dir"` // image directory, owned by the Manager
+	// Dir is the image directory, owned by the Manager: a host path, never serialised (the
+	// API answers with the record, and callers are not told where the daemon keeps images).
+	Dir       string `json:"-"`
 	SizeBytes int64  `json:"size_bytes"`
 	// Token is the guest token inside the image; a restored copy presents it until reseal
 	// rotates it. Secret: left out of JSON, like SandboxRecord.Token.

@@ -153,10 +153,14 @@ var tagRE = nameRE
 var idRE = regexp.MustCompile(`^(sb|cp)-[0-9a-f]{16}$`)
 
 // ValidateTag checks a checkpoint tag: empty, or 1-63 of [A-Za-z0-9_.-] starting with a letter
-// or digit.
+// or digit, and not shaped like an id (cp-/sb- and 16 hex digits): a reference is looked up as
+// an id first, so such a tag could name another checkpoint, or never be reached.
 func ValidateTag(tag string) error {
 	if tag != "" && !tagRE.MatchString(tag) {
 		return invalid("tag", "%s: want 1-63 of [A-Za-z0-9_.-], starting with a letter or digit", short(tag))
+	}
+	if idRE.MatchString(tag) {
+		return invalid("tag", "%s is shaped like a checkpoint or sandbox id (cp-/sb- and 16 hex digits): choose another", short(tag))
 	}
 	return nil
 }

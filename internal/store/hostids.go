@@ -127,3 +127,56 @@ func (s *Store) releaseHostIDLocked(ctx context.Context, owner string) error {
 	}
 	return nil
 }
+
+// HeldHostIDs reports, for the daemon's own check of a range at start,
+// whether id is held by an owner (handed out and not released). Errors are
+// the database's.
+func (s *Store) HeldHostIDs(ctx context.Context) (map[uint32]bool, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id FROM host_ids WHERE owner IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("listing held host ids: %w", err)
+	}
+	defer rows.Close()
+	held := map[uint32]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("listing held host ids: %w", err)
+		}
+		held[uint32(id)] = true
+	}
+	return held, rows.Err()
+}
+
+// The range an automatic (--uid-range auto) daemon chose last, kept so that
+// a restart takes the same block and its functions keep their ids.
+const hostRangeSchema = `
+CREATE TABLE IF NOT EXISTS host_range (
+	one   INTEGER PRIMARY KEY CHECK (one = 1),
+	first INTEGER NOT NULL,
+	count INTEGER NOT NULL
+);
+`
+
+// HostRange returns the range recorded by SetHostRange, or the zero IDRange
+// when none is. Errors are the database's.
+func (s *Store) HostRange(ctx context.Context) (IDRange, error) {
+	var r IDRange
+	err := s.db.QueryRowContext(ctx, `SELECT first, count FROM host_range WHERE one = 1`).Scan(&r.First, &r.Count)
+	if errors.Is(err, sql.ErrNoRows) {
+		return IDRange{}, nil
+	}
+	if err != nil {
+		return IDRange{}, fmt.Errorf("reading the host id range: %w", err)
+	}
+	return r, nil
+}
+
+// SetHostRange records r as the daemon's range.
+func (s *Store) SetHostRange(ctx context.Context, r IDRange) error {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO host_range (one, first, count) VALUES (1, ?, ?)
+		ON CONFLICT (one) DO UPDATE SET first = excluded.first, count = excluded.count`, r.First, r.Count); err != nil {
+		return fmt.Errorf("recording the host id range: %w", err)
+	}
+	return nil
+}

@@ -76,7 +76,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(4)
-	if _, err := db.ExecContext(ctx, schema+hostIDSchema); err != nil {
+	if _, err := db.ExecContext(ctx, schema+hostIDSchema+hostRangeSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("creating schema in %s: %w", path, err)
 	}

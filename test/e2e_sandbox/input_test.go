@@ -201,13 +201,15 @@ func TestSandboxBadInputOnRunsc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(cp.Dir); err != nil {
+	// The API does not say where the image is (a host path); the daemon keeps it here.
+	imageDir := filepath.Join(d.StateDir, "images", cp.ID)
+	if _, err := os.Stat(imageDir); err != nil {
 		t.Fatalf("image of %s: %v", cp.ID, err)
 	}
 	if err := d.Client.RemoveCheckpoint(ctx, "base"); err != nil {
 		t.Fatalf("checkpoints rm: %v", err)
 	}
-	if _, err := os.Stat(cp.Dir); !os.IsNotExist(err) {
+	if _, err := os.Stat(imageDir); !os.IsNotExist(err) {
 		t.Errorf("image dir after checkpoints rm answered: %v", err)
 	}
 	err = d.Client.RemoveCheckpoint(ctx, cp.ID)

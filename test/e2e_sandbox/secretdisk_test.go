@@ -172,7 +172,8 @@ func TestSandboxSecretsNeverOnDisk(t *testing.T) {
 	check("the end")
 }
 
-// checkpointDirs maps each checkpoint's id to its image dir.
+// checkpointDirs maps each checkpoint's id to its image dir, found on the daemon's host (the
+// API does not tell a caller host paths): STATE/images-mem/ID or STATE/images/ID.
 func checkpointDirs(t *testing.T, d *Daemon) map[string]string {
 	t.Helper()
 	cps, err := d.Client.Checkpoints(context.Background(), "")
@@ -181,9 +182,19 @@ func checkpointDirs(t *testing.T, d *Daemon) map[string]string {
 	}
 	out := map[string]string{}
 	for _, c := range cps {
-		out[c.ID] = c.Dir
+		for _, root := range []string{"images-mem", "images"} {
+			if dir := filepath.Join(d.StateDir, root, c.ID); dirExists(dir) {
+				out[c.ID] = dir
+				break
+			}
+		}
 	}
 	return out
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
 
 // waitRecovered waits until the daemon (since its last start) reports its recovery done.

@@ -110,13 +110,13 @@ type Checkpoint struct {
 	SandboxID  string            `json:"sandbox_id"` // the source
 	ParentID   string            `json:"parent_id,omitempty"`
 	Backend    string            `json:"backend"`
-	Dir        string            `json:"dir"` // the image directory on the daemon's host
 	SizeBytes  int64             `json:"size_bytes"`
 	Generation string            `json:"generation"` // the source's at checkpoint time
 	Hostname   string            `json:"hostname"`
 	Options    CreateSandboxBody `json:"options"`
 	CreatedAt  time.Time         `json:"created_at"`
-	// Checksums has one "crc32c:XXXXXXXX" per file of the image, by path relative to Dir.
+	// Checksums has one "crc32c:XXXXXXXX" per file of the image, by path relative to the
+	// image's directory (on the daemon's host; its path is not told to callers).
 	Checksums map[string]string `json:"checksums,omitempty"`
 	// Lost is true when the image is gone (an in-memory image of a sandbox that holds
 	// secrets, after a reboot): fork and rollback from it fail with 412; it can be removed.

@@ -4,15 +4,27 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 )
 
 // UnixHTTPClient returns an http.Client whose every connection dials the daemon's unix socket
-// at socketPath (the URL's host is ignored: use "http://zygo").
+// at socketPath (the URL's host is ignored: use "http://zygo"). Each connection is checked
+// before any byte is sent: on Linux its peer (SO_PEERCRED) must run as root or as this
+// process's euid, so a socket another user swapped in (in a state dir they can change)
+// receives no call, no secret.
 func UnixHTTPClient(socketPath string) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", socketPath)
+			c, err := d.DialContext(ctx, "unix", socketPath)
+			if err != nil {
+				return nil, err
+			}
+			if err := checkPeer(c, socketPath, os.Geteuid()); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
 		},
 		MaxIdleConnsPerHost: 64,
 	}}

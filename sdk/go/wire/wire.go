@@ -19,6 +19,7 @@ const (
 	CodeTooLarge           Code = "too_large"           // 413: a body over its limit
 	CodeExists             Code = "exists"              // 409: the name is taken
 	CodeFailedPrecondition Code = "failed_precondition" // 409: the object's state forbids the call
+	CodePermissionDenied   Code = "permission_denied"   // 403: the target refuses it (a read-only or protected path in a sandbox)
 	CodeUnavailable        Code = "unavailable"         // 503: not available on this daemon now; the message says why
 	CodeDeadlineExceeded   Code = "deadline_exceeded"   // 504
 	CodeCancelled          Code = "cancelled"           // 499: the caller went away
@@ -47,7 +48,7 @@ var codeStatus = map[Code]int{
 	CodeFailedPrecondition: http.StatusConflict, CodeUnavailable: http.StatusServiceUnavailable,
 	CodeDeadlineExceeded: http.StatusGatewayTimeout, CodeCancelled: 499,
 	CodeInternal: http.StatusInternalServerError, CodeUnauthenticated: http.StatusUnauthorized,
-	CodeImportFailed: http.StatusUnprocessableEntity,
+	CodeImportFailed: http.StatusUnprocessableEntity, CodePermissionDenied: http.StatusForbidden,
 	CodeHandlerError: http.StatusInternalServerError, CodeTimeout: http.StatusGatewayTimeout,
 	CodeCrashed: http.StatusBadGateway, CodeZygoteDied: http.StatusServiceUnavailable,
 	CodeResponseTooLarge: http.StatusBadGateway, CodeLimitExceeded: http.StatusBadGateway,
