@@ -32,7 +32,8 @@ import (
 // DefaultDenied lists the syscalls the default filter refuses with EPERM:
 // kernel module and kexec loading, mounts and namespace changes, tracing and
 // cross-process memory access, keyrings, BPF and perf, clock and host
-// settings, swap, io_uring, userfaultfd and handle-based opens. docs/ARCHITECTURE.md
+// settings, swap, SysV shared memory and message queues, io_uring,
+// userfaultfd and handle-based opens. docs/ARCHITECTURE.md
 // repeats this list.
 var DefaultDenied = []string{
 	// kernel modules and kexec
@@ -48,6 +49,11 @@ var DefaultDenied = []string{
 	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "reboot", "swapon", "swapoff",
 	"acct", "syslog", "sethostname", "setdomainname", "quotactl", "nfsservctl", "uselib",
 	"ioperm", "iopl", "vhangup", "_sysctl", "personality",
+	// SysV shared memory and message queues: what a request puts there
+	// outlives it in the sandbox's ipc namespace, uncapped (shmall, msgmni)
+	// and outside every tmpfs, until the zygote stops; POSIX shared memory
+	// (/dev/shm, capped) is the way
+	"shmget", "msgget",
 	// large attack surface, not needed by functions
 	"io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
 	"open_by_handle_at", "name_to_handle_at",

@@ -62,7 +62,8 @@ print("getpid-ok", os.getpid() > 0)
 // let it change), on the caller's own process group and uid, and with a pid
 // hidden in the upper 32 bits of the argument: each fails with EPERM. The
 // same calls on pid 0 (the caller) succeed, and reading another process's
-// limits is still allowed.
+// limits is still allowed. SysV shared memory and message queues (kept past
+// a request, uncapped) are refused; semaphores (a few bytes) are not.
 func TestDefaultFilterRefusesOtherProcesses(t *testing.T) {
 	script := fmt.Sprintf(`
 import ctypes, errno, os, resource, struct, subprocess
@@ -95,10 +96,14 @@ res["setpriority_user"] = py(os.setpriority, os.PRIO_USER, 0, 5)
 res["ioprio_set_pgrp"] = raw(%d, 2, 0, 0)
 res["ioprio_set_user"] = raw(%d, 3, 0, 0)
 res["prlimit_set_hidden"] = raw(%d, (1 << 32) | other, resource.RLIMIT_FSIZE, old, None) if raw(%d, 0, resource.RLIMIT_FSIZE, None, old) == "ok" else "getfailed"
+res["shmget"] = raw(%d, 0, 1 << 20, 0o1000 | 0o600)
+res["msgget"] = raw(%d, 0, 0o1000 | 0o600)
+res["semget"] = raw(%d, 0, 1, 0o1000 | 0o600)
 res["own_nofile"] = resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 3
 for k in sorted(res):
     print(k, res[k])
-`, unix.SYS_SCHED_SETATTR, unix.SYS_IOPRIO_SET, unix.SYS_IOPRIO_SET, unix.SYS_IOPRIO_SET, unix.SYS_PRLIMIT64, unix.SYS_PRLIMIT64)
+`, unix.SYS_SCHED_SETATTR, unix.SYS_IOPRIO_SET, unix.SYS_IOPRIO_SET, unix.SYS_IOPRIO_SET, unix.SYS_PRLIMIT64, unix.SYS_PRLIMIT64,
+		unix.SYS_SHMGET, unix.SYS_MSGGET, unix.SYS_SEMGET)
 	out := runUnderBwrap(t, script)
 	want := []string{
 		"prlimit_set_other EPERM", "prlimit_get_other ok", "prlimit_set_self ok", "prlimit_get_self ok",
@@ -109,6 +114,7 @@ for k in sorted(res):
 		"setattr_other EPERM", "setattr_self ok",
 		"ioprio_set_other EPERM", "ioprio_set_self ok", "ioprio_set_pgrp EPERM", "ioprio_set_user EPERM",
 		"prlimit_set_hidden EPERM", "own_nofile True",
+		"shmget EPERM", "msgget EPERM", "semget ok",
 	}
 	for _, w := range want {
 		if !strings.Contains(out, w+"\n") {
