@@ -35,7 +35,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this loopback TCP address (127.0.0.1:PORT or localhost:PORT; PORT 0 picks one, logged); calls on it need the token in STATE/api.token")
 	cmd.Flags().StringVar(&bwrap, "bwrap", "", "path of bwrap (default: found on PATH)")
 	cmd.Flags().StringVar(&uidRange, "uid-range", "", "host uids the daemon owns, START-END or START:COUNT; each function runs as one of its own (root only; default "+hostid.String(hostid.Default)+"; refused if /etc/passwd, /etc/group, /etc/subuid or /etc/subgid use any)")
-	cmd.Flags().IntVar(&tmpfsMiB, "run-tmpfs-mib", 256, "size cap of the tmpfs holding each zygote's /tmp, request files and secrets (MiB)")
+	cmd.Flags().IntVar(&tmpfsMiB, "run-tmpfs-mib", 256, "size cap of each of a zygote's two tmpfs, one for its request files and secrets, one for its /tmp and /dev/shm (MiB)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level")
 	cmd.Flags().StringVar(&sbx.GuestBinary, "guest-binary", "", "static zygo-guest for gVisor sandboxes (default: next to zygo, then PATH)")
