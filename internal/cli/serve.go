@@ -39,7 +39,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&uidRange, "uid-range", "auto", "host uids the daemon owns, START-END or START:COUNT, claimed on the host while it runs; each function runs as one of its own (root only). "+
 		"auto: the first free block of 65536 from "+fmt.Sprint(hostid.Default.First)+" (the last run's first). Refused if another daemon claims it, "+
 		"if /etc/passwd, /etc/group, /etc/subuid or /etc/subgid use any, or if a host process runs as one")
-	cmd.Flags().IntVar(&tmpfsMiB, "run-tmpfs-mib", 256, "size cap of the tmpfs holding each zygote's /tmp, request files and secrets (MiB)")
+	cmd.Flags().IntVar(&tmpfsMiB, "run-tmpfs-mib", 256, "size cap of each of a zygote's two tmpfs, one for its request files and secrets, one for its /tmp and /dev/shm (MiB)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level")
 	cmd.Flags().StringVar(&randGuard, "rand-guard", "", "native-randomness guard preloaded into fork-mode Python zygotes (default: "+daemon.RandGuardName+" next to zygo; built by `make build`)")

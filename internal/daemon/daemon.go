@@ -66,8 +66,9 @@ type Config struct {
 	// HostFiles are the account databases UIDRange is checked against; the
 	// zero value is hostid.SystemFiles (tests point it at their own).
 	HostFiles hostid.HostFiles
-	// RunTmpfsMiB caps the tmpfs the daemon mounts for each zygote's run
-	// directory (its /tmp, request files and /run/secrets); 0 is 256 MiB.
+	// RunTmpfsMiB caps each of the two tmpfs the daemon mounts for each
+	// zygote: its run directory (request files, /run/secrets) and, inside
+	// it, its /tmp and /dev/shm; 0 is 256 MiB.
 	RunTmpfsMiB  int
 	ReadyTimeout time.Duration // per zygote import + warm-up; default 60 s
 	uidRange     store.IDRange // UIDRange parsed by validate (root only), then the claimed one

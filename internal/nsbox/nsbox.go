@@ -48,6 +48,7 @@ type Spec struct {
 	AgentDir    string   // host dir bound at /opt/zygo/agents, read-only
 	ReqDir      string   // host dir bound at /run/zygo/req, read-write
 	TmpDir      string   // host dir bound at /tmp, read-write (private to this sandbox)
+	ShmDir      string   // host dir bound at /dev/shm, read-write (private to this sandbox); "" leaves /dev/shm read-only
 	SecretsDir  string   // host dir bound at /run/secrets read-only; "" for none
 	EtcDir      string   // host dir holding generated passwd, group, hosts
 	// Preload is the in-sandbox path of a shared object the interpreter
@@ -138,6 +139,13 @@ func baseArgs(spec Spec) []string {
 		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
 		"--proc", "/proc", "--dev", "/dev",
 	}
+	// bwrap's /dev is a tmpfs of its own with no size or inode cap, which
+	// --remount-ro / does not reach: make it read-only, and give /dev/shm
+	// (POSIX shared memory and semaphores) a capped host dir instead.
+	if spec.ShmDir != "" {
+		a = append(a, "--bind", spec.ShmDir, "/dev/shm")
+	}
+	a = append(a, "--remount-ro", "/dev")
 	// TLS clients need the CA certificates and OpenSSL's config, never /etc/ssl/private.
 	for _, p := range []string{"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/localtime", "/usr/share/zoneinfo"} {
 		a = append(a, "--ro-bind-try", p, p)

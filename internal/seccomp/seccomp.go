@@ -5,7 +5,8 @@
 //
 // Two filters exist:
 //   - Default: installed by bubblewrap on every ns sandbox, inherited by the
-//     zygote and every child. Denies the syscalls in DefaultDenied with EPERM.
+//     zygote and every child. Denies the syscalls in DefaultDenied with EPERM,
+//     and those in SelfOnly with EPERM unless they target the caller itself.
 //   - Strict: installed by a child after GO under `strict = true`, on top of
 //     the default (filters stack; the kernel takes the strictest answer, see
 //     Documentation/userspace-api/seccomp_filter.rst). Denies execve,
@@ -31,7 +32,8 @@ import (
 // DefaultDenied lists the syscalls the default filter refuses with EPERM:
 // kernel module and kexec loading, mounts and namespace changes, tracing and
 // cross-process memory access, keyrings, BPF and perf, clock and host
-// settings, swap, io_uring, userfaultfd and handle-based opens. docs/ARCHITECTURE.md
+// settings, swap, SysV shared memory and message queues, io_uring,
+// userfaultfd and handle-based opens. docs/ARCHITECTURE.md
 // repeats this list.
 var DefaultDenied = []string{
 	// kernel modules and kexec
@@ -47,9 +49,58 @@ var DefaultDenied = []string{
 	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "reboot", "swapon", "swapoff",
 	"acct", "syslog", "sethostname", "setdomainname", "quotactl", "nfsservctl", "uselib",
 	"ioperm", "iopl", "vhangup", "_sysctl", "personality",
+	// SysV shared memory and message queues: what a request puts there
+	// outlives it in the sandbox's ipc namespace, uncapped (shmall, msgmni)
+	// and outside every tmpfs, until the zygote stops; POSIX shared memory
+	// (/dev/shm, capped) is the way
+	"shmget", "msgget",
 	// large attack surface, not needed by functions
 	"io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
 	"open_by_handle_at", "name_to_handle_at",
+}
+
+// SelfOnly lists the syscalls that change another process's limits,
+// priority, CPU affinity, scheduling or I/O priority when given its pid.
+// The kernel allows them to any process of the same uid without a ptrace
+// access check, so neither the agents' non-dumpable flag nor a request's
+// Landlock domain (which scopes ptrace, signals and abstract sockets)
+// covers them: a request could otherwise set its zygote's RLIMIT_FSIZE to 0
+// or an idle sibling's RLIMIT_NOFILE to 3. The default filter refuses each
+// with EPERM unless it targets the caller the one way a filter can see:
+// pid 0, and for setpriority and ioprio_set the "process" kind with who 0
+// (their "process group" and "user" kinds reach the zygote even with who 0).
+// A call naming the caller by its own pid or thread id is refused too
+// (docs/security.md says what that breaks). prlimit64 is refused only when
+// it sets a limit (new_limit not NULL): reading another process's limits is
+// allowed, as are the get variants of the others.
+var SelfOnly = []SelfOnlyRule{
+	{Name: "prlimit64", Self: []ArgIs{{0, 0}}, ReadOnly: &ArgIs{2, 0}},
+	{Name: "setpriority", Self: []ArgIs{{0, unix.PRIO_PROCESS}, {1, 0}}},
+	{Name: "sched_setaffinity", Self: []ArgIs{{0, 0}}},
+	{Name: "sched_setscheduler", Self: []ArgIs{{0, 0}}},
+	{Name: "sched_setparam", Self: []ArgIs{{0, 0}}},
+	{Name: "sched_setattr", Self: []ArgIs{{0, 0}}},
+	{Name: "ioprio_set", Self: []ArgIs{{0, ioprioWhoProcess}, {1, 0}}},
+}
+
+// ioprioWhoProcess is IOPRIO_WHO_PROCESS (linux/ioprio.h).
+const ioprioWhoProcess = 1
+
+// SelfOnlyRule is one entry of SelfOnly: the call passes when every Self
+// argument has its value, or (when ReadOnly is set) when that argument has
+// its value (the call only reads).
+type SelfOnlyRule struct {
+	Name     string
+	Self     []ArgIs
+	ReadOnly *ArgIs
+}
+
+// ArgIs is "syscall argument Arg (0-5) equals Value", compared on all 64
+// bits: upper bits the kernel would drop from an int argument still count,
+// so they cannot smuggle a pid past the check.
+type ArgIs struct {
+	Arg   uint32
+	Value uint64
 }
 
 // Default returns the default filter as a raw BPF program: 8 bytes per
@@ -60,9 +111,28 @@ func Default() ([]byte, error) {
 		DefaultAction: libseccomp.ActionAllow,
 		Syscalls: []libseccomp.SyscallGroup{
 			{Action: libseccomp.ActionErrno, Names: DefaultDenied},
+			{Action: libseccomp.ActionErrno, NamesWithCondtions: selfOnlyConditions(SelfOnly)},
 		},
 	}
 	return assemble(p)
+}
+
+// selfOnlyConditions turns rules into deny conditions: a call is refused
+// when any Self argument differs from its value (the library ORs condition
+// sets given for the same name, and ANDs the conditions within one), and
+// for a rule with ReadOnly, only when that argument differs too.
+func selfOnlyConditions(rules []SelfOnlyRule) []libseccomp.NameWithConditions {
+	var out []libseccomp.NameWithConditions
+	for _, r := range rules {
+		for _, a := range r.Self {
+			conds := libseccomp.ArgumentConditions{{Argument: a.Arg, Operation: libseccomp.NotEqual, Value: a.Value}}
+			if r.ReadOnly != nil {
+				conds = append(conds, libseccomp.Condition{Argument: r.ReadOnly.Arg, Operation: libseccomp.NotEqual, Value: r.ReadOnly.Value})
+			}
+			out = append(out, libseccomp.NameWithConditions{Name: r.Name, Conditions: conds})
+		}
+	}
+	return out
 }
 
 // StrictDenied lists what the strict filter adds; clone is denied only

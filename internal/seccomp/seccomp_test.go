@@ -1,10 +1,13 @@
 package seccomp
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestDefaultFilterUnderBwrap loads the default filter through bubblewrap, as
@@ -51,4 +54,102 @@ print("getpid-ok", os.getpid() > 0)
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestDefaultFilterRefusesOtherProcesses loads the default filter through
+// bubblewrap and calls each SelfOnly syscall on another process of the
+// sandbox (a sleeping child of the same uid, which the kernel alone would
+// let it change), on the caller's own process group and uid, and with a pid
+// hidden in the upper 32 bits of the argument: each fails with EPERM. The
+// same calls on pid 0 (the caller) succeed, and reading another process's
+// limits is still allowed. SysV shared memory and message queues (kept past
+// a request, uncapped) are refused; semaphores (a few bytes) are not.
+func TestDefaultFilterRefusesOtherProcesses(t *testing.T) {
+	script := fmt.Sprintf(`
+import ctypes, errno, os, resource, struct, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def raw(nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_ulong(a) if isinstance(a, int) else a for a in args])
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno())
+def py(fn, *args):
+    try:
+        fn(*args)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno)
+other = subprocess.Popen(["sleep", "60"]).pid
+attr = ctypes.create_string_buffer(struct.pack("=IIQiIQQQII", 56, 0, 0, 5, 0, 0, 0, 0, 0, 0))
+old = ctypes.create_string_buffer(16)
+res = {}
+for name, target in (("other", other), ("self", 0)):
+    res["prlimit_set_" + name] = py(resource.prlimit, target, resource.RLIMIT_FSIZE, resource.getrlimit(resource.RLIMIT_FSIZE))
+    res["prlimit_get_" + name] = py(resource.prlimit, target, resource.RLIMIT_NOFILE)
+    res["setpriority_" + name] = py(os.setpriority, os.PRIO_PROCESS, target, 5)
+    res["setaffinity_" + name] = py(os.sched_setaffinity, target, os.sched_getaffinity(0))
+    res["setscheduler_" + name] = py(os.sched_setscheduler, target, os.SCHED_OTHER, os.sched_param(0))
+    res["setparam_" + name] = py(os.sched_setparam, target, os.sched_param(0))
+    res["setattr_" + name] = raw(%d, target, attr, 0)
+    res["ioprio_set_" + name] = raw(%d, 1, target, 0)
+res["setpriority_pgrp"] = py(os.setpriority, os.PRIO_PGRP, 0, 5)
+res["setpriority_user"] = py(os.setpriority, os.PRIO_USER, 0, 5)
+res["ioprio_set_pgrp"] = raw(%d, 2, 0, 0)
+res["ioprio_set_user"] = raw(%d, 3, 0, 0)
+res["prlimit_set_hidden"] = raw(%d, (1 << 32) | other, resource.RLIMIT_FSIZE, old, None) if raw(%d, 0, resource.RLIMIT_FSIZE, None, old) == "ok" else "getfailed"
+res["shmget"] = raw(%d, 0, 1 << 20, 0o1000 | 0o600)
+res["msgget"] = raw(%d, 0, 0o1000 | 0o600)
+res["semget"] = raw(%d, 0, 1, 0o1000 | 0o600)
+res["own_nofile"] = resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 3
+for k in sorted(res):
+    print(k, res[k])
+`, unix.SYS_SCHED_SETATTR, unix.SYS_IOPRIO_SET, unix.SYS_IOPRIO_SET, unix.SYS_IOPRIO_SET, unix.SYS_PRLIMIT64, unix.SYS_PRLIMIT64,
+		unix.SYS_SHMGET, unix.SYS_MSGGET, unix.SYS_SEMGET)
+	out := runUnderBwrap(t, script)
+	want := []string{
+		"prlimit_set_other EPERM", "prlimit_get_other ok", "prlimit_set_self ok", "prlimit_get_self ok",
+		"setpriority_other EPERM", "setpriority_self ok", "setpriority_pgrp EPERM", "setpriority_user EPERM",
+		"setaffinity_other EPERM", "setaffinity_self ok",
+		"setscheduler_other EPERM", "setscheduler_self ok",
+		"setparam_other EPERM", "setparam_self ok",
+		"setattr_other EPERM", "setattr_self ok",
+		"ioprio_set_other EPERM", "ioprio_set_self ok", "ioprio_set_pgrp EPERM", "ioprio_set_user EPERM",
+		"prlimit_set_hidden EPERM", "own_nofile True",
+		"shmget EPERM", "msgget EPERM", "semget ok",
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w+"\n") {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// runUnderBwrap runs a Python script in a bubblewrap sandbox under the
+// default filter and returns its combined output.
+func runUnderBwrap(t *testing.T, script string) string {
+	t.Helper()
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Fatalf("bwrap not found: install it with `apt-get install -y bubblewrap` (or `make deps`)")
+	}
+	prog, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.CreateTemp("", "seccomp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	f.Write(prog)
+	f.Seek(0, 0)
+	cmd := exec.Command(bwrap, "--unshare-user", "--unshare-pid", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
+		"--proc", "/proc", "--dev", "/dev", "--seccomp", "3", "/usr/bin/python3", "-c", script)
+	cmd.ExtraFiles = []*os.File{f}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bwrap: %v\n%s", err, out)
+	}
+	return string(out)
 }

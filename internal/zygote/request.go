@@ -128,7 +128,8 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 		_ = dir.remove(context.Background())
 		z.pool.finished()
 		z.inflight.Done()
-		return nil, err
+		z.log.Warn("making a request dir", "request_id", req.ID, "err", err)
+		return nil, requestDirError(err)
 	}
 	res.mark("dir", &res.lap)
 	finish := z.runChild(ctx, req, deadline, dir, res)
@@ -150,6 +151,20 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 		}
 	}()
 	return res, nil
+}
+
+// requestDirError says why a request directory could not be made, naming
+// the cause without a host path, as errdefs.ErrUnavailable (503): the
+// request did not start, and a later one may succeed once the requests in
+// flight, which hold the request tmpfs, have ended.
+func requestDirError(err error) error {
+	switch {
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+		return fmt.Errorf("%w: no room for the request's files: the zygote's request tmpfs (--run-tmpfs-mib) is full of the files of requests in flight", errdefs.ErrUnavailable)
+	case errors.Is(err, unix.EMFILE), errors.Is(err, unix.ENFILE):
+		return fmt.Errorf("%w: the daemon is out of file descriptors for the request's files", errdefs.ErrUnavailable)
+	}
+	return fmt.Errorf("%w: making the request directory failed", errdefs.ErrUnavailable)
 }
 
 // makeRequestDir takes a request directory (see reqdir.go) and writes

@@ -13,31 +13,46 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A zygote's run directory (Spec.RunDir: its /tmp, its request files and
-// its /run/secrets) is, with Spec.RunTmpfsMiB, a tmpfs of its own that the
+// A zygote's run directory (Spec.RunDir: its request files and its
+// /run/secrets) is, with Spec.RunTmpfsMiB, a tmpfs of its own that the
 // daemon mounts before the sandbox starts and unmounts when it stops: what
 // a request reads and writes there, secrets first, never reaches a disk.
-// The mount is nodev, nosuid, noexec, mode 0711, capped at RunTmpfsMiB, and
-// noswap where the kernel has it (Linux 6.4 and later), so that its pages
-// are not written to swap either (systemd's credentials are the model).
-// Unmounting (lazily, MNT_DETACH) frees everything in it at once, without
-// the daemon walking a tree the sandbox controls.
+// Its scratch/ subdirectory (the sandbox's /tmp and /dev/shm, which outlive
+// a request and which any request can fill) is a second tmpfs of the same
+// cap mounted inside the first, so that a request that fills /tmp or
+// /dev/shm to the last byte or inode leaves the request directories and
+// secrets of the next requests their whole tmpfs. Both mounts are nodev,
+// nosuid, noexec, mode 0711, capped at RunTmpfsMiB and RunTmpfsMiB*64
+// inodes (at least 4096), and noswap where the kernel has it (Linux 6.4 and
+// later), so that their pages are not written to swap either (systemd's
+// credentials are the model). Unmounting (lazily, MNT_DETACH, which takes
+// the inner mount with it) frees everything at once, without the daemon
+// walking a tree the sandbox controls.
 
 // tmpfsFlags are the mount flags of a run directory's tmpfs.
 const tmpfsFlags = unix.MS_NODEV | unix.MS_NOSUID | unix.MS_NOEXEC
 
-// mountRunDir mounts the run directory's tmpfs on dir (which exists). It
-// tries noswap first and, on a kernel that refuses the option, mounts
-// without it and says so: the pages may then be swapped out.
+// scratchDir is the run directory's subdirectory holding the sandbox's
+// /tmp (scratch/tmp) and /dev/shm (scratch/shm), a tmpfs of its own.
+const scratchDir = "scratch"
+
+// mountRunDir mounts the run directory's tmpfs on dir (which exists).
 func (z *Zygote) mountRunDir(dir string) error {
+	return z.mountTmpfs("zygo-run", dir)
+}
+
+// mountTmpfs mounts a tmpfs capped at RunTmpfsMiB named source on dir
+// (which exists). It tries noswap first and, on a kernel that refuses the
+// option, mounts without it and says so: the pages may then be swapped out.
+func (z *Zygote) mountTmpfs(source, dir string) error {
 	opts := fmt.Sprintf("size=%dm,mode=0711,nr_inodes=%d", z.spec.RunTmpfsMiB, max(4096, z.spec.RunTmpfsMiB*64))
-	err := unix.Mount("zygo-run", dir, "tmpfs", tmpfsFlags, opts+",noswap")
+	err := unix.Mount(source, dir, "tmpfs", tmpfsFlags, opts+",noswap")
 	if errors.Is(err, unix.EINVAL) {
 		z.log.Warn("this kernel has no tmpfs noswap (Linux >= 6.4): run directories, secrets included, may be swapped out")
-		err = unix.Mount("zygo-run", dir, "tmpfs", tmpfsFlags, opts)
+		err = unix.Mount(source, dir, "tmpfs", tmpfsFlags, opts)
 	}
 	if err != nil {
-		return fmt.Errorf("mounting the run directory's tmpfs: %w", err)
+		return fmt.Errorf("mounting the %s tmpfs: %w", source, err)
 	}
 	return nil
 }

@@ -55,12 +55,14 @@ type Spec struct {
 	Mode    Mode
 	Env     []string // the function's environment, KEY=VALUE
 	// RunDir is a host directory private to this zygote; Start creates
-	// RunDir/req (bound at /run/zygo/req) and RunDir/tmp (bound at /tmp).
+	// RunDir/req (bound at /run/zygo/req), RunDir/scratch/tmp (bound at
+	// /tmp) and RunDir/scratch/shm (bound at /dev/shm).
 	RunDir string
-	// RunTmpfsMiB, when > 0, makes RunDir a tmpfs of that many MiB (nodev,
-	// nosuid, noexec, noswap where the kernel has it) that Start mounts and
-	// Stop unmounts (rundir.go); it needs root. 0 leaves RunDir on the
-	// filesystem of its parent.
+	// RunTmpfsMiB, when > 0, makes RunDir, and RunDir/scratch inside it,
+	// two tmpfs of that many MiB each (nodev, nosuid, noexec, noswap where
+	// the kernel has it) that Start mounts and Stop unmounts (rundir.go); it
+	// needs root. 0 leaves RunDir on the filesystem of its parent, and /tmp
+	// and /dev/shm unbounded.
 	RunTmpfsMiB int
 	// Secrets asks for RunDir/secrets (mode 0500, owned by the sandbox uid),
 	// bound read-only at /run/secrets; SecretsDir returns its host path.
@@ -250,10 +252,12 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 	return z, nil
 }
 
+// makeDirs makes the run directory (mounting its tmpfs with RunTmpfsMiB):
+// req/ (the daemon's), scratch/ with tmp/ and shm/ (the sandbox's /tmp and
+// /dev/shm, on a tmpfs of their own, makeScratch) and, with Secrets,
+// secrets/. The caller removes it on error (removeRunDir).
 func (z *Zygote) makeDirs() error {
-	uid := int(z.spec.Box.HostUID)
 	z.reqRoot = filepath.Join(z.spec.RunDir, "req")
-	tmp := filepath.Join(z.spec.RunDir, "tmp")
 	if err := os.MkdirAll(z.spec.RunDir, 0o711); err != nil {
 		return fmt.Errorf("creating run dir: %w", err)
 	}
@@ -262,37 +266,70 @@ func (z *Zygote) makeDirs() error {
 			return err
 		}
 	}
-	// The run dir is the daemon's; tmp and secrets in it are the sandbox's
-	// (reqdir.go): made and chowned by descriptor, never by a path through them.
+	// The run dir is the daemon's; tmp, shm and secrets in it are the
+	// sandbox's (reqdir.go): made and chowned by descriptor, never by a path
+	// through them.
 	run, err := untrusted.OpenDir(z.spec.RunDir)
 	if err != nil {
 		return fmt.Errorf("opening run dir: %w", err)
 	}
 	defer run.Close()
-	mk := func(name string, perm os.FileMode, owned bool) error {
-		if err := run.Mkdir(name, perm); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("creating %s: %w", name, err)
-		}
-		if owned && uid != 0 {
-			if err := run.Chown(name, uid, uid); err != nil {
-				return fmt.Errorf("chowning %s: %w", name, err)
-			}
-		}
-		return nil
-	}
 	// req: traversable but not listable by the sandbox uid (docs/protocol.md).
-	if err := mk("req", 0o711, false); err != nil {
+	if err := z.mkOwned(run, "req", 0o711, false); err != nil {
 		return err
 	}
-	if err := mk("tmp", 0o700, true); err != nil {
+	z.spec.Box.ReqDir = z.reqRoot
+	if err := z.makeScratch(run); err != nil {
 		return err
 	}
-	z.spec.Box.ReqDir, z.spec.Box.TmpDir = z.reqRoot, tmp
 	if z.spec.Secrets {
-		if err := mk("secrets", 0o500, true); err != nil {
+		if err := z.mkOwned(run, "secrets", 0o500, true); err != nil {
 			return err
 		}
 		z.spec.Box.SecretsDir = filepath.Join(z.spec.RunDir, "secrets")
+	}
+	return nil
+}
+
+// makeScratch makes run's scratch/ (the daemon's, mode 0711), mounts its
+// own tmpfs on it with RunTmpfsMiB, and makes tmp/ and shm/ in it (0700,
+// the sandbox's), bound at /tmp and /dev/shm.
+func (z *Zygote) makeScratch(run *untrusted.Dir) error {
+	if err := z.mkOwned(run, scratchDir, 0o711, false); err != nil {
+		return err
+	}
+	host := filepath.Join(z.spec.RunDir, scratchDir)
+	if z.spec.RunTmpfsMiB > 0 {
+		// A path walk is safe here: the run dir is the daemon's and the
+		// sandbox has not started.
+		if err := z.mountTmpfs("zygo-scratch", host); err != nil {
+			return err
+		}
+	}
+	scratch, err := untrusted.OpenDir(host)
+	if err != nil {
+		return fmt.Errorf("opening scratch dir: %w", err)
+	}
+	defer scratch.Close()
+	for _, name := range []string{"tmp", "shm"} {
+		if err := z.mkOwned(scratch, name, 0o700, true); err != nil {
+			return err
+		}
+	}
+	z.spec.Box.TmpDir, z.spec.Box.ShmDir = filepath.Join(host, "tmp"), filepath.Join(host, "shm")
+	return nil
+}
+
+// mkOwned makes name in dir (an existing one is kept) with perm and, when
+// owned is set, chowns it to the sandbox's host uid.
+func (z *Zygote) mkOwned(dir *untrusted.Dir, name string, perm os.FileMode, owned bool) error {
+	if err := dir.Mkdir(name, perm); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating %s: %w", name, err)
+	}
+	if uid := int(z.spec.Box.HostUID); owned && uid != 0 {
+		if err := dir.Chown(name, uid, uid); err != nil {
+			return fmt.Errorf("chowning %s: %w", name, err)
+		}
 	}
 	return nil
 }

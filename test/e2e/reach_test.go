@@ -124,6 +124,8 @@ mode = "spawn"
 			t.Errorf("node worker: want the request alone as PID 1, got pid %d beside %v", r.Self, pids(r))
 		}
 	})
+	// Last: on a sandbox that lets it through, this attack breaks the zygote.
+	t.Run("retarget", func(t *testing.T) { checkRetarget(t, d) })
 }
 
 // holdConcurrently starts n hold requests of the reach function and

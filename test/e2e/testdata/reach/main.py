@@ -4,11 +4,23 @@ process a request can see in its sandbox (TestNoProcessInReach).
 ``{"action": "hold", "seconds": N}`` is the other side: a request that execs a subprocess
 (``sleep``, dumpable again after execve) and listens on an abstract unix socket for N
 seconds, then checks it can still signal its own subprocess and connect to its own socket.
+
+``{"action": "retarget"}`` calls, on every other process it sees, each syscall that changes
+another process's limits, priority or scheduling by pid (prlimit64 with a new limit,
+setpriority, sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr,
+ioprio_set) and those that act on another's memory through the ptrace access check
+(migrate_pages, move_pages, process_madvise), with values that would break the target; then
+the same calls on itself (pid 0); ``{"action": "limits"}`` reports what the request's own
+process inherited (rlimits, nice, affinity, policy, I/O priority).
 """
+import ctypes
 import errno
 import os
+import platform
+import resource
 import signal
 import socket
+import struct
 import subprocess
 import time
 
@@ -122,12 +134,91 @@ def _comm(pid):
         return ""
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+# x86_64 and aarch64 numbers of the raw calls Python has no wrapper for.
+_NR = {"x86_64": {"sched_setattr": 314, "ioprio_set": 251, "ioprio_get": 252, "migrate_pages": 256,
+                  "move_pages": 279, "process_madvise": 440, "pidfd_open": 434},
+       "aarch64": {"sched_setattr": 274, "ioprio_set": 30, "ioprio_get": 31, "migrate_pages": 238,
+                   "move_pages": 239, "process_madvise": 440, "pidfd_open": 434}}[platform.machine()]
+_IOPRIO_WHO_PROCESS, _IOPRIO_IDLE = 1, 3 << 13
+_MADV_COLD = 20
+
+
+def _raw(name, *args):
+    r = _libc.syscall(ctypes.c_long(_NR[name]),
+                      *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    if r < 0:
+        return errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+    return "ok"
+
+
+def _sched_attr(policy, nice):
+    return ctypes.create_string_buffer(struct.pack("=IIQiIQQQII", 56, policy, 0, nice, 0, 0, 0, 0, 0, 0))
+
+
+def _process_madvise(pid):
+    fd = _libc.syscall(ctypes.c_long(_NR["pidfd_open"]), ctypes.c_long(pid), ctypes.c_long(0))
+    if fd < 0:
+        return errno.errorcode.get(ctypes.get_errno())
+    try:
+        iov = struct.pack("=QQ", _first_address(pid), 4096)
+        return _raw("process_madvise", fd, ctypes.create_string_buffer(iov), 1, _MADV_COLD, 0)
+    finally:
+        os.close(fd)
+
+
+def retarget(pid):
+    """What would break pid (another process) or, for pid 0, change only the caller."""
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hostile = pid != 0
+    r = {
+        "prlimit_fsize": _try(lambda: resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, 0))) if hostile
+        else _try(lambda: resource.prlimit(0, resource.RLIMIT_NOFILE, nofile)),
+        "prlimit_nofile": _try(lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (3, 3) if hostile else nofile)),
+        "setpriority": _try(lambda: os.setpriority(os.PRIO_PROCESS, pid, 19)),
+        "sched_setaffinity": _try(lambda: os.sched_setaffinity(pid, {min(os.sched_getaffinity(0))})),
+        "sched_setattr": _raw("sched_setattr", pid, _sched_attr(0, 19), 0),
+        "sched_setparam": _try(lambda: os.sched_setparam(pid, os.sched_param(0))),
+        "sched_setscheduler": _try(lambda: os.sched_setscheduler(pid, os.SCHED_IDLE if hostile else os.SCHED_BATCH,
+                                                                 os.sched_param(0))),
+        "ioprio_set": _raw("ioprio_set", _IOPRIO_WHO_PROCESS, pid, _IOPRIO_IDLE),
+    }
+    if hostile:
+        # Through the ptrace access check: the agents' non-dumpable flag and Landlock guard these.
+        r["migrate_pages"] = _raw("migrate_pages", pid, 64, ctypes.c_char_p(b"\x01" * 8), ctypes.c_char_p(b"\x01" * 8))
+        r["move_pages"] = _raw("move_pages", pid, 0, None, None, None, 0)
+        r["process_madvise"] = _process_madvise(pid)
+    return r
+
+
+def limits():
+    """What this request's process inherited from its zygote."""
+    return {"fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0],
+            "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "cpus": len(os.sched_getaffinity(0)),
+            "policy": os.sched_getscheduler(0),
+            "ioprio": _libc.syscall(ctypes.c_long(_NR["ioprio_get"]), ctypes.c_long(_IOPRIO_WHO_PROCESS),
+                                    ctypes.c_long(0))}
+
+
 def handler(event, context):
     if event.get("action") == "sleep":
         time.sleep(event.get("seconds", 1))
         return "woke"
     if event.get("action") == "hold":
         return hold(event.get("seconds", 1))
+    if event.get("action") == "limits":
+        return limits()
+    if event.get("action") == "retarget":
+        me = os.getpid()
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+        return {"self": me, "comm": {str(p): _comm(str(p)) for p in pids},
+                "others": {str(p): retarget(p) for p in pids}, "own": retarget(0),
+                "own_user": _try(lambda: os.setpriority(os.PRIO_USER, 0, 19)),
+                "own_pgrp": _try(lambda: os.setpriority(os.PRIO_PGRP, 0, 19)),
+                "own_ioprio_user": _raw("ioprio_set", 3, 0, _IOPRIO_IDLE)}
     _wait_for_holders(event.get("holders", 0), 5)
     me = os.getpid()
     own = {int(t) for t in os.listdir(f"/proc/{me}/task")}
