@@ -5,9 +5,9 @@
 //
 //	m, _ := cgroup.New("/zygo")            // once, at daemon start (root needed)
 //	_ = m.Cleanup()                        // kill and remove groups left by a crashed daemon
-//	g, err := m.Place(ctx, "fn/req", pid, cgroup.Limits{MemoryMiB: 256, PIDs: 64})
-//	cpu := g.WatchCPU(ctx, 2*time.Second, 50*time.Millisecond) // closes past the CPU limit
-//	...                                    // the request runs; on <-cpu the caller kills it
+//	g, err := m.Place(ctx, "fn/req", pid, cgroup.Limits{MemoryMiB: 256, PIDs: 64, CPUMs: 2000})
+//	go g.Enforce(ctx, 20*time.Millisecond) // kills the group past CPUMs or the pids limit
+//	...                                    // the request runs
 //	limit, value := g.Exceeded()           // after the child died: "memory", "256 MiB"
 //	_ = g.Delete()                         // kill what is left, remove the directories
 //
@@ -20,8 +20,8 @@
 //
 // Directories are created with github.com/containerd/cgroups/v3, which also sets the limits
 // and moves the process. Counters are read straight from the few files they live in: the
-// library's Stat reads every controller file and lacks pids.events, and WatchCPU reads the
-// CPU counter many times a second.
+// library's Stat reads every controller file and lacks pids.events, and Enforce reads the
+// counters many times a second.
 //
 // Nothing here forks: the process placed is started by someone else (a zygote's child).
 package cgroup
@@ -66,7 +66,7 @@ const unifiedMount = "/sys/fs/cgroup"
 type Limits struct {
 	MemoryMiB int // memory (RSS, page cache, kernel memory) in MiB; must be > 0; swap is not allowed on top
 	PIDs      int // processes and threads alive at once; 0 = unlimited
-	CPUMs     int // CPU time in milliseconds; 0 = unlimited. Not enforced by the kernel: see Group.WatchCPU
+	CPUMs     int // CPU time in milliseconds; 0 = unlimited. Not enforced by the kernel: see Group.Enforce
 }
 
 func (l Limits) validate() error {

@@ -226,21 +226,30 @@ while True:
 	}
 }
 
-func TestWatchCPUFiresForSpinLoop(t *testing.T) {
+// TestEnforceKillsASpinLoop: a spin loop with a 200 ms CPU limit is killed by Enforce, which
+// says why, as does Exceeded; a group without a CPU or pids limit is not watched at all.
+func TestEnforceKillsASpinLoop(t *testing.T) {
 	m := newManager(t)
 	c := startPython(t, "while True: pass\n")
 	l := Limits{MemoryMiB: 128, CPUMs: 200}
 	g := place(t, m, "fn/spin", c.cmd.Process.Pid, l)
 	limit := time.Duration(l.CPUMs) * time.Millisecond
-	fired := g.WatchCPU(t.Context(), limit, 20*time.Millisecond)
+	hit := make(chan string, 1)
+	go func() { hit <- g.Enforce(t.Context(), 20*time.Millisecond) }()
 	start := time.Now()
 	c.go_()
 	select {
-	case <-fired:
+	case why := <-hit:
+		if why != "cpu" {
+			t.Errorf("Enforce = %q, want cpu", why)
+		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("WatchCPU did not fire in 5s for a spin loop with a 200 ms limit")
+		t.Fatal("Enforce did not fire in 5s for a spin loop with a 200 ms limit")
 	}
 	t.Logf("fired after %s of wall time", time.Since(start))
+	if ws := c.wait(t, 5*time.Second); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("spinner: want SIGKILL, have %v", ws)
+	}
 	u, err := g.Usage()
 	if err != nil {
 		t.Fatal(err)
@@ -251,15 +260,13 @@ func TestWatchCPUFiresForSpinLoop(t *testing.T) {
 	if got, value := g.Exceeded(); got != "cpu" || value != "200 ms" {
 		t.Errorf("Exceeded() = %q, %q; want cpu, 200 ms", got, value)
 	}
-	if err := g.Kill(); err != nil {
-		t.Fatalf("Kill: %v", err)
+	c2 := startPython(t, "pass\n")
+	free := place(t, m, "fn/free", c2.cmd.Process.Pid, Limits{MemoryMiB: 128})
+	if why := free.Enforce(t.Context(), 0); why != "" {
+		t.Errorf("Enforce without a CPU or pids limit = %q, want an immediate \"\"", why)
 	}
-	if ws := c.wait(t, 5*time.Second); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Errorf("spinner: want SIGKILL, have %v", ws)
-	}
-	if g.WatchCPU(t.Context(), 0, 0) != nil {
-		t.Error("WatchCPU with no limit: want a nil channel")
-	}
+	c2.go_()
+	c2.wait(t, 5*time.Second)
 }
 
 func TestKillReachesGrandchildren(t *testing.T) {

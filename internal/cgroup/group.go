@@ -34,8 +34,8 @@ const (
 	// removeTimeout bounds retrying rmdir on EBUSY, which the kernel returns for a moment
 	// after the last process left.
 	removeTimeout = 2 * time.Second
-	// DefaultCPUPoll is WatchCPU's interval when given none.
-	DefaultCPUPoll = 50 * time.Millisecond
+	// DefaultPoll is Enforce's interval when given none.
+	DefaultPoll = 50 * time.Millisecond
 )
 
 // Group is one request's cgroup, made by Manager.Place. Its methods are safe for
@@ -140,7 +140,7 @@ func (g *Group) readUsage() (u Usage, err error) {
 		u.MemoryLimitHit = true
 	}
 	pids := g.dir(ctrlPids)
-	ev, err := readKV(filepath.Join(pids, "pids.events"))
+	ev, err := ReadCounters(filepath.Join(pids, "pids.events"))
 	if err != nil {
 		return u, err
 	}
@@ -152,7 +152,7 @@ func (g *Group) readUsage() (u Usage, err error) {
 // cpu reads the group's CPU time.
 func (g *Group) cpu() (time.Duration, error) {
 	if g.m.v2 {
-		st, err := readKV(filepath.Join(g.dir(ctrlCPU), "cpu.stat"))
+		st, err := ReadCounters(filepath.Join(g.dir(ctrlCPU), "cpu.stat"))
 		if err != nil {
 			return 0, err
 		}
@@ -178,7 +178,7 @@ func (g *Group) readMemoryV1(u *Usage) error {
 		}
 		u.MemoryFailCount += n
 	}
-	oom, err := readKV(filepath.Join(dir, "memory.oom_control"))
+	oom, err := ReadCounters(filepath.Join(dir, "memory.oom_control"))
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func (g *Group) readMemoryV1(u *Usage) error {
 
 func (g *Group) readMemoryV2(u *Usage) error {
 	dir := g.dir(ctrlMemory)
-	ev, err := readKV(filepath.Join(dir, "memory.events"))
+	ev, err := ReadCounters(filepath.Join(dir, "memory.events"))
 	if err != nil {
 		return err
 	}
@@ -223,39 +223,45 @@ func (g *Group) Exceeded() (limit, value string) {
 	return "", ""
 }
 
-// WatchCPU polls the group's CPU time every `every` (DefaultCPUPoll if <= 0) and closes
-// the returned channel once it passes limit; the caller then kills the group. With
-// limit <= 0 it returns nil, a channel that never fires. The watch stops without closing
-// the channel when ctx ends or the counter cannot be read (the group was deleted). The
-// kernel does not stop the process: it may run up to `every` past the limit.
-func (g *Group) WatchCPU(ctx context.Context, limit, every time.Duration) <-chan struct{} {
-	if limit <= 0 {
-		return nil
+// Enforce is the one watcher of the limits the kernel does not stop at: every `every`
+// (DefaultPoll if <= 0) it reads the group's counters and, once CPU time passes the group's
+// CPUMs or a fork was refused by its pids limit, kills the group and returns "cpu" or "pids"
+// (Exceeded then says the same). It blocks; it returns "" at once when the group has neither
+// limit, and when ctx ends or the counters cannot be read (the group was deleted). The
+// kernel does not stop the process: it may run up to `every` past the CPU limit.
+func (g *Group) Enforce(ctx context.Context, every time.Duration) string {
+	l := g.limits
+	if l.CPUMs <= 0 && l.PIDs <= 0 {
+		return ""
 	}
 	if every <= 0 {
-		every = DefaultCPUPoll
+		every = DefaultPoll
 	}
-	ch := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			used, err := g.cpu()
-			if err != nil {
-				return
-			}
-			if used > limit {
-				close(ch)
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	cpuLimit := time.Duration(l.CPUMs) * time.Millisecond
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-t.C:
 		}
-	}()
-	return ch
+		u, err := g.Usage()
+		if err != nil {
+			return ""
+		}
+		hit := ""
+		switch {
+		case l.CPUMs > 0 && u.CPU > cpuLimit:
+			hit = "cpu"
+		case l.PIDs > 0 && u.PIDsLimitHit:
+			hit = "pids"
+		default:
+			continue
+		}
+		_ = g.Kill() // a group that cannot be killed is reported by Delete
+		return hit
+	}
 }
 
 // Kill sends SIGKILL to every process in the group and its subgroups, and repeats until
@@ -344,7 +350,7 @@ func (g *Group) setFrozen(frozen bool) bool {
 	}
 	for deadline := time.Now().Add(freezeTimeout); time.Now().Before(deadline); {
 		if g.m.v2 {
-			ev, err := readKV(stateFile)
+			ev, err := ReadCounters(stateFile)
 			if err != nil || done(ev, "") {
 				return true
 			}
@@ -510,9 +516,11 @@ func readUint(file string) (uint64, error) {
 	return v, nil
 }
 
-// readKV reads a flat-keyed file ("key value" lines, e.g. pids.events, memory.events,
-// cpu.stat, memory.oom_control). Lines whose value is not a number are skipped.
-func readKV(file string) (map[string]uint64, error) {
+// ReadCounters reads a flat-keyed cgroup file ("key value" lines, e.g. pids.events,
+// memory.events, cpu.stat, memory.oom_control) into a map. Lines whose value is not a number
+// are skipped. It is the one reader of such files: the sandbox backend reads runsc's groups
+// with it too. Errors are os.ReadFile's (fs.ErrNotExist for a group that is gone).
+func ReadCounters(file string) (map[string]uint64, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err

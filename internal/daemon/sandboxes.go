@@ -3,18 +3,17 @@ package daemon
 import (
 	"context"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/hostid"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
@@ -101,7 +100,7 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 	if os.Geteuid() != 0 {
 		return nil, nil, errors.New("gVisor sandboxes need the daemon to run as root")
 	}
-	guestBin, err := findGuestBinary(sc.GuestBinary)
+	guestBin, err := guest.FindBinary(sc.GuestBinary, "zygo serve --guest-binary")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -183,60 +182,6 @@ func (s *sandboxes) close() {
 		s.log.Warn("releasing the sandbox engine's host resources", "err", err)
 	}
 	unmountSecretImagesIfEmpty(s.memImages, s.log)
-}
-
-// findGuestBinary returns the zygo-guest to use: the configured path, else the one next to
-// the running executable, else the one on PATH. It must be statically linked: it runs inside
-// a root that has no dynamic loader of its choosing.
-func findGuestBinary(configured string) (string, error) {
-	const how = "build it with `make build` (bin/zygo-guest, CGO_ENABLED=0) or pass `zygo serve --guest-binary PATH`"
-	p := configured
-	if p == "" {
-		if exe, err := os.Executable(); err == nil {
-			if exe, err = filepath.EvalSymlinks(exe); err == nil {
-				if c := filepath.Join(filepath.Dir(exe), "zygo-guest"); fileExists(c) {
-					p = c
-				}
-			}
-		}
-	}
-	if p == "" {
-		p, _ = exec.LookPath("zygo-guest")
-	}
-	if p == "" {
-		return "", fmt.Errorf("zygo-guest not found next to the zygo binary or on PATH: %s", how)
-	}
-	if !fileExists(p) {
-		return "", fmt.Errorf("guest binary %s not found: %s", p, how)
-	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", err
-	}
-	if err := checkStatic(abs); err != nil {
-		return "", fmt.Errorf("%w: %s", err, how)
-	}
-	return abs, nil
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
-}
-
-// checkStatic returns an error when p is not an ELF executable without an interpreter.
-func checkStatic(p string) error {
-	f, err := elf.Open(p)
-	if err != nil {
-		return fmt.Errorf("guest binary %s is not an executable: %v", p, err)
-	}
-	defer f.Close()
-	for _, prog := range f.Progs {
-		if prog.Type == elf.PT_INTERP {
-			return fmt.Errorf("guest binary %s is dynamically linked", p)
-		}
-	}
-	return nil
 }
 
 // engineDir returns the backend's state directory: configured, or STATE/gv when that is short

@@ -24,13 +24,3 @@ func TestEngineDir(t *testing.T) {
 		t.Errorf("a configured engine dir that is too long: %v", err)
 	}
 }
-
-func TestFindGuestBinary(t *testing.T) {
-	if _, err := findGuestBinary("/nonexistent/zygo-guest"); err == nil || !strings.Contains(err.Error(), "make build") {
-		t.Errorf("missing guest: %v", err)
-	}
-	// /bin/sh is dynamically linked on every host we run on: not usable as PID 1 of a sandbox.
-	if _, err := findGuestBinary("/bin/sh"); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
-		t.Errorf("dynamic guest: %v", err)
-	}
-}

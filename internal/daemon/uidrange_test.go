@@ -25,7 +25,7 @@ func TestStartRefusedWhenTheUIDRangeIsInUse(t *testing.T) {
 	}
 	etc := t.TempDir()
 	passwd := filepath.Join(etc, "passwd")
-	if err := os.WriteFile(passwd, []byte("root:x:0:0::/root:/bin/sh\nsvc:x:1879048200:1879048200::/:/sbin/nologin\n"), 0o644); err != nil {
+	if err := os.WriteFile(passwd, []byte("root:x:0:0::/root:/bin/sh\nsvc:x:1900000008:1900000008::/:/sbin/nologin\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	subuid := filepath.Join(etc, "subuid")
@@ -35,7 +35,7 @@ func TestStartRefusedWhenTheUIDRangeIsInUse(t *testing.T) {
 	for _, c := range []struct {
 		uidRange, want string
 	}{
-		{"1879048192-1879113727", `"svc" has id 1879048200`},
+		{"1900000000-1900065535", `"svc" has id 1900000008`}, // outside the auto window (no parallel test daemon claims it)
 		{"310000:10", `"alice" has 300000-365535`},
 		{"65000-66000", "nobody"},
 	} {
@@ -60,7 +60,7 @@ func TestStartRefusedWhenAProcessRunsInTheUIDRange(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test needs root: it runs a process as another uid")
 	}
-	const id = 1879950000
+	const id = 1901000000 // outside the auto window: no parallel test daemon claims it
 	cmd := exec.Command("/bin/sleep", "60")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id, Gid: id}}
 	if err := cmd.Start(); err != nil {

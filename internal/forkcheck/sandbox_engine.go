@@ -7,10 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 )
@@ -42,7 +42,7 @@ func NewSandboxEngine(cfg EngineConfig) (*SandboxEngine, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("gVisor sandboxes need root: run zygo check sandboxes as root")
 	}
-	guestBin, err := findGuest(cfg.GuestBinary)
+	guestBin, err := guest.FindBinary(cfg.GuestBinary, "--guest-binary")
 	if err != nil {
 		return nil, err
 	}
@@ -99,32 +99,4 @@ func (e *SandboxEngine) Close() error {
 		return fmt.Errorf("cleaning up the check's sandboxes in %s: %w", e.dir, err)
 	}
 	return nil
-}
-
-// findGuest returns the zygo-guest to use: configured, else next to the running executable
-// (make build puts both in bin/), else on PATH.
-func findGuest(configured string) (string, error) {
-	const how = "build it with `make build` (bin/zygo-guest, CGO_ENABLED=0) or pass --guest-binary PATH"
-	p := configured
-	if p == "" {
-		if exe, err := os.Executable(); err == nil {
-			if exe, err = filepath.EvalSymlinks(exe); err == nil {
-				if c := filepath.Join(filepath.Dir(exe), "zygo-guest"); regular(c) {
-					p = c
-				}
-			}
-		}
-	}
-	if p == "" {
-		p, _ = exec.LookPath("zygo-guest")
-	}
-	if p == "" || !regular(p) {
-		return "", fmt.Errorf("zygo-guest not found (%q): %s", p, how)
-	}
-	return filepath.Abs(p)
-}
-
-func regular(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
 }

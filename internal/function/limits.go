@@ -19,8 +19,9 @@ type Limiter interface {
 // so a request may run up to this long past cpu_ms.
 const limitPoll = 20 * time.Millisecond
 
-// placeInCgroup moves the child into d's per-request cgroup and watches its
-// CPU time and pids counter; going over either kills the whole group. The
+// placeInCgroup moves the child into d's per-request cgroup, whose Enforce
+// watches its CPU time and pids counter; going over either kills the whole
+// group. The
 // returned after() reclassifies a death caused by a limit and deletes the
 // group (killing any process the request left behind).
 func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string, hostPID int) (func(*zygote.Result), error) {
@@ -33,7 +34,7 @@ func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchLimits(wctx, g, l)
+		g.Enforce(wctx, limitPoll)
 	}()
 	return func(res *zygote.Result) {
 		stop()
@@ -52,29 +53,4 @@ func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string
 			}
 		}()
 	}, nil
-}
-
-// watchLimits kills the group once its CPU time passes cpu_ms or it hits
-// its pids limit, and returns; it also returns when ctx ends.
-func watchLimits(ctx context.Context, g *cgroup.Group, l Limits) {
-	if l.CPUMs == 0 && l.PIDs == 0 {
-		return
-	}
-	t := time.NewTicker(limitPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		u, err := g.Usage()
-		if err != nil {
-			return
-		}
-		if (l.CPUMs > 0 && u.CPU > time.Duration(l.CPUMs)*time.Millisecond) || (l.PIDs > 0 && u.PIDsLimitHit) {
-			_ = g.Kill()
-			return
-		}
-	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/secret"
 )
 
 // ManifestFile is the name of the manifest inside a function directory.
@@ -122,7 +123,6 @@ var (
 	pyHandlerRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$`)
 	nodeHandlerRE = regexp.MustCompile(`^[A-Za-z0-9_./-]+\.(js|mjs|cjs):[A-Za-z_$][A-Za-z0-9_$]*$`)
 	envKeyRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	secretRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 )
 
 // ParseManifest decodes and validates a zygo.toml. Errors wrap
@@ -270,8 +270,8 @@ func (m *Manifest) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, s := range m.Secrets {
-		if !secretRE.MatchString(s) {
-			return bad("secrets", "%q is not a valid secret name ([A-Za-z_][A-Za-z0-9_]*)", s)
+		if secret.ValidName(s) != nil {
+			return bad("secrets", "%q is not a valid secret name (%s)", s, secret.NamePattern)
 		}
 		if seen[s] {
 			return bad("secrets", "%q is listed twice", s)

@@ -12,14 +12,22 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/zygo-run/zygo/agents"
 )
 
 //go:embed interp.py
-var interpSource string
+var interpPy string
+
+// interpSource is the program the interpreter runs: the one reseed module
+// (agents.ReseedCorePy) as the Python string _RESEED_SOURCE, which interp.py loads as a
+// module, then interp.py. strconv.Quote's escapes are all valid in a Python string literal.
+var interpSource = "_RESEED_SOURCE = " + strconv.Quote(agents.ReseedCorePy) + "\n" + interpPy
 
 // Bounds of one run-code call (docs/sandboxes.md, "Code interpreter").
 const (

@@ -5,7 +5,7 @@
 # characters, at most max_output bytes of it per call (the agent cuts it exactly and marks the
 # cut), and a value or traceback is cut at max_value bytes. Fds 1 and 2 are pipes the agent
 # reads: what arrives there (os.write, subprocesses) is the running call's output, or dropped.
-import ast, gc, hashlib, io, json, os, random, signal, sys, threading, traceback
+import ast, io, json, os, signal, sys, threading, traceback
 
 # Processes the user code starts must not hold our pipes: a child left behind would keep fd 4
 # open after the interpreter died.
@@ -78,36 +78,21 @@ def _cut(s, limit):
             "\n[zygo: value truncated: %d of %d bytes shown]" % (limit, len(b)))
 
 
+def _load_reseedcore():
+    """agents/python/zygo_agent/reseedcore.py (Zygo's one reseed module), whose source the guest
+    puts in _RESEED_SOURCE ahead of this file, as a module of its own."""
+    mod = type(sys)("_zygo_reseedcore")
+    exec(compile(_RESEED_SOURCE, "<zygo reseedcore.py>", "exec"), mod.__dict__)
+    return mod
+
+
+_reseedcore = _load_reseedcore()
+
+
 def _reseed(seed_hex):
-    """Reseed every generator we can reach: random, Random objects, NumPy, torch, OpenSSL."""
-    material = bytes.fromhex(seed_hex) + os.urandom(32)
-    counter = [0]
-
-    def sub(tag):
-        counter[0] += 1
-        return hashlib.sha256(material + tag + counter[0].to_bytes(8, "little")).digest()
-
-    random.seed(sub(b"random"))
-    np = sys.modules.get("numpy")
-    for o in gc.get_objects():
-        try:
-            if isinstance(o, random.Random) and o is not random._inst:
-                o.seed(sub(b"obj"))
-            elif np is not None and isinstance(o, np.random.Generator):
-                bg = o.bit_generator
-                bg.state = type(bg)(int.from_bytes(sub(b"npg"), "little")).state
-            elif np is not None and isinstance(o, np.random.RandomState):
-                o.seed(int.from_bytes(sub(b"nprs")[:4], "little"))
-        except Exception:
-            pass
-    if np is not None:
-        np.random.seed(int.from_bytes(sub(b"np")[:4], "little"))
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.manual_seed(int.from_bytes(sub(b"torch")[:8], "little") >> 1)
-    ssl = sys.modules.get("ssl")
-    if ssl is not None:
-        ssl.RAND_add(sub(b"ssl"), 32.0)
+    """Reseed every generator we can reach (random, NumPy, torch, OpenSSL, uuid1, tempfile
+    names, every generator object the garbage collector reaches), mixing in the host's seed."""
+    _reseedcore.reseed_all(all_generators=True, seed=bytes.fromhex(seed_hex))
 
 
 USER = {"__name__": "__main__", "__builtins__": __builtins__}

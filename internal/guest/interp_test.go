@@ -191,3 +191,36 @@ func TestRunCodeCapturesFds(t *testing.T) {
 		t.Errorf("the call after = %+v %v stdout %q, want only its own output", res, err, out.String())
 	}
 }
+
+// TestRunCodeReseedCoversUUIDAndTempNames: after a reseal the interpreter runs the one reseed
+// module (agents/python/zygo_agent/reseedcore.py) before the next code: what a copy would
+// repeat — the global random, a generator object hidden in the user's namespace, uuid1's
+// libuuid clock sequence, tempfile's name generator — is renewed, and tempfile.tempdir as the
+// code set it is kept.
+func TestRunCodeReseedCoversUUIDAndTempNames(t *testing.T) {
+	c, _ := startPair(t, strings.Repeat("t", 64))
+	ctx := waitCtx(t)
+	setup := "import random, tempfile, uuid\n" +
+		"uuid.uuid1(); next(tempfile._get_candidate_names()); tempfile.tempdir = '/tmp'\n" +
+		"hidden = {'r': random.Random(3)}\n" +
+		"before = (random.getstate(), hidden['r'].getstate(), tempfile._name_sequence)\n" +
+		"uuid._generate_time_safe is not None"
+	if res, err := c.RunCode(ctx, CodeRequest{Code: setup}, nil, nil); err != nil || !res.OK || res.Value != "True" {
+		t.Fatalf("setup = %+v %v (want libuuid in use)", res, err)
+	}
+	if _, err := c.Reseal(ctx, resealReq(strings.Repeat("n", 64), time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	check := "[random.getstate() != before[0], hidden['r'].getstate() != before[1], " +
+		"tempfile._get_candidate_names() is not before[2], uuid._generate_time_safe is None, " +
+		"uuid._last_timestamp is None, tempfile.tempdir]"
+	var errb bytes.Buffer
+	res, err := c.RunCode(ctx, CodeRequest{Code: check}, nil, &errb)
+	if err != nil || !res.OK {
+		t.Fatalf("check = %+v %v", res, err)
+	}
+	if want := "[True, True, True, True, True, '/tmp']"; res.Value != want || errb.Len() != 0 {
+		t.Errorf("after reseal [random, hidden Random, temp names, uuid1 path, uuid1 timestamp, tempdir] = %s (stderr %q), want %s",
+			res.Value, errb.String(), want)
+	}
+}

@@ -208,7 +208,7 @@ func validateCreate(o CreateOptions) error {
 	}
 	for i, n := range o.Secrets {
 		if secret.ValidName(n) != nil {
-			return invalid(fmt.Sprintf("secrets[%d]", i), "secret name %s must match [A-Za-z_][A-Za-z0-9_]{0,127}", short(n))
+			return invalid(fmt.Sprintf("secrets[%d]", i), "secret name %s must match %s", short(n), secret.NamePattern)
 		}
 	}
 	return ValidateLimits(o)

@@ -27,7 +27,12 @@ import (
 // MaxValueBytes bounds one secret's value, bytes.
 const MaxValueBytes = 64 << 10
 
-var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+// NamePattern is the rule for a secret's name, the one copy every caller (the store, the
+// function manifest, sandbox create, the CLI) checks against through ValidName: a name
+// becomes a file name under /run/secrets and an identifier in code.
+const NamePattern = `[A-Za-z_][A-Za-z0-9_]{0,127}`
+
+var nameRE = regexp.MustCompile(`^` + NamePattern + `$`)
 
 // Store is the encrypted secret table. It is safe for concurrent use.
 type Store struct {
@@ -93,7 +98,7 @@ func (s *Store) loadKey(path string) error {
 // cannot be a secret name: it becomes a file name under /run/secrets.
 func ValidName(name string) error {
 	if !nameRE.MatchString(name) {
-		return fmt.Errorf("%w: secret name %q must match [A-Za-z_][A-Za-z0-9_]{0,127}", errdefs.ErrInvalidArgument, name)
+		return fmt.Errorf("%w: secret name %q must match %s", errdefs.ErrInvalidArgument, name, NamePattern)
 	}
 	return nil
 }

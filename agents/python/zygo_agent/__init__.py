@@ -13,6 +13,8 @@ module:
 - ``zygote``: the fork loop, reaping and ``exited`` reports, and spawn mode;
 - ``child``: request steps 3-6, from ``hello`` to ``os._exit``;
 - ``reseed``: the one reseed hook list (after fork, and after a sandbox restore);
+- ``reseedcore``: the hooks themselves, Zygo's one reseed module (stdlib only, no relative
+  imports): the SDK carries a copy and the guest's interpreter embeds it;
 - ``fdreset``: rule 9, replacing inherited kernel objects;
 - ``libc``: the few C calls made through ctypes;
 - ``agentlog``: lock-free diagnostics on the agent's stderr.

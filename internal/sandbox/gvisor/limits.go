@@ -1,7 +1,6 @@
 package gvisor
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/zygo-run/zygo/internal/cgroup"
 	"github.com/zygo-run/zygo/internal/sandbox"
 )
 
@@ -136,20 +136,11 @@ func (b *Backend) limitCause(id string) string {
 	return strings.Join(causes, "; ")
 }
 
-// counter returns the value of the "key N" line of a cgroup file, or 0.
+// counter returns the value of the "key N" line of a cgroup file, or 0 (also when the file
+// cannot be read).
 func counter(p, key string) int64 {
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return 0
-	}
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		f := strings.Fields(string(line))
-		if len(f) == 2 && f[0] == key {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n
-		}
-	}
-	return 0
+	kv, _ := cgroup.ReadCounters(p)
+	return int64(kv[key])
 }
 
 // removeCgroup removes what is left of instance id's cgroup once its container is deleted.

@@ -10,6 +10,7 @@ import shutil
 import ssl
 import sys
 import tempfile
+import uuid
 import threading
 import time
 import unittest
@@ -145,6 +146,24 @@ class ReseedTest(unittest.TestCase):
         zygo_sandbox.reseed(all_generators=True)
         self.assertNotEqual(hidden["r"].random(), first)
         self.assertIsNot(tempfile._get_candidate_names(), seq)
+
+    def test_uuid1_clock_sequence_is_renewed(self):
+        # libuuid keeps uuid1's clock sequence in process memory: every copy would repeat it.
+        uuid.uuid1()
+        self.addCleanup(setattr, uuid, "_generate_time_safe", uuid._generate_time_safe)
+        ran = zygo_sandbox.reseed()
+        self.assertIn("uuid1", ran)
+        self.assertIsNone(uuid._generate_time_safe)
+        self.assertIsNone(uuid._last_timestamp)
+        seqs = {uuid.uuid1().clock_seq for _ in range(8)}
+        self.assertGreater(len(seqs), 1, "uuid1 draws a fresh clock sequence from random")
+
+    def test_reseedcore_is_the_agents(self):
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        agent = os.path.join(here, "..", "..", "agents", "python", "zygo_agent", "reseedcore.py")
+        with open(os.path.join(here, "zygo_sandbox", "reseedcore.py"), "rb") as a, \
+                open(agent, "rb") as b:
+            self.assertEqual(a.read(), b.read(), "run `go generate ./agents` after editing it")
 
     def test_auto_reseed_registers_on_the_shared_watcher(self):
         old_default = generation._default

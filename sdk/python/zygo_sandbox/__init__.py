@@ -7,7 +7,7 @@ including its random generators. Tell it about the copy:
 
     import zygo_sandbox
 
-    zygo_sandbox.auto_reseed()                  # random, NumPy, OpenSSL, tempfile names
+    zygo_sandbox.auto_reseed()                  # random, NumPy, OpenSSL, uuid1, tempfile names
 
     @zygo_sandbox.on_new_generation
     def renew(generation, identity):            # once in every new copy

@@ -1,0 +1,216 @@
+"""Reseed this process's in-memory random generators from the kernel: Zygo's one copy.
+
+A forked child, a restored sandbox and a sandbox clone all wake up with the memory of the
+process they were copied from, generators included; the kernel's own randomness
+(``os.urandom``) already differs per copy. :func:`reseed_all` renews what lives in this
+process's memory and nothing outside it.
+
+This file is the only implementation, used by three consumers:
+
+- the function agent (``agents/python/zygo_agent/reseed.py`` adds its own hooks);
+- the in-sandbox SDK (``sdk/python/zygo_sandbox/reseedcore.py`` is a byte-for-byte copy,
+  written by ``go generate ./agents``; ``TestSDKReseedCoreIsTheAgents`` fails on a drift);
+- the guest's code interpreter (``internal/guest/interp.py``), which gets this source from
+  ``agents.ReseedCorePy`` (go:embed) and runs it as a module.
+
+So it is standard-library only, imports nothing relative, runs on Python 3.6 and later, and
+must not assume a fork happened. The tests are ``agents/python/tests/test_reseedcore.py``.
+
+Hooks, in order, each given an :class:`Entropy`: ``random`` (the module's global generator),
+``numpy_global`` (NumPy's legacy global state, if ``numpy.random`` is imported), ``torch``
+(its default generators, if imported), ``openssl`` (``ssl.RAND_add`` into the process's DRBG),
+``uuid1`` (its clock sequence and last timestamp), ``tempfile`` (the name sequence; with
+``forget_tempdir`` the cached directory too), ``generators`` (generator objects: those passed,
+and with ``all_generators`` every one the garbage collector can reach), then the caller's
+extra hooks.
+"""
+
+import _random
+import gc
+import hashlib
+import os
+import random
+import sys
+import tempfile
+import uuid
+
+try:
+    import ssl
+except ImportError:  # a Python built without OpenSSL has no DRBG of its own to reseed
+    ssl = None
+
+__all__ = ["Entropy", "ReseedError", "reachable_generators", "reseed_all", "reseed_object",
+           "reset_temp_names"]
+
+
+class ReseedError(Exception):
+    """One or more hooks failed; ``failures`` lists ``(hook name, exception)`` pairs."""
+
+    def __init__(self, failures):
+        self.failures = failures
+        super().__init__("; ".join("%s: %r" % (name, exc) for name, exc in failures))
+
+
+class Entropy:
+    """Where the hooks' seeds come from: ``os.urandom``, or, given ``seed`` (bytes from
+    outside the process, such as the host's at a sandbox reseal), SHA-256 blocks of ``seed``,
+    32 bytes of ``os.urandom`` drawn once, and a counter: a copy whose kernel randomness was
+    somehow shared still differs by its seed, and the other way round."""
+
+    def __init__(self, seed=b""):
+        self._material = bytes(seed) + os.urandom(32) if seed else None
+        self._counter = 0
+
+    def draw(self, n):
+        """``n`` fresh bytes."""
+        if self._material is None:
+            return os.urandom(n)
+        out = b""
+        while len(out) < n:
+            self._counter += 1
+            out += hashlib.sha256(self._material + self._counter.to_bytes(8, "little")).digest()
+        return out[:n]
+
+    def integer(self, nbytes):
+        """A non-negative int of ``nbytes`` fresh bytes."""
+        return int.from_bytes(self.draw(nbytes), "little")
+
+    def words(self, n):
+        """``n`` fresh 32-bit words (a NumPy ``RandomState`` seed)."""
+        b = self.draw(4 * n)
+        return [int.from_bytes(b[i:i + 4], "little") for i in range(0, len(b), 4)]
+
+
+def _numpy_random():
+    """``numpy.random`` if it is imported (it holds every NumPy generator type), else None."""
+    return sys.modules.get("numpy.random")
+
+
+def reseed_object(obj, entropy=None):
+    """Reseed one generator object: a ``random.Random`` (or a bare ``_random.Random``), a NumPy
+    ``Generator``, ``BitGenerator`` or ``RandomState``. Raises ``TypeError`` for anything else."""
+    entropy = entropy or Entropy()
+    npr = _numpy_random()
+    if isinstance(obj, random.Random):
+        obj.seed(entropy.draw(32))
+    elif isinstance(obj, _random.Random):  # C type: seed() takes an int (bytes would be hashed)
+        obj.seed(entropy.integer(32))
+    elif npr is not None and isinstance(obj, npr.RandomState):
+        obj.seed(entropy.words(8))
+    elif npr is not None and isinstance(obj, (npr.Generator, npr.BitGenerator)):
+        bitgen = getattr(obj, "bit_generator", obj)  # a Generator and its BitGenerator: one stream
+        bitgen.state = type(bitgen)(entropy.integer(32)).state
+    else:
+        raise TypeError("cannot reseed %r" % (obj,))
+
+
+def reachable_generators():
+    """Every generator object the garbage collector can reach (``random.Random`` other than the
+    module's own, NumPy ``Generator`` and ``RandomState``), including ones seeded on purpose."""
+    npr = _numpy_random()
+    kinds = (random.Random,) if npr is None else (random.Random, npr.Generator, npr.RandomState)
+    return [o for o in gc.get_objects() if isinstance(o, kinds) and o is not random._inst]
+
+
+def _random_global(entropy):
+    random.seed(entropy.draw(32))
+
+
+def _numpy_global(entropy):
+    npr = _numpy_random()
+    if npr is not None and hasattr(npr, "seed"):
+        npr.seed(entropy.words(8))
+
+
+def _torch(entropy):
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "manual_seed"):  # CPU, and CUDA if initialised
+        torch.manual_seed(entropy.integer(8) >> 1)
+
+
+def _openssl(entropy):
+    # OpenSSL >= 1.1.1d reseeds its DRBG on fork, but not on a sandbox restore (case BH-04).
+    if ssl is not None:
+        ssl.RAND_add(entropy.draw(32), 32.0)
+
+
+def _uuid1(entropy):
+    # libuuid keeps its clock sequence in process memory, out of our reach (case BH-09), so its
+    # path is dropped: uuid1 then draws a fresh clock sequence from the (reseeded) global random
+    # on every call. The hardware address is cached first, while libuuid can still tell it, so
+    # the pure path need not run `ip`.
+    if getattr(uuid, "_node", 0) is None and getattr(uuid, "_generate_time_safe", None) is not None:
+        uuid.getnode()
+    if hasattr(uuid, "_generate_time_safe"):
+        uuid._generate_time_safe = None
+    uuid._last_timestamp = None
+
+
+def reset_temp_names(forget_tempdir=False):
+    """Drop ``tempfile``'s name generator, so the next name is drawn from a fresh, OS-seeded
+    one; with ``forget_tempdir`` also its cached directory, so ``gettempdir()`` reads
+    ``TMPDIR`` again. Returns nothing."""
+    tempfile._name_sequence = None
+    if forget_tempdir:
+        tempfile.tempdir = None
+
+
+def _tempfile(forget_tempdir):
+    return lambda entropy: reset_temp_names(forget_tempdir)
+
+
+def _generators(generators, all_generators):
+    def hook(entropy):
+        objs = generators() if callable(generators) else generators
+        for obj in objs:
+            reseed_object(obj, entropy)
+        if all_generators:
+            for obj in reachable_generators():
+                try:
+                    reseed_object(obj, entropy)
+                except Exception:  # noqa: BLE001 - a subclass whose seed() refuses: not ours
+                    pass
+    return hook
+
+
+def reseed_all(generators=(), all_generators=False, extra=(), seed=b"", forget_tempdir=False):
+    """Run every hook (module doc) and return the names of those that ran.
+
+    ``generators`` is an iterable of generator objects, or a callable returning one at reseed
+    time; with ``all_generators`` every generator the garbage collector reaches is reseeded too
+    (one that cannot be is skipped). ``extra`` is a list of ``(name, callable)`` run last, with
+    no arguments. ``seed`` is mixed into every hook's seed (:class:`Entropy`).
+    ``forget_tempdir`` also drops ``tempfile``'s cached directory (for a caller that has just
+    changed ``TMPDIR``; it would undo a ``tempfile.tempdir`` the program set itself).
+
+    Every hook runs even if an earlier one failed; raises :class:`ReseedError` afterwards if
+    any failed, so the caller can refuse to go on with a repeated random state.
+    """
+    entropy = Entropy(seed)
+    hooks = [
+        ("random", _random_global),
+        ("numpy_global", _numpy_global),
+        ("torch", _torch),
+        ("openssl", _openssl),
+        ("uuid1", _uuid1),
+        ("tempfile", _tempfile(forget_tempdir)),
+        ("generators", _generators(generators, all_generators)),
+    ]
+    ran, failures = [], []
+    for name, hook in hooks:
+        try:
+            hook(entropy)
+        except Exception as exc:  # noqa: BLE001 - reported, never swallowed
+            failures.append((name, exc))
+        else:
+            ran.append(name)
+    for name, hook in extra:
+        try:
+            hook()
+        except Exception as exc:  # noqa: BLE001 - reported, never swallowed
+            failures.append((name, exc))
+        else:
+            ran.append(name)
+    if failures:
+        raise ReseedError(failures)
+    return ran
