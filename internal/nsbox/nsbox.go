@@ -129,6 +129,10 @@ func baseArgs(spec Spec) []string {
 	uid := fmt.Sprint(SandboxUID)
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+		// No user namespace inside: max_user_namespaces is 1 and the agent
+		// runs in a nested one that cannot raise it (ENOSPC), so a request
+		// cannot get capabilities of its own even past the seccomp filter.
+		"--disable-userns",
 		// The agent itself is PID 1: no bwrap init (same uid, dumpable) for
 		// a request to take over, and killing PID 1 kills the namespace.
 		"--as-pid-1",

@@ -6,7 +6,9 @@
 // Two filters exist:
 //   - Default: installed by bubblewrap on every ns sandbox, inherited by the
 //     zygote and every child. Denies the syscalls in DefaultDenied with EPERM,
-//     and those in SelfOnly with EPERM unless they target the caller itself.
+//     those in SelfOnly with EPERM unless they target the caller itself, clone
+//     asking for a new namespace (NewNamespaceFlags) with EPERM, and clone3
+//     with ENOSYS (its flags are in memory, out of a filter's sight).
 //   - Strict: installed by a child after GO under `strict = true`, on top of
 //     the default (filters stack; the kernel takes the strictest answer, see
 //     Documentation/userspace-api/seccomp_filter.rst). Denies execve,
@@ -57,6 +59,24 @@ var DefaultDenied = []string{
 	// large attack surface, not needed by functions
 	"io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
 	"open_by_handle_at", "name_to_handle_at",
+}
+
+// NewNamespaceFlags are the clone(2) flags that make a namespace: mount,
+// cgroup, uts, ipc, user, pid, net. The default filter refuses a clone with
+// any of them (EPERM), as it refuses unshare and setns: a request must not
+// reach the kernel code a new user namespace (full capabilities over its
+// own network, mounts, ...) opens, whether or not bwrap --disable-userns is
+// in force too. CLONE_NEWTIME (0x80) is not among them: in clone(2) the low
+// byte is the exit signal, and only unshare and clone3 can ask for it.
+const NewNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+
+// clone3NoSys refuses clone3 with ENOSYS (not EPERM): it passes its flags in
+// memory, where a filter cannot read them, and ENOSYS makes glibc (threads,
+// fork, posix_spawn) fall back to clone(2), whose flags the filters check.
+var clone3NoSys = libseccomp.SyscallGroup{
+	Action: libseccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)),
+	Names:  []string{"clone3"},
 }
 
 // SelfOnly lists the syscalls that change another process's limits,
@@ -112,6 +132,16 @@ func Default() ([]byte, error) {
 		Syscalls: []libseccomp.SyscallGroup{
 			{Action: libseccomp.ActionErrno, Names: DefaultDenied},
 			{Action: libseccomp.ActionErrno, NamesWithCondtions: selfOnlyConditions(SelfOnly)},
+			clone3NoSys,
+			{
+				Action: libseccomp.ActionErrno,
+				NamesWithCondtions: []libseccomp.NameWithConditions{{
+					Name: "clone",
+					Conditions: libseccomp.ArgumentConditions{
+						{Argument: 0, Operation: libseccomp.BitsSet, Value: NewNamespaceFlags},
+					},
+				}},
+			},
 		},
 	}
 	return assemble(p)
@@ -145,10 +175,7 @@ func Strict() ([]byte, error) {
 		DefaultAction: libseccomp.ActionAllow,
 		Syscalls: []libseccomp.SyscallGroup{
 			{Action: libseccomp.ActionErrno, Names: []string{"execve", "execveat", "fork", "vfork"}},
-			// clone3 passes its flags in memory, where a filter cannot read them;
-			// ENOSYS (not EPERM) makes glibc fall back to clone(2), whose flags
-			// the next group checks, so threads keep working.
-			{Action: libseccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)), Names: []string{"clone3"}},
+			clone3NoSys, // glibc falls back to clone(2), checked next: threads keep working
 			{
 				Action: libseccomp.ActionErrno,
 				NamesWithCondtions: []libseccomp.NameWithConditions{{

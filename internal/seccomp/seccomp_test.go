@@ -153,3 +153,62 @@ func runUnderBwrap(t *testing.T, script string) string {
 	}
 	return string(out)
 }
+
+// TestDefaultFilterRefusesNewNamespaces loads the default filter through
+// bubblewrap (without --disable-userns: the filter must hold on its own) and
+// asks for each namespace clone(2) can make, alone and with CLONE_NEWUSER:
+// each fails with EPERM, unshare(CLONE_NEWUSER) with EPERM, and clone3 with
+// ENOSYS, while fork, a thread, subprocess and multiprocessing still work
+// (glibc falls back from clone3 to clone).
+func TestDefaultFilterRefusesNewNamespaces(t *testing.T) {
+	script := fmt.Sprintf(`
+import ctypes, errno, multiprocessing, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def clone(flags):
+    pid = libc.syscall(ctypes.c_long(%d), ctypes.c_ulong(flags | 17), None, None, None, ctypes.c_ulong(0))
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+        return "ok"
+    return errno.errorcode.get(ctypes.get_errno())
+res = {}
+for name, flag in (("newns", 0x20000), ("newcgroup", 0x02000000), ("newuts", 0x04000000),
+                   ("newipc", 0x08000000), ("newuser", 0x10000000), ("newpid", 0x20000000),
+                   ("newnet", 0x40000000)):
+    res["clone_" + name] = clone(flag)
+    res["clone_newuser_" + name] = clone(flag | 0x10000000)
+res["clone_plain"] = clone(0)
+res["unshare_newuser"] = "ok" if libc.unshare(0x10000000) == 0 else errno.errorcode.get(ctypes.get_errno())
+args = (ctypes.c_ulong * 11)(0x10000000, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0)  # struct clone_args
+r = libc.syscall(ctypes.c_long(%d), args, ctypes.c_size_t(88))
+if r == 0:
+    os._exit(0)
+res["clone3"] = "ok" if r > 0 else errno.errorcode.get(ctypes.get_errno())
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+res["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+box = []
+th = threading.Thread(target=lambda: box.append(1)); th.start(); th.join()
+res["thread"] = box
+res["subprocess"] = subprocess.run(["true"]).returncode
+ctx = multiprocessing.get_context("fork")
+p = ctx.Process(target=int); p.start(); p.join()
+res["multiprocessing"] = p.exitcode
+for k in sorted(res):
+    print(k, res[k])
+`, unix.SYS_CLONE, unix.SYS_CLONE3)
+	out := runUnderBwrap(t, script)
+	want := []string{"clone_plain ok", "unshare_newuser EPERM", "clone3 ENOSYS", "fork 7", "thread [1]",
+		"subprocess 0", "multiprocessing 0"}
+	for _, ns := range []string{"newns", "newcgroup", "newuts", "newipc", "newuser", "newpid", "newnet"} {
+		want = append(want, "clone_"+ns+" EPERM", "clone_newuser_"+ns+" EPERM")
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w+"\n") {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}

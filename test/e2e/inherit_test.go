@@ -64,6 +64,39 @@ func TestInheritedFileAndHelperPipe(t *testing.T) {
 	}
 }
 
+// TestInheritedPty: a helper started at import on a pseudo-terminal (as
+// pexpect does) is a channel to a peer like a pipe. 8 concurrent requests
+// each write their id to the pty master, forge a reply into the slave and
+// read: each gets EBADF on all three and nothing read, never another
+// request's reply (today's fault: the master was kept, and replies crossed).
+// The warm-up report names both ends.
+func TestInheritedPty(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("inheritpty"))
+	logs := strings.Join(d.Logs("inheritpty", ""), "\n")
+	for _, want := range []string{"/ptmx: replaced by a dead descriptor", "terminal /dev/pts/0: replaced by a dead descriptor", "connected by fd"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("warm-up report lacks %q:\n%s", want, logs)
+		}
+	}
+	raws := d.InvokeMany("inheritpty", 8, 8, func(i int) any { return map[string]any{"id": fmt.Sprintf("caller-%d", i), "wait": 1} })
+	for i, raw := range raws {
+		var r struct {
+			Got        string  `json:"got"`
+			WriteError *string `json:"write_error"`
+			ReadError  *string `json:"read_error"`
+			SlaveError *string `json:"slave_error"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatalf("request %d: %s", i, raw)
+		}
+		if r.Got != "" || str(r.WriteError) != "EBADF" || str(r.ReadError) != "EBADF" || str(r.SlaveError) != "EBADF" {
+			t.Errorf("concurrent request caller-%d: read %q, write error %s, read error %s, slave write error %s; want nothing read and EBADF thrice",
+				i, r.Got, str(r.WriteError), str(r.ReadError), str(r.SlaveError))
+		}
+	}
+}
+
 // TestInheritedSharedMemory (the fourth class): an anonymous MAP_SHARED
 // mapping, a multiprocessing.Value and a shared_memory block made at import
 // are private to each child: no request sees what an earlier or a

@@ -23,6 +23,8 @@ type reachReport struct {
 		Open   string `json:"open"`   // open("/proc/PID/mem", O_RDWR)
 		Write  string `json:"write"`  // pwrite of one byte back where it was read
 		Signal string `json:"signal"` // kill(PID, SIGINT) for PID 1, kill(PID, SIGTERM) for others (Python only)
+		// ProcWrites: oom_score_adj, clear_refs, sched of PID -> open-and-write outcome (Python only)
+		ProcWrites map[string]string `json:"proc_writes"`
 	} `json:"others"`
 	Sockets map[string]string `json:"sockets"` // abstract name -> connect(2) outcome
 }
@@ -82,6 +84,7 @@ mode = "spawn"
 		}
 		checkOutOfReach(t, r, execd)
 		checkNoSignal(t, r)
+		checkNoProcWrites(t, r, execd)
 		if _, ok := r.Others["1"]; !ok || len(r.Others) < 5 {
 			t.Errorf("fork mode: want the zygote (PID 1), its other children and two subprocesses in view, saw %v", pids(r))
 		}
@@ -189,6 +192,44 @@ func checkNoSignal(t *testing.T, r reachReport) {
 	}
 	if p, ok := r.Others["1"]; ok && p.Signal != "EPERM" {
 		t.Errorf("the zygote (PID 1): SIGINT from a request: %s, want EPERM", p.Signal)
+	}
+}
+
+// checkNoProcWrites: no /proc file of another process (oom_score_adj,
+// clear_refs, sched) could be opened for writing, least of all those of a
+// sibling's exec'd subprocess, which its uid owns (the request's Landlock
+// domain refuses writes outside the writable mounts: EACCES).
+func checkNoProcWrites(t *testing.T, r reachReport, execd map[string]bool) {
+	t.Helper()
+	for pid := range execd {
+		if p, ok := r.Others[pid]; ok && len(p.ProcWrites) != 3 {
+			t.Errorf("pid %s: /proc writes not tried: %v", pid, p.ProcWrites)
+		}
+	}
+	for pid, p := range r.Others {
+		for file, outcome := range p.ProcWrites {
+			if outcome != "EACCES" && outcome != "ENOENT" {
+				t.Errorf("pid %s (%s): open of /proc/%s/%s for writing: %s, want EACCES", pid, p.Comm, pid, file, outcome)
+			}
+		}
+	}
+}
+
+// TestNoNewNamespaces (issue 12, point 1): a request cannot make a
+// namespace: clone(2) with CLONE_NEWUSER (alone or with CLONE_NEWNET) and
+// unshare(CLONE_NEWUSER) fail with EPERM, clone3 with ENOSYS (the default
+// seccomp filter), while threads still start (glibc falls back to clone).
+func TestNoNewNamespaces(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("reach"))
+	var r map[string]any
+	d.Invoke("reach", map[string]any{"action": "namespaces"}, &r)
+	want := map[string]any{"clone_newuser": "EPERM", "clone_newuser_newnet": "EPERM",
+		"unshare_newuser": "EPERM", "clone3_newuser": "ENOSYS", "thread": true}
+	for k, v := range want {
+		if r[k] != v {
+			t.Errorf("%s: %v, want %v (all: %v)", k, r[k], v, r)
+		}
 	}
 }
 

@@ -45,6 +45,34 @@ class InheritedDescriptorsTest(AgentTest):
         # The helper is intact: nothing a child did reached it.
         os.kill(helper["pid"], 0)
 
+    def test_pty_to_helper_8_concurrent_requests_get_a_clear_error(self):
+        """A pty is a channel like a pipe: both ends get the pipe policy, so no request
+        reads another's reply (or a reply another request forged into the slave)."""
+        agent, ready = self.start("inherited_pty")
+        items = {i["target"]: i for i in check(ready, "descriptors")["items"]
+                 if i["kind"] == "terminal"}
+        self.assertEqual(sorted(t.rstrip("0123456789") for t in items),
+                         ["/dev/ptmx", "/dev/pts/"], check(ready, "descriptors"))
+        self.assertEqual({i["policy"] for i in items.values()}, {"dead"}, items)
+        self.assertIn("/dev/ptmx: replaced by a dead descriptor",
+                      check(ready, "descriptors")["detail"])
+        for r in agent.invoke_many([{"id": f"caller-{i}", "wait": 1} for i in range(8)]):
+            v = r.value
+            self.assertEqual((v["write_error"], v["read_error"], v["slave_error"], v["got"]),
+                             ("EBADF", "EBADF", "EBADF", ""), (r.event, v))
+
+    def test_character_devices_other_than_mem_class_are_channels(self):
+        cases = {(1, 3): ("device", "keep"), (1, 5): ("device", "keep"),
+                 (1, 9): ("device", "keep"), (5, 0): ("terminal", "dead"),
+                 (5, 1): ("terminal", "dead"), (5, 2): ("terminal", "dead"),
+                 (136, 4): ("terminal", "dead"), (143, 0): ("terminal", "dead"),
+                 (4, 64): ("terminal", "dead"), (10, 229): ("device", "dead")}
+        for (major, minor), want in cases.items():
+            e = fdreset._decide_char_device(9, "/dev/x", os.makedev(major, minor), os.O_RDWR)
+            self.assertEqual((e.kind, e.action), want, (major, minor))
+        writer = fdreset._decide_char_device(9, "/dev/pts/0", os.makedev(136, 0), os.O_WRONLY)
+        self.assertEqual(writer.action, "dead-writer")
+
     def test_spawn_mode_leaves_the_import_alone(self):
         agent, ready = self.start("inherited_fds", mode="spawn")
         self.assertIn("left as they are", check(ready, "descriptors")["detail"])

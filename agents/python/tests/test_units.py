@@ -161,7 +161,7 @@ class LandlockTest(unittest.TestCase):
         parent = os.getpid()
 
         def probe():
-            entered = child.enter_own_domain()
+            entered = child.enter_own_domain(())
             sub = subprocess.Popen(["sleep", "30"])  # in the domain: still ours to signal
             own = _errno_of(lambda: os.kill(sub.pid, signal.SIGTERM))
             sub.wait()
@@ -183,7 +183,7 @@ class LandlockTest(unittest.TestCase):
             stop = threading.Event()
             threading.Thread(target=stop.wait, daemon=True).start()
             try:
-                return child.enter_own_domain()
+                return child.enter_own_domain(())
             finally:
                 stop.set()
 
@@ -192,6 +192,41 @@ class LandlockTest(unittest.TestCase):
             self.assertIn("RuntimeError", out)
         else:
             self.assertEqual(out, "False", "no scoping: the request must carry on")
+
+    def test_writes_only_beneath_writable_dirs(self):
+        """Writes under /proc (here: an exec'd subprocess's oom_score_adj, of the same uid,
+        dumpable) are refused; writes beneath the writable dirs, to /dev/null and through
+        pipes and descriptors already open, still work."""
+        base = tempfile.mkdtemp(prefix="zygo-ll-")
+        other = tempfile.mkdtemp(prefix="zygo-ll-other-", dir="/var/tmp")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", base, other]))
+        reqdir = os.path.join(base, "req-1")
+        os.mkdir(reqdir)
+        sub = subprocess.Popen(["sleep", "30"])
+        self.addCleanup(sub.wait)
+        self.addCleanup(sub.kill)
+        kept = os.open(os.path.join(other, "kept"), os.O_WRONLY | os.O_CREAT, 0o600)
+        self.addCleanup(os.close, kept)
+
+        def write(path):
+            return _errno_of(lambda: os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)))
+
+        def probe():
+            entered = child.enter_own_domain(child.writable_dirs(reqdir))
+            r, w = os.pipe()
+            return " ".join([str(entered), write(f"/proc/{sub.pid}/oom_score_adj"),
+                             write(f"/proc/{sub.pid}/clear_refs"), write("/proc/self/oom_score_adj"),
+                             write(os.path.join(other, "kept")),
+                             write(os.path.join(reqdir, "result.json")),
+                             write(os.path.join(base, "req-2")), write("/dev/null"),
+                             _errno_of(lambda: os.write(kept, b"x")),
+                             _errno_of(lambda: os.close(os.open(f"/proc/self/fd/{w}", os.O_WRONLY)))])
+
+        out = _in_child(probe)
+        if libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
+            self.assertEqual(out, "True EACCES EACCES EACCES EACCES ok ok ok ok ok")
+        else:
+            self.assertEqual(out.split()[0], "False", "no scoping: the request must carry on")
 
     def test_warmup_check(self):
         self.assertEqual(warmup.check_landlock("fork", abi=7)["level"], "info")

@@ -33,7 +33,7 @@ import os
 import socket
 import sys
 import time
-from typing import NoReturn
+from typing import NoReturn, Sequence, Tuple
 
 from . import errors, fdreset, libc, reseed, sharedmem, wire
 from .agentlog import log
@@ -197,7 +197,8 @@ def _prepare(sock: socket.socket, go: _Go, forked: bool):
         ("clearing the zygote's atexit handlers", atexit._clear),
     ]
     if forked:  # before anything the request can start; one thread here (the fork's)
-        steps.insert(-1, ("entering the request's own Landlock domain", enter_own_domain))
+        steps.insert(-1, ("entering the request's own Landlock domain",
+                          lambda: enter_own_domain(writable_dirs(go.dir))))
     if go.strict:  # last, so nothing of ours runs under it before user code
         steps.append(("installing the strict seccomp filter", lambda: install_strict(go.dir)))
     for name, step in steps:
@@ -253,10 +254,21 @@ def install_strict(directory: str) -> None:
 REQUEST_SCOPES = libc.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | libc.LANDLOCK_SCOPE_SIGNAL
 
 
-def enter_own_domain() -> bool:
+def writable_dirs(request_dir: str) -> Tuple[str, ...]:
+    """The directories a request may open files for writing beneath: the sandbox's writable
+    mounts, ``/tmp`` and ``/dev`` (``/dev/shm``, ``/dev/null``, ``/dev/pts``), and the root
+    of the request directories (``/run/zygo/req``, the parent of ``request_dir``)."""
+    return ("/tmp", "/dev", os.path.dirname(os.path.abspath(request_dir)))
+
+
+def enter_own_domain(writable: Sequence[str]) -> bool:
     """Put this process, and everything it will start or exec, in a new Landlock domain
-    scoping signals and abstract unix sockets (``REQUEST_SCOPES``); file and network access
-    are not handled (the sandbox's mounts decide those).
+    scoping signals and abstract unix sockets (``REQUEST_SCOPES``) and refusing (``EACCES``)
+    to open for writing any file not beneath a directory of ``writable``
+    (:func:`writable_dirs`): so ``/proc/PID/oom_score_adj``, ``clear_refs``, ``sched`` and
+    the like of what another request execs (dumpable again, of the same uid) cannot be
+    written (nor the request's own: ``/proc`` is not writable to it at all). Network access
+    is not handled.
 
     The kernel then refuses ptrace-class access (``/proc/PID/mem``) and signals (``EPERM``)
     from the request to any process outside its domain (the zygote, idle pre-forked
@@ -275,7 +287,7 @@ def enter_own_domain() -> bool:
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
         raise RuntimeError(f"{threads} threads alive: Landlock would restrict only this one")
-    libc.landlock_scope_self(REQUEST_SCOPES)
+    libc.landlock_scope_self(REQUEST_SCOPES, write_beneath=writable)
     return True
 
 

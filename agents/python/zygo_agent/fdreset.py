@@ -20,6 +20,13 @@ stay valid:
   since a fresh one answers ``recv`` with an unhelpful ``EINVAL``;
 - the write end of a pipe or FIFO becomes the write end of a pipe nobody reads: ``write``
   fails with ``EPIPE`` (``BrokenPipeError``), as when the peer has gone;
+- a terminal is a two-way channel to a peer like a pipe (a helper started at import on a
+  pseudo-terminal, as ``pexpect`` does, answers whichever request reads first): a pty master
+  (``/dev/ptmx``, 5:2) or slave (``/dev/pts/N``, majors 136-143), ``/dev/tty``, ``/dev/console``
+  and every other tty-class device gets the pipe policy by access mode (write-only: the dead
+  writer; otherwise: a dead descriptor); so does any character device but the five that hold
+  nothing of a peer's (``/dev/null``, ``zero``, ``full``, ``random``, ``urandom``), since a
+  device driver may be a channel too (``/dev/fuse``, ``/dev/net/tun``);
 - the read end of a pipe or FIFO (or one opened read-write), and any other anonymous kernel
   object (``pidfd``, ``userfaultfd``, ...), becomes a *dead* descriptor, an ``O_PATH`` handle on
   an empty memfd named ``zygo-replaced`` (its ``/proc/self/fd`` link says so): every call on
@@ -33,8 +40,8 @@ stay valid:
   the flags ``/proc/self/fdinfo`` reports (access mode, ``O_APPEND``, ``O_NONBLOCK``, ...) and
   the offset it had at warm-up. A file with no path (deleted, ``O_TMPFILE``, a memfd) gets its
   own offset too, but its content stays shared by every request: the warm-up report says so;
-- a character or block device, and an ``O_PATH`` handle, is kept (no offset or data of its own
-  to share).
+- ``/dev/null``, ``zero``, ``full``, ``random`` and ``urandom``, a block device, and an
+  ``O_PATH`` handle, are kept (no offset, data or peer of their own to share).
 
 Descriptors 1 and 2 are the agent's (pointed at the request's files); a descriptor the plan
 does not know (opened after warm-up, by an at-fork hook) is decided in the child by the same
@@ -53,6 +60,13 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 _EVENT_KINDS = ("anon_inode:[eventpoll]", "anon_inode:[eventfd]", "anon_inode:[signalfd]",
                 "anon_inode:[timerfd]", "anon_inode:inotify", "anon_inode:[io_uring]")
 _STDIO = (1, 2)  # pointed at the request's own files by child.redirect_stdio
+# Character devices with no peer, state or offset of their own (major 1, "mem"): null, zero,
+# full, random, urandom. Every other character device is treated as a channel.
+_STATELESS_DEVICES = frozenset({(1, 3), (1, 5), (1, 7), (1, 8), (1, 9)})
+# tty-class majors (Documentation/admin-guide/devices.txt): 2 and 3 BSD pty masters and slaves,
+# 4 virtual consoles and serial ports, 5 /dev/tty (5:0), /dev/console (5:1), /dev/ptmx (5:2),
+# 128-135 Unix98 pty masters, 136-143 Unix98 pty slaves (/dev/pts/N).
+_TTY_MAJORS = frozenset({2, 3, 4, 5}) | frozenset(range(128, 144))
 # The open(2) flags a re-open keeps; O_CREAT, O_EXCL, O_TRUNC and O_NOCTTY never reach f_flags.
 _REOPEN_FLAGS = (os.O_ACCMODE | os.O_APPEND | os.O_NONBLOCK | os.O_DSYNC | os.O_SYNC
                  | os.O_DIRECT | os.O_NOATIME | os.O_LARGEFILE | os.O_DIRECTORY)
@@ -74,8 +88,8 @@ class SocketInfo(NamedTuple):
 class Entry(NamedTuple):
     """The policy for one descriptor.
 
-    ``kind``: ``socket``, ``pipe``, ``fifo``, ``event``, ``file``, ``directory``, ``device``,
-    ``o_path``, ``anon`` or ``stdio``. ``action``: ``fresh-socket``, ``dead-writer``, ``dead``,
+    ``kind``: ``socket``, ``pipe``, ``fifo``, ``terminal``, ``event``, ``file``,
+    ``directory``, ``device``, ``o_path``, ``anon`` or ``stdio``. ``action``: ``fresh-socket``, ``dead-writer``, ``dead``,
     ``devnull``, ``reopen``, ``keep`` or ``agent``. ``shared_content`` is true for a re-opened
     file no path reaches (its data is still shared by every request). ``flags`` (open flags)
     and ``offset`` (bytes) matter for ``reopen``; ``ident`` is ``(st_dev, st_ino)``.
@@ -177,9 +191,23 @@ def decide(fd: int, target: str) -> Entry:
             or target.startswith("/memfd:")
         return Entry(fd, "file" if stat.S_ISREG(mode) else "directory", target, "reopen",
                      flags, offset, (st.st_dev, st.st_ino), nameless)
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+    if stat.S_ISCHR(mode):
+        return _decide_char_device(fd, target, st.st_rdev, flags)
+    if stat.S_ISBLK(mode):
         return Entry(fd, "device", target, "keep", flags)
     return Entry(fd, "anon", target, "dead", flags)
+
+
+def _decide_char_device(fd: int, target: str, rdev: int, flags: int) -> Entry:
+    """Return the policy for a character device: kept when it has no peer (``/dev/null``
+    and the like), otherwise that of a pipe by access mode (a terminal, or a driver that may
+    be a channel), so no request reads another's replies or writes into its conversation."""
+    dev = (os.major(rdev), os.minor(rdev))
+    if dev in _STATELESS_DEVICES:
+        return Entry(fd, "device", target, "keep", flags)
+    kind = "terminal" if dev[0] in _TTY_MAJORS else "device"
+    writer = flags & os.O_ACCMODE == os.O_WRONLY
+    return Entry(fd, kind, target, "dead-writer" if writer else "dead", flags)
 
 
 def plan_inherited(skip: Iterable[int] = ()) -> List[Entry]:

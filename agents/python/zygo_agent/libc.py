@@ -7,6 +7,7 @@ runs the dynamic loader after ``fork()``.
 import ctypes
 import errno
 import os
+from typing import Sequence
 
 _PR_GET_DUMPABLE = 3
 _PR_SET_DUMPABLE = 4  # Python 3.11 has no constant for it.
@@ -72,8 +73,11 @@ def install_seccomp_filter(program: bytes) -> None:
 # syscall tables were unified, so they have the same numbers on x86_64, aarch64 and every
 # other architecture of the generic table.
 _SYS_LANDLOCK_CREATE_RULESET = 444
+_SYS_LANDLOCK_ADD_RULE = 445
 _SYS_LANDLOCK_RESTRICT_SELF = 446
 _LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
+_LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_ACCESS_FS_WRITE_FILE = 1 << 1  # ABI 1: open a file for writing
 LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
 LANDLOCK_SCOPE_SIGNAL = 1 << 1
 LANDLOCK_SCOPED_ABI = 6  # the first ABI with ``scoped`` (Linux 6.12)
@@ -84,6 +88,11 @@ _libc.syscall.restype = ctypes.c_long
 class _LandlockRulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
                 ("scoped", ctypes.c_uint64)]
+
+
+class _LandlockPathBeneathAttr(ctypes.Structure):
+    _pack_ = 1  # __attribute__((packed)) in linux/landlock.h
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
 def landlock_abi() -> int:
@@ -100,10 +109,17 @@ def landlock_abi() -> int:
     raise OSError(err, "landlock_create_ruleset(VERSION): " + os.strerror(err))
 
 
-def landlock_scope_self(scoped: int) -> None:
+def landlock_scope_self(scoped: int, write_beneath: Sequence[str] = ()) -> None:
     """Put the calling thread, and every process and thread it creates from now on, in a
-    new Landlock domain that handles no file or network access and scopes ``scoped``
-    (``LANDLOCK_SCOPE_*`` bits; the kernel's ABI must be ``LANDLOCK_SCOPED_ABI`` or later).
+    new Landlock domain that scopes ``scoped`` (``LANDLOCK_SCOPE_*`` bits; the kernel's ABI
+    must be ``LANDLOCK_SCOPED_ABI`` or later) and handles no network access.
+
+    With ``write_beneath`` (directories), the domain also handles
+    ``LANDLOCK_ACCESS_FS_WRITE_FILE``: opening a file for writing is refused (``EACCES``)
+    unless the file lies beneath one of them (mounts below them included). A directory that
+    does not exist is left out (nothing can be written there anyway). Descriptors already
+    open, pipes and sockets (even re-opened through ``/proc/self/fd``) are not affected; file
+    creation, truncation and every other access stay as the mounts decide.
 
     The domain also confines ptrace-class access (``/proc/PID/mem``, ``process_vm_*``,
     ``pidfd_getfd``) to processes in the same domain or one nested in it, whatever the
@@ -112,13 +128,16 @@ def landlock_scope_self(scoped: int) -> None:
     process without ``CAP_SYS_ADMIN`` (bubblewrap has set it already in a sandbox).
     Returns nothing; raises ``OSError`` if a call fails; the descriptor of the ruleset is
     closed either way."""
-    attr = _LandlockRulesetAttr(0, 0, scoped)
+    handled = LANDLOCK_ACCESS_FS_WRITE_FILE if write_beneath else 0
+    attr = _LandlockRulesetAttr(handled, 0, scoped)
     fd = _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr),
                        ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, "landlock_create_ruleset: " + os.strerror(err))
     try:
+        for path in write_beneath:
+            _landlock_allow_beneath(fd, path, LANDLOCK_ACCESS_FS_WRITE_FILE)
         if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, "prctl(PR_SET_NO_NEW_PRIVS): " + os.strerror(err))
@@ -128,3 +147,21 @@ def landlock_scope_self(scoped: int) -> None:
             raise OSError(err, "landlock_restrict_self: " + os.strerror(err))
     finally:
         os.close(fd)
+
+
+def _landlock_allow_beneath(ruleset: int, path: str, access: int) -> None:
+    """Add a ``LANDLOCK_RULE_PATH_BENEATH`` rule granting ``access`` beneath directory
+    ``path`` to ``ruleset``; a missing ``path`` is skipped. Raises ``OSError``."""
+    try:
+        parent = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        rule = _LandlockPathBeneathAttr(access, parent)
+        if _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset),
+                         ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule),
+                         ctypes.c_uint32(0)) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"landlock_add_rule({path}): " + os.strerror(err))
+    finally:
+        os.close(parent)

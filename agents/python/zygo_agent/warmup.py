@@ -359,11 +359,12 @@ def check_descriptors(agent_fds: Tuple[int, ...] = (), mode: str = "fork") -> di
 
 def check_processes() -> dict:
     """``processes``: processes the import started (children of the agent), with the
-    descriptors that connect the agent to them (pipes and sockets both hold)."""
+    descriptors that connect the agent to them (pipes, sockets and pty slaves both hold)."""
     me = os.getpid()
     mine = {}
     for fd, target in fdreset.open_fds():
-        if fd not in (1, 2) and target.startswith(("pipe:", "socket:")):  # 1, 2: the agent's
+        # 1, 2: the agent's; a pty master has no name its peer's slave shares
+        if fd not in (1, 2) and target.startswith(("pipe:", "socket:", "/dev/pts/")):
             mine.setdefault(target, []).append(fd)
     items = []
     for name in os.listdir("/proc"):

@@ -1,6 +1,10 @@
 """Tries ptrace-class access, signals and abstract unix socket connections to every other
 process a request can see in its sandbox (TestNoProcessInReach).
 
+Each probe also tries to write ``oom_score_adj``, ``clear_refs`` and ``sched`` of every
+process. ``{"action": "namespaces"}`` asks for new namespaces (clone with CLONE_NEWUSER,
+unshare, clone3).
+
 ``{"action": "hold", "seconds": N}`` is the other side: a request that execs a subprocess
 (``sleep``, dumpable again after execve) and listens on an abstract unix socket for N
 seconds, then checks it can still signal its own subprocess and connect to its own socket.
@@ -40,9 +44,71 @@ def _first_address(pid):
         return 0x400000
 
 
+# /proc files of another process its uid may write when it is dumpable (what a sibling
+# execs), with values that change it: the request's Landlock domain must refuse each open.
+PROC_WRITES = (("oom_score_adj", b"1000"), ("clear_refs", b"1"), ("sched", b"0"))
+
+
+def proc_writes(pid):
+    out = {}
+    for name, value in PROC_WRITES:
+        try:
+            fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY)
+        except OSError as e:
+            out[name] = _err(e)
+            continue
+        try:
+            os.write(fd, value)
+            out[name] = "ok"
+        except OSError as e:
+            out[name] = "opened, write " + _err(e)
+        finally:
+            os.close(fd)
+    return out
+
+
+def namespaces():
+    """Ask for new namespaces from a request: clone(2) with CLONE_NEWUSER (alone and with
+    CLONE_NEWNET), unshare(CLONE_NEWUSER) and clone3."""
+    newuser, newnet, sigchld = 0x10000000, 0x40000000, 17
+
+    def clone(flags):
+        pid = _libc.syscall(ctypes.c_long(_NR["clone"]), ctypes.c_ulong(flags | sigchld),
+                            None, None, None, ctypes.c_ulong(0))
+        if pid == 0:
+            os._exit(0)
+        if pid > 0:
+            os.waitpid(pid, 0)
+            return "ok"
+        return errno.errorcode.get(ctypes.get_errno())
+
+    args = (ctypes.c_ulong * 11)(newuser, 0, 0, 0, sigchld, 0, 0, 0, 0, 0, 0)  # clone_args
+    pid = _libc.syscall(ctypes.c_long(_NR["clone3"]), args, ctypes.c_size_t(88))
+    if pid == 0:
+        os._exit(0)
+    clone3 = "ok" if pid > 0 else errno.errorcode.get(ctypes.get_errno())
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return {"clone_newuser": clone(newuser), "clone_newuser_newnet": clone(newuser | newnet),
+            "unshare_newuser": "ok" if _libc.unshare(newuser) == 0
+            else errno.errorcode.get(ctypes.get_errno()),
+            "clone3_newuser": clone3,
+            "thread": _thread_works()}
+
+
+def _thread_works():
+    import threading
+    box = []
+    t = threading.Thread(target=lambda: box.append(1))
+    t.start()
+    t.join()
+    return box == [1]
+
+
 def probe(pid):
-    """Open /proc/pid/mem read-write and write one byte back where it was read."""
-    r = {}
+    """Open /proc/pid/mem read-write and write one byte back where it was read; try the
+    writes of PROC_WRITES."""
+    r = {"proc_writes": proc_writes(pid)}
     try:
         r["owner"] = os.stat(f"/proc/{pid}/environ").st_uid
         with open(f"/proc/{pid}/comm") as f:
@@ -137,9 +203,9 @@ def _comm(pid):
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 # x86_64 and aarch64 numbers of the raw calls Python has no wrapper for.
-_NR = {"x86_64": {"sched_setattr": 314, "ioprio_set": 251, "ioprio_get": 252, "migrate_pages": 256,
+_NR = {"x86_64": {"clone": 56, "clone3": 435, "sched_setattr": 314, "ioprio_set": 251, "ioprio_get": 252, "migrate_pages": 256,
                   "move_pages": 279, "process_madvise": 440, "pidfd_open": 434},
-       "aarch64": {"sched_setattr": 274, "ioprio_set": 30, "ioprio_get": 31, "migrate_pages": 238,
+       "aarch64": {"clone": 220, "clone3": 435, "sched_setattr": 274, "ioprio_set": 30, "ioprio_get": 31, "migrate_pages": 238,
                    "move_pages": 239, "process_madvise": 440, "pidfd_open": 434}}[platform.machine()]
 _IOPRIO_WHO_PROCESS, _IOPRIO_IDLE = 1, 3 << 13
 _MADV_COLD = 20
@@ -211,6 +277,8 @@ def handler(event, context):
         return hold(event.get("seconds", 1))
     if event.get("action") == "limits":
         return limits()
+    if event.get("action") == "namespaces":
+        return namespaces()
     if event.get("action") == "retarget":
         me = os.getpid()
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
