@@ -228,6 +228,35 @@ class LandlockTest(unittest.TestCase):
         else:
             self.assertEqual(out.split()[0], "False", "no scoping: the request must carry on")
 
+    def test_renames_between_writable_dirs_still_work(self):
+        """A domain that handles file writes refuses every cross-directory rename (EXDEV)
+        unless it also handles and grants LANDLOCK_ACCESS_FS_REFER: a temp file staged in
+        TMPDIR and moved into place, or from the request dir to a sibling subdirectory, must
+        move as it does without Landlock."""
+        base = tempfile.mkdtemp(prefix="zygo-ll-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", base]))
+        reqdir = os.path.join(base, "req-1")
+        os.makedirs(os.path.join(reqdir, "tmp"))
+        os.mkdir(os.path.join(reqdir, "out"))
+
+        def probe():
+            entered = child.enter_own_domain(child.writable_dirs(reqdir))
+            staged = os.path.join(reqdir, "tmp", "staged")
+            with open(staged, "w") as f:
+                f.write("x")
+            moves = [_errno_of(lambda: os.rename(staged, os.path.join(reqdir, "placed"))),
+                     _errno_of(lambda: os.rename(os.path.join(reqdir, "placed"),
+                                                 os.path.join(reqdir, "out", "placed"))),
+                     _errno_of(lambda: os.link(os.path.join(reqdir, "out", "placed"),
+                                               os.path.join(reqdir, "tmp", "linked")))]
+            return " ".join([str(entered)] + moves)
+
+        out = _in_child(probe)
+        if libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
+            self.assertEqual(out, "True ok ok ok")
+        else:
+            self.assertEqual(out.split()[0], "False", "no scoping: the request must carry on")
+
     def test_warmup_check(self):
         self.assertEqual(warmup.check_landlock("fork", abi=7)["level"], "info")
         self.assertTrue(warmup.check_landlock("fork", abi=7)["scoped"])

@@ -78,6 +78,10 @@ _SYS_LANDLOCK_RESTRICT_SELF = 446
 _LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 _LANDLOCK_RULE_PATH_BENEATH = 1
 LANDLOCK_ACCESS_FS_WRITE_FILE = 1 << 1  # ABI 1: open a file for writing
+# ABI 2: link or rename into another directory. A domain that handles any file access
+# refuses every such reparenting (EXDEV) unless it handles this right too and grants it at
+# both ends, so it is handled and granted wherever writing is.
+LANDLOCK_ACCESS_FS_REFER = 1 << 13
 LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
 LANDLOCK_SCOPE_SIGNAL = 1 << 1
 LANDLOCK_SCOPED_ABI = 6  # the first ABI with ``scoped`` (Linux 6.12)
@@ -119,7 +123,10 @@ def landlock_scope_self(scoped: int, write_beneath: Sequence[str] = ()) -> None:
     unless the file lies beneath one of them (mounts below them included). A directory that
     does not exist is left out (nothing can be written there anyway). Descriptors already
     open, pipes and sockets (even re-opened through ``/proc/self/fd``) are not affected; file
-    creation, truncation and every other access stay as the mounts decide.
+    creation, truncation and every other access stay as the mounts decide. The domain also
+    handles ``LANDLOCK_ACCESS_FS_REFER`` and grants it beneath the same directories, so a
+    file renamed or linked from one of them into another, or into a subdirectory (a temp
+    file moved into place), moves as it would without Landlock.
 
     The domain also confines ptrace-class access (``/proc/PID/mem``, ``process_vm_*``,
     ``pidfd_getfd``) to processes in the same domain or one nested in it, whatever the
@@ -128,7 +135,8 @@ def landlock_scope_self(scoped: int, write_beneath: Sequence[str] = ()) -> None:
     process without ``CAP_SYS_ADMIN`` (bubblewrap has set it already in a sandbox).
     Returns nothing; raises ``OSError`` if a call fails; the descriptor of the ruleset is
     closed either way."""
-    handled = LANDLOCK_ACCESS_FS_WRITE_FILE if write_beneath else 0
+    write = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REFER
+    handled = write if write_beneath else 0
     attr = _LandlockRulesetAttr(handled, 0, scoped)
     fd = _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr),
                        ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
@@ -137,7 +145,7 @@ def landlock_scope_self(scoped: int, write_beneath: Sequence[str] = ()) -> None:
         raise OSError(err, "landlock_create_ruleset: " + os.strerror(err))
     try:
         for path in write_beneath:
-            _landlock_allow_beneath(fd, path, LANDLOCK_ACCESS_FS_WRITE_FILE)
+            _landlock_allow_beneath(fd, path, write)
         if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, "prctl(PR_SET_NO_NEW_PRIVS): " + os.strerror(err))
