@@ -503,3 +503,33 @@ func TestCloseRemovesParent(t *testing.T) {
 		t.Errorf("process left in the group: want killed, have %v", ws)
 	}
 }
+
+// Add moves a second process into a group made by Place; both count in its
+// pids and are killed by Delete. A gone process is ErrNotFound.
+func TestAddMovesAnotherProcess(t *testing.T) {
+	m := newManager(t)
+	a := startPython(t, "time.sleep(60)\n")
+	b := startPython(t, "time.sleep(60)\n")
+	g := place(t, m, "fn/z", a.cmd.Process.Pid, Limits{MemoryMiB: 64, PIDs: 8})
+	if err := g.Add(b.cmd.Process.Pid); err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	pids, err := g.procs()
+	if err != nil || len(pids) != 2 {
+		t.Fatalf("procs after Add: %v, %v; want both pids", pids, err)
+	}
+	if err := g.Add(0); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Add(0): %v, want ErrInvalidArgument", err)
+	}
+	if err := g.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*child{a, b} {
+		if ws := c.wait(t, 10*time.Second); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("pid %d after Delete: %v, want SIGKILL", c.cmd.Process.Pid, ws)
+		}
+	}
+	if err := g.Add(b.cmd.Process.Pid); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Add to a deleted group: %v, want ErrNotFound", err)
+	}
+}
