@@ -239,7 +239,7 @@ zygote_pids = 40
 	want = function.Manifest{
 		Name: "hello", Runtime: function.RuntimeNode, Handler: "index.js:handler", Mode: function.ModeWorker,
 		Interpreter: "/opt/node/bin/node", Concurrency: 3, PoolSize: intp(5), Secrets: []string{"B", "A"},
-		Env:    map[string]string{"GREETING": "hi"},
+		Env: map[string]string{"GREETING": "hi"},
 		Limits: function.Limits{TimeoutMs: 1500, MemoryMiB: 64, PIDs: 32, CPUMs: 700, MaxRequestKiB: 10, MaxResponseKiB: 20,
 			ZygoteMemoryMiB: 512, ZygotePIDs: 40},
 	}
