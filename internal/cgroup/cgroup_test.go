@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -514,9 +515,10 @@ func TestAddMovesAnotherProcess(t *testing.T) {
 	if err := g.Add(b.cmd.Process.Pid); err != nil {
 		t.Fatalf("Add: %v", err)
 	}
+	// (python3 may be a shim that forks on its way: look only for these two.)
 	pids, err := g.procs()
-	if err != nil || len(pids) != 2 {
-		t.Fatalf("procs after Add: %v, %v; want both pids", pids, err)
+	if err != nil || !slices.Contains(pids, a.cmd.Process.Pid) || !slices.Contains(pids, b.cmd.Process.Pid) {
+		t.Fatalf("procs after Add: %v, %v; want %d and %d in them", pids, err, a.cmd.Process.Pid, b.cmd.Process.Pid)
 	}
 	if err := g.Add(0); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Add(0): %v, want ErrInvalidArgument", err)
