@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -508,5 +509,36 @@ func TestCloseRemovesParent(t *testing.T) {
 	assertGone(t, m, m.parent)
 	if ws := c.wait(t, 5*time.Second); !ws.Signaled() {
 		t.Errorf("process left in the group: want killed, have %v", ws)
+	}
+}
+
+// Add moves a second process into a group made by Place; both count in its
+// pids and are killed by Delete. A gone process is ErrNotFound.
+func TestAddMovesAnotherProcess(t *testing.T) {
+	m := newManager(t)
+	a := startPython(t, "time.sleep(60)\n")
+	b := startPython(t, "time.sleep(60)\n")
+	g := place(t, m, "fn/z", a.cmd.Process.Pid, Limits{MemoryMiB: 64, PIDs: 8})
+	if err := g.Add(b.cmd.Process.Pid); err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	// (python3 may be a shim that forks on its way: look only for these two.)
+	pids, err := g.procs()
+	if err != nil || !slices.Contains(pids, a.cmd.Process.Pid) || !slices.Contains(pids, b.cmd.Process.Pid) {
+		t.Fatalf("procs after Add: %v, %v; want %d and %d in them", pids, err, a.cmd.Process.Pid, b.cmd.Process.Pid)
+	}
+	if err := g.Add(0); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Add(0): %v, want ErrInvalidArgument", err)
+	}
+	if err := g.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*child{a, b} {
+		if ws := c.wait(t, 10*time.Second); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("pid %d after Delete: %v, want SIGKILL", c.cmd.Process.Pid, ws)
+		}
+	}
+	if err := g.Add(b.cmd.Process.Pid); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Add to a deleted group: %v, want ErrNotFound", err)
 	}
 }

@@ -98,6 +98,26 @@ func (g *Group) dirs() []string {
 	return out
 }
 
+// Add moves one more process (a host pid; its threads move with it) into the group, in
+// every hierarchy. Like Place it moves only that process: its existing children stay
+// where they are. Errors wrap errdefs.ErrNotFound when the process or the group is gone,
+// errdefs.ErrInvalidArgument for a pid <= 0.
+func (g *Group) Add(hostPID int) error {
+	if hostPID <= 0 {
+		return fmt.Errorf("adding pid %d to cgroup %s: %w", hostPID, g.rel, errdefs.ErrInvalidArgument)
+	}
+	for _, dir := range g.dirs() {
+		err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(hostPID)), 0)
+		if errors.Is(err, unix.ESRCH) || errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+		}
+		if err != nil {
+			return fmt.Errorf("adding pid %d to cgroup %s: %w", hostPID, g.rel, err)
+		}
+	}
+	return nil
+}
+
 // Usage reads the group's counters. After Delete it returns the counters read just before
 // the directories went. Errors wrap errdefs.ErrNotFound when the group is gone.
 func (g *Group) Usage() (Usage, error) {

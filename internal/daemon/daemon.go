@@ -439,12 +439,13 @@ func listen(cfg Config, h http.Handler) ([]endpoint, error) {
 	return eps, nil
 }
 
-// newLimiter returns the per-request cgroup manager, or nil (with a warning)
-// when cgroups cannot be managed here: then memory_mib, pids and cpu_ms are
-// not enforced.
+// newLimiter returns the cgroup manager of requests and sandboxes, or nil
+// (with a warning) when cgroups cannot be managed here (not root): then
+// memory_mib, pids, cpu_ms, zygote_memory_mib and zygote_pids are not
+// enforced, and sandboxes share the daemon's cgroups.
 func newLimiter(cfg Config, log *slog.Logger) *cgroup.Manager {
 	if cfg.NoCgroups {
-		log.Warn("per-request cgroups disabled (--no-cgroups): memory_mib, pids and cpu_ms are not enforced")
+		log.Warn("cgroups disabled (--no-cgroups): memory_mib, pids, cpu_ms, zygote_memory_mib and zygote_pids are not enforced; sandboxes share the daemon's cgroups")
 		return nil
 	}
 	// One parent per state dir, so that Cleanup never touches another
@@ -452,7 +453,7 @@ func newLimiter(cfg Config, log *slog.Logger) *cgroup.Manager {
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	m, err := cgroup.New(cgroup.DefaultParent + "/" + hex.EncodeToString(sum[:6]))
 	if err != nil {
-		log.Warn("per-request cgroups unavailable: memory_mib, pids and cpu_ms are not enforced", "err", err)
+		log.Warn("cgroups unavailable: memory_mib, pids, cpu_ms, zygote_memory_mib and zygote_pids are not enforced; sandboxes share the daemon's cgroups", "err", err)
 		return nil
 	}
 	if err := m.Cleanup(); err != nil {

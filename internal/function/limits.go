@@ -15,6 +15,35 @@ type Limiter interface {
 	Place(ctx context.Context, name string, hostPID int, l cgroup.Limits) (*cgroup.Group, error)
 }
 
+// sandboxCgroup returns zygote.Spec.Cgroup for sandbox id of d: a group
+// <function>/<id>, beside its requests' groups, with the manifest's
+// zygote_memory_mib and zygote_pids, whose Exceeded names those keys.
+func (m *Manager) sandboxCgroup(d *deployment, id string) func(context.Context, int) (zygote.Cgroup, error) {
+	return func(ctx context.Context, hostPID int) (zygote.Cgroup, error) {
+		l := d.manifest.Limits
+		g, err := m.limiter.Place(ctx, d.name+"/"+id, hostPID, cgroup.Limits{MemoryMiB: l.ZygoteMemoryMiB, PIDs: l.ZygotePIDs})
+		if err != nil {
+			return nil, err
+		}
+		return sandboxGroup{g}, nil
+	}
+}
+
+// sandboxGroup is a sandbox's *cgroup.Group as a zygote.Cgroup.
+type sandboxGroup struct{ *cgroup.Group }
+
+// Exceeded names the manifest key of the limit the group hit.
+func (g sandboxGroup) Exceeded() (limit, value string) {
+	limit, value = g.Group.Exceeded()
+	switch limit {
+	case "memory":
+		limit = "zygote_memory_mib"
+	case "pids":
+		limit = "zygote_pids"
+	}
+	return limit, value
+}
+
 // limitPoll is how often a request's CPU time and pids counter are read,
 // so a request may run up to this long past cpu_ms.
 const limitPoll = 20 * time.Millisecond

@@ -423,7 +423,7 @@ func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
 	if mode == zygote.ModeFork && m.cfg.RandGuard {
 		preload = nsbox.RandGuardPath // only a zygote has children to share its memory
 	}
-	return zygote.Spec{
+	spec := zygote.Spec{
 		Box: nsbox.Spec{
 			Bwrap: m.cfg.Bwrap, HostUID: d.uid, Interpreter: d.manifest.Interpreter,
 			CodeDir: d.codeDir, AgentDir: m.cfg.AgentDir, EtcDir: filepath.Join(m.cfg.StateDir, "etc"),
@@ -442,6 +442,10 @@ func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
 		Output:       d.outputSink(),
 		Log:          m.log.With("function", d.name, "zygote", id),
 	}
+	if m.limiter != nil {
+		spec.Cgroup = m.sandboxCgroup(d, id)
+	}
+	return spec
 }
 
 // newID returns prefix-<unix ms hex>-<6 random bytes hex>: unique,

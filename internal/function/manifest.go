@@ -53,8 +53,10 @@ const (
 	ModeWorker Mode = "worker"
 )
 
-// Limits are the per-request limits of a function, from the [limits] table.
-// Zero means "not set" only for PIDs and CPUMs; the others get defaults.
+// Limits are the per-request limits of a function, from the [limits] table,
+// and the limits of each of its sandboxes' own cgroup (ZygoteMemoryMiB,
+// ZygotePIDs: the zygote or agent with what its import starts). Zero means
+// "not set" only for PIDs and CPUMs; the others get defaults.
 type Limits struct {
 	TimeoutMs      int `toml:"timeout_ms" json:"timeout_ms"`             // wall time per request, milliseconds
 	MemoryMiB      int `toml:"memory_mib" json:"memory_mib"`             // memory per request, MiB
@@ -62,6 +64,13 @@ type Limits struct {
 	CPUMs          int `toml:"cpu_ms" json:"cpu_ms,omitempty"`           // CPU time per request, milliseconds
 	MaxRequestKiB  int `toml:"max_request_kib" json:"max_request_kib"`   // event size, KiB
 	MaxResponseKiB int `toml:"max_response_kib" json:"max_response_kib"` // result size, KiB
+	// ZygoteMemoryMiB bounds the memory of one sandbox outside its requests:
+	// the zygote (or spawned agent, or Node worker) with what its import
+	// starts and, in fork mode, its idle pre-forked children. MiB.
+	ZygoteMemoryMiB int `toml:"zygote_memory_mib" json:"zygote_memory_mib"`
+	// ZygotePIDs bounds the processes and threads of that same group,
+	// bwrap's own process included.
+	ZygotePIDs int `toml:"zygote_pids" json:"zygote_pids"`
 }
 
 // Manifest is a parsed and validated zygo.toml.
@@ -101,9 +110,17 @@ const (
 
 // Bounds on manifest values; the docs (README, ARCHITECTURE) repeat them.
 const (
-	DefaultTimeoutMs   = 30_000
-	MaxTimeoutMs       = 15 * 60_000
-	DefaultMemoryMiB   = 256
+	DefaultTimeoutMs = 30_000
+	MaxTimeoutMs     = 15 * 60_000
+	DefaultMemoryMiB = 256
+	// DefaultZygoteMemoryMiB leaves room for heavy imports (numpy, pandas,
+	// a small model) while keeping a tenant's import from taking the host.
+	DefaultZygoteMemoryMiB = 1024
+	// DefaultZygotePIDs covers the agent and bwrap, a Node worker's threads
+	// (about a dozen), MaxPreFork idle children and helpers an import starts.
+	DefaultZygotePIDs  = 256
+	MinZygotePIDs      = 8
+	MaxPIDs            = 65_536
 	MinMemoryMiB       = 16
 	MaxMemoryMiB       = 65_536
 	DefaultBodyKiB     = 6 * 1024
@@ -206,6 +223,12 @@ func (m *Manifest) applyDefaults() {
 	if l.MaxResponseKiB == 0 {
 		l.MaxResponseKiB = DefaultBodyKiB
 	}
+	if l.ZygoteMemoryMiB == 0 {
+		l.ZygoteMemoryMiB = DefaultZygoteMemoryMiB
+	}
+	if l.ZygotePIDs == 0 {
+		l.ZygotePIDs = DefaultZygotePIDs
+	}
 }
 
 // Validate checks every field and returns an error naming the first bad key,
@@ -281,8 +304,21 @@ func (m *Manifest) Validate() error {
 	if err := m.validateEnv(bad); err != nil {
 		return err
 	}
-	return m.Limits.validate(bad)
+	if err := m.Limits.validate(bad); err != nil {
+		return err
+	}
+	// bwrap, the zygote and each idle pre-forked child count in zygote_pids.
+	if m.PreFork != nil && m.Limits.ZygotePIDs < *m.PreFork+zygoteOwnPIDs {
+		return bad("limits.zygote_pids", "%d leaves no room for prefork = %d (bwrap, the zygote and each idle pre-forked child count: want at least %d)",
+			m.Limits.ZygotePIDs, *m.PreFork, *m.PreFork+zygoteOwnPIDs)
+	}
+	return nil
 }
+
+// zygoteOwnPIDs is what a zygote's group holds besides its idle children
+// and what its import starts: bwrap, the agent, and a spare for a child
+// being forked while another waits.
+const zygoteOwnPIDs = 3
 
 // validateEnv checks [env]: names, reserved names, and values that execve
 // could not pass (a NUL byte) or that are over MaxEnvValueBytes, or all
@@ -322,10 +358,12 @@ func (l *Limits) validate(bad func(key, format string, a ...any) error) error {
 	for _, r := range []rng{
 		{"limits.timeout_ms", l.TimeoutMs, 1, MaxTimeoutMs},
 		{"limits.memory_mib", l.MemoryMiB, MinMemoryMiB, MaxMemoryMiB},
-		{"limits.pids", l.PIDs, 0, 65_536},
+		{"limits.pids", l.PIDs, 0, MaxPIDs},
 		{"limits.cpu_ms", l.CPUMs, 0, MaxTimeoutMs},
 		{"limits.max_request_kib", l.MaxRequestKiB, 1, MaxBodyKiB},
 		{"limits.max_response_kib", l.MaxResponseKiB, 1, MaxBodyKiB},
+		{"limits.zygote_memory_mib", l.ZygoteMemoryMiB, MinMemoryMiB, MaxMemoryMiB},
+		{"limits.zygote_pids", l.ZygotePIDs, MinZygotePIDs, MaxPIDs},
 	} {
 		if r.v < r.lo || r.v > r.hi {
 			return bad(r.key, "%d is outside %d..%d", r.v, r.lo, r.hi)

@@ -76,6 +76,8 @@ func TestParseManifestRejects(t *testing.T) {
 		{"cpu_ms", "-1", "900001", false},
 		{"max_request_kib", "-1", "65537", false},
 		{"max_response_kib", "-1", "65537", false},
+		{"zygote_memory_mib", "15", "65537", false},
+		{"zygote_pids", "7", "65537", false},
 	} {
 		want := "zygo.toml: limits." + l.key + ":"
 		add("limits",
@@ -83,6 +85,12 @@ func TestParseManifestRejects(t *testing.T) {
 			badManifest{l.key + " high", pyBase + "[limits]\n" + l.key + " = " + l.hi + "\n", want},
 		)
 	}
+	// Idle pre-forked children count in zygote_pids, with bwrap and the zygote.
+	add("limits",
+		badManifest{"zygote_pids below prefork", pyBase + "prefork = 10\n[limits]\nzygote_pids = 12\n",
+			"zygo.toml: limits.zygote_pids: 12 leaves no room for prefork = 10"},
+		badManifest{"zygote_pids string", pyBase + "[limits]\nzygote_pids = \"many\"\n", `"limits.zygote_pids"`},
+	)
 	for _, n := range []string{"", "Hello", "-hello", "hello_world", "hello world", "héllo", "a/b", long} {
 		add("name", badManifest{"name " + n, "name = \"" + n + "\"\nruntime = \"python\"\nhandler = \"main:handler\"\n", "zygo.toml: name:"})
 	}
@@ -164,8 +172,9 @@ func TestParseManifestAcceptsBounds(t *testing.T) {
 		{"dotted python module", "name = \"a\"\nruntime = \"python\"\nhandler = \"pkg.sub_mod._m:_handle2\"\n"},
 		{"node mjs in a subdir", "name = \"a\"\nruntime = \"node\"\nhandler = \"src/app.mjs:$handle_1\"\n"},
 		{"node cjs", "name = \"a\"\nruntime = \"node\"\nhandler = \"app.cjs:h\"\n"},
-		{"limits low", pyBase + "[limits]\ntimeout_ms = 1\nmemory_mib = 16\npids = 1\ncpu_ms = 1\nmax_request_kib = 1\nmax_response_kib = 1\n"},
-		{"limits high", pyBase + "[limits]\ntimeout_ms = 900000\nmemory_mib = 65536\npids = 65536\ncpu_ms = 900000\nmax_request_kib = 65536\nmax_response_kib = 65536\n"},
+		{"limits low", pyBase + "prefork = 0\n[limits]\ntimeout_ms = 1\nmemory_mib = 16\npids = 1\ncpu_ms = 1\nmax_request_kib = 1\nmax_response_kib = 1\nzygote_memory_mib = 16\nzygote_pids = 8\n"},
+		{"limits high", pyBase + "[limits]\ntimeout_ms = 900000\nmemory_mib = 65536\npids = 65536\ncpu_ms = 900000\nmax_request_kib = 65536\nmax_response_kib = 65536\nzygote_memory_mib = 65536\nzygote_pids = 65536\n"},
+		{"zygote_pids just fits prefork", pyBase + "prefork = 10\n[limits]\nzygote_pids = 13\n"},
 		{"concurrency bounds", pyBase + "concurrency = 256\n"},
 		{"pool_size 0 (a fresh worker per request)", nodeBase + "pool_size = 0\n"},
 		{"pool_size 1", nodeBase + "pool_size = 1\n"},
@@ -194,7 +203,8 @@ func TestParseManifestDefaults(t *testing.T) {
 	want := function.Manifest{
 		Name: "hello", Runtime: function.RuntimePython, Handler: "main:handler", Mode: function.ModeFork,
 		Interpreter: "/usr/bin/python3", Concurrency: 8, PoolSize: nil, PreFork: intp(2),
-		Limits: function.Limits{TimeoutMs: 30000, MemoryMiB: 256, MaxRequestKiB: 6 * 1024, MaxResponseKiB: 6 * 1024},
+		Limits: function.Limits{TimeoutMs: 30000, MemoryMiB: 256, MaxRequestKiB: 6 * 1024, MaxResponseKiB: 6 * 1024,
+			ZygoteMemoryMiB: 1024, ZygotePIDs: 256},
 	}
 	checkManifest(t, "python", py, &want)
 
@@ -220,6 +230,8 @@ pids = 32
 cpu_ms = 700
 max_request_kib = 10
 max_response_kib = 20
+zygote_memory_mib = 512
+zygote_pids = 40
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -227,8 +239,9 @@ max_response_kib = 20
 	want = function.Manifest{
 		Name: "hello", Runtime: function.RuntimeNode, Handler: "index.js:handler", Mode: function.ModeWorker,
 		Interpreter: "/opt/node/bin/node", Concurrency: 3, PoolSize: intp(5), Secrets: []string{"B", "A"},
-		Env:    map[string]string{"GREETING": "hi"},
-		Limits: function.Limits{TimeoutMs: 1500, MemoryMiB: 64, PIDs: 32, CPUMs: 700, MaxRequestKiB: 10, MaxResponseKiB: 20},
+		Env: map[string]string{"GREETING": "hi"},
+		Limits: function.Limits{TimeoutMs: 1500, MemoryMiB: 64, PIDs: 32, CPUMs: 700, MaxRequestKiB: 10, MaxResponseKiB: 20,
+			ZygoteMemoryMiB: 512, ZygotePIDs: 40},
 	}
 	checkManifest(t, "explicit", set, &want)
 }

@@ -67,6 +67,12 @@ const RandGuardPath = AgentDir + "/native/zygo_rand.so"
 type Files struct {
 	Control *os.File // becomes fd 3 in the sandbox
 	Status  *os.File // write end for bwrap's --json-status-fd (host pid, exit code); may be nil
+	// Block is the read end of a pipe for bwrap's --block-fd: the sandbox's
+	// process, once made (and reported on Status), waits before it runs the
+	// command until one byte arrives, so that the caller can put it in a
+	// cgroup first. End of file releases it too: the caller must kill the
+	// sandbox, not close the write end, to refuse it. May be nil.
+	Block *os.File
 }
 
 // Command returns an unstarted bwrap command for spec. Its stdin is
@@ -104,6 +110,10 @@ func Command(spec Spec, files Files) (*exec.Cmd, error) {
 	if files.Status != nil {
 		extra = append(extra, files.Status) // fd 5
 		args = append(args, "--json-status-fd", "5")
+	}
+	if files.Block != nil {
+		extra = append(extra, files.Block) // fd 5 or 6
+		args = append(args, "--block-fd", fmt.Sprint(2+len(extra)))
 	}
 	args = append(args, "--", spec.Interpreter)
 	args = append(args, spec.Args...)

@@ -73,6 +73,13 @@ type Spec struct {
 	// PreFork is the ceiling of children kept forked ahead of demand (fork
 	// mode; 0 disables pre-forking).
 	PreFork int
+	// Cgroup, when set, makes the sandbox's own cgroup (with its limits) and
+	// moves host pid (bwrap's) into it; Start then moves the sandbox's
+	// process in too, all before the agent runs (bwrap --block-fd), and
+	// Stop deletes it. Processes the agent starts are born in it; a fork
+	// zygote's children stay there until a request's BeforeGo moves them.
+	// nil: the sandbox shares the daemon's cgroups.
+	Cgroup func(ctx context.Context, hostPID int) (Cgroup, error)
 	// ReadyTimeout bounds the import and warm-up, default 60 s.
 	ReadyTimeout time.Duration
 	// Output receives the lines the agent process prints on its own stdout
@@ -145,6 +152,12 @@ type Zygote struct {
 	ready   Ready
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // set before done is closed
+	// childPID receives the sandbox process's host pid from readStatus
+	// (once, after pid1fd is set); release is the write end of its
+	// --block-fd pipe (with Spec.Cgroup), closed by wait after bwrap exits
+	// (guarded by mu).
+	childPID chan int
+	blockW   *os.File
 
 	sendMu  sync.Mutex      // serialises writes on ctl
 	pool    *pool           // pre-forked children (fork mode with PreFork > 0)
@@ -159,7 +172,8 @@ type Zygote struct {
 
 	mu       sync.Mutex // guards the fields below
 	state    State
-	pid1fd   int // pidfd of the sandbox's PID 1 (the agent, from --json-status-fd); -1 when unknown or gone
+	pid1fd   int    // pidfd of the sandbox's PID 1 (the agent, from --json-status-fd); -1 when unknown or gone
+	cg       Cgroup // the sandbox's cgroup (Spec.Cgroup); nil without one or until made
 	nextSeq  int
 	forks    map[int]chan message // seq → forked/fork_error
 	exits    map[int]chan message // seq → exited
@@ -176,7 +190,7 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 		spec.Log = slog.Default()
 	}
 	z := &Zygote{spec: spec, log: spec.Log, done: make(chan struct{}), draining: make(chan struct{}),
-		forks: map[int]chan message{}, exits: map[int]chan message{}, pid1fd: -1}
+		forks: map[int]chan message{}, exits: map[int]chan message{}, pid1fd: -1, childPID: make(chan int, 1)}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -214,24 +228,46 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 		remote.Close()
 		return nil, err
 	}
-	cmd, err := z.command(remote, statusW)
-	if err != nil {
+	var blockR, blockW *os.File
+	if spec.Cgroup != nil {
+		if blockR, blockW, err = os.Pipe(); err != nil {
+			remote.Close()
+			statusR.Close()
+			statusW.Close()
+			return nil, fmt.Errorf("making the sandbox's block pipe: %w", err)
+		}
+	}
+	closeChildEnds := func() {
 		remote.Close()
-		statusR.Close()
 		statusW.Close()
+		if blockR != nil {
+			blockR.Close()
+		}
+	}
+	z.blockW = blockW
+	cmd, err := z.command(remote, statusW, blockR)
+	if err != nil {
+		closeChildEnds()
+		statusR.Close()
+		z.closeRelease()
 		return nil, err
 	}
 	outR, errR, err := z.startWithPipes(cmd)
-	remote.Close()
-	statusW.Close()
+	closeChildEnds()
 	nsbox.CloseExtra(cmd)
 	if err != nil {
 		statusR.Close()
+		z.closeRelease()
 		return nil, err
 	}
 	z.cmd = cmd
-	undo = append(undo, func() { z.kill() })
+	undo = append(undo, func() { z.kill() }, z.deleteCgroup)
 	go z.wait(outR, errR, statusR)
+	if spec.Cgroup != nil {
+		if err := z.confine(ctx, blockW); err != nil {
+			return nil, err
+		}
+	}
 
 	t0 := time.Now()
 	if err := z.awaitReady(ctx); err != nil {
@@ -334,7 +370,7 @@ func (z *Zygote) mkOwned(dir *untrusted.Dir, name string, perm os.FileMode, owne
 	return nil
 }
 
-func (z *Zygote) command(remote, statusW *os.File) (*exec.Cmd, error) {
+func (z *Zygote) command(remote, statusW, blockR *os.File) (*exec.Cmd, error) {
 	box := z.spec.Box
 	if z.spec.Mode == ModeWorker {
 		box.Args = []string{nsbox.AgentDir + "/node/zygo_worker.js", "--code", nsbox.CodeDir, "--handler", z.spec.Handler}
@@ -348,7 +384,7 @@ func (z *Zygote) command(remote, statusW *os.File) (*exec.Cmd, error) {
 		"PYTHONUNBUFFERED=", "PYTHONDONTWRITEBYTECODE=1",
 	}, nsbox.ThreadEnv...)
 	box.Env = append(box.Env, z.spec.Env...)
-	return nsbox.Command(box, nsbox.Files{Control: remote, Status: statusW})
+	return nsbox.Command(box, nsbox.Files{Control: remote, Status: statusW, Block: blockR})
 }
 
 // startWithPipes starts cmd with its stdout and stderr on pipes and returns
@@ -397,6 +433,9 @@ func (z *Zygote) wait(outR, errR, statusR *os.File) {
 		z.readStatus(statusR)
 	}()
 	err := z.cmd.Wait()
+	// bwrap is gone, so its blocked child was killed with it (bwrap
+	// --die-with-parent): end of file on --block-fd can release nothing.
+	z.closeRelease()
 	pumped := make(chan struct{})
 	go func() { pumps.Wait(); close(pumped) }()
 	select {
@@ -414,6 +453,11 @@ func (z *Zygote) wait(outR, errR, statusR *os.File) {
 		err = errors.New("exited with status 0")
 	}
 	z.exitErr = describeExit(err)
+	if z.cg != nil {
+		if limit, value := z.cg.Exceeded(); limit != "" {
+			z.exitErr = fmt.Errorf("%w (the sandbox exceeded %s: %s)", z.exitErr, limit, value)
+		}
+	}
 	z.state = StateStopped
 	if z.pid1fd >= 0 {
 		unix.Close(z.pid1fd)
@@ -449,12 +493,19 @@ func (z *Zygote) readStatus(r io.Reader) {
 			continue
 		}
 		z.mu.Lock()
-		if z.pid1fd >= 0 || z.state == StateStopped {
-			unix.Close(fd)
-		} else {
+		first := z.pid1fd < 0 && z.state != StateStopped
+		if first {
 			z.pid1fd = fd
+		} else {
+			unix.Close(fd)
 		}
 		z.mu.Unlock()
+		if first {
+			select {
+			case z.childPID <- st.ChildPID:
+			default:
+			}
+		}
 	}
 }
 
@@ -585,13 +636,10 @@ func (z *Zygote) awaitReady(ctx context.Context) error {
 	case r := <-ch:
 		if r.err != nil {
 			<-z.done
-			z.tailMu.Lock()
-			tail := strings.Join(z.stderrTail, "\n")
-			z.tailMu.Unlock()
-			if tail != "" {
-				tail = "; its last output:\n" + tail
+			if err := z.limitError(); err != nil {
+				return err
 			}
-			return fmt.Errorf("%w: agent exited before ready: %w%s", errdefs.ErrUnavailable, z.exitErr, tail)
+			return fmt.Errorf("%w: agent exited before ready: %w%s", errdefs.ErrUnavailable, z.exitErr, z.lastOutput())
 		}
 		if r.creds != nil {
 			z.mu.Lock()
@@ -618,6 +666,11 @@ func (z *Zygote) handleFirst(m message) error {
 		ie := &ImportError{}
 		if err := json.Unmarshal(m.Error, ie); err != nil || ie.Type == "" {
 			ie = &ImportError{Type: "ImportError", Message: string(m.Error)}
+		}
+		// A fork or an allocation refused by the sandbox's cgroup surfaces
+		// as an exception (BlockingIOError, MemoryError): say which limit.
+		if limit, value := z.exceeded(); limit != "" {
+			ie.Message += fmt.Sprintf(" (import exceeded %s: %s)", limit, value)
 		}
 		return ie
 	default:
@@ -708,7 +761,8 @@ func (z *Zygote) Drain(ctx context.Context) error {
 }
 
 // Stop asks the agent to exit, kills the sandbox if it has not within
-// stopGrace, waits (bounded) for Done, and removes its run directory. It is
+// stopGrace, waits (bounded) for Done, deletes its cgroup (killing
+// whatever is left in it) and removes its run directory. It is
 // idempotent, holds no lock while it waits, and returns within about
 // stopGrace+killWait whatever the sandbox does: killing PID 1 kills its
 // whole pid namespace, bwrap is killed too, and wait stops reading output
@@ -734,6 +788,7 @@ func (z *Zygote) Stop() {
 			z.log.Error("the sandbox did not exit after SIGKILL; giving up waiting for it", "waited", killWait)
 		}
 	}
+	z.deleteCgroup()
 	z.removeRunDir()
 }
 
@@ -743,6 +798,16 @@ const (
 	stopGrace = time.Second
 	killWait  = outputGrace + 8*time.Second
 )
+
+// closeRelease closes the write end of the sandbox's --block-fd pipe.
+func (z *Zygote) closeRelease() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.blockW != nil {
+		z.blockW.Close()
+		z.blockW = nil
+	}
+}
 
 // kill sends SIGKILL to the sandbox's PID 1 (which makes the kernel kill
 // every process of its pid namespace) and to bwrap's process group.

@@ -41,10 +41,12 @@ func TestNodeFunctions(t *testing.T) {
 	if now.Key != "node-s3cr3t" || len(now.Secrets) != 1 {
 		t.Errorf("the request did not get its secret: %+v", now)
 	}
-	if strings.Contains(imp.Cgroup, "/zygo/") {
-		t.Errorf("import-time code ran in the request's cgroup:\n%s", imp.Cgroup)
+	// Import-time code runs in the worker's own group (<fn>/z-…), the
+	// request in a group of its own (<fn>/r-…).
+	if !strings.Contains(imp.Cgroup, "/nodefn/z-") || strings.Contains(imp.Cgroup, "/r-") {
+		t.Errorf("import-time code did not run in the worker's own cgroup:\n%s", imp.Cgroup)
 	}
-	if !strings.Contains(now.Cgroup, "/zygo/") {
+	if !strings.Contains(now.Cgroup, "/nodefn/r-") {
 		t.Errorf("the request did not run in its cgroup:\n%s", now.Cgroup)
 	}
 	if left := secretFilesLeft(t, d.StateDir); len(left) != 0 {
