@@ -59,3 +59,16 @@ func TestUnreachableNamesTheAddress(t *testing.T) {
 		t.Errorf("unix: %v (%T), want *Unreachable naming --state-dir", err, err)
 	}
 }
+
+// TestPackDirRefusesAFile: a zygo.toml given for its directory is refused with what to
+// give, not packed as an empty bundle that the daemon refuses for lacking a zygo.toml.
+func TestPackDirRefusesAFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "zygo.toml")
+	if err := os.WriteFile(f, []byte("name = \"x\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	if err := PackDir(f, &buf); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("PackDir(a file) = %v, want not a directory", err)
+	}
+}
