@@ -56,12 +56,12 @@ func newLogsCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// noRequestLines is the error of --request ID when the daemon holds no line of it. The
-// daemon keeps lines, not a list of requests, so it cannot tell an unknown id from a request
-// that printed nothing or whose lines were pruned; the message says all three.
+// noRequestLines is the error of --request ID when the daemon holds no line of it. Every
+// request a zygote served has at least its "request … done" line, so the id is unknown, or
+// its lines were pruned (the daemon keeps lines, not a list of requests, and cannot tell).
 func noRequestLines(function, request string) error {
 	return fmt.Errorf("no log lines of request %s in %s: no such request (zygo logs %s shows each line's request id), "+
-		"or it printed nothing, or its lines are older than the newest 20,000 the function keeps", request, function, function)
+		"or its lines are older than the newest 20,000 the function keeps", request, function, function)
 }
 
 func printLogs(w io.Writer, body wire.LogsBody) {
