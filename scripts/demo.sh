@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job end to end: start a daemon on a temporary state dir, deploy
-# examples/hello and examples/stats (NumPy at module level), invoke each
-# repeatedly, show that draws differ per request, print warm (fork) and cold
-# (spawn: a fresh interpreter per request) latency side by side, and stop the
-# daemon cleanly.
+# examples/hello, examples/stats (NumPy at module level), examples/hello-node
+# and stats-cold (examples/stats in spawn mode), invoke each repeatedly, show
+# that draws differ per request, print warm (fork) and cold (spawn: a fresh
+# interpreter per request) latency side by side, show the logs of the last
+# stats request, and stop the daemon cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ZYGO=${ZYGO:-./bin/zygo}
@@ -50,17 +51,20 @@ for i in 1 2 3; do $ZYGO invoke hello-node --data "{\"name\": \"node $i\"}"; don
 echo; echo "== stats (NumPy imported once, in the zygote), five requests: every draw differs"
 $ZYGO invoke stats --data '{"n": 500}' --repeat 5 2>/dev/null
 
-echo; echo "== latency, measured side by side in this run ($N requests each, concurrency 1)"
+NCOLD=$((N / 5)) NNODE=$((N / 2))
+echo; echo "== latency, measured side by side in this run (concurrency 1; $N requests each warm, $NCOLD cold, $NNODE Node)"
 warm=$($ZYGO invoke stats --data '{"n": 100}' --repeat "$N" 2>&1 >/dev/null | tail -1)
-cold=$($ZYGO invoke stats-cold --data '{"n": 100}' --repeat "$((N / 5))" 2>&1 >/dev/null | tail -1)
+cold=$($ZYGO invoke stats-cold --data '{"n": 100}' --repeat "$NCOLD" 2>&1 >/dev/null | tail -1)
 hello=$($ZYGO invoke hello --repeat "$N" 2>&1 >/dev/null | tail -1)
-node=$($ZYGO invoke hello-node --repeat "$((N / 2))" 2>&1 >/dev/null | tail -1)
+node=$($ZYGO invoke hello-node --repeat "$NNODE" 2>&1 >/dev/null | tail -1)
 printf '  %-28s %s\n' "hello, warm (fork):" "$hello" "stats, warm (fork):" "$warm" "stats, cold (spawn):" "$cold" "hello-node (workers):" "$node"
 p50() { sed -E 's/.*p50 ([0-9.]+) ms.*/\1/' <<<"$1"; }
 awk -v w="$(p50 "$warm")" -v c="$(p50 "$cold")" 'BEGIN { printf "  cold p50 / warm p50 = %.1fx\n", c / w }'
 
-echo; echo "== logs of the last stats request"
-$ZYGO logs stats | tail -3
+# The request column (the second) of the newest line of a request.
+last=$($ZYGO logs stats | awk '$2 != "-" { id = $2 } END { print id }')
+echo; echo "== logs of the last stats request ($last)"
+$ZYGO logs stats --request "$last"
 
 echo; echo "== stopping the daemon"
 kill -TERM "$DAEMON"; wait "$DAEMON"; DAEMON=""

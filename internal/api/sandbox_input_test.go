@@ -162,6 +162,9 @@ func TestSandboxBadInputIs400(t *testing.T) {
 			if status != tc.status || !strings.Contains(msg, tc.field) {
 				t.Errorf("%s %.80s: %d %.300q, want %d naming %q", tc.method, tc.path, status, raw, tc.status, tc.field)
 			}
+			if strings.Contains(msg, "?") && strings.Contains(msg, "=") { // the CLI prints it as it is
+				t.Errorf("%s %.80s: the message has HTTP query syntax: %q", tc.method, tc.path, msg)
+			}
 			for _, host := range []string{state, "/var/lib/zygo", "/tmp/zygo-", "/tmp/Test"} {
 				if strings.Contains(raw, host) {
 					t.Errorf("the answer names the host path %s: %.300q", host, raw)

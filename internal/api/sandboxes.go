@@ -328,11 +328,12 @@ func timeoutOf(w http.ResponseWriter, ms int64) (time.Duration, bool) {
 }
 
 // filePath returns the ?path= of a files route, checked by sandbox.ValidatePath (absolute,
-// no NUL, within PATH_MAX and NAME_MAX); on failure it has answered 400.
+// no NUL, within PATH_MAX and NAME_MAX); on failure it has answered 400 naming the field
+// "path" (no query syntax: the CLI shows the message as it is).
 func filePath(w http.ResponseWriter, r *http.Request) (string, bool) {
 	p := r.URL.Query().Get("path")
 	if err := sandbox.ValidatePath("path", p); err != nil {
-		badRequest(w, err.Error()+" (?path=/...)")
+		badRequest(w, err.Error())
 		return "", false
 	}
 	return p, true

@@ -112,7 +112,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		var ife *function.ImportFailed
 		if errors.As(err, &ife) {
 			writeError(w, http.StatusUnprocessableEntity, wire.ErrorBody{Code: wire.CodeImportFailed, Type: ife.Type,
-				Message:   "the new version failed to import; the previous version keeps serving: " + ife.Type + ": " + ife.Message,
+				Message:   ife.Outcome() + ": " + ife.Type + ": " + ife.Message,
 				Traceback: ife.Traceback})
 			return
 		}

@@ -442,21 +442,28 @@ func TestDeploy(t *testing.T) {
 		}
 	})
 	t.Run("import failed", func(t *testing.T) {
-		f := newFixture()
-		f.fns.deploy = func(io.Reader) (*function.DeployResult, error) {
-			ie := &zygote.ImportError{Type: "ModuleNotFoundError", Message: "No module named 'numpyy'",
-				Traceback: "Traceback (most recent call last):\n  File \"/code/main.py\", line 1\nModuleNotFoundError: No module named 'numpyy'\n"}
-			return nil, fmt.Errorf("deploying hello: %w", &function.ImportFailed{ImportError: ie})
-		}
-		rec := f.do("POST", "/v1/functions", strings.NewReader("b"))
-		if rec.Code != http.StatusUnprocessableEntity {
-			t.Fatalf("status %d, want 422: %s", rec.Code, rec.Body)
-		}
-		eb := errorOf(t, rec)
-		if eb.Code != "import_failed" || eb.Type != "ModuleNotFoundError" ||
-			!strings.Contains(eb.Traceback, `File "/code/main.py", line 1`) ||
-			!strings.Contains(eb.Message, "No module named 'numpyy'") || !strings.Contains(eb.Message, "previous version keeps serving") {
-			t.Errorf("error body %+v", eb)
+		for _, had := range []bool{true, false} {
+			f := newFixture()
+			f.fns.deploy = func(io.Reader) (*function.DeployResult, error) {
+				ie := &zygote.ImportError{Type: "ModuleNotFoundError", Message: "No module named 'numpyy'",
+					Traceback: "Traceback (most recent call last):\n  File \"/code/main.py\", line 1\nModuleNotFoundError: No module named 'numpyy'\n"}
+				return nil, fmt.Errorf("deploying hello: %w", &function.ImportFailed{ImportError: ie, HadPrevious: had})
+			}
+			rec := f.do("POST", "/v1/functions", strings.NewReader("b"))
+			if rec.Code != http.StatusUnprocessableEntity {
+				t.Fatalf("status %d, want 422: %s", rec.Code, rec.Body)
+			}
+			eb := errorOf(t, rec)
+			if eb.Code != "import_failed" || eb.Type != "ModuleNotFoundError" ||
+				!strings.Contains(eb.Traceback, `File "/code/main.py", line 1`) ||
+				!strings.Contains(eb.Message, "No module named 'numpyy'") {
+				t.Errorf("error body %+v", eb)
+			}
+			// Only a deploy over a serving version may say that one keeps serving.
+			if keeps := strings.Contains(eb.Message, "previous version keeps serving"); keeps != had ||
+				(!had && !strings.Contains(eb.Message, "no version of it was deployed")) {
+				t.Errorf("with a previous version %v: message %q", had, eb.Message)
+			}
 		}
 	})
 	t.Run("bundle over the compressed limit", func(t *testing.T) {

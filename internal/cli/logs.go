@@ -30,9 +30,13 @@ func newLogsCmd(g *globals) *cobra.Command {
 					return err
 				}
 				printLogs(cmd.OutOrStdout(), body)
+				first := after == 0
 				after = body.Next
 				if !follow {
 					if len(body.Lines) == 0 {
+						if first && request != "" {
+							return noRequestLines(args[0], request)
+						}
 						return nil
 					}
 					continue // the next page
@@ -50,6 +54,14 @@ func newLogsCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines")
 	cmd.Flags().StringVar(&request, "request", "", "only lines of this request id")
 	return cmd
+}
+
+// noRequestLines is the error of --request ID when the daemon holds no line of it. Every
+// request a zygote served has at least its "request … done" line, so the id is unknown, or
+// its lines were pruned (the daemon keeps lines, not a list of requests, and cannot tell).
+func noRequestLines(function, request string) error {
+	return fmt.Errorf("no log lines of request %s in %s: no such request (zygo logs %s shows each line's request id), "+
+		"or its lines are older than the newest 20,000 the function keeps", request, function, function)
 }
 
 func printLogs(w io.Writer, body wire.LogsBody) {

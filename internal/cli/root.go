@@ -39,16 +39,7 @@ func Execute() int {
 // and stderr, and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g := &globals{}
-	root := &cobra.Command{
-		Use:           "zygo",
-		Short:         "Zygo copies running code fast and makes every copy independent",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "daemon state directory (default $ZYGO_STATE_DIR, else "+daemon.DefaultStateDir()+")")
-	root.PersistentFlags().StringVar(&g.addr, "addr", "", "talk to the daemon over loopback TCP (host:port) instead of its unix socket; "+
-		"the token comes from $ZYGO_TOKEN, else from api.token in the state dir")
-	root.AddCommand(newServeCmd(g), newUpCmd(g), newInvokeCmd(g), newLsCmd(g), newLogsCmd(g), newRmCmd(g), newStatusCmd(g), newSecretCmd(g), newCheckCmd(g), newSandboxCmd(g))
+	root := newRootCmd(g)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -66,6 +57,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// newRootCmd returns the command tree, its flags bound to g.
+func newRootCmd(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "zygo",
+		Short:         "Zygo copies running code fast and makes every copy independent",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "daemon state directory (default $ZYGO_STATE_DIR, else "+daemon.DefaultStateDir()+")")
+	root.PersistentFlags().StringVar(&g.addr, "addr", "", "talk to the daemon over loopback TCP (host:port) instead of its unix socket; "+
+		"the token comes from $ZYGO_TOKEN, else from api.token in the state dir")
+	root.AddCommand(newServeCmd(g), newUpCmd(g), newInvokeCmd(g), newLsCmd(g), newLogsCmd(g), newRmCmd(g), newStatusCmd(g), newSecretCmd(g), newCheckCmd(g), newSandboxCmd(g))
+	return root
 }
 
 // exitError carries a specific exit status.

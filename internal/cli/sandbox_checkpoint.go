@@ -3,12 +3,15 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/zygo-run/zygo/sdk/go/wire"
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
@@ -64,8 +67,14 @@ func newSandboxCheckpointsCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(&cobra.Command{
 		Use:   "rm CHECKPOINT...",
 		Short: "Delete checkpoints; refused while a sandbox was restored from one or a checkpoint descends from it",
-		Args:  cobra.MinimumNArgs(1),
+		Long: "Delete checkpoints (ids or tags). One is refused while a sandbox was restored from it or a\n" +
+			"checkpoint was taken of such a sandbox (every fork without --from takes one). Within one call\n" +
+			"the checkpoints are removed children first, so a parent named with its children goes too.",
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if all, err := g.client().Checkpoints(cmd.Context(), ""); err == nil {
+				args = childrenFirst(args, all)
+			} // else each removal below reports the daemon's error
 			failed := 0
 			for _, id := range args {
 				if err := g.client().RemoveCheckpoint(cmd.Context(), id); err != nil {
@@ -82,6 +91,49 @@ func newSandboxCheckpointsCmd(g *globals) *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+// childrenFirst returns refs (checkpoint ids or tags) ordered so that a checkpoint comes
+// before its ancestors among refs: each is removed before the parent whose removal it would
+// block. Refs that match no checkpoint of all keep their place relative to each other, first.
+func childrenFirst(refs []string, all []wire.Checkpoint) []string {
+	byID := make(map[string]wire.Checkpoint, len(all))
+	byTag := map[string]wire.Checkpoint{} // the newest with a tag wins, as the daemon resolves it
+	for _, c := range all {
+		byID[c.ID] = c
+		if t, ok := byTag[c.Tag]; c.Tag != "" && (!ok || c.CreatedAt.After(t.CreatedAt)) {
+			byTag[c.Tag] = c
+		}
+	}
+	depth := func(ref string) int {
+		c, ok := byID[ref]
+		if !ok {
+			if c, ok = byTag[ref]; !ok {
+				return -1
+			}
+		}
+		d := 0
+		for seen := map[string]bool{}; c.ParentID != "" && !seen[c.ID]; d++ {
+			seen[c.ID] = true
+			if c, ok = byID[c.ParentID]; !ok {
+				break
+			}
+		}
+		return d
+	}
+	out := slices.Clone(refs)
+	depths := make(map[string]int, len(refs))
+	for _, r := range refs {
+		depths[r] = depth(r)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		di, dj := depths[out[i]], depths[out[j]]
+		if (di < 0) != (dj < 0) {
+			return di < 0
+		}
+		return di > dj
+	})
+	return out
 }
 
 func newSandboxForkCmd(g *globals) *cobra.Command {

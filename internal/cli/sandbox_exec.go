@@ -57,6 +57,9 @@ func newSandboxExecCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&body.Cwd, "cwd", "", "working directory inside the sandbox (default /)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "after this long SIGTERM the command (its process group), SIGKILL 2s later (default: no limit)")
 	cmd.Flags().BoolVarP(&stdin, "stdin", "i", false, "stream stdin to the command (EOF closes its stdin)")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return fmt.Errorf("%w (a flag of the command goes after --: zygo sandbox exec ID -- CMD [ARGS...])", err)
+	})
 	return cmd
 }
 

@@ -3,8 +3,10 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 func TestParseServices(t *testing.T) {
@@ -84,5 +86,36 @@ func TestShorten(t *testing.T) {
 		if got := shorten(in, 10); got != want {
 			t.Errorf("shorten(%q, 10) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestChildrenFirst: `checkpoints rm` given a chain oldest first removes the newest first,
+// so no parent is refused for a child removed later in the same call.
+func TestChildrenFirst(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	all := []wire.Checkpoint{
+		{ID: "cp-a", Tag: "base", CreatedAt: t0},
+		{ID: "cp-b", ParentID: "cp-a", Tag: "fork", CreatedAt: t0.Add(time.Second)},
+		{ID: "cp-c", ParentID: "cp-b", Tag: "fork", CreatedAt: t0.Add(2 * time.Second)},
+		{ID: "cp-x", CreatedAt: t0},
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"cp-a cp-b cp-c", "cp-c cp-b cp-a"},
+		{"base cp-x cp-c", "cp-c base cp-x"},
+		{"fork cp-a", "fork cp-a"}, // "fork" is cp-c, the newest with that tag
+		{"cp-a nope cp-b", "nope cp-b cp-a"},
+	} {
+		if got := strings.Join(childrenFirst(strings.Fields(tc.in), all), " "); got != tc.want {
+			t.Errorf("childrenFirst(%s) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestExecFlagHint: a flag meant for the command (python3 -V without --) is refused with
+// the hint to put -- before the command; nothing is sent to a daemon.
+func TestExecFlagHint(t *testing.T) {
+	code, _, stderr := runCLI(t, "--state-dir", t.TempDir(), "sandbox", "exec", "agent", "python3", "-V")
+	if code != 1 || !strings.Contains(stderr, "-V") || !strings.Contains(stderr, "-- CMD") {
+		t.Errorf("exit %d, stderr %q: want the unknown flag and the hint to use --", code, stderr)
 	}
 }

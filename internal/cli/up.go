@@ -3,6 +3,8 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -11,11 +13,19 @@ import (
 
 func newUpCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "up DIR",
-		Short: "Deploy the function in DIR (it holds zygo.toml)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "up [DIR | DIR/zygo.toml]",
+		Short: "Deploy the function in DIR (it holds zygo.toml; default: the current directory)",
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := g.client().DeployDir(cmd.Context(), args[0])
+			arg := "."
+			if len(args) == 1 {
+				arg = args[0]
+			}
+			dir, err := functionDir(arg)
+			if err != nil {
+				return err
+			}
+			res, err := g.client().DeployDir(cmd.Context(), dir)
 			if err != nil {
 				var ae *zygo.Error
 				if errors.As(err, &ae) && ae.Code == "import_failed" {
@@ -28,9 +38,13 @@ func newUpCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(out, "%s: %s is already active\n", res.Name, short(res.Version))
 				return nil
 			}
-			fmt.Fprintf(out, "%s: deployed %s (%s mode, ready in %d ms)\n", res.Name, short(res.Version), res.Mode, res.ReadyMs)
+			mode := res.Mode + " mode"
+			if res.Fallback != "" { // the mode it is served in, not the one asked for
+				mode = res.Mode + " → spawn fallback"
+			}
+			fmt.Fprintf(out, "%s: deployed %s (%s, ready in %d ms)\n", res.Name, short(res.Version), mode, res.ReadyMs)
 			if res.Fallback != "" {
-				fmt.Fprintf(out, "  warning: %s\n", res.Fallback)
+				fmt.Fprintf(out, "  fallback: %s\n", res.Fallback)
 			}
 			for _, c := range res.Checks {
 				if c.Level == "warn" {
@@ -40,6 +54,27 @@ func newUpCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// functionDir returns the function directory that arg names: arg itself, or the directory
+// of arg when arg is a zygo.toml. Anything else (another file, a directory without a
+// zygo.toml, a path that is not there) is an error saying what to give instead.
+func functionDir(arg string) (string, error) {
+	st, err := os.Stat(arg)
+	if err != nil {
+		return "", fmt.Errorf("up: %w", err)
+	}
+	dir := arg
+	if !st.IsDir() {
+		if filepath.Base(arg) != "zygo.toml" {
+			return "", fmt.Errorf("up: %s is a file: give the function's directory (the one holding zygo.toml)", arg)
+		}
+		dir = filepath.Dir(arg)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "zygo.toml")); err != nil {
+		return "", fmt.Errorf("up: %s has no zygo.toml: give the function's directory (the one holding zygo.toml)", dir)
+	}
+	return dir, nil
 }
 
 func short(version string) string {

@@ -33,6 +33,7 @@ import (
 	"github.com/zygo-run/zygo/internal/trusted"
 	"github.com/zygo-run/zygo/internal/untrusted"
 	"github.com/zygo-run/zygo/internal/zygote"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // Version is the daemon's build version, set by the linker or left "dev".
@@ -84,7 +85,7 @@ type Config struct {
 }
 
 // SocketPath returns the daemon's unix socket inside stateDir.
-func SocketPath(stateDir string) string { return filepath.Join(stateDir, "zygo.sock") }
+func SocketPath(stateDir string) string { return filepath.Join(stateDir, zygo.SocketName) }
 
 // TokenPath returns the file inside stateDir holding the bearer token that
 // calls on the --listen TCP address must carry (mode 0600, made by the
@@ -93,17 +94,9 @@ func TokenPath(stateDir string) string { return filepath.Join(stateDir, "api.tok
 
 // DefaultStateDir follows the XDG base directory spec for a user
 // ($XDG_STATE_HOME/zygo, else ~/.local/state/zygo) and uses /var/lib/zygo
-// for root.
-func DefaultStateDir() string {
-	if os.Geteuid() == 0 {
-		return "/var/lib/zygo"
-	}
-	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
-		return filepath.Join(x, "zygo")
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".local", "state", "zygo")
-}
+// for root. It is zygo.DefaultStateDir: the SDK's clients look where the
+// daemon listens.
+func DefaultStateDir() string { return zygo.DefaultStateDir() }
 
 func (c *Config) validate() error {
 	if c.StateDir == "" {

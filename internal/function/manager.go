@@ -138,10 +138,19 @@ type DeployResult struct {
 }
 
 // ImportFailed is returned by Deploy when the new version fails to import;
-// the previous version keeps serving.
+// the previous version, if there is one, keeps serving.
 type ImportFailed struct {
 	*zygote.ImportError
 	HadPrevious bool // a previous version exists and keeps serving
+}
+
+// Outcome says what a caller is left with, for the start of a message: the
+// previous version serving, or (a first deploy) no version at all.
+func (e *ImportFailed) Outcome() string {
+	if e.HadPrevious {
+		return "the new version failed to import; the previous version keeps serving"
+	}
+	return "the function failed to import; no version of it was deployed"
 }
 
 // Deploy reads a bundle (see ReadBundle), stores it as an immutable version,

@@ -22,6 +22,19 @@ type ExitWatcher interface {
 	WaitExit(ctx context.Context, id string) error
 }
 
+// deadError is what a call on a dead sandbox fails with: ErrDead (so errors.Is finds it and
+// errdefs.ErrFailedPrecondition) and the cause, and the message ends with the next step.
+type deadError struct {
+	id    string
+	cause error // why the engine died, as recorded (Record.Error)
+}
+
+func (e *deadError) Error() string {
+	return fmt.Sprintf("sandbox %s is dead (%v): %v (zygo sandbox rm %s removes it)", e.id, e.cause, ErrDead, e.id)
+}
+
+func (e *deadError) Unwrap() []error { return []error{ErrDead, e.cause} }
+
 // deadMarkTimeout bounds how long marking a sandbox Dead waits for its calls to unwind.
 const deadMarkTimeout = 30 * time.Second
 
@@ -62,7 +75,7 @@ func (m *Manager) watch(e *entry, inst *Instance) {
 func (m *Manager) engineDied(e *entry, engineID string, cause error) {
 	m.log.Error("sandbox engine died; marking the sandbox dead (zygo sandbox rm removes it)",
 		"sandbox_id", e.id, "engine_id", engineID, "err", cause)
-	e.cancel(fmt.Errorf("sandbox %s is dead (%w): %w", e.id, cause, ErrDead))
+	e.cancel(&deadError{id: e.id, cause: cause})
 	ctx, cancel := context.WithTimeout(m.ctx, deadMarkTimeout)
 	defer cancel()
 	if err := e.gate.lock(ctx, false); err == nil {

@@ -189,7 +189,7 @@ func (m *Manager) begin(ctx context.Context, idOrName string, shared bool, wait 
 	m.mu.Unlock()
 	if e == nil {
 		if rec.State == Dead {
-			return nil, fmt.Errorf("sandbox %s is dead (%s): %w", rec.ID, rec.Error, ErrDead)
+			return nil, &deadError{id: rec.ID, cause: errors.New(rec.Error)}
 		}
 		if rec.Error != "" {
 			return nil, fmt.Errorf("sandbox %s is %s (%s): %w", rec.ID, rec.State, rec.Error, errdefs.ErrFailedPrecondition)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // watchedFake is fakeBackend with an ExitWatcher: kill(id) makes WaitExit(id) return.
@@ -68,4 +69,39 @@ func TestFailedRollbackWhoseOldEngineDied(t *testing.T) {
 	if err := m.Remove(ctx, src.ID); err != nil {
 		t.Errorf("rm of the dead sandbox: %v", err)
 	}
+}
+
+// TestDeadSandboxErrorSaysRm: a call on a sandbox whose engine died fails with ErrDead, the
+// cause, and the next step (zygo sandbox rm ID removes it), both while the death is being
+// marked and once the sandbox is recorded Dead.
+func TestDeadSandboxErrorSaysRm(t *testing.T) {
+	ctx := context.Background()
+	be := &watchedFake{fakeBackend: newFake(), exits: map[string]chan struct{}{}}
+	m := newTestManager(t, be, NewMemRegistry(), nil)
+	defer m.Close()
+	sb, err := m.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	e := m.live[sb.ID]
+	m.mu.Unlock()
+	close(be.exit(sb.EngineID))
+	<-e.ctx.Done() // its watch has noticed; marking it Dead may still be under way
+	check := func(when string) {
+		_, err := m.Checkpoint(ctx, sb.ID, "")
+		if !errors.Is(err, ErrDead) || !strings.Contains(err.Error(), "killed") ||
+			!strings.HasSuffix(err.Error(), "(zygo sandbox rm "+sb.ID+" removes it)") {
+			t.Errorf("call on a dead sandbox (%s): %v", when, err)
+		}
+	}
+	check("its engine died")
+	for give := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		if rec, _ := m.Get(ctx, sb.ID); rec.State == Dead {
+			break
+		} else if time.Now().After(give) {
+			t.Fatalf("never marked dead: %s", rec.State)
+		}
+	}
+	check("recorded dead")
 }

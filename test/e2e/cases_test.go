@@ -74,6 +74,9 @@ func TestCaseBH11_ThreadAtWarmupFallsBack(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "chatter") {
 		t.Fatalf("zygo up did not name the thread: exit %d\n%s", code, out)
 	}
+	if !strings.Contains(out, "(fork → spawn fallback, ready in") || strings.Contains(out, "fork mode") {
+		t.Errorf("zygo up does not say the function is served in spawn mode:\n%s", out)
+	}
 	logs := strings.Join(d.Logs("bh11", ""), "\n")
 	if !strings.Contains(logs, "falling back to spawn mode") || !strings.Contains(logs, "chatter") {
 		t.Fatalf("logs do not say the function fell back, naming chatter:\n%s", logs)

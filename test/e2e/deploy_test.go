@@ -41,14 +41,23 @@ func TestDeployValidatesManifest(t *testing.T) {
 func TestDeployImportErrorKeepsOldVersion(t *testing.T) {
 	d := startDaemon(t, "")
 	manifest := "name = \"ver\"\nruntime = \"python\"\nhandler = \"main:handler\"\n"
+	// A first deploy that fails has no previous version to keep serving, and says so.
+	broken := writeFunction(t, map[string]string{"zygo.toml": manifest, "main.py": "import no_such_module_zygo\n"})
+	_, errOut, code := d.CLI("up", broken)
+	if code == 0 || !strings.Contains(errOut, "ModuleNotFoundError") || strings.Contains(errOut, "previous version") ||
+		!strings.Contains(errOut, "no version of it was deployed") {
+		t.Fatalf("broken first deploy: exit %d, stderr %q", code, errOut)
+	}
+	if out, _, _ := d.CLI("ls"); strings.Contains(out, "\nver ") {
+		t.Fatalf("after a failed first deploy, zygo ls lists it:\n%s", out)
+	}
 	d.Up(writeFunction(t, map[string]string{"zygo.toml": manifest, "main.py": strings.Replace(versioned, "%s", "v1", 1)}))
 	var v string
 	d.Invoke("ver", map[string]any{}, &v)
 	if v != "v1" {
 		t.Fatalf("got %q, want v1", v)
 	}
-	broken := writeFunction(t, map[string]string{"zygo.toml": manifest, "main.py": "import no_such_module_zygo\n"})
-	_, errOut, code := d.CLI("up", broken)
+	_, errOut, code = d.CLI("up", broken)
 	if code == 0 || !strings.Contains(errOut, "ModuleNotFoundError") || !strings.Contains(errOut, "Traceback") ||
 		!strings.Contains(errOut, "previous version keeps serving") {
 		t.Fatalf("broken deploy: exit %d, stderr %q", code, errOut)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -190,6 +191,18 @@ func TestStatusWithoutDaemon(t *testing.T) {
 	if !strings.Contains(string(out), "no Zygo daemon answered") {
 		t.Errorf("zygo status with no daemon: %s", out)
 	}
+	// With --addr the hint is about the address and --listen, not the state dir.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	out, err = execZygo("--state-dir", dir, "--addr", addr, "status").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), addr) || !strings.Contains(string(out), "--listen") ||
+		strings.Contains(string(out), "--state-dir") {
+		t.Errorf("zygo --addr %s status with no daemon: %s", addr, out)
+	}
 }
 
 func TestCLIInvokeAndLogs(t *testing.T) {
@@ -208,6 +221,20 @@ func TestCLIInvokeAndLogs(t *testing.T) {
 	logs, _, code := d.CLI("logs", "probe")
 	if code != 0 || !strings.Contains(logs, "stdout line from") || !strings.Contains(logs, "zygote ready") {
 		t.Fatalf("zygo logs: exit %d\n%s", code, logs)
+	}
+	// --request of a request that printed: its lines; of an unknown id: exit 1 saying so.
+	req := ""
+	for _, line := range strings.Split(logs, "\n") {
+		if f := strings.Fields(line); len(f) > 3 && strings.Contains(line, "stdout line from") && f[1] != "-" {
+			req = f[1]
+		}
+	}
+	if out, _, code := d.CLI("logs", "probe", "--request", req); req == "" || code != 0 || !strings.Contains(out, "stdout line from") {
+		t.Errorf("zygo logs --request %q: exit %d\n%s", req, code, out)
+	}
+	if out, errOut, code := d.CLI("logs", "probe", "--request", "r-nope"); code != 1 || out != "" ||
+		!strings.Contains(errOut, "no log lines of request r-nope") {
+		t.Errorf("zygo logs --request r-nope: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	ls, _, _ := d.CLI("ls")
 	if !strings.Contains(ls, "probe") || !strings.Contains(ls, "ready") {

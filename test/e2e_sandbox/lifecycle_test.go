@@ -127,6 +127,12 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Errorf("removing a referenced checkpoint: %q", msg)
 	}
 
+	// A checkpoint of a child descends from cp; a relative path is refused without HTTP syntax.
+	kidCP := d.OK("sandbox", "checkpoint", kids[0])
+	if msg := d.Fails("sandbox", "files", "get", src, "notes.txt"); !strings.Contains(msg, "path") || strings.Contains(msg, "?path") {
+		t.Errorf("files get of a relative path: %q", msg)
+	}
+
 	// rm leaves nothing behind.
 	for _, id := range append(kids, src) {
 		d.OK("sandbox", "rm", id)
@@ -143,7 +149,8 @@ func TestSandboxLifecycle(t *testing.T) {
 	if left := dirEntries(t, filepath.Join(d.EngineDir(), "instances")); len(left) != 0 {
 		t.Errorf("instance dirs left after rm: %v", left)
 	}
-	d.OK("sandbox", "checkpoints", "rm", "base")
+	// Parent first on the command line: removed children first, so both go.
+	d.OK("sandbox", "checkpoints", "rm", "base", kidCP)
 	if left := dirEntries(t, filepath.Join(d.StateDir, "images")); len(left) != 0 {
 		t.Errorf("image dirs left after removing the checkpoint: %v", left)
 	}
@@ -184,7 +191,8 @@ func restartInTheMiddle(t *testing.T, d *Daemon, src string) {
 	if rec.State != "dead" || rec.Error == "" {
 		t.Errorf("victim after its engine died: state %s error %q, want dead with a cause", rec.State, rec.Error)
 	}
-	if msg := d.Fails("sandbox", "exec", victim, "--", "true"); !strings.Contains(msg, "dead") {
+	if msg := d.Fails("sandbox", "exec", victim, "--", "true"); !strings.Contains(msg, "dead") ||
+		!strings.Contains(msg, "(zygo sandbox rm "+victim+" removes it)") {
 		t.Errorf("exec in a dead sandbox: %q", msg)
 	}
 	d.OK("sandbox", "rm", victim)

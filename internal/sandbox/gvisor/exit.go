@@ -70,8 +70,8 @@ func (b *Backend) WaitExit(ctx context.Context, id string) error {
 		return err
 	}
 	cause := fmt.Sprintf("the sandbox process (pid %d) of %s exited", pid, id)
-	if lim := b.limitCause(id); lim != "" {
-		cause += ": " + lim
+	if lim := b.limitCause(id); lim != "" { // the reason first: sandbox ls shows the start
+		cause = fmt.Sprintf("%s (the sandbox process (pid %d) of %s exited)", lim, pid, id)
 	}
 	if line := lastLogLine(filepath.Join(b.InstanceDir(id), "runsc.log")); line != "" {
 		cause += fmt.Sprintf(" (runsc.log: %q)", line)

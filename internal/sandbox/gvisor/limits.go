@@ -109,29 +109,34 @@ func (b *Backend) cgroupDirs(id string) []string {
 func (b *Backend) CgroupDirs(id string) []string { return b.cgroupDirs(id) }
 
 // limitCause says which limit of instance id was hit, from its cgroup's counters, or "" when
-// none was (or the group is gone). Call it before the group is removed.
+// none was (or the group is gone). The limit comes first ("memory limit of 256 MiB reached:
+// ..."), so that a cause cut short for a table still names it. Call it before the group is
+// removed.
 func (b *Backend) limitCause(id string) string {
 	var causes []string
-	mem := filepath.Join("/sys/fs/cgroup/memory", b.CgroupPath(id))
-	if n := counter(filepath.Join(mem, "memory.oom_control"), "oom_kill"); n > 0 {
+	oom := func(n int64, limitFile string) {
 		limit := ""
-		if v, err := os.ReadFile(filepath.Join(mem, "memory.limit_in_bytes")); err == nil {
+		if v, err := os.ReadFile(limitFile); err == nil {
 			if n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64); err == nil {
 				limit = fmt.Sprintf(" of %d MiB", n>>20)
 			}
 		}
-		causes = append(causes, fmt.Sprintf("the sandbox reached its memory limit%s and the kernel's OOM killer killed %d of its processes", limit, n))
+		causes = append(causes, fmt.Sprintf("memory limit%s reached: the kernel's OOM killer killed %d of the sandbox's processes", limit, n))
+	}
+	mem := filepath.Join("/sys/fs/cgroup/memory", b.CgroupPath(id))
+	if n := counter(filepath.Join(mem, "memory.oom_control"), "oom_kill"); n > 0 {
+		oom(n, filepath.Join(mem, "memory.limit_in_bytes"))
 	}
 	if n := counter(filepath.Join("/sys/fs/cgroup/pids", b.CgroupPath(id), "pids.events"), "max"); n > 0 {
-		causes = append(causes, fmt.Sprintf("the sandbox reached its host task limit %d times", n))
+		causes = append(causes, fmt.Sprintf("host task limit reached %d times", n))
 	}
 	// v2 (unified hosts): one directory.
 	v2 := filepath.Join("/sys/fs/cgroup", b.CgroupPath(id))
 	if n := counter(filepath.Join(v2, "memory.events"), "oom_kill"); n > 0 {
-		causes = append(causes, fmt.Sprintf("the sandbox reached its memory limit and the kernel's OOM killer killed %d of its processes", n))
+		oom(n, filepath.Join(v2, "memory.max"))
 	}
 	if n := counter(filepath.Join(v2, "pids.events"), "max"); n > 0 {
-		causes = append(causes, fmt.Sprintf("the sandbox reached its host task limit %d times", n))
+		causes = append(causes, fmt.Sprintf("host task limit reached %d times", n))
 	}
 	return strings.Join(causes, "; ")
 }

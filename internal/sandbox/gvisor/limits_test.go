@@ -193,7 +193,7 @@ func TestManagerLimits(t *testing.T) {
 		t.Errorf("the allocating process ended with %+v, want killed (137)", st)
 	}
 	if err != nil { // the OOM killer chose the Sentry: the sandbox is dead, saying why
-		if rec := waitDead(t, h, small.ID); !strings.Contains(rec.Error, "memory limit of 256 MiB") {
+		if rec := waitDead(t, h, small.ID); !strings.HasPrefix(rec.Error, "memory limit of 256 MiB reached") {
 			t.Errorf("dead sandbox's cause %q does not name the memory limit", rec.Error)
 		}
 	}
@@ -220,7 +220,7 @@ func TestManagerLimits(t *testing.T) {
 		t.Errorf("a 256 MiB sandbox wrote 1 GiB to /tmp: %s", dout.String())
 	}
 	if err != nil {
-		if rec := waitDead(t, h, files.ID); !strings.Contains(rec.Error, "memory limit of 256 MiB") {
+		if rec := waitDead(t, h, files.ID); !strings.HasPrefix(rec.Error, "memory limit of 256 MiB reached") {
 			t.Errorf("dead sandbox's cause %q does not name the memory limit", rec.Error)
 		}
 	}

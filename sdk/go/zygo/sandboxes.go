@@ -241,7 +241,7 @@ func (c *Client) Fork(ctx context.Context, id string, n int, from string, progre
 		if ctx.Err() != nil {
 			return ans, ctx.Err()
 		}
-		return ans, &Unreachable{err}
+		return ans, c.unreachable(err)
 	}
 	defer resp.Body.Close()
 	status := resp.StatusCode

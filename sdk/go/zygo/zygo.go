@@ -39,13 +39,15 @@ import (
 
 // Client talks to one Zygo daemon. Safe for concurrent use.
 type Client struct {
-	base string
-	hc   *http.Client
+	base   string
+	hc     *http.Client
+	socket string // the unix socket's path; "" for a TCP client
+	addr   string // the TCP address; "" for a unix-socket client
 }
 
 // NewClient returns a client for the daemon listening on the unix socket at socketPath.
 func NewClient(socketPath string) *Client {
-	return &Client{base: "http://zygo", hc: wire.UnixHTTPClient(socketPath)}
+	return &Client{base: "http://zygo", hc: wire.UnixHTTPClient(socketPath), socket: socketPath}
 }
 
 // NewTCPClient returns a client for a daemon started with `zygo serve --listen addr`. That
@@ -53,16 +55,38 @@ func NewClient(socketPath string) *Client {
 // contents of api.token in its state directory (mode 0600), sent as "Authorization: Bearer
 // token". With token "" none is sent, and the daemon answers 401 (IsUnauthenticated).
 func NewTCPClient(addr, token string) *Client {
-	return &Client{base: "http://" + addr, hc: wire.TCPHTTPClient(token)}
+	return &Client{base: "http://" + addr, hc: wire.TCPHTTPClient(token), addr: addr}
+}
+
+// SocketName is the name of the daemon's unix socket inside its state directory.
+const SocketName = "zygo.sock"
+
+// DefaultStateDir returns the state directory a daemon uses when given none, and so where
+// clients look for it ($ZYGO_STATE_DIR aside): /var/lib/zygo for root, else
+// $XDG_STATE_HOME/zygo, else ~/.local/state/zygo (the XDG base directory spec). Where the
+// home directory is unknown it returns the relative path .local/state/zygo.
+func DefaultStateDir() string { return defaultStateDir(os.Geteuid()) } // euid -1 on Windows
+
+func defaultStateDir(euid int) string {
+	if euid == 0 {
+		return "/var/lib/zygo"
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "zygo")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "state", "zygo")
 }
 
 // DefaultSocket returns where the CLI looks for the daemon: $ZYGO_STATE_DIR/zygo.sock, else
-// /var/lib/zygo/zygo.sock.
-func DefaultSocket() string {
+// zygo.sock in DefaultStateDir().
+func DefaultSocket() string { return defaultSocket(os.Geteuid()) }
+
+func defaultSocket(euid int) string {
 	if d := os.Getenv("ZYGO_STATE_DIR"); d != "" {
-		return filepath.Join(d, "zygo.sock")
+		return filepath.Join(d, SocketName)
 	}
-	return "/var/lib/zygo/zygo.sock"
+	return filepath.Join(defaultStateDir(euid), SocketName)
 }
 
 // Error is a call the daemon refused or failed: the HTTP status and the error body.
@@ -79,11 +103,27 @@ func (e *Error) Error() string {
 	return e.Message
 }
 
-// Unreachable is a transport failure: no daemon answered.
-type Unreachable struct{ Err error }
+// Unreachable is a transport failure: no daemon answered at Addr (a TCP client) or on
+// Socket (a unix-socket client).
+type Unreachable struct {
+	Err    error
+	Socket string // the unix socket's path; "" for a TCP client
+	Addr   string // the TCP address; "" for a unix-socket client
+}
 
+// Error says who did not answer and what to check: the address and the daemon's --listen
+// for TCP, the state directory for the unix socket.
 func (e *Unreachable) Error() string {
+	if e.Addr != "" {
+		return fmt.Sprintf("no Zygo daemon answered at %s (is `zygo serve --listen %s` running, and is the address right?): %v",
+			e.Addr, e.Addr, e.Err)
+	}
 	return fmt.Sprintf("no Zygo daemon answered (is `zygo serve` running with the same --state-dir?): %v", e.Err)
+}
+
+// unreachable returns the *Unreachable of a transport failure err on c.
+func (c *Client) unreachable(err error) *Unreachable {
+	return &Unreachable{Err: err, Socket: c.socket, Addr: c.addr}
 }
 
 func (e *Unreachable) Unwrap() error { return e.Err }
@@ -141,7 +181,7 @@ func (c *Client) send(ctx context.Context, req *http.Request) (*http.Response, e
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, &Unreachable{err}
+		return nil, c.unreachable(err)
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
