@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -189,11 +191,8 @@ func TestSummarize(t *testing.T) {
 
 // TestEngineNeedsRunsc: without runsc the check fails and says how to install it.
 func TestEngineNeedsRunsc(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = NewSandboxEngine(EngineConfig{GuestBinary: exe, Runsc: "/nonexistent/runsc"})
+	exe := staticBinary(t) // the guest binary must be static (guest.FindBinary checks)
+	_, err := NewSandboxEngine(EngineConfig{GuestBinary: exe, Runsc: "/nonexistent/runsc"})
 	if err == nil {
 		t.Fatal("an engine without runsc was made")
 	}
@@ -204,4 +203,24 @@ func TestEngineNeedsRunsc(t *testing.T) {
 		(os.Geteuid() == 0 && !strings.Contains(err.Error(), "make build")) {
 		t.Errorf("missing guest binary: %v", err)
 	}
+}
+
+// staticBinary builds a trivial statically linked program (CGO_ENABLED=0) and returns its path.
+func staticBinary(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module static\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "static")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building a static binary (needs go on PATH): %v\n%s", err, out)
+	}
+	return bin
 }

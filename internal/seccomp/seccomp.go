@@ -51,11 +51,13 @@ var DefaultDenied = []string{
 	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "reboot", "swapon", "swapoff",
 	"acct", "syslog", "sethostname", "setdomainname", "quotactl", "nfsservctl", "uselib",
 	"ioperm", "iopl", "vhangup", "_sysctl", "personality",
-	// SysV shared memory and message queues: what a request puts there
-	// outlives it in the sandbox's ipc namespace, uncapped (shmall, msgmni)
-	// and outside every tmpfs, until the zygote stops; POSIX shared memory
-	// (/dev/shm, capped) is the way
-	"shmget", "msgget",
+	// SysV shared memory, semaphores and message queues: what a request puts
+	// there outlives it in the sandbox's ipc namespace, uncapped (shmall,
+	// semmns, msgmni; the kernel memory is charged to the request's cgroup and
+	// moves to the function's unlimited parent when that is removed) and
+	// outside every tmpfs, until the zygote stops; POSIX shared memory and
+	// named semaphores (/dev/shm, capped) are the way
+	"shmget", "semget", "msgget",
 	// large attack surface, not needed by functions
 	"io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
 	"open_by_handle_at", "name_to_handle_at",

@@ -183,3 +183,25 @@ func TestNetworkNamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestHomeIsTheRequestsOwn (a third tester's case): HOME was the sandbox's /tmp, one folder
+// for every request of a function, so a .pth one request planted in
+// ~/.local/lib/pythonX.Y/site-packages ran inside every python3 a later request started.
+// Each request's HOME is now its own TMPDIR.
+func TestHomeIsTheRequestsOwn(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(fixture("homeplant"))
+	var planted map[string]string
+	d.Invoke("homeplant", map[string]any{"action": "plant"}, &planted)
+	for i := 0; i < 3; i++ {
+		var got map[string]string
+		d.Invoke("homeplant", map[string]any{"action": "run"}, &got)
+		if got["planted_ran"] != "False" {
+			t.Errorf("request %d: code another request planted under HOME ran in its python3: %v", i, got)
+		}
+		if got["home"] == "" || got["home"] != got["tmpdir"] || got["home"] == planted["home"] {
+			t.Errorf("request %d: HOME %q, TMPDIR %q (the planter's HOME was %q): want HOME = its own TMPDIR",
+				i, got["home"], got["tmpdir"], planted["home"])
+		}
+	}
+}

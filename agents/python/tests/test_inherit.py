@@ -138,10 +138,16 @@ class PolicyTest(unittest.TestCase):
         keep("memfd", os.memfd_create("user"))
         keep("dir", os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY))
         keep("opath", os.open(path, os.O_PATH))
+        keep("opath_memfd", os.open(f"/proc/self/fd/{self.fds['memfd']}", os.O_PATH))
         keep("devnull", os.open("/dev/null", os.O_RDWR))
         r, w = os.pipe()
         keep("pipe_r", r)
         keep("pipe_w", w)
+        # O_PATH handles on the pipe's ends: re-opening /proc/self/fd/N would give each
+        # request a live end of the same pipe (a third tester mixed replies that way).
+        keep("opath_pipe_r", os.open(f"/proc/self/fd/{r}", os.O_PATH))
+        keep("opath_pipe_w", os.open(f"/proc/self/fd/{w}", os.O_PATH))
+        keep("opath_devnull", os.open("/dev/null", os.O_PATH))
         a, b = socket.socketpair()
         keep("sock", a.detach())
         b.close()
@@ -158,6 +164,8 @@ class PolicyTest(unittest.TestCase):
         want = {"file": ("file", "reopen", False), "append": ("file", "reopen", False),
                 "deleted": ("file", "reopen", True), "memfd": ("file", "reopen", True),
                 "dir": ("directory", "reopen", False), "opath": ("o_path", "keep", False),
+                "opath_memfd": ("o_path", "keep", True), "opath_pipe_r": ("o_path", "dead", False),
+                "opath_pipe_w": ("o_path", "dead", False), "opath_devnull": ("o_path", "keep", False),
                 "devnull": ("device", "keep", False), "pipe_r": ("pipe", "dead", False),
                 "pipe_w": ("pipe", "dead-writer", False),
                 "sock": ("socket", "dead", False), "tcp": ("socket", "fresh-socket", False)}

@@ -312,10 +312,15 @@ def redirect_stdio(directory: str) -> None:
 
 
 def set_tmpdir(path: str) -> None:
-    """Make ``path`` (created 0700 if missing) the process's ``TMPDIR`` and reset
-    ``tempfile``. Returns nothing; raises ``OSError``."""
+    """Make ``path`` (created 0700 if missing) the process's ``TMPDIR`` and ``HOME``, and
+    reset ``tempfile``. ``HOME`` too: the sandbox's ``/tmp`` (the zygote's ``HOME``) is one
+    folder for every request of the function, and what programs read from ``HOME`` (a
+    ``python3`` the request runs loads ``~/.local/lib/pythonX.Y/site-packages/*.pth``; git,
+    pip and npm read their dotfiles) would let one request plant code or settings in
+    another's subprocesses. Returns nothing; raises ``OSError``."""
     os.makedirs(path, mode=0o700, exist_ok=True)
     os.environ["TMPDIR"] = path
+    os.environ["HOME"] = path
     reseed.reset_tempfile()
 
 

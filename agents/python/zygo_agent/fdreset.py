@@ -40,8 +40,12 @@ stay valid:
   the flags ``/proc/self/fdinfo`` reports (access mode, ``O_APPEND``, ``O_NONBLOCK``, ...) and
   the offset it had at warm-up. A file with no path (deleted, ``O_TMPFILE``, a memfd) gets its
   own offset too, but its content stays shared by every request: the warm-up report says so;
-- ``/dev/null``, ``zero``, ``full``, ``random`` and ``urandom``, a block device, and an
-  ``O_PATH`` handle, are kept (no offset, data or peer of their own to share).
+- ``/dev/null``, ``zero``, ``full``, ``random`` and ``urandom``, and a block device, are kept
+  (no offset, data or peer of their own to share);
+- an ``O_PATH`` handle follows what it names, since re-opening ``/proc/self/fd/N`` gives a
+  new open file description of it: on a regular file or directory with a path, or one of the
+  five devices above, it is kept (a nameless file is reported as shared content); on a pipe,
+  FIFO, socket, terminal or any other device it becomes a dead descriptor.
 
 Descriptors 1 and 2 are the agent's (pointed at the request's files); a descriptor the plan
 does not know (opened after warm-up, by an at-fork hook) is decided in the child by the same
@@ -180,7 +184,7 @@ def decide(fd: int, target: str) -> Entry:
         return Entry(fd, "anon", target, "dead")
     flags = open_flags(fd)
     if flags & getattr(os, "O_PATH", 0o10000000):
-        return Entry(fd, "o_path", target, "keep", flags)
+        return _decide_o_path(target, st, flags)._replace(fd=fd)
     if stat.S_ISFIFO(mode):
         writer = flags & os.O_ACCMODE == os.O_WRONLY
         return Entry(fd, "pipe" if target.startswith("pipe:") else "fifo", target,
@@ -196,6 +200,25 @@ def decide(fd: int, target: str) -> Entry:
     if stat.S_ISBLK(mode):
         return Entry(fd, "device", target, "keep", flags)
     return Entry(fd, "anon", target, "dead", flags)
+
+
+def _decide_o_path(target: str, st: os.stat_result, flags: int) -> Entry:
+    """Return the policy for an ``O_PATH`` handle. The handle itself reads and writes
+    nothing, but re-opening ``/proc/self/fd/N`` makes a new open file description of what
+    it names: a pipe, FIFO, socket or character device reopens into the same channel as the
+    zygote's (one request would read another's replies), and a nameless file (deleted, a
+    memfd) into the same content. So the handle is kept only when it names a regular file or
+    directory by a path (any request could open that path anyway) or a stateless device;
+    a channel gets a dead descriptor, and a nameless file is kept and reported as shared."""
+    fd = -1  # filled in by the caller's Entry
+    mode = st.st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        nameless = not target.startswith("/") or target.endswith(" (deleted)") \
+            or target.startswith("/memfd:")
+        return Entry(fd, "o_path", target, "keep", flags, shared_content=nameless)
+    if stat.S_ISCHR(mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) in _STATELESS_DEVICES:
+        return Entry(fd, "o_path", target, "keep", flags)
+    return Entry(fd, "o_path", target, "dead", flags)
 
 
 def _decide_char_device(fd: int, target: str, rdev: int, flags: int) -> Entry:
