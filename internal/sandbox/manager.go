@@ -432,7 +432,7 @@ func within(path, dir string) bool {
 
 // withGuest runs fn with the guest of a Running sandbox as one shared call; fn must use the
 // ctx it is given, which also ends when the sandbox is removed or dies.
-func (m *Manager) withGuest(ctx context.Context, idOrName string, fn func(context.Context, *guest.Client) error) error {
+func (m *Manager) withGuest(ctx context.Context, idOrName string, fn func(context.Context, Guest) error) error {
 	c, err := m.begin(ctx, idOrName, true, 0)
 	if err != nil {
 		return err
@@ -452,7 +452,7 @@ func (m *Manager) Services(ctx context.Context, idOrName string) ([]guest.Servic
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	var out []guest.ServiceStatus
-	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error {
 		info, err := c.Info(ctx)
 		out = info.Services
 		return err
@@ -468,7 +468,7 @@ func (m *Manager) Exec(ctx context.Context, idOrName string, req guest.ExecReque
 		return guest.ExitStatus{}, err
 	}
 	var st guest.ExitStatus
-	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) (err error) {
 		st, err = c.Exec(ctx, req, stdout, stderr)
 		return err
 	})
@@ -482,7 +482,7 @@ func (m *Manager) RunCode(ctx context.Context, idOrName string, req guest.CodeRe
 		return guest.CodeResult{}, err
 	}
 	var res guest.CodeResult
-	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) (err error) {
 		res, err = c.RunCode(ctx, req, stdout, stderr)
 		return err
 	})
@@ -497,7 +497,7 @@ func (m *Manager) PutFile(ctx context.Context, idOrName, path string, perm uint3
 	if perm > 0o7777 {
 		return invalid("mode", "%o: want permission bits (at most 7777)", perm)
 	}
-	return m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error { return c.PutFile(ctx, path, perm, r) })
+	return m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error { return c.PutFile(ctx, path, perm, r) })
 }
 
 // GetFile copies the file at path inside the sandbox to w; errdefs.ErrNotFound if missing.
@@ -505,7 +505,7 @@ func (m *Manager) GetFile(ctx context.Context, idOrName, path string, w io.Write
 	if err := ValidatePath("path", path); err != nil {
 		return err
 	}
-	return m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error { return c.GetFile(ctx, path, w) })
+	return m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error { return c.GetFile(ctx, path, w) })
 }
 
 // ListFiles lists the directory at path inside the sandbox: at most guest.MaxListEntries
@@ -515,7 +515,7 @@ func (m *Manager) ListFiles(ctx context.Context, idOrName, path string) (guest.L
 		return guest.Listing{}, err
 	}
 	var out guest.Listing
-	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) (err error) {
 		out, err = c.ListFiles(ctx, path)
 		return err
 	})

@@ -19,7 +19,7 @@ type ResealTarget struct {
 	Sandbox    SandboxRecord
 	Checkpoint CheckpointRecord
 	Hostname   string
-	Guest      *guest.Client
+	Guest      Guest
 	ResumedAt  time.Time
 	// Secrets are the current values of the secrets the copy names (Sandbox.Options.Secrets),
 	// read through ManagerConfig.Secrets just before the hook runs; nil when it names none.
