@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -189,11 +191,14 @@ func TestSummarize(t *testing.T) {
 
 // TestEngineNeedsRunsc: without runsc the check fails and says how to install it.
 func TestEngineNeedsRunsc(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	// A static guest, so that the guest check passes and the runsc one is reached.
+	exe := filepath.Join(t.TempDir(), "zygo-guest")
+	build := exec.Command("go", "build", "-o", exe, "github.com/zygo-run/zygo/cmd/zygo-guest")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building zygo-guest: %v\n%s", err, out)
 	}
-	_, err = NewSandboxEngine(EngineConfig{GuestBinary: exe, Runsc: "/nonexistent/runsc"})
+	_, err := NewSandboxEngine(EngineConfig{GuestBinary: exe, Runsc: "/nonexistent/runsc"})
 	if err == nil {
 		t.Fatal("an engine without runsc was made")
 	}
