@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,17 +17,20 @@ import (
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/hostid"
 	"github.com/zygo-run/zygo/internal/sandbox"
-	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
+	"github.com/zygo-run/zygo/internal/sandbox/engine"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
 )
 
-// SandboxConfig configures the gVisor sandboxes. The zero value finds runsc and zygo-guest by
-// itself. When either is missing the daemon still serves functions and every /v1/sandboxes
+// SandboxConfig configures the sandboxes. The zero value runs them on gVisor and finds runsc
+// and zygo-guest by itself. When either is missing the daemon still serves functions and every /v1/sandboxes
 // call answers 503 with the reason and how to fix it.
 type SandboxConfig struct {
 	// Disabled turns sandboxes off.
 	Disabled bool
+	// Backend names the engine new sandboxes run on, one of engine.Names() [engine.Default,
+	// "gvisor"]. Sandboxes and checkpoints of another backend are refused (failed_precondition).
+	Backend string
 	// Runsc is the runsc binary [/usr/local/bin/runsc, else runsc on PATH].
 	Runsc string
 	// GuestBinary is the static zygo-guest that is PID 1 of every sandbox [zygo-guest next to
@@ -51,7 +55,7 @@ const MaxEngineDir = 107 - len("/instances/") - len("sb-0123456789abcdef-012345"
 // sandboxes is the daemon's sandbox side: a Manager, or the reason there is none.
 type sandboxes struct {
 	mgr *sandbox.Manager
-	be  *gvisor.Backend
+	be  engine.Engine
 	// memImages is the tmpfs of the images of sandboxes with secrets (secretimages.go).
 	memImages string
 	err       error // why sandboxes are unavailable; nil when mgr is set
@@ -79,7 +83,7 @@ func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *se
 		log.Warn("sandboxes unavailable; functions are served as usual", "err", err)
 		return s
 	}
-	log.Info("sandboxes ready; recovering the earlier daemon's in the background", "backend", "gvisor")
+	log.Info("sandboxes ready; recovering the earlier daemon's in the background", "backend", be.Name())
 	go func() { // ends with the recovery, which ends with ctx or Manager.Close
 		rep, _ := rec.Wait(context.Background())
 		log.Info("sandboxes recovered", "adopted", len(rep.Adopted), "dead", len(rep.Dead), "dropped", len(rep.Dropped),
@@ -92,7 +96,7 @@ func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *se
 	return s
 }
 
-func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, log *slog.Logger) (*sandbox.Manager, *gvisor.Backend, error) {
+func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, log *slog.Logger) (*sandbox.Manager, engine.Engine, error) {
 	sc := cfg.Sandbox
 	if sc.Disabled {
 		return nil, nil, errors.New("disabled by configuration (zygo serve --no-sandboxes)")
@@ -108,8 +112,8 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 	if err != nil {
 		return nil, nil, err
 	}
-	be, err := gvisor.New(gvisor.Config{Runsc: sc.Runsc, StateDir: engineDir, GuestBinary: guestBin,
-		Log: log.With("component", "gvisor")})
+	be, err := engine.New(engine.Config{Backend: sc.Backend, Runsc: sc.Runsc, StateDir: engineDir, GuestBinary: guestBin,
+		Log: log.With("component", cmp.Or(sc.Backend, engine.Default))})
 	if err != nil {
 		return nil, nil, err
 	}

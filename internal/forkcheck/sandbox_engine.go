@@ -12,7 +12,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
-	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
+	"github.com/zygo-run/zygo/internal/sandbox/engine"
 )
 
 // EngineConfig configures a private sandbox engine. Zero fields take the defaults in brackets.
@@ -20,18 +20,21 @@ type EngineConfig struct {
 	// GuestBinary is the static zygo-guest, with its hidden `probe` subcommand [zygo-guest
 	// next to the running executable, else on PATH].
 	GuestBinary string
+	// Backend names the engine to check, one of engine.Names() [engine.Default].
+	Backend string
 	// Runsc is the runsc binary [the gvisor backend's default: /usr/local/bin/runsc, PATH].
 	Runsc string
 	// Log receives the Manager's and backend's logs [discarded].
 	Log *slog.Logger
 }
 
-// SandboxEngine is a sandbox Manager of the check's own: the gVisor backend and an in-memory
+// SandboxEngine is a sandbox Manager of the check's own: the configured backend (gVisor by
+// default, built by engine.New as the daemon's is) and an in-memory
 // registry on a fresh temporary state dir, so the check needs no daemon and touches no
 // user's sandboxes (as the functions mode runs a private daemon). Close removes all of it.
 type SandboxEngine struct {
 	Manager *sandbox.Manager
-	be      *gvisor.Backend
+	be      engine.Engine
 	dir     string
 }
 
@@ -55,7 +58,8 @@ func NewSandboxEngine(cfg EngineConfig) (*SandboxEngine, error) {
 	if err != nil {
 		return nil, err
 	}
-	be, err := gvisor.New(gvisor.Config{Runsc: cfg.Runsc, StateDir: filepath.Join(dir, "e"), GuestBinary: guestBin, Log: log})
+	be, err := engine.New(engine.Config{Backend: cfg.Backend, Runsc: cfg.Runsc, StateDir: filepath.Join(dir, "e"),
+		GuestBinary: guestBin, Log: log})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err // a missing runsc names scripts/install-runsc.sh

@@ -14,13 +14,6 @@ import (
 	"github.com/zygo-run/zygo/internal/sandbox/cleanup"
 )
 
-func (m *Manager) checkpointer() (Checkpointer, error) {
-	if m.ckpt == nil {
-		return nil, fmt.Errorf("backend %s cannot checkpoint: %w", m.be.Name(), errdefs.ErrFailedPrecondition)
-	}
-	return m.ckpt, nil
-}
-
 // Checkpoint saves an immutable image of the running sandbox, which keeps running, and
 // returns its record. A checkpoint cuts the guest's connection, which would kill an exec
 // half-way, so it waits for the sandbox's calls in flight — at most ManagerConfig.BusyWait,
@@ -31,11 +24,15 @@ func (m *Manager) Checkpoint(ctx context.Context, idOrName, tag string) (Checkpo
 	if err := ValidateTag(tag); err != nil {
 		return CheckpointRecord{}, err
 	}
-	ck, err := m.checkpointer()
+	rec, err := m.get(ctx, idOrName)
 	if err != nil {
 		return CheckpointRecord{}, err
 	}
-	c, err := m.begin(ctx, idOrName, false, m.cfg.BusyWait)
+	_, ck, err := m.bes.checkpointer(rec.Backend) // its own backend writes its image
+	if err != nil {
+		return CheckpointRecord{}, err
+	}
+	c, err := m.begin(ctx, rec.ID, false, m.cfg.BusyWait)
 	if err != nil {
 		return CheckpointRecord{}, err
 	}
@@ -68,7 +65,7 @@ func (m *Manager) checkpointLocked(ctx context.Context, ck Checkpointer, rec *Sa
 		return m.setState(ctx, rec, Running, nil)
 	})
 	cp := CheckpointRecord{ID: newID("cp-", 8), Tag: tag, SandboxID: rec.ID, ParentID: rec.CheckpointID,
-		Backend: m.be.Name(), Token: rec.Token, Generation: rec.Generation, Options: rec.Options}
+		Backend: rec.Backend, Token: rec.Token, Generation: rec.Generation, Options: rec.Options}
 	dir, err := m.imageDirFor(rec.Options)
 	if err != nil {
 		return CheckpointRecord{}, err
@@ -295,12 +292,11 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 			return res, err
 		}
 	}
-	ck, err := m.checkpointer()
+	parent, err := m.get(ctx, idOrName)
 	if err != nil {
 		return res, err
 	}
-	parent, err := m.get(ctx, idOrName)
-	if err != nil {
+	if _, _, err := m.bes.checkpointer(parent.Backend); err != nil {
 		return res, err
 	}
 	var release func()
@@ -308,6 +304,11 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 		return res, err
 	}
 	defer release()
+	// The children run on the parent's backend, which must be the one that wrote the image.
+	be, ck, err := m.bes.restorer(res.Checkpoint, parent.Backend)
+	if err != nil {
+		return res, fmt.Errorf("forking %s: %w", parent.ID, err)
+	}
 	var pmu sync.Mutex // serializes Progress calls and guards prog
 	prog := ForkProgress{Checkpoint: res.Checkpoint.ID, N: opts.N}
 	report := func(s *staged) { // s: a finished child, or nil before the first
@@ -330,7 +331,7 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 	var wg sync.WaitGroup
 	for i := range staged {
 		wg.Go(func() {
-			staged[i] = m.restoreChild(ctx, ck, parent, res.Checkpoint)
+			staged[i] = m.restoreChild(ctx, be, ck, parent, res.Checkpoint)
 			report(staged[i])
 		})
 	}
@@ -389,6 +390,7 @@ func (m *Manager) forkCheckpoint(ctx context.Context, parent SandboxRecord, from
 // staged is a child that was restored and resealed but is not Running yet.
 type staged struct {
 	rec    SandboxRecord
+	be     Backend // the backend inst runs on
 	inst   *Instance
 	reseal guest.ResealResult
 	err    error
@@ -397,9 +399,9 @@ type staged struct {
 
 // restoreChild restores one child and reseals it, leaving it Resealing (or failed, with its
 // undo stack loaded).
-func (m *Manager) restoreChild(ctx context.Context, ck Checkpointer, parent SandboxRecord, cp CheckpointRecord) *staged {
+func (m *Manager) restoreChild(ctx context.Context, be Backend, ck Checkpointer, parent SandboxRecord, cp CheckpointRecord) *staged {
 	now := m.cfg.Now()
-	s := &staged{rec: SandboxRecord{ID: newID("sb-", 8), Backend: m.be.Name(), State: Restoring,
+	s := &staged{be: be, rec: SandboxRecord{ID: newID("sb-", 8), Backend: be.Name(), State: Restoring,
 		// No generation until the reseal issues one: until then the record must not show the
 		// checkpoint's, which its siblings and its source hold too.
 		ParentID: parent.ID, CheckpointID: cp.ID, Token: cp.Token,
@@ -425,11 +427,11 @@ func (m *Manager) restoreChild(ctx context.Context, ck Checkpointer, parent Sand
 		s.err = fmt.Errorf("restoring %s from %s: %w", s.rec.ID, cp.ID, s.err)
 		return s
 	}
-	s.undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, s.inst.ID) })
+	s.undo.Add(func(ctx context.Context) error { return be.Destroy(ctx, s.inst.ID) })
 	if s.err = m.setState(ctx, &s.rec, Resealing, nil); s.err != nil {
 		return s
 	}
-	s.reseal, s.err = m.resealChild(ctx, &s.rec, cp, s.inst, spec.Hostname)
+	s.reseal, s.err = m.resealChild(ctx, be, &s.rec, cp, s.inst, spec.Hostname)
 	return s
 }
 
@@ -454,7 +456,7 @@ func (m *Manager) finishChild(ctx context.Context, s *staged) ForkChild {
 		return ForkChild{Err: s.err, Error: s.err.Error()}
 	}
 	s.undo.Release()
-	m.addLive(s.rec.ID, s.inst)
+	m.addLive(s.rec.ID, s.be, s.inst)
 	return ForkChild{Sandbox: s.rec}
 }
 
@@ -468,17 +470,21 @@ func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (Sa
 	if err := ValidateCheckpointRef("to", checkpoint); err != nil {
 		return SandboxRecord{}, err
 	}
-	ck, err := m.checkpointer()
-	if err != nil {
-		return SandboxRecord{}, err
-	}
 	target, err := m.get(ctx, idOrName)
 	if err != nil {
 		return SandboxRecord{}, err
 	}
+	if _, _, err := m.bes.checkpointer(target.Backend); err != nil {
+		return target, err
+	}
 	cp, err := m.checkpointFor(ctx, target, checkpoint)
 	if err != nil {
 		return target, err
+	}
+	// The sandbox stays on its backend, which must be the one that wrote the image.
+	be, ck, err := m.bes.restorer(cp, target.Backend)
+	if err != nil {
+		return target, fmt.Errorf("rolling back %s: %w", target.ID, err)
 	}
 	release, err := m.leaseCheckpoint(ctx, cp) // until the record names cp, or the rollback failed
 	if err != nil {
@@ -492,20 +498,20 @@ func (m *Manager) Rollback(ctx context.Context, idOrName, checkpoint string) (Sa
 	if err != nil {
 		return target, err
 	}
-	rec, err := m.rollbackLocked(c.ctx, ck, c.rec, c.e, cp)
+	rec, err := m.rollbackLocked(c.ctx, be, ck, c.rec, c.e, cp)
 	return rec, c.end(err)
 }
 
 // rollbackLocked is Rollback with e held exclusively. It ends in a definite state: Running on
 // the new engine instance, or, on any failure, Running on the old one (Dead with the cause
 // when the old engine died meanwhile); the state it ends in is saved with retries (settle).
-func (m *Manager) rollbackLocked(ctx context.Context, ck Checkpointer, rec SandboxRecord, e *entry, cp CheckpointRecord) (SandboxRecord, error) {
+func (m *Manager) rollbackLocked(ctx context.Context, be Backend, ck Checkpointer, rec SandboxRecord, e *entry, cp CheckpointRecord) (SandboxRecord, error) {
 	if err := m.setState(ctx, &rec, RollingBack, nil); err != nil {
 		return rec, err
 	}
 	next := rec
 	next.EngineID = newEngineID(rec.ID)
-	inst, err := m.restoreInPlace(ctx, ck, &next, cp)
+	inst, err := m.restoreInPlace(ctx, be, ck, &next, cp)
 	if err != nil {
 		return m.abortRollback(ctx, rec, e, fmt.Errorf("rolling back %s to %s: %w", rec.ID, cp.ID, err))
 	}
@@ -515,7 +521,7 @@ func (m *Manager) rollbackLocked(ctx context.Context, ck Checkpointer, rec Sandb
 	// instance is the sandbox, and a failure to save destroys the new one.
 	back := context.WithoutCancel(ctx)
 	if err := m.settle(ctx, &next, Running, nil); err != nil {
-		if derr := m.be.Destroy(back, inst.ID); derr != nil {
+		if derr := be.Destroy(back, inst.ID); derr != nil {
 			m.log.Error("destroying the copy of a failed rollback", "sandbox_id", rec.ID, "engine_id", inst.ID, "err", derr)
 		}
 		return m.abortRollback(ctx, rec, e, fmt.Errorf("rolling back %s to %s: %w", rec.ID, cp.ID, err))
@@ -525,7 +531,7 @@ func (m *Manager) rollbackLocked(ctx context.Context, ck Checkpointer, rec Sandb
 	e.inst = inst
 	e.mu.Unlock()
 	m.watch(e, inst) // and no longer the old one, destroyed below
-	if err := m.be.Destroy(back, old.ID); err != nil {
+	if err := be.Destroy(back, old.ID); err != nil {
 		m.log.Error("destroying rolled-back instance", "sandbox_id", rec.ID, "engine_id", old.ID, "err", err)
 	}
 	m.log.Info("rolled back", "sandbox_id", rec.ID, "checkpoint", cp.ID, "generation", next.Generation)
@@ -582,7 +588,7 @@ func (m *Manager) settle(ctx context.Context, rec *SandboxRecord, to State, caus
 }
 
 // restoreInPlace restores cp under rec.EngineID and reseals it; on error it destroys it.
-func (m *Manager) restoreInPlace(ctx context.Context, ck Checkpointer, rec *SandboxRecord, cp CheckpointRecord) (*Instance, error) {
+func (m *Manager) restoreInPlace(ctx context.Context, be Backend, ck Checkpointer, rec *SandboxRecord, cp CheckpointRecord) (*Instance, error) {
 	uid, err := m.hostUID(ctx, rec.ID) // the sandbox's own, which it keeps
 	if err != nil {
 		return nil, err
@@ -598,9 +604,9 @@ func (m *Manager) restoreInPlace(ctx context.Context, ck Checkpointer, rec *Sand
 	saved := *rec
 	saved.CheckpointID = cp.ID
 	saved.Options.Secrets = cp.Options.Secrets // the copy is the image's: it gets the image's secrets
-	if _, err := m.resealChild(ctx, &saved, cp, inst, spec.Hostname); err != nil {
+	if _, err := m.resealChild(ctx, be, &saved, cp, inst, spec.Hostname); err != nil {
 		var undo cleanup.Stack
-		undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, inst.ID) })
+		undo.Add(func(ctx context.Context) error { return be.Destroy(ctx, inst.ID) })
 		if uerr := undo.Run(ctx, 0); uerr != nil {
 			m.log.Error("destroying copy that failed reseal", "engine_id", inst.ID, "err", uerr)
 		}

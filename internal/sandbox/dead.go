@@ -41,7 +41,7 @@ const deadMarkTimeout = 30 * time.Second
 // watch starts watching inst, e's current instance, when the backend can; it stops watching
 // the instance watched before (a rollback replaced it). The watch ends with e.ctx.
 func (m *Manager) watch(e *entry, inst *Instance) {
-	w, ok := m.be.(ExitWatcher)
+	w, ok := e.be.(ExitWatcher)
 	if !ok {
 		return
 	}

@@ -105,6 +105,7 @@ func (g *gate) inFlight() int {
 // entry is a sandbox with a running engine instance.
 type entry struct {
 	id   string
+	be   Backend // the backend inst runs on (the record's)
 	gate gate
 	// ctx ends when the sandbox is removed, its engine dies or the Manager closes; every call
 	// on the sandbox runs under it, and context.Cause(ctx) says why (ErrRemoved, ErrDead,
@@ -235,9 +236,9 @@ func (m *Manager) begin(ctx context.Context, idOrName string, shared bool, wait 
 }
 
 // addLive registers a Running sandbox's instance and starts watching its engine.
-func (m *Manager) addLive(id string, inst *Instance) {
+func (m *Manager) addLive(id string, be Backend, inst *Instance) {
 	ctx, cancel := context.WithCancelCause(m.ctx)
-	e := &entry{id: id, ctx: ctx, cancel: cancel, inst: inst}
+	e := &entry{id: id, be: be, ctx: ctx, cancel: cancel, inst: inst}
 	m.mu.Lock()
 	m.live[id] = e
 	m.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -46,7 +47,12 @@ type CreateOptions struct {
 
 // ManagerConfig configures a Manager. Zero fields take the defaults in brackets.
 type ManagerConfig struct {
-	Backend  Backend  // required
+	// Backend is the engine new sandboxes are created on. Required.
+	Backend Backend
+	// Backends are further engines, of other names, whose sandboxes and checkpoints the
+	// Manager also serves (records name their backend); a checkpoint is only ever restored by
+	// the backend that wrote it. Usually none.
+	Backends []Backend
 	Registry Registry // required
 	// ImageDir holds one directory per checkpoint image; created if missing. Required.
 	ImageDir string
@@ -89,11 +95,10 @@ type ManagerConfig struct {
 // records in the Registry. Safe for concurrent use. Sandboxes outlive the Manager: a new one
 // on the same Registry and backend state adopts them with Recover.
 type Manager struct {
-	cfg  ManagerConfig
-	be   Backend
-	ckpt Checkpointer // nil when the backend cannot checkpoint
-	reg  Registry
-	log  *slog.Logger
+	cfg ManagerConfig
+	bes backends // by name; bes.def is ManagerConfig.Backend
+	reg Registry
+	log *slog.Logger
 
 	// ctx ends (cause errClosed) when the Manager is closed: every entry's ctx, watch and
 	// recovery worker derives from it; wg counts those goroutines.
@@ -147,11 +152,14 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 			return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
 		}
 	}
-	m := &Manager{cfg: cfg, be: cfg.Backend, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
+	bes, err := newBackends(cfg.Backend, cfg.Backends)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, bes: bes, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
 		recovering: map[string]chan struct{}{}, ckLeases: map[string]int{}, ckRemoving: map[string]bool{},
 		removeImage: os.RemoveAll}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())
-	m.ckpt, _ = cfg.Backend.(Checkpointer)
 	return m, nil
 }
 
@@ -277,7 +285,8 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 		return SandboxRecord{}, err
 	}
 	now := m.cfg.Now()
-	rec := SandboxRecord{ID: newID("sb-", 8), Backend: m.be.Name(), State: Creating, Token: newToken(),
+	be := m.bes.def
+	rec := SandboxRecord{ID: newID("sb-", 8), Backend: be.Name(), State: Creating, Token: newToken(),
 		Generation: newGeneration(), Options: opts, CreatedAt: now, UpdatedAt: now}
 	rec.Name = opts.Name
 	if rec.Name == "" {
@@ -309,20 +318,20 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	}
 	undo.Add(func(ctx context.Context) error { return m.releaseHostUID(ctx, id) }) // after the Destroy below
 	engineID := rec.EngineID
-	undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, engineID) }) // a half-made instance too
+	undo.Add(func(ctx context.Context) error { return be.Destroy(ctx, engineID) }) // a half-made instance too
 	boot := guest.Boot{Token: rec.Token, Services: opts.Services, Env: opts.Env, MachineID: newID("", 16), Identity: guest.Identity{
 		SandboxID: rec.ID, Generation: rec.Generation, Hostname: rec.EngineID, ResumedAt: now}}
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: opts.RootfsDir, Boot: boot, Token: rec.Token,
 		Limits: opts.Limits(), HostUID: uid}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
-	inst, err := m.be.Create(cctx, spec)
+	inst, err := be.Create(cctx, spec)
 	if err != nil {
 		return SandboxRecord{}, fmt.Errorf("creating sandbox %s: %w", rec.ID, err)
 	}
 	if inst.ID != engineID {
 		instID := inst.ID
-		undo.Add(func(ctx context.Context) error { return m.be.Destroy(ctx, instID) })
+		undo.Add(func(ctx context.Context) error { return be.Destroy(ctx, instID) })
 	}
 	if len(secrets) > 0 {
 		if err := inst.Guest.WriteSecrets(cctx, secrets); err != nil {
@@ -333,7 +342,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 		return SandboxRecord{}, err
 	}
 	undo.Release()
-	m.addLive(rec.ID, inst)
+	m.addLive(rec.ID, be, inst)
 	m.log.Info("created sandbox", "sandbox_id", rec.ID, "generation", rec.Generation, "secrets", len(secrets))
 	return rec, nil
 }
@@ -432,7 +441,7 @@ func within(path, dir string) bool {
 
 // withGuest runs fn with the guest of a Running sandbox as one shared call; fn must use the
 // ctx it is given, which also ends when the sandbox is removed or dies.
-func (m *Manager) withGuest(ctx context.Context, idOrName string, fn func(context.Context, *guest.Client) error) error {
+func (m *Manager) withGuest(ctx context.Context, idOrName string, fn func(context.Context, Guest) error) error {
 	c, err := m.begin(ctx, idOrName, true, 0)
 	if err != nil {
 		return err
@@ -452,7 +461,7 @@ func (m *Manager) Services(ctx context.Context, idOrName string) ([]guest.Servic
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	var out []guest.ServiceStatus
-	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error {
 		info, err := c.Info(ctx)
 		out = info.Services
 		return err
@@ -468,7 +477,7 @@ func (m *Manager) Exec(ctx context.Context, idOrName string, req guest.ExecReque
 		return guest.ExitStatus{}, err
 	}
 	var st guest.ExitStatus
-	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) (err error) {
 		st, err = c.Exec(ctx, req, stdout, stderr)
 		return err
 	})
@@ -482,7 +491,7 @@ func (m *Manager) RunCode(ctx context.Context, idOrName string, req guest.CodeRe
 		return guest.CodeResult{}, err
 	}
 	var res guest.CodeResult
-	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) (err error) {
 		res, err = c.RunCode(ctx, req, stdout, stderr)
 		return err
 	})
@@ -497,7 +506,7 @@ func (m *Manager) PutFile(ctx context.Context, idOrName, path string, perm uint3
 	if perm > 0o7777 {
 		return invalid("mode", "%o: want permission bits (at most 7777)", perm)
 	}
-	return m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error { return c.PutFile(ctx, path, perm, r) })
+	return m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error { return c.PutFile(ctx, path, perm, r) })
 }
 
 // GetFile copies the file at path inside the sandbox to w; errdefs.ErrNotFound if missing.
@@ -505,7 +514,7 @@ func (m *Manager) GetFile(ctx context.Context, idOrName, path string, w io.Write
 	if err := ValidatePath("path", path); err != nil {
 		return err
 	}
-	return m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) error { return c.GetFile(ctx, path, w) })
+	return m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error { return c.GetFile(ctx, path, w) })
 }
 
 // ListFiles lists the directory at path inside the sandbox: at most guest.MaxListEntries
@@ -515,7 +524,7 @@ func (m *Manager) ListFiles(ctx context.Context, idOrName, path string) (guest.L
 		return guest.Listing{}, err
 	}
 	var out guest.Listing
-	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c *guest.Client) (err error) {
+	err := m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) (err error) {
 		out, err = c.ListFiles(ctx, path)
 		return err
 	})
@@ -538,6 +547,10 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 	}
 	if err := m.waitRecovered(ctx, rec.ID); err != nil {
 		return err
+	}
+	be, err := m.bes.named(rec.Backend) // before anything is touched: only its backend can destroy it
+	if err != nil {
+		return fmt.Errorf("removing sandbox %s: %w", rec.ID, err)
 	}
 	m.mu.Lock()
 	e := m.live[rec.ID]
@@ -563,7 +576,7 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 	if err := m.setState(ctx, &rec, Removing, nil); err != nil {
 		return err
 	}
-	if err := m.be.Destroy(ctx, rec.EngineID); err != nil {
+	if err := be.Destroy(ctx, rec.EngineID); err != nil {
 		_ = m.setState(context.WithoutCancel(ctx), &rec, Failed, fmt.Errorf("removing: %w", err))
 		return fmt.Errorf("destroying sandbox %s: %w", rec.ID, err)
 	}
@@ -587,8 +600,11 @@ func (m *Manager) Close() error {
 	m.mu.Lock()
 	m.live = map[string]*entry{}
 	m.mu.Unlock()
-	if c, ok := m.be.(io.Closer); ok {
-		return c.Close()
+	var errs []error
+	for _, b := range m.bes.byName {
+		if c, ok := b.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

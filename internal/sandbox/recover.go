@@ -74,9 +74,15 @@ func (m *Manager) StartRecover(ctx context.Context) (*Recovery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing sandboxes: %w", err)
 	}
-	engines, err := m.be.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing engine instances: %w", err)
+	engines := map[string]Backend{} // engine id → the backend that has it
+	for name, be := range m.bes.byName {
+		ids, err := be.List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing the engine instances of backend %s: %w", name, err)
+		}
+		for _, id := range ids {
+			engines[id] = be
+		}
 	}
 	m.removeStrayImages(ctx)  // before serving: no checkpoint is being written yet
 	keep := map[string]bool{} // engine ids a record accounts for; the rest are orphans
@@ -100,9 +106,9 @@ func (m *Manager) StartRecover(ctx context.Context) (*Recovery, error) {
 		defer cancel()
 		defer stop()
 		m.recoverAll(wctx, r, jobs)
-		for _, id := range engines {
+		for id, be := range engines {
 			if !keep[id] && wctx.Err() == nil {
-				if err := m.be.Destroy(wctx, id); err == nil {
+				if err := be.Destroy(wctx, id); err == nil {
 					r.add(&r.rep.Orphans, id)
 				}
 			}
@@ -141,9 +147,15 @@ func (m *Manager) recoverOne(ctx context.Context, r *Recovery, rec SandboxRecord
 		r.add(&r.rep.Interrupted, rec.ID)
 		return
 	}
+	be, err := m.bes.named(rec.Backend)
+	if err != nil { // a record of an engine this daemon does not run: left as it is
+		m.log.Warn("not recovering sandbox", "sandbox_id", rec.ID, "err", err)
+		r.add(&r.rep.Interrupted, rec.ID)
+		return
+	}
 	switch rec.State {
 	case Running, Checkpointing, RollingBack:
-		switch m.adopt(ctx, rec) {
+		switch m.adopt(ctx, be, rec) {
 		case adopted:
 			r.add(&r.rep.Adopted, rec.ID)
 		case died:
@@ -152,7 +164,7 @@ func (m *Manager) recoverOne(ctx context.Context, r *Recovery, rec SandboxRecord
 			r.add(&r.rep.Interrupted, rec.ID)
 		}
 	default: // Creating, Restoring, Resealing, Removing: never handed out, or going away
-		if err := m.be.Destroy(ctx, rec.EngineID); err != nil {
+		if err := be.Destroy(ctx, rec.EngineID); err != nil {
 			m.log.Error("destroying interrupted sandbox", "sandbox_id", rec.ID, "err", err)
 			return
 		}
@@ -171,16 +183,16 @@ const (
 
 // adopt attaches rec's engine instance and marks it Running, or cleans it up and marks it
 // Dead. When ctx ends first it leaves the record as it was (interrupted).
-func (m *Manager) adopt(ctx context.Context, rec SandboxRecord) adoption {
+func (m *Manager) adopt(ctx context.Context, be Backend, rec SandboxRecord) adoption {
 	actx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: rec.Options.RootfsDir, Token: rec.Token}
-	inst, err := m.be.Attach(actx, spec)
+	inst, err := be.Attach(actx, spec)
 	if err == nil {
 		rec.State = Running // whatever step was in flight died with the old process
 		rec.Error = ""
 		if err = m.reg.PutSandbox(ctx, rec); err == nil {
-			m.addLive(rec.ID, inst)
+			m.addLive(rec.ID, be, inst)
 			return adopted
 		}
 	}
@@ -188,7 +200,7 @@ func (m *Manager) adopt(ctx context.Context, rec SandboxRecord) adoption {
 		return interrupted
 	}
 	m.log.Warn("sandbox engine instance is gone", "sandbox_id", rec.ID, "err", err)
-	if derr := m.be.Destroy(ctx, rec.EngineID); derr != nil {
+	if derr := be.Destroy(ctx, rec.EngineID); derr != nil {
 		m.log.Error("destroying dead sandbox", "sandbox_id", rec.ID, "err", derr)
 	}
 	_ = m.setState(ctx, &rec, Dead, fmt.Errorf("engine instance died while the daemon was down: %w", err))

@@ -19,7 +19,7 @@ type ResealTarget struct {
 	Sandbox    SandboxRecord
 	Checkpoint CheckpointRecord
 	Hostname   string
-	Guest      *guest.Client
+	Guest      Guest
 	ResumedAt  time.Time
 	// Secrets are the current values of the secrets the copy names (Sandbox.Options.Secrets),
 	// read through ManagerConfig.Secrets just before the hook runs; nil when it names none.
@@ -95,7 +95,7 @@ func SendReseal(ctx context.Context, t ResealTarget, req guest.ResealRequest) (g
 // alike, passes here after Restore and before it may be marked Running. It gives rec a new
 // generation and token, runs the configured ResealFunc under ReadyTimeout and, on success,
 // leaves rec carrying the new values. On error the caller destroys the copy.
-func (m *Manager) resealChild(ctx context.Context, rec *SandboxRecord, cp CheckpointRecord, inst *Instance, hostname string) (guest.ResealResult, error) {
+func (m *Manager) resealChild(ctx context.Context, be Backend, rec *SandboxRecord, cp CheckpointRecord, inst *Instance, hostname string) (guest.ResealResult, error) {
 	next := *rec
 	next.Generation, next.Token = newGeneration(), newToken()
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
@@ -109,7 +109,7 @@ func (m *Manager) resealChild(ctx context.Context, rec *SandboxRecord, cp Checkp
 	if err != nil {
 		return res, fmt.Errorf("resealing %s: %w", rec.ID, err)
 	}
-	if err := m.verifyOutOfBand(rctx, inst.ID, next.Generation); err != nil {
+	if err := m.verifyOutOfBand(rctx, be, inst.ID, next.Generation); err != nil {
 		return res, fmt.Errorf("resealing %s: %w", rec.ID, err)
 	}
 	rec.Generation, rec.Token = next.Generation, next.Token
@@ -152,8 +152,8 @@ type GenerationReader interface {
 
 // verifyOutOfBand checks, when the backend can, that the copy really
 // published want; a copy that did not is not resealed (fail closed).
-func (m *Manager) verifyOutOfBand(ctx context.Context, engineID, want string) error {
-	gr, ok := m.cfg.Backend.(GenerationReader)
+func (m *Manager) verifyOutOfBand(ctx context.Context, be Backend, engineID, want string) error {
+	gr, ok := be.(GenerationReader)
 	if !ok {
 		return nil
 	}

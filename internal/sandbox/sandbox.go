@@ -34,6 +34,7 @@ package sandbox
 
 import (
 	"context"
+	"io"
 
 	"github.com/zygo-run/zygo/internal/guest"
 )
@@ -70,7 +71,40 @@ type Instance struct {
 	ID string
 	// Guest is the channel to the instance's guest agent, connected when Create or Restore
 	// returns. The backend owns it and closes it in Destroy; callers must not Close it.
-	Guest *guest.Client
+	Guest Guest
+}
+
+var _ Guest = (*guest.Client)(nil)
+
+// Guest is the host's channel to one instance's guest agent, whatever carries it (a unix
+// socket bound into a gVisor sandbox today, a vsock for a VM later: guest.Transport). Every
+// engine runs the same zygo-guest, so every backend hands out a *guest.Client over its own
+// transport; the interface is what the Manager needs of it, so tests and other engines may
+// supply their own.
+//
+// Calls are safe for concurrent use. A call made while the channel is down (the guest
+// reconnecting after a checkpoint) waits for it until ctx ends. Errors wrap the errdefs
+// categories the guest reports (ErrNotFound for a missing file, ErrInvalidArgument for a bad
+// request) or errdefs.ErrUnavailable when the channel fails.
+type Guest interface {
+	// Info returns the guest's identity, services and clock.
+	Info(ctx context.Context) (guest.Info, error)
+	// Exec runs req to completion, streaming its output to stdout and stderr (either may be
+	// nil: discarded), and returns its exit status.
+	Exec(ctx context.Context, req guest.ExecRequest, stdout, stderr io.Writer) (guest.ExitStatus, error)
+	// RunCode runs Python in the guest's persistent interpreter.
+	RunCode(ctx context.Context, req guest.CodeRequest, stdout, stderr io.Writer) (guest.CodeResult, error)
+	// PutFile writes r to the absolute guest path with mode perm, making parent dirs.
+	PutFile(ctx context.Context, path string, perm uint32, r io.Reader) error
+	// GetFile copies the guest file at path to w.
+	GetFile(ctx context.Context, path string, w io.Writer) error
+	// ListFiles lists the guest directory at path.
+	ListFiles(ctx context.Context, path string) (guest.Listing, error)
+	// WriteSecrets writes each secret to the guest's secrets dir (mode 0400).
+	WriteSecrets(ctx context.Context, secrets map[string][]byte) error
+	// Reseal makes a restored copy independent (new identity, token, entropy, secrets); the
+	// channel presents req.NewToken from then on.
+	Reseal(ctx context.Context, req guest.ResealRequest) (guest.ResealResult, error)
 }
 
 // Backend runs sandboxes on one engine.

@@ -6,95 +6,15 @@ import (
 	"os"
 	"path/filepath"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
 )
 
-// Minimal OCI runtime-spec types: only the fields runsc reads from our bundles.
-type ociSpec struct {
-	Version  string     `json:"ociVersion"`
-	Process  ociProcess `json:"process"`
-	Root     ociRoot    `json:"root"`
-	Hostname string     `json:"hostname"`
-	Mounts   []ociMount `json:"mounts"`
-	Linux    ociLinux   `json:"linux"`
-}
-
-type ociProcess struct {
-	User         ociUser         `json:"user"`
-	Args         []string        `json:"args"`
-	Env          []string        `json:"env"`
-	Cwd          string          `json:"cwd"`
-	Capabilities ociCapabilities `json:"capabilities"`
-	Rlimits      []ociRlimit     `json:"rlimits,omitempty"`
-}
-
-type ociRlimit struct {
-	Type string `json:"type"`
-	Hard uint64 `json:"hard"`
-	Soft uint64 `json:"soft"`
-}
-
-type ociUser struct {
-	UID uint32 `json:"uid"`
-	GID uint32 `json:"gid"`
-}
-
-type ociCapabilities struct {
-	Bounding  []string `json:"bounding"`
-	Effective []string `json:"effective"`
-	Permitted []string `json:"permitted"`
-}
-
-type ociRoot struct {
-	Path     string `json:"path"`
-	Readonly bool   `json:"readonly"`
-}
-
-type ociMount struct {
-	Destination string   `json:"destination"`
-	Type        string   `json:"type"`
-	Source      string   `json:"source"`
-	Options     []string `json:"options,omitempty"`
-}
-
-type ociLinux struct {
-	Namespaces  []ociNamespace `json:"namespaces"`
-	UIDMappings []ociIDMapping `json:"uidMappings,omitempty"`
-	GIDMappings []ociIDMapping `json:"gidMappings,omitempty"`
-	Resources   *ociResources  `json:"resources,omitempty"`
-	CgroupsPath string         `json:"cgroupsPath,omitempty"`
-}
-
-type ociResources struct {
-	Memory *ociMemory `json:"memory,omitempty"`
-	Pids   *ociPids   `json:"pids,omitempty"`
-	CPU    *ociCPU    `json:"cpu,omitempty"`
-}
-
-type ociMemory struct {
-	Limit int64 `json:"limit"`          // bytes
-	Swap  int64 `json:"swap,omitempty"` // memory+swap, bytes: Limit, so no swap on top (v1 with memsw only)
-}
-
-type ociPids struct {
-	Limit int64 `json:"limit"`
-}
-
-type ociCPU struct {
-	Quota  int64  `json:"quota"`  // microseconds per period
-	Period uint64 `json:"period"` // microseconds
-}
-
-type ociIDMapping struct {
-	ContainerID uint32 `json:"containerID"`
-	HostID      uint32 `json:"hostID"`
-	Size        uint32 `json:"size"`
-}
-
-type ociNamespace struct {
-	Type string `json:"type"`
-}
+// ociVersion is the runtime-spec version our bundles declare. It stays what the bundles
+// saved with older images (zygo-bundle.json) say, which checkImageBundle compares whole.
+const ociVersion = "1.0.2"
 
 // capabilities of PID 1: Docker's default set plus CAP_SYS_ADMIN, which the agent needs for
 // sethostname and RNDADDENTROPY. PID 1 drops CAP_SYS_ADMIN from its bounding set before it
@@ -113,47 +33,50 @@ var capabilities = []string{
 // /etc/ssl itself: it holds private/, the host's TLS private keys.
 var hostBinds = []string{"/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl/certs", "/etc/ssl/openssl.cnf"}
 
-// bundleSpec returns the OCI spec of instance spec.ID whose host directory is hostDir.
-func (b *Backend) bundleSpec(spec sandbox.Spec, hostDir string) ociSpec {
+// bundleSpec returns the OCI spec (runsc's config.json) of instance spec.ID whose host
+// directory is hostDir.
+func (b *Backend) bundleSpec(spec sandbox.Spec, hostDir string) specs.Spec {
 	root := b.rootfs
 	if spec.RootfsDir != "" {
 		root = spec.RootfsDir
 	}
-	caps := ociCapabilities{Bounding: capabilities, Effective: capabilities, Permitted: capabilities}
-	s := ociSpec{
-		Version:  "1.0.2",
-		Process:  ociProcess{Args: []string{guest.BinaryPath}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Cwd: "/", Capabilities: caps},
-		Root:     ociRoot{Path: root, Readonly: false}, // readonly:true would make every bind read-only
+	caps := &specs.LinuxCapabilities{Bounding: capabilities, Effective: capabilities, Permitted: capabilities}
+	s := specs.Spec{
+		Version: ociVersion,
+		Process: &specs.Process{Args: []string{guest.BinaryPath}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Cwd: "/",
+			Capabilities: caps},
+		Root:     &specs.Root{Path: root, Readonly: false}, // readonly:true would make every bind read-only
 		Hostname: spec.Hostname,
-		Mounts: []ociMount{
+		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc"},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		},
-		Linux: ociLinux{Namespaces: []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}}},
+		Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace},
+			{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.MountNamespace}}},
 	}
 	b.applyLimits(&s, spec)
 	if spec.HostUID != 0 {
 		// runsc (directfs, run as root) starts the sandbox and the gofer each in a new user
 		// namespace with these mappings, as the namespace's root: host uid spec.HostUID.
-		m := []ociIDMapping{{ContainerID: 0, HostID: spec.HostUID, Size: 1}}
-		s.Linux.Namespaces = append(s.Linux.Namespaces, ociNamespace{"user"})
+		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: spec.HostUID, Size: 1}}
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
 	}
 	if spec.RootfsDir == "" {
 		for _, p := range hostBinds {
 			if _, err := os.Stat(p); err == nil {
-				s.Mounts = append(s.Mounts, ociMount{Destination: p, Type: "bind", Source: p, Options: []string{"rbind", "ro"}})
+				s.Mounts = append(s.Mounts, specs.Mount{Destination: p, Type: "bind", Source: p, Options: []string{"rbind", "ro"}})
 			}
 		}
 	}
 	s.Mounts = append(s.Mounts,
-		ociMount{Destination: guest.BinaryPath, Type: "bind", Source: b.guestBin, Options: []string{"bind", "ro"}},
+		specs.Mount{Destination: guest.BinaryPath, Type: "bind", Source: b.guestBin, Options: []string{"bind", "ro"}},
 		// Read-only: code in the sandbox can neither replace the host's socket nor write to the
 		// host's disk through it (internal/guest/proto.go, "The channel").
-		ociMount{Destination: guest.HostDir, Type: "bind", Source: hostDir, Options: []string{"rbind", "ro"}},
+		specs.Mount{Destination: guest.HostDir, Type: "bind", Source: hostDir, Options: []string{"rbind", "ro"}},
 	)
 	return s
 }

@@ -47,5 +47,6 @@ func StopListeningForTest(b *Backend, id string) error {
 	if in == nil {
 		return os.ErrNotExist
 	}
-	return in.ln.Close()
+	in.stop()
+	return nil
 }

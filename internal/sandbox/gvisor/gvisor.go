@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,9 +96,16 @@ type Backend struct {
 type instance struct {
 	id     string
 	dir    string
-	ln     net.Listener
 	client *guest.Client
-	stop   context.CancelFunc // stops the accept loop
+	stop   func() // stops the accept loop and closes its listener
+}
+
+// transport is the guest channel of instance dir: its host/ directory, bound read-only at
+// guest.HostDir, holding the socket the agent dials and the boot file; both are shared with
+// the instance's engine uid as host/ is.
+func transport(dir string, uid uint32) *guest.UnixTransport {
+	return &guest.UnixTransport{Dir: filepath.Join(dir, "host"), ShareSocket: shareLikeHostDir,
+		ShareBoot: func(p string) error { return shareWithEngine(p, uid, 0o640) }}
 }
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
@@ -253,16 +259,13 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, imageDir string)
 	if err := makeInstanceDirs(in.dir, hostDir, spec.HostUID); err != nil {
 		return nil, err
 	}
+	tr := transport(in.dir, spec.HostUID)
 	if imageDir == "" {
-		boot := filepath.Join(hostDir, "boot.json")
-		if err := writeJSON(boot, spec.Boot, 0o600); err != nil {
-			return nil, fmt.Errorf("writing boot file: %w", err)
-		}
-		if err := shareWithEngine(boot, spec.HostUID, 0o640); err != nil {
+		if err := tr.PutBoot(spec.Boot); err != nil {
 			return nil, err
 		}
 	}
-	if err := b.listen(in, spec.Token); err != nil {
+	if err := b.listen(in, tr, spec.Token); err != nil {
 		return nil, err
 	}
 	if err := writeJSON(filepath.Join(in.dir, "config.json"), b.bundleSpec(spec, hostDir), 0o600); err != nil {
@@ -291,33 +294,16 @@ func (b *Backend) reserve(in *instance) error {
 	return nil
 }
 
-// listen opens the host socket in the instance's host dir and starts accepting the guest.
-func (b *Backend) listen(in *instance, token string) error {
-	sock := filepath.Join(in.dir, "host", "agent.sock")
-	if len(sock) >= len(unix.RawSockaddrUnix{}.Path) {
-		return fmt.Errorf("socket path %s is too long for a unix socket; use a shorter StateDir: %w", sock, errdefs.ErrInvalidArgument)
-	}
-	_ = os.Remove(sock) // a stale one from a process that died
-	ln, err := net.Listen("unix", sock)
+// listen starts accepting the guest of in over tr. The boot file holds the first token; the
+// guest's directory is read-only to it, so the host removes the file once the agent has
+// authenticated, before it starts any service (guest.Connect).
+func (b *Backend) listen(in *instance, tr guest.Transport, token string) error {
+	client, stop, err := guest.Connect(tr, token, b.log.With("engine_id", in.id))
 	if err != nil {
-		return fmt.Errorf("listening for the guest: %w", err)
-	}
-	if err := shareLikeHostDir(sock); err != nil { // a re-attach makes a new one
-		ln.Close()
 		return err
 	}
-	sctx, stop := context.WithCancel(context.Background())
-	client := guest.NewClient(token, b.log.With("engine_id", in.id))
-	// The boot file holds the first token; the guest's directory is read-only to it, so the
-	// host removes the file once the agent has authenticated, before it starts any service.
-	client.OnFirstConnect(func() { _ = os.Remove(filepath.Join(in.dir, "host", "boot.json")) })
-	go func() {
-		if err := client.Serve(sctx, ln); err != nil {
-			b.log.Warn("guest accept loop ended", "engine_id", in.id, "err", err)
-		}
-	}()
 	b.mu.Lock()
-	in.ln, in.client, in.stop = ln, client, stop
+	in.client, in.stop = client, stop
 	b.mu.Unlock()
 	return nil
 }
@@ -387,7 +373,7 @@ func (b *Backend) Attach(ctx context.Context, spec sandbox.Spec) (*sandbox.Insta
 	}
 	b.insts[spec.ID] = in
 	b.mu.Unlock()
-	if err := b.listen(in, spec.Token); err != nil {
+	if err := b.listen(in, transport(in.dir, 0), spec.Token); err != nil { // no boot: shares nothing but the socket
 		b.forget(spec.ID)
 		return nil, err
 	}
@@ -407,7 +393,6 @@ func (b *Backend) forget(id string) *instance {
 	if in != nil {
 		if in.stop != nil {
 			in.stop()
-			in.ln.Close()
 			in.client.Close()
 		}
 	}

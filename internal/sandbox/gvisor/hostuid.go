@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
@@ -125,7 +126,7 @@ func (b *Backend) checkImageBundle(imageDir string, spec sandbox.Spec) error {
 	if err != nil {
 		return fmt.Errorf("reading the image's bundle: %w", err)
 	}
-	var old ociSpec
+	var old specs.Spec // as runsc reads it
 	if err := json.Unmarshal(data, &old); err != nil {
 		return fmt.Errorf("image's bundle: %w (%w)", errdefs.ErrFailedPrecondition, err)
 	}
@@ -137,11 +138,15 @@ func (b *Backend) checkImageBundle(imageDir string, spec sandbox.Spec) error {
 }
 
 // perCopyCleared returns s without what each restored copy has of its own.
-func perCopyCleared(s ociSpec) ociSpec {
+func perCopyCleared(s specs.Spec) specs.Spec {
 	s.Hostname = ""
-	s.Linux.CgroupsPath = ""
-	s.Linux.UIDMappings, s.Linux.GIDMappings = nil, nil
-	s.Mounts = append([]ociMount(nil), s.Mounts...)
+	if s.Linux != nil {
+		l := *s.Linux
+		l.CgroupsPath = ""
+		l.UIDMappings, l.GIDMappings = nil, nil
+		s.Linux = &l
+	}
+	s.Mounts = append([]specs.Mount(nil), s.Mounts...)
 	for i := range s.Mounts {
 		if s.Mounts[i].Destination == guest.HostDir {
 			s.Mounts[i].Source = ""

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/sandbox"
 )
@@ -14,7 +16,7 @@ import (
 func TestBundleUserNamespace(t *testing.T) {
 	b := &Backend{cgroupParent: DefaultCgroupParent, rootfs: "/nonexistent", guestBin: "/nonexistent"}
 	s := b.bundleSpec(sandbox.Spec{ID: "sb-x-1", HostUID: 1879048200}, "/h")
-	want := []ociIDMapping{{ContainerID: 0, HostID: 1879048200, Size: 1}}
+	want := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 1879048200, Size: 1}}
 	if len(s.Linux.UIDMappings) != 1 || s.Linux.UIDMappings[0] != want[0] || len(s.Linux.GIDMappings) != 1 || s.Linux.GIDMappings[0] != want[0] {
 		t.Errorf("mappings %+v %+v, want %+v", s.Linux.UIDMappings, s.Linux.GIDMappings, want)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/zygo-run/zygo/internal/cgroup"
 	"github.com/zygo-run/zygo/internal/sandbox"
 )
@@ -55,25 +56,28 @@ const hostPIDsSlack = 512
 func (b *Backend) CgroupPath(id string) string { return path.Join(b.cgroupParent, id) }
 
 // applyLimits puts spec's limits into the OCI spec s.
-func (b *Backend) applyLimits(s *ociSpec, spec sandbox.Spec) {
+func (b *Backend) applyLimits(s *specs.Spec, spec sandbox.Spec) {
 	s.Linux.CgroupsPath = b.CgroupPath(spec.ID)
 	l := spec.Limits
 	if l.IsZero() {
 		return // a record from before limits: its image has no rlimit, the restore must match
 	}
-	res := &ociResources{}
+	res := &specs.LinuxResources{}
 	if l.MemoryMiB > 0 {
-		res.Memory = &ociMemory{Limit: int64(l.MemoryMiB) << 20}
+		limit := int64(l.MemoryMiB) << 20 // bytes
+		res.Memory = &specs.LinuxMemory{Limit: &limit}
 		if b.memsw {
-			res.Memory.Swap = res.Memory.Limit
+			res.Memory.Swap = &limit // memory+swap: the limit, so no swap on top (v1 with memsw only)
 		}
 	}
 	if l.PIDs > 0 {
-		res.Pids = &ociPids{Limit: hostPIDs(l)}
-		s.Process.Rlimits = append(s.Process.Rlimits, ociRlimit{Type: "RLIMIT_NPROC", Hard: uint64(l.PIDs), Soft: uint64(l.PIDs)})
+		pids := hostPIDs(l)
+		res.Pids = &specs.LinuxPids{Limit: &pids}
+		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(l.PIDs), Soft: uint64(l.PIDs)})
 	}
 	if l.CPUs > 0 {
-		res.CPU = &ociCPU{Quota: int64(math.Round(l.CPUs * cpuPeriodUS)), Period: cpuPeriodUS}
+		quota, period := int64(math.Round(l.CPUs*cpuPeriodUS)), uint64(cpuPeriodUS) // microseconds
+		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
 	}
 	s.Linux.Resources = res
 }

@@ -103,9 +103,9 @@ func TestManagerForkRollback(t *testing.T) {
 	reseal := func(ctx context.Context, tg sandbox.ResealTarget) (guest.ResealResult, error) {
 		res, err := sandbox.DefaultReseal(ctx, tg)
 		if err == nil {
-			tg.Guest.SetToken(tg.Checkpoint.Token)
+			tg.Guest.(*guest.Client).SetToken(tg.Checkpoint.Token)
 			_, ierr := tg.Guest.Info(ctx)
-			tg.Guest.SetToken(tg.Sandbox.Token)
+			tg.Guest.(*guest.Client).SetToken(tg.Sandbox.Token)
 			mu.Lock()
 			imageTokenRefused[tg.Sandbox.Generation] = ierr != nil && strings.Contains(ierr.Error(), "bad token")
 			mu.Unlock()

@@ -27,6 +27,7 @@ import (
 // is a directory holding one file; a restore starts a fresh agent holding the checkpoint's
 // token.
 type FakeBackend struct {
+	name  string // Name's answer ["fake"]
 	dir   string // instances' directories, removed at the test's end
 	agent string // the fakeagent binary
 
@@ -47,8 +48,16 @@ var (
 	_ sandbox.Checkpointer = (*FakeBackend)(nil)
 )
 
-// NewFakeBackend returns a FakeBackend whose instances are destroyed at the end of t.
+// NewFakeBackend returns a FakeBackend named "fake" whose instances are destroyed at the end
+// of t.
 func NewFakeBackend(t *testing.T) *FakeBackend {
+	t.Helper()
+	return NewNamedFakeBackend(t, "fake")
+}
+
+// NewNamedFakeBackend is NewFakeBackend for a backend called name: two of different names
+// stand for two engines (gVisor and a VM) in tests of what the Manager does with each.
+func NewNamedFakeBackend(t *testing.T, name string) *FakeBackend {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "zygo-fake-") // short: socket paths are at most 107 bytes
 	if err != nil {
@@ -59,7 +68,7 @@ func NewFakeBackend(t *testing.T) *FakeBackend {
 		os.RemoveAll(dir)
 		t.Fatal(err)
 	}
-	b := &FakeBackend{dir: dir, agent: agent, inst: map[string]*fakeInstance{}}
+	b := &FakeBackend{name: name, dir: dir, agent: agent, inst: map[string]*fakeInstance{}}
 	t.Cleanup(func() {
 		ids, _ := b.List(context.Background())
 		for _, id := range ids {
@@ -71,7 +80,7 @@ func NewFakeBackend(t *testing.T) *FakeBackend {
 }
 
 // Name implements sandbox.Backend.
-func (b *FakeBackend) Name() string { return "fake" }
+func (b *FakeBackend) Name() string { return b.name }
 
 // Create implements sandbox.Backend: it starts an agent booted with spec.Boot.
 func (b *FakeBackend) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Instance, error) {
