@@ -297,7 +297,10 @@ func (b *runner) growth() error {
 	for _, mib := range b.cfg.Growth {
 		name := fmt.Sprintf("ballast-%d", mib)
 		code := fmt.Sprintf("BALLAST = b\"\\x01\" * (%d << 20)\n\ndef handler(event, context):\n    return len(BALLAST)\n", mib)
-		dir, err := WriteFunction(b.work, name, "[limits]\nmemory_mib = 256\n", code)
+		// The zygote holds the ballast plus the interpreter: its own group's cap
+		// (zygote_memory_mib, default 1024) must leave room for it.
+		limits := fmt.Sprintf("[limits]\nmemory_mib = 256\nzygote_memory_mib = %d\n", max(1024, 2*mib))
+		dir, err := WriteFunction(b.work, name, limits, code)
 		if err != nil {
 			return err
 		}
