@@ -103,6 +103,14 @@ func fixture(name string) string {
 	return p
 }
 
+// agentFixture returns the directory of one of the Python agent's own test fixtures
+// (agents/python/tests/fixtures/NAME), for cases both suites run: the agent's tests drive it
+// under a fake supervisor, these under the real daemon (its zygo.toml is only read here).
+func agentFixture(name string) string {
+	p, _ := filepath.Abs(filepath.Join("..", "..", "agents", "python", "tests", "fixtures", name))
+	return p
+}
+
 // Invoke calls the function through the HTTP API and decodes the result
 // into out (if not nil). It fails the test on an API error.
 func (d *Daemon) Invoke(name string, event any, out any) *zygo.InvokeResult {

@@ -36,7 +36,7 @@ func str(p *string) string {
 // ends and the helper process.
 func TestInheritedFileAndHelperPipe(t *testing.T) {
 	d := startDaemon(t, "")
-	d.Up(fixture("inherit"))
+	d.Up(agentFixture("inherited_fds"))
 	logs := strings.Join(d.Logs("inherit", ""), "\n")
 	for _, want := range []string{"warm-up descriptors", "/code/records.txt: re-opened in each child",
 		"pipe:[", "replaced by a pipe nobody reads (write: EPIPE)", "replaced by a dead descriptor",
@@ -72,7 +72,7 @@ func TestInheritedFileAndHelperPipe(t *testing.T) {
 // The warm-up report names both ends.
 func TestInheritedPty(t *testing.T) {
 	d := startDaemon(t, "")
-	d.Up(fixture("inheritpty"))
+	d.Up(agentFixture("inherited_pty"))
 	logs := strings.Join(d.Logs("inheritpty", ""), "\n")
 	for _, want := range []string{"/ptmx: replaced by a dead descriptor", "terminal /dev/pts/0: replaced by a dead descriptor", "connected by fd"} {
 		if !strings.Contains(logs, want) {
@@ -103,7 +103,7 @@ func TestInheritedPty(t *testing.T) {
 // concurrent one wrote.
 func TestInheritedSharedMemory(t *testing.T) {
 	d := startDaemon(t, "")
-	d.Up(fixture("sharedmem"))
+	d.Up(agentFixture("shared_memory"))
 	for i := 0; i < 5; i++ {
 		var seen map[string]any
 		d.Invoke("sharedmem", map[string]any{"id": fmt.Sprint(i)}, &seen)
@@ -130,7 +130,7 @@ func TestInheritedSharedMemory(t *testing.T) {
 // which must work as in a plain interpreter.
 func TestGrpcInTheFallback(t *testing.T) {
 	d := startDaemon(t, "")
-	out, _, code := d.CLI("up", fixture("grpcfallback"))
+	out, _, code := d.CLI("up", agentFixture("grpc_fallback"))
 	if code != 0 {
 		if strings.Contains(out, "No module named 'grpc'") {
 			t.Fatal("python3-grpcio is needed: apt-get install python3-grpcio (scripts/deps.sh)")
