@@ -7,10 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // runscGuard wraps the daemon's unix socket listener and closes, before any byte is read,
@@ -75,23 +74,9 @@ func (g *runscGuard) isRunsc(pid int32) bool {
 
 // peerPID returns the pid of the process at the other end of a unix socket connection.
 func peerPID(c net.Conn) (int32, error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return 0, fmt.Errorf("%T has no descriptor", c)
-	}
-	raw, err := sc.SyscallConn()
+	cred, err := wire.PeerCred(c)
 	if err != nil {
 		return 0, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if cerr != nil {
-		return 0, cerr
 	}
 	return cred.Pid, nil
 }

@@ -11,36 +11,38 @@ import (
 // listening on socketPath is not the daemon (someone who could change its directory replaced
 // the socket). No byte has been written on c when it is called.
 func checkPeer(c net.Conn, socketPath string, euid int) error {
-	uid, err := peerUID(c)
+	cred, err := PeerCred(c)
 	if err != nil {
 		return fmt.Errorf("checking who serves %s: %w", socketPath, err)
 	}
-	if uid != 0 && uid != euid {
+	if uid := int(cred.Uid); uid != 0 && uid != euid {
 		return fmt.Errorf("%s is served by uid %d, neither root nor you (uid %d): not a zygo daemon you started; "+
-			"refusing to talk to it (someone who can change its directory may have replaced the socket)", socketPath, uid, euid)
+			"refusing to talk to it (someone who can change its directory may have replaced the socket)", socketPath, cred.Uid, euid)
 	}
 	return nil
 }
 
-// peerUID returns the uid of the process that created the socket at the other end of c.
-func peerUID(c net.Conn) (int, error) {
+// PeerCred returns the credentials (pid, uid, gid; SO_PEERCRED, unix(7)) of the process at
+// the other end of the unix socket connection c, as the kernel recorded them at connect or
+// listen. Linux only; the daemon uses it too, to know who calls it.
+func PeerCred(c net.Conn) (*syscall.Ucred, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return 0, fmt.Errorf("%T has no descriptor", c)
+		return nil, fmt.Errorf("%T has no descriptor", c)
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var cred *syscall.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if cerr != nil {
-		return 0, cerr
+		return nil, cerr
 	}
-	return int(cred.Uid), nil
+	return cred, nil
 }
