@@ -43,7 +43,7 @@ import (
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
-	"github.com/zygo-run/zygo/internal/sandbox/cleanup"
+	"github.com/zygo-run/zygo/internal/cleanup"
 )
 
 var (
