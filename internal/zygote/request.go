@@ -114,7 +114,7 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, fmt.Errorf("%w: zygote is %s", errdefs.ErrUnavailable, st)
 	}
 	if z.spec.Mode == ModeSpawn || z.spec.Mode == ModeWorker {
-		z.state = StateDraining // one request per spawned agent or worker
+		_ = z.toLocked(StateDraining) // one request per spawned agent or worker (ready here)
 	}
 	z.inflight.Add(1)
 	z.mu.Unlock()

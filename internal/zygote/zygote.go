@@ -95,29 +95,6 @@ type Spec struct {
 	Log    *slog.Logger
 }
 
-// State is where a zygote is in its lifecycle.
-type State int
-
-const (
-	StateStarting State = iota
-	StateReady
-	StateDraining
-	StateStopped
-)
-
-func (s State) String() string {
-	return [...]string{"starting", "ready", "draining", "stopped"}[s]
-}
-
-// TransitionError is returned for an illegal state change.
-type TransitionError struct{ From, To State }
-
-func (e *TransitionError) Error() string {
-	return fmt.Sprintf("zygote cannot go from %s to %s", e.From, e.To)
-}
-
-func (e *TransitionError) Unwrap() error { return errdefs.ErrFailedPrecondition }
-
 // ImportError is what Start returns when the user's code fails to import.
 type ImportError struct {
 	Type      string `json:"type"`
@@ -274,7 +251,12 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 		return nil, err
 	}
 	z.ready.Took = time.Since(t0)
-	z.state = StateReady
+	z.mu.Lock()
+	err = z.toLocked(StateReady) // stopped already when the agent exited right after ready
+	z.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("%w: agent exited right after ready: %w", errdefs.ErrUnavailable, err)
+	}
 	z.watcher = newResultWatcher()
 	if spec.Mode != ModeWorker {
 		go z.readLoop()
@@ -458,7 +440,7 @@ func (z *Zygote) wait(outR, errR, statusR *os.File) {
 			z.exitErr = fmt.Errorf("%w (the sandbox exceeded %s: %s)", z.exitErr, limit, value)
 		}
 	}
-	z.state = StateStopped
+	_ = z.toLocked(StateStopped) // legal from every state but stopped, which only wait sets
 	if z.pid1fd >= 0 {
 		unix.Close(z.pid1fd)
 		z.pid1fd = -1
@@ -746,7 +728,7 @@ func (z *Zygote) Err() error {
 func (z *Zygote) Drain(ctx context.Context) error {
 	z.mu.Lock()
 	if z.state == StateReady {
-		z.state = StateDraining
+		_ = z.toLocked(StateDraining)
 	}
 	z.mu.Unlock()
 	z.drainOne.Do(func() { close(z.draining) })
