@@ -10,12 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
 
-// deployment is one active version of a function and its zygote.
+// deployment is one active version of a function and the Runner that
+// serves it.
 type deployment struct {
 	m        *Manager
 	name     string
@@ -23,119 +25,76 @@ type deployment struct {
 	manifest *Manifest
 	codeDir  string
 	uid      uint32        // host uid and gid of its sandboxes; 0: the daemon's own
-	sem      chan struct{} // concurrency slots; a request holds one from before it picks a zygote until Run returns
+	sem      chan struct{} // concurrency slots; a request holds one from before it picks the runtime until Run returns
 	retired  chan struct{} // closed by halt: waiters for a slot move to the current deployment
 	released sync.Once     // the code directory's in-use count, given back once fully stopped
 	served   atomic.Int64
 	inflight atomic.Int64
 
 	mu       sync.Mutex // guards the fields below
-	z        *zygote.Zygote
-	ready    zygote.Ready
-	fallback string        // non-empty: fork mode fell back to spawn, and why
-	state    string        // starting, ready, restarting, failed, stopped
-	changed  chan struct{} // closed and replaced whenever z or state changes
+	state    State
+	rt       Runner        // the serving runtime; nil unless ready
+	warm     Warmup        // the last successful start's report
+	changed  chan struct{} // closed and replaced whenever rt or state changes
 	lastErr  error
-	stopped  bool
-	haltedZ  *zygote.Zygote // the zygote halt took out of service
-	files    *secretFiles   // the current zygote's /run/secrets
-	filesZ   *zygote.Zygote
-	pool     *workerPool // Node functions: ready workers
-}
-
-// filesFor returns the secret files of zygote z.
-func (d *deployment) filesFor(z *zygote.Zygote) *secretFiles {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.filesZ != z {
-		d.files, d.filesZ = &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, z
-	}
-	return d.files
+	haltedRT Runner // the runtime halt took out of service
 }
 
 func newDeployment(m *Manager, name, version string, man *Manifest, codeDir string, uid uint32) *deployment {
 	return &deployment{m: m, name: name, version: version, manifest: man, codeDir: codeDir, uid: uid,
-		sem: make(chan struct{}, man.Concurrency), retired: make(chan struct{}), state: "starting", changed: make(chan struct{})}
+		sem: make(chan struct{}, man.Concurrency), retired: make(chan struct{}), state: StateStarting, changed: make(chan struct{})}
 }
 
-func (d *deployment) setLocked(state string, z *zygote.Zygote, err error) {
-	d.state, d.z, d.lastErr = state, z, err
+// toLocked moves d to state to with runtime rt (nil unless ready) and the
+// error that caused the move; it returns a *TransitionError, and changes
+// nothing, for an illegal move. d.mu must be held.
+func (d *deployment) toLocked(to State, rt Runner, err error) error {
+	if terr := Transition(d.state, to); terr != nil {
+		return terr
+	}
+	d.state, d.rt, d.lastErr = to, rt, err
 	close(d.changed)
 	d.changed = make(chan struct{})
+	return nil
 }
 
-// start imports the version once (in fork mode, as the long-lived zygote;
-// in spawn mode, as an import check that is then stopped) and reports the
-// warm-up findings to the logs.
-func (d *deployment) start(ctx context.Context) error {
-	mode := zygote.ModeFork
-	switch {
-	case d.manifest.Runtime == RuntimeNode:
-		mode = zygote.ModeWorker
-	case d.manifest.Mode == ModeSpawn:
-		mode = zygote.ModeSpawn
-	}
-	z, err := zygote.Start(ctx, d.m.zygoteSpec(d, mode))
-	if err != nil {
-		d.mu.Lock()
-		d.setLocked("failed", nil, err)
-		d.mu.Unlock()
-		return err
-	}
-	r := z.Ready()
-	d.m.appendLogs(ctx, d.zygoLines(warmupReport(r)))
-	// What this start retires (an import-check zygote, a replaced worker
-	// pool) is stopped after d.mu is released: status and requests must not
-	// wait for a sandbox to stop.
-	var retired *zygote.Zygote
-	var oldPool *workerPool
+// start makes a runtime for the version, starts it (the import and
+// warm-up), reports the warm-up findings to the logs and puts it in
+// service, with a supervisor when it can die by itself. errRetired when d
+// was halted meanwhile (the runtime is then stopped).
+func (d *deployment) start(ctx context.Context) (err error) {
+	var undo cleanup.Stack
+	defer func() { _ = undo.Run(ctx, 0) }()
 	defer func() {
-		if oldPool != nil {
-			oldPool.close()
-		}
-		if retired != nil {
-			retired.Stop()
+		if err != nil && !errors.Is(err, errRetired) {
+			d.mu.Lock()
+			_ = d.toLocked(StateFailed, nil, err) // refused when halted meanwhile
+			d.mu.Unlock()
 		}
 	}()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stopped { // halted while this zygote started (a restart racing a stop)
-		go z.Stop()
-		return errRetired
+	rt, err := d.m.newRunner(d)
+	if err != nil {
+		return err
 	}
-	d.ready = r
-	switch {
-	case mode == zygote.ModeWorker:
-		oldPool = d.pool
-		size := 0
-		if d.manifest.PoolSize != nil {
-			size = *d.manifest.PoolSize
-		}
-		if size == 0 {
-			retired, z = z, nil // the import check; every request starts its own worker
-		}
-		d.pool = newWorkerPool(d, size, z)
-		d.setLocked("ready", nil, nil)
-	case mode == zygote.ModeSpawn:
-		retired = z
-		d.setLocked("ready", nil, nil)
-	case !r.ForkSafe:
-		retired = z
-		d.fallback = "threads alive at warm-up (" + threadDetail(r) + "): serving each request from a fresh interpreter (spawn) instead of forking"
-		d.m.appendLogs(ctx, d.zygoLines("falling back to spawn mode: "+d.fallback))
-		d.setLocked("ready", nil, nil)
-	case d.manifest.OnNativeRandom == NativeRandomSpawn && nativeRandomLibraries(r) != 0:
-		retired = z
-		why := "native code drew OS randomness before the first fork"
-		if nativeRandomLibraries(r) < 0 {
-			why = "the native-randomness guard is not loaded, so native draws cannot be ruled out"
-		}
-		d.fallback = why + " and on_native_random = \"spawn\" (see the native_random check): serving each request from a fresh interpreter (spawn) instead of forking"
-		d.m.appendLogs(ctx, d.zygoLines("falling back to spawn mode: "+d.fallback))
-		d.setLocked("ready", nil, nil)
-	default:
-		d.setLocked("ready", z, nil)
-		go d.supervise(z)
+	warm, err := rt.Start(ctx)
+	if err != nil {
+		return err
+	}
+	undo.Add(func(context.Context) error { d.m.stopRunner(rt); return nil })
+	d.m.appendLogs(ctx, d.zygoLines(warmupReport(warm.Ready)))
+	if warm.Fallback != "" {
+		d.m.appendLogs(ctx, d.zygoLines("falling back to spawn mode: "+warm.Fallback))
+	}
+	d.mu.Lock()
+	if err := d.toLocked(StateReady, rt, nil); err != nil {
+		d.mu.Unlock()
+		return errRetired // halted while it started (a restart racing a stop)
+	}
+	d.warm = warm
+	d.mu.Unlock()
+	undo.Release()
+	if rt.Exited() != nil {
+		d.m.goTracked(func() { d.supervise(rt) })
 	}
 	return nil
 }
@@ -171,60 +130,68 @@ func warmupReport(r zygote.Ready) string {
 	return b.String()
 }
 
-// supervise restarts the zygote when it dies unexpectedly, with backoff.
-func (d *deployment) supervise(z *zygote.Zygote) {
-	<-z.Done()
+// supervise waits until rt dies by itself (Runner.Exited) and starts
+// another with backoff; it returns early when d is halted.
+func (d *deployment) supervise(rt Runner) {
+	select {
+	case <-rt.Exited():
+	case <-d.retired:
+		return // whoever halted d stops rt
+	}
 	d.mu.Lock()
-	if d.stopped || d.z != z {
+	if d.rt != rt || d.toLocked(StateRestarting, nil, rt.Err()) != nil {
 		d.mu.Unlock()
 		return
 	}
-	d.setLocked("restarting", nil, z.Err())
 	d.mu.Unlock()
-	z.Stop() // it has exited: this only gives back its run directory and /tmp
-	msg := fmt.Sprintf("zygote died (%v); restarting", z.Err())
+	rt.Stop() // it has exited: this only gives back its run directory and /tmp
+	msg := fmt.Sprintf("zygote died (%v); restarting", rt.Err())
 	d.m.log.Warn(msg, "function", d.name)
-	d.m.appendLogs(context.Background(), d.zygoLines(msg))
+	d.m.appendLogs(d.m.ctx, d.zygoLines(msg))
 	d.restartLoop()
 }
 
 func (d *deployment) superviseAfterFailure(err error) {
-	d.m.appendLogs(context.Background(), d.zygoLines(fmt.Sprintf("zygote failed to start (%v); retrying", err)))
+	d.m.appendLogs(d.m.ctx, d.zygoLines(fmt.Sprintf("zygote failed to start (%v); retrying", err)))
 	d.restartLoop()
 }
 
+// Restart backoff: doubled after each failed start, from min to max.
+const (
+	restartBackoffMin = 200 * time.Millisecond
+	restartBackoffMax = 30 * time.Second
+)
+
+// restartLoop starts a new runtime until one is ready, backing off between
+// failed starts; it ends when d is halted or the Manager shuts down.
 func (d *deployment) restartLoop() {
-	backoff := 200 * time.Millisecond
-	for {
-		d.mu.Lock()
-		stopped := d.stopped
-		d.mu.Unlock()
-		if stopped {
-			return
-		}
-		err := d.start(context.Background())
-		if err == nil {
+	backoff := restartBackoffMin
+	for !d.isStopped() {
+		err := d.start(d.m.ctx)
+		if err == nil || errors.Is(err, errRetired) {
 			return
 		}
 		d.m.log.Error("restarting zygote", "function", d.name, "err", err)
-		time.Sleep(backoff)
-		backoff = min(backoff*2, 30*time.Second)
+		if !d.m.backoff(backoff, d.retired) {
+			return
+		}
+		backoff = min(backoff*2, restartBackoffMax)
 	}
 }
 
 // current waits until the deployment can take a request and returns its
-// zygote (nil means: spawn a fresh interpreter).
-func (d *deployment) current(ctx context.Context) (*zygote.Zygote, error) {
+// runtime.
+func (d *deployment) current(ctx context.Context) (Runner, error) {
 	limit := time.NewTimer(d.m.cfg.ReadyTimeout)
 	defer limit.Stop()
 	for {
 		d.mu.Lock()
-		state, z, ch, lastErr := d.state, d.z, d.changed, d.lastErr
+		state, rt, ch, lastErr := d.state, d.rt, d.changed, d.lastErr
 		d.mu.Unlock()
 		switch state {
-		case "ready":
-			return z, nil
-		case "stopped":
+		case StateReady:
+			return rt, nil
+		case StateStopped:
 			return nil, errRetired
 		}
 		select {
@@ -264,36 +231,30 @@ func (d *deployment) releaseSlot() { <-d.sem }
 func (d *deployment) isStopped() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.stopped
+	return d.state == StateStopped
 }
 
-// halt marks d stopped, wakes the requests waiting for its slots and closes
-// its worker pool; it returns the zygote, which still runs. It is
-// idempotent and returns the same zygote each time.
-func (d *deployment) halt() *zygote.Zygote {
+// halt moves d to stopped and wakes the requests waiting for its slots; it
+// returns the runtime that was serving (nil if none), which still runs. It
+// is idempotent and returns the same runtime each time.
+func (d *deployment) halt() Runner {
 	d.mu.Lock()
-	if d.stopped {
-		z := d.haltedZ
-		d.mu.Unlock()
-		return z
+	defer d.mu.Unlock()
+	if d.state == StateStopped {
+		return d.haltedRT
 	}
-	z, pool := d.z, d.pool
-	d.stopped, d.haltedZ = true, z
-	d.setLocked("stopped", nil, nil)
+	d.haltedRT = d.rt
+	_ = d.toLocked(StateStopped, nil, nil) // legal from every other state
 	close(d.retired)
-	d.mu.Unlock()
-	if pool != nil {
-		pool.close()
-	}
-	return z
+	return d.haltedRT
 }
 
-// drainAndStop halts d, waits (up to the longest timeout plus 5 s) until
-// no request holds one of its slots and its zygote has released them, and
-// stops the zygote.
+// drainAndStop halts d, waits (up to the longest timeout plus 5 s, or
+// until the Manager shuts down) until no request holds one of its slots,
+// drains its runtime and stops it.
 func (d *deployment) drainAndStop() {
-	z := d.halt()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond+5*time.Second)
+	rt := d.halt()
+	ctx, cancel := context.WithTimeout(d.m.ctx, time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond+5*time.Second)
 	defer cancel()
 	// Holding every slot means no request is between picking this version
 	// and the end of its Run (spawn and worker requests included).
@@ -303,17 +264,17 @@ func (d *deployment) drainAndStop() {
 		case <-ctx.Done():
 		}
 	}
-	if z != nil {
-		_ = z.Drain(ctx)
-		d.m.stopZygote(z)
+	if rt != nil {
+		_ = rt.Drain(ctx)
+		d.m.stopRunner(rt)
 	}
 	d.released.Do(func() { d.m.releaseDir(d.codeDir) })
 }
 
-// stop halts d and stops its zygote at once (in-flight requests fail).
+// stop halts d and stops its runtime at once (in-flight requests fail).
 func (d *deployment) stop() {
-	if z := d.halt(); z != nil {
-		d.m.stopZygote(z)
+	if rt := d.halt(); rt != nil {
+		d.m.stopRunner(rt)
 	}
 	d.released.Do(func() { d.m.releaseDir(d.codeDir) })
 }
@@ -322,12 +283,10 @@ func (d *deployment) status() Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := Status{Name: d.name, Version: d.version, Runtime: d.manifest.Runtime, Mode: d.manifest.Mode,
-		State: d.state, Fallback: d.fallback, InFlight: int(d.inflight.Load()), Served: d.served.Load(), Manifest: d.manifest}
-	if d.z != nil {
-		s.ZygotePID = d.z.Ready().HostPID
-	}
-	if d.pool != nil {
-		s.IdleWorkers = d.pool.idle()
+		State: d.state.String(), Fallback: d.warm.Fallback, InFlight: int(d.inflight.Load()), Served: d.served.Load(), Manifest: d.manifest}
+	if d.rt != nil {
+		rs := d.rt.Status()
+		s.ZygotePID, s.IdleWorkers = rs.HostPID, rs.IdleWorkers
 	}
 	return s
 }
@@ -336,7 +295,7 @@ func (d *deployment) result(unchanged bool) *DeployResult {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return &DeployResult{Name: d.name, Version: d.version, Unchanged: unchanged, Mode: d.manifest.Mode,
-		Fallback: d.fallback, Checks: d.ready.Checks, ReadyMs: d.ready.Took.Milliseconds()}
+		Fallback: d.warm.Fallback, Checks: d.warm.Ready.Checks, ReadyMs: d.warm.Ready.Took.Milliseconds()}
 }
 
 // outputSink stores what the agent prints on its own fds: outside
@@ -349,7 +308,7 @@ func (d *deployment) outputSink() func(requestID, stream string, lines []string)
 		for i, l := range lines {
 			out[i] = store.LogLine{Function: d.name, Version: d.version, RequestID: requestID, Stream: stream, At: now, Line: l}
 		}
-		d.m.appendLogs(context.Background(), out)
+		d.m.appendLogs(d.m.ctx, out)
 	}
 }
 

@@ -83,7 +83,7 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 	d.inflight.Add(1)
 	defer d.inflight.Add(-1)
 
-	z, err := d.current(ctx)
+	rt, err := d.current(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -98,20 +98,15 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 	}
 	req.Redact = redact.New(values)
 	inv := &Invocation{RequestID: req.ID, Version: d.version}
-	var res *zygote.Result
-	d.mu.Lock()
-	pool := d.pool
-	d.mu.Unlock()
-	if pool != nil {
-		res, err = m.workerRun(ctx, d, pool, req, values)
-	} else if z != nil {
-		res, err = z.Run(ctx, m.prepare(d, req, d.filesFor(z), values))
-		if errors.Is(err, errdefs.ErrUnavailable) && d.isStopped() {
-			return nil, errRetired // drained between current and Run
+	call := Call{Request: req, Secrets: values}
+	if m.limiter != nil {
+		call.Place = func(ctx context.Context, hostPID int) (func(*zygote.Result), error) {
+			return m.placeInCgroup(ctx, d, req.ID, hostPID)
 		}
-	} else {
-		inv.Spawned = true
-		res, err = m.spawnRun(ctx, d, req, values)
+	}
+	res, err := rt.Run(ctx, call)
+	if errors.Is(err, errdefs.ErrUnavailable) && d.isStopped() {
+		return nil, errRetired // drained between current and Run
 	}
 	if err != nil {
 		return nil, err
@@ -122,40 +117,9 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 		m.log.Debug("request done", "function", d.name, "request_id", req.ID, "failure", res.Failure, "phases", res.Phases)
 	}
 	inv.Value, inv.Failure, inv.Error, inv.Elapsed, inv.Child = res.Value, res.Failure, res.Error, res.Elapsed, res.Child
+	inv.Spawned = res.Child == zygote.ChildSpawned
 	m.appendLogs(ctx, requestLines(d, req.ID, res))
 	return inv, nil
-}
-
-// spawnRun serves one request from a fresh interpreter: a new agent
-// imports the code and runs the request in its own process, then exits.
-func (m *Manager) spawnRun(ctx context.Context, d *deployment, req zygote.Request, values map[string][]byte) (*zygote.Result, error) {
-	t0 := time.Now()
-	z, err := zygote.Start(ctx, m.zygoteSpec(d, zygote.ModeSpawn))
-	if err != nil {
-		return nil, fmt.Errorf("%w: starting a fresh interpreter: %w", errdefs.ErrUnavailable, err)
-	}
-	defer z.Stop()
-	res, err := z.Run(ctx, m.prepare(d, req, &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, values))
-	if res != nil {
-		res.Elapsed = time.Since(t0)
-	}
-	return res, err
-}
-
-// workerRun serves one request on a ready Node worker (or a fresh one when
-// none is idle), which exits after it.
-func (m *Manager) workerRun(ctx context.Context, d *deployment, pool *workerPool, req zygote.Request, values map[string][]byte) (*zygote.Result, error) {
-	t0 := time.Now()
-	z, _, err := pool.take(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%w: starting a worker: %w", errdefs.ErrUnavailable, err)
-	}
-	defer z.Stop()
-	res, err := z.Run(ctx, m.prepare(d, req, &secretFiles{dir: z.SecretsDir(), uid: z.HostUID()}, values))
-	if res != nil {
-		res.Elapsed = time.Since(t0)
-	}
-	return res, err
 }
 
 func requestLines(d *deployment, id string, res *zygote.Result) []store.LogLine {
@@ -174,33 +138,4 @@ func requestLines(d *deployment, id string, res *zygote.Result) []store.LogLine 
 	}
 	out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "zygo", At: now, Line: status})
 	return out
-}
-
-// prepare sets the request's BeforeGo hook: it runs after the child exists
-// and before it is told GO, from outside the sandbox — writes the secret
-// files (released when Run returns) and places the child in its cgroup.
-func (m *Manager) prepare(d *deployment, req zygote.Request, files *secretFiles, values map[string][]byte) zygote.Request {
-	req.BeforeGo = func(ctx context.Context, hostPID int) (func(*zygote.Result), error) {
-		var undo []func(*zygote.Result)
-		after := func(res *zygote.Result) {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i](res)
-			}
-		}
-		if len(values) > 0 {
-			if err := files.acquire(values); err != nil {
-				return nil, err
-			}
-			undo = append(undo, func(*zygote.Result) { files.release() })
-		}
-		if m.limiter != nil {
-			release, err := m.placeInCgroup(ctx, d, req.ID, hostPID)
-			if err != nil {
-				return after, err
-			}
-			undo = append(undo, release)
-		}
-		return after, nil
-	}
-	return req
 }

@@ -15,20 +15,6 @@ type Limiter interface {
 	Place(ctx context.Context, name string, hostPID int, l cgroup.Limits) (*cgroup.Group, error)
 }
 
-// sandboxCgroup returns zygote.Spec.Cgroup for sandbox id of d: a group
-// <function>/<id>, beside its requests' groups, with the manifest's
-// zygote_memory_mib and zygote_pids, whose Exceeded names those keys.
-func (m *Manager) sandboxCgroup(d *deployment, id string) func(context.Context, int) (zygote.Cgroup, error) {
-	return func(ctx context.Context, hostPID int) (zygote.Cgroup, error) {
-		l := d.manifest.Limits
-		g, err := m.limiter.Place(ctx, d.name+"/"+id, hostPID, cgroup.Limits{MemoryMiB: l.ZygoteMemoryMiB, PIDs: l.ZygotePIDs})
-		if err != nil {
-			return nil, err
-		}
-		return sandboxGroup{g}, nil
-	}
-}
-
 // sandboxGroup is a sandbox's *cgroup.Group as a zygote.Cgroup.
 type sandboxGroup struct{ *cgroup.Group }
 
@@ -76,10 +62,10 @@ func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string
 		// Delete kills whatever is left in the group (a child still exiting,
 		// processes the request left behind) and removes it, off the request
 		// path.
-		go func() {
+		m.goTracked(func() {
 			if err := g.Delete(); err != nil {
 				m.log.Warn("deleting request cgroup", "function", d.name, "request_id", reqID, "err", err)
 			}
-		}()
+		})
 	}, nil
 }

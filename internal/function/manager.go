@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
-	"github.com/zygo-run/zygo/internal/nsbox"
 	"github.com/zygo-run/zygo/internal/seccomp"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/zygote"
@@ -77,7 +77,11 @@ type Config struct {
 	// in-flight requests take together, bytes; a request waits for room
 	// before its event is read. Default (and minimum) 4 × MaxBodyKiB.
 	BodyBudgetBytes int64
-	Log             *slog.Logger
+	// Runtimes makes the runtimes that serve deployments; nil: the
+	// bubblewrap sandboxes of NewSandboxLauncher, configured from the
+	// fields above.
+	Runtimes Launcher
+	Log      *slog.Logger
 }
 
 // Manager deploys functions and dispatches invocations. It is safe for
@@ -86,7 +90,6 @@ type Manager struct {
 	cfg     Config
 	reg     Registry
 	secrets Secrets // nil: functions may not name secrets
-	strict  []byte  // the strict seccomp program
 	limiter Limiter // nil: no per-request cgroups
 	log     *slog.Logger
 
@@ -99,9 +102,19 @@ type Manager struct {
 
 	logs *logWriter // stores log lines off the request path
 
-	// stopZygote stops a retired deployment's zygote: (*zygote.Zygote).Stop,
-	// replaced by tests that need a stop to last.
-	stopZygote func(*zygote.Zygote)
+	runtimes Launcher
+	// stopRunner stops a deployment's runtime: Runner.Stop, replaced by
+	// tests that need a stop to last.
+	stopRunner func(Runner)
+
+	// ctx is cancelled by Shutdown: restarts, retirements and back-offs end
+	// with it. wg counts every goroutine the Manager starts (goTracked);
+	// Shutdown waits for them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	wgMu   sync.Mutex // guards shut, and orders wg.Add before Shutdown's Wait
+	shut   bool
 }
 
 // NewManager returns a Manager with no functions loaded; call Restore to
@@ -121,9 +134,53 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{cfg: cfg, reg: reg, secrets: secrets, strict: strict, limiter: cfg.Limiter, log: cfg.Log,
+	if cfg.Runtimes == nil {
+		cfg.Runtimes = NewSandboxLauncher(SandboxConfig{StateDir: cfg.StateDir, AgentDir: cfg.AgentDir, Bwrap: cfg.Bwrap,
+			RunTmpfsMiB: cfg.RunTmpfsMiB, ReadyTimeout: cfg.ReadyTimeout, RandGuard: cfg.RandGuard,
+			StrictFilter: strict, Limiter: cfg.Limiter})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{cfg: cfg, reg: reg, secrets: secrets, limiter: cfg.Limiter, log: cfg.Log,
 		fns: map[string]*deployment{}, inUse: map[string]int{}, bodies: newByteBudget(cfg.BodyBudgetBytes),
-		logs: newLogWriter(reg.AppendLogs, cfg.Log), stopZygote: (*zygote.Zygote).Stop}, nil
+		logs: newLogWriter(reg.AppendLogs, cfg.Log), runtimes: cfg.Runtimes, stopRunner: Runner.Stop,
+		ctx: ctx, cancel: cancel}, nil
+}
+
+// goTracked runs f on a goroutine Shutdown waits for; after Shutdown it
+// runs f at once instead.
+func (m *Manager) goTracked(f func()) {
+	m.wgMu.Lock()
+	if m.shut {
+		m.wgMu.Unlock()
+		f()
+		return
+	}
+	m.wg.Add(1)
+	m.wgMu.Unlock()
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+}
+
+// backoff waits d; false when the Manager shut down or done closed first.
+func (m *Manager) backoff(d time.Duration, done <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-done:
+	case <-m.ctx.Done():
+	}
+	return false
+}
+
+// newRunner makes the runtime that serves d (not started).
+func (m *Manager) newRunner(d *deployment) (Runner, error) {
+	return m.runtimes.NewRunner(RunnerOptions{Kind: KindOf(d.manifest), Function: d.name, Version: d.version,
+		Manifest: d.manifest, CodeDir: d.codeDir, HostUID: d.uid, Output: d.outputSink(),
+		Log: m.log.With("function", d.name)})
 }
 
 // DeployResult describes a deployed version.
@@ -185,23 +242,22 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 	if err != nil {
 		return nil, err
 	}
+	var undo cleanup.Stack // run newest first when the deploy fails
+	defer func() { _ = undo.Run(ctx, 0) }()
 	codeDir := m.versionDir(name, u.Hash)
 	created, err := storeVersionDir(u, codeDir)
 	if err != nil {
 		return nil, err
 	}
+	if created {
+		undo.Add(func(context.Context) error { m.removeVersionDir(name, codeDir); return nil })
+	}
 	if err := secureCodeDir(filepath.Dir(codeDir), gidOf(uid)); err != nil {
-		if created {
-			m.removeVersionDir(name, codeDir)
-		}
 		return nil, err
 	}
 	d := m.newDeployment(name, u.Hash, u.Manifest, codeDir, uid)
+	undo.Add(func(context.Context) error { d.stop(); return nil })
 	if err := m.activate(ctx, d, u); err != nil {
-		d.stop()
-		if created {
-			m.removeVersionDir(name, codeDir)
-		}
 		var ie *zygote.ImportError
 		if errors.As(err, &ie) {
 			m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Type+": "+ie.Message+"\n"+ie.Traceback))
@@ -209,11 +265,12 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 		}
 		return nil, err
 	}
+	undo.Release()
 	m.mu.Lock()
 	m.fns[name] = d
 	m.mu.Unlock()
 	if old != nil {
-		go m.retire(old)
+		m.goTracked(func() { m.retire(old) })
 	}
 	m.collectVersionsLocked(ctx, name)
 	return d.result(false), nil
@@ -238,7 +295,7 @@ func (m *Manager) retire(d *deployment) {
 	d.drainAndStop()
 	unlock := m.names.lock(d.name)
 	defer unlock()
-	m.collectVersionsLocked(context.Background(), d.name)
+	m.collectVersionsLocked(context.WithoutCancel(m.ctx), d.name)
 }
 
 // checkSecrets fails (errdefs.ErrInvalidArgument, naming the secret) when
@@ -307,12 +364,12 @@ func (m *Manager) Restore(ctx context.Context) error {
 		m.mu.Lock()
 		m.fns[r.Name] = d
 		m.mu.Unlock()
-		go func() {
-			if err := d.start(context.Background()); err != nil {
+		m.goTracked(func() {
+			if err := d.start(m.ctx); err != nil && !errors.Is(err, errRetired) {
 				m.log.Error("restoring function", "function", d.name, "err", err)
 				d.superviseAfterFailure(err)
 			}
-		}()
+		})
 	}
 	return nil
 }
@@ -360,8 +417,11 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	return nil
 }
 
-// Shutdown stops every zygote (in-flight requests fail). Call once.
+// Shutdown stops every runtime (in-flight requests fail), cancels the
+// Manager's context (restarts and back-offs end) and waits for every
+// goroutine the Manager started. Call once.
 func (m *Manager) Shutdown() {
+	m.cancel()
 	m.mu.Lock()
 	ds := make([]*deployment, 0, len(m.fns))
 	for _, d := range m.fns {
@@ -374,6 +434,10 @@ func (m *Manager) Shutdown() {
 		go func() { defer wg.Done(); d.stop() }()
 	}
 	wg.Wait()
+	m.wgMu.Lock()
+	m.shut = true
+	m.wgMu.Unlock()
+	m.wg.Wait()
 	m.logs.close()
 }
 
@@ -425,37 +489,6 @@ func (m *Manager) appendLogs(_ context.Context, lines []store.LogLine) {
 // FlushLogs returns once every log line produced before the call is stored
 // (or ctx ends): the logs API calls it so a caller sees its request's lines.
 func (m *Manager) FlushLogs(ctx context.Context) { m.logs.Flush(ctx) }
-
-func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
-	id := newID("z")
-	preload := ""
-	if mode == zygote.ModeFork && m.cfg.RandGuard {
-		preload = nsbox.RandGuardPath // only a zygote has children to share its memory
-	}
-	spec := zygote.Spec{
-		Box: nsbox.Spec{
-			Bwrap: m.cfg.Bwrap, HostUID: d.uid, Interpreter: d.manifest.Interpreter,
-			CodeDir: d.codeDir, AgentDir: m.cfg.AgentDir, EtcDir: filepath.Join(m.cfg.StateDir, "etc"),
-			Preload: preload,
-		},
-		Runtime:      string(d.manifest.Runtime),
-		Handler:      d.manifest.Handler,
-		Mode:         mode,
-		Env:          d.manifest.SortedEnv(),
-		RunDir:       filepath.Join(m.cfg.StateDir, "run", id),
-		RunTmpfsMiB:  m.cfg.RunTmpfsMiB,
-		ReadyTimeout: m.cfg.ReadyTimeout,
-		Secrets:      len(d.manifest.Secrets) > 0,
-		PreFork:      preFork(d.manifest),
-		StrictFilter: m.strict,
-		Output:       d.outputSink(),
-		Log:          m.log.With("function", d.name, "zygote", id),
-	}
-	if m.limiter != nil {
-		spec.Cgroup = m.sandboxCgroup(d, id)
-	}
-	return spec
-}
 
 // newID returns prefix-<unix ms hex>-<6 random bytes hex>: unique,
 // roughly time-ordered, not a capability.

@@ -2,28 +2,155 @@ package function
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
 
-// workerPool keeps up to size Node workers ready (imported, waiting for
-// GO). A worker serves one request and exits; the pool starts its
-// replacement off the request path.
-type workerPool struct {
-	d     *deployment
-	size  int
-	ready chan *zygote.Zygote // idle, ready workers
-	kick  chan struct{}       // wakes the filler
-	ctx   context.Context     // cancelled by stop
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
+// oneShot is a sandbox that serves one request and exits: a spawned agent
+// or a Node worker. *zygote.Zygote implements it.
+type oneShot interface {
+	Run(ctx context.Context, req zygote.Request) (*zygote.Result, error)
+	Stop()
+	Err() error // non-nil once the process has exited
+	SecretsDir() string
+	HostUID() int
 }
 
-func newWorkerPool(d *deployment, size int, first *zygote.Zygote) *workerPool {
+var _ oneShot = (*zygote.Zygote)(nil)
+
+// workerRunner is the Node runtime: a pool of pool_size workers, each a
+// fresh node in the function's sandbox that loaded the handler and waits
+// for GO; a request takes one (or starts one when none is idle), and the
+// worker exits after it.
+type workerRunner struct {
+	l    *sandboxLauncher
+	opts RunnerOptions
+	g    gate
+
+	mu   sync.Mutex // guards pool
+	pool *workerPool
+}
+
+var _ Runner = (*workerRunner)(nil)
+
+func newWorkerRunner(l *sandboxLauncher, opts RunnerOptions) *workerRunner {
+	return &workerRunner{l: l, opts: opts}
+}
+
+func (r *workerRunner) startWorker(ctx context.Context) (oneShot, error) {
+	z, err := r.l.start(ctx, r.opts, zygote.ModeWorker)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return z, nil
+}
+
+// Start implements Runner: the first worker is the import check, and the
+// pool's first ready worker (stopped when pool_size is 0).
+func (r *workerRunner) Start(ctx context.Context) (Warmup, error) {
+	z, err := r.l.start(ctx, r.opts, zygote.ModeWorker)
+	if err != nil {
+		return Warmup{}, err
+	}
+	ready := z.Ready()
+	size := 0
+	if r.opts.Manifest.PoolSize != nil {
+		size = *r.opts.Manifest.PoolSize
+	}
+	var first oneShot = z
+	if size == 0 {
+		z.Stop() // every request starts its own worker
+		first = nil
+	}
+	r.mu.Lock()
+	r.pool = newWorkerPool(size, first, r.startWorker, r.opts.Log)
+	r.mu.Unlock()
+	return Warmup{Ready: ready}, nil
+}
+
+func (r *workerRunner) getPool() *workerPool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pool
+}
+
+// Run implements Runner.
+func (r *workerRunner) Run(ctx context.Context, call Call) (*zygote.Result, error) {
+	if err := r.g.enter(); err != nil {
+		return nil, err
+	}
+	defer r.g.leave()
+	p := r.getPool()
+	if p == nil {
+		return nil, errUnavailable("the worker pool has not started")
+	}
+	t0 := time.Now()
+	w, _, err := p.take(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: starting a worker: %w", errdefs.ErrUnavailable, err)
+	}
+	return runOnce(ctx, w, call, t0)
+}
+
+// Drain implements Runner: idle workers are stopped at once, then the
+// requests in flight are waited for.
+func (r *workerRunner) Drain(ctx context.Context) error {
+	r.g.shut()
+	if p := r.getPool(); p != nil {
+		p.close()
+	}
+	return r.g.close(ctx)
+}
+
+// Stop implements Runner: the filler and every idle worker are stopped; a
+// request in flight owns its worker and stops it when it ends.
+func (r *workerRunner) Stop() {
+	r.g.shut()
+	if p := r.getPool(); p != nil {
+		p.close()
+	}
+}
+
+// Exited implements Runner: nil, the pool replaces workers that die.
+func (r *workerRunner) Exited() <-chan struct{} { return nil }
+
+// Err implements Runner.
+func (r *workerRunner) Err() error { return nil }
+
+// Status implements Runner.
+func (r *workerRunner) Status() RunnerStatus {
+	if p := r.getPool(); p != nil {
+		return RunnerStatus{IdleWorkers: p.idle()}
+	}
+	return RunnerStatus{}
+}
+
+// workerPool keeps up to size one-shot sandboxes ready (imported, waiting
+// for GO). A worker serves one request and exits; the pool starts its
+// replacement off the request path.
+type workerPool struct {
+	size  int
+	start func(ctx context.Context) (oneShot, error)
+	log   *slog.Logger
+	ready chan oneShot    // idle, ready workers
+	kick  chan struct{}   // wakes the filler
+	ctx   context.Context // cancelled by close
+	stop  context.CancelFunc
+	wg    sync.WaitGroup // the filler
+	once  sync.Once
+}
+
+// newWorkerPool returns a pool of size workers made by start, holding
+// first (may be nil) as its first ready one, and starts its filler; close
+// stops it.
+func newWorkerPool(size int, first oneShot, start func(context.Context) (oneShot, error), log *slog.Logger) *workerPool {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &workerPool{d: d, size: size, ready: make(chan *zygote.Zygote, size), kick: make(chan struct{}, 1), ctx: ctx, stop: cancel}
+	p := &workerPool{size: size, start: start, log: log, ready: make(chan oneShot, size), kick: make(chan struct{}, 1), ctx: ctx, stop: cancel}
 	if first != nil {
 		p.ready <- first
 	}
@@ -32,40 +159,61 @@ func newWorkerPool(d *deployment, size int, first *zygote.Zygote) *workerPool {
 	return p
 }
 
+// Pool tuning: backoff after a worker failed to start, and how often idle
+// workers are checked for having died.
+const (
+	workerBackoffMin = 100 * time.Millisecond
+	workerBackoffMax = 10 * time.Second
+	workerCheck      = time.Second
+)
+
 // fill starts workers until size are ready, and again whenever one is
 // taken or dies. A worker that fails to start is retried with backoff.
 func (p *workerPool) fill() {
 	defer p.wg.Done()
-	backoff := 100 * time.Millisecond
+	backoff := workerBackoffMin
 	for {
 		for len(p.ready) < p.size {
 			if p.ctx.Err() != nil {
 				return
 			}
-			z, err := zygote.Start(p.ctx, p.d.m.zygoteSpec(p.d, zygote.ModeWorker))
+			w, err := p.start(p.ctx)
 			if err != nil {
 				if p.ctx.Err() != nil {
 					return
 				}
-				p.d.m.log.Warn("starting a worker", "function", p.d.name, "err", err)
-				select {
-				case <-time.After(backoff):
-				case <-p.ctx.Done():
+				p.log.Warn("starting a worker", "err", err)
+				if !sleepCtx(p.ctx, backoff) {
 					return
 				}
-				backoff = min(backoff*2, 10*time.Second)
+				backoff = min(backoff*2, workerBackoffMax)
 				continue
 			}
-			backoff = 100 * time.Millisecond
-			p.ready <- z
+			backoff = workerBackoffMin
+			p.ready <- w
 		}
+		t := time.NewTimer(workerCheck)
 		select {
 		case <-p.kick:
 		case <-p.ctx.Done():
+			t.Stop()
 			return
-		case <-time.After(time.Second): // notice workers that died while idle
+		case <-t.C: // notice workers that died while idle
 			p.dropDead()
 		}
+		t.Stop()
+	}
+}
+
+// sleepCtx waits d or until ctx ends; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -73,13 +221,13 @@ func (p *workerPool) fill() {
 func (p *workerPool) dropDead() {
 	for i := len(p.ready); i > 0; i-- {
 		select {
-		case z := <-p.ready:
-			if z.Err() != nil {
-				p.d.m.log.Warn("an idle worker died; replacing it", "function", p.d.name, "err", z.Err())
-				z.Stop()
+		case w := <-p.ready:
+			if w.Err() != nil {
+				p.log.Warn("an idle worker died; replacing it", "err", w.Err())
+				w.Stop()
 				continue
 			}
-			p.ready <- z
+			p.ready <- w
 		default:
 			return
 		}
@@ -87,8 +235,8 @@ func (p *workerPool) dropDead() {
 }
 
 // take returns a ready worker (the caller owns it and must Stop it after its
-// request), starting one inline when none is idle (a cold start).
-func (p *workerPool) take(ctx context.Context) (*zygote.Zygote, bool, error) {
+// request), starting one inline when none is idle (a cold start: true).
+func (p *workerPool) take(ctx context.Context) (oneShot, bool, error) {
 	defer func() {
 		select {
 		case p.kick <- struct{}{}:
@@ -97,31 +245,33 @@ func (p *workerPool) take(ctx context.Context) (*zygote.Zygote, bool, error) {
 	}()
 	for {
 		select {
-		case z := <-p.ready:
-			if z.Err() != nil {
-				z.Stop()
+		case w := <-p.ready:
+			if w.Err() != nil {
+				w.Stop()
 				continue
 			}
-			return z, false, nil
+			return w, false, nil
 		default:
-			z, err := zygote.Start(ctx, p.d.m.zygoteSpec(p.d, zygote.ModeWorker))
-			return z, true, err
+			w, err := p.start(ctx)
+			return w, true, err
 		}
 	}
 }
 
-// close stops the filler and every idle worker.
+// close stops the filler and every idle worker; idempotent.
 func (p *workerPool) close() {
-	p.stop()
-	p.wg.Wait()
-	for {
-		select {
-		case z := <-p.ready:
-			z.Stop()
-		default:
-			return
+	p.once.Do(func() {
+		p.stop()
+		p.wg.Wait()
+		for {
+			select {
+			case w := <-p.ready:
+				w.Stop()
+			default:
+				return
+			}
 		}
-	}
+	})
 }
 
 // idle returns the number of ready workers.

@@ -16,7 +16,6 @@ import (
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/store"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // memRegistry is an in-memory function.Registry.
@@ -109,14 +108,14 @@ func TestStuckStopDoesNotBlockOtherFunctions(t *testing.T) {
 	deploy("b")
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	function.SetStopZygote(m, func(z *zygote.Zygote) {
+	function.SetStopRunner(m, func(rt function.Runner) {
 		first := false
 		once.Do(func() { first = true })
 		if first {
 			close(entered)
 			<-release
 		}
-		z.Stop()
+		rt.Stop()
 	})
 	removed := make(chan error, 1)
 	go func() { removed <- m.Remove(context.Background(), "a") }()

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
-	"github.com/zygo-run/zygo/internal/cleanup"
 )
 
 // Checkpoint saves an immutable image of the running sandbox, which keeps running, and

@@ -15,9 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
-	"github.com/zygo-run/zygo/internal/cleanup"
 )
 
 // MaxForkN is the upper bound on fork's N. Each child is a full gVisor sandbox (a Sentry, a

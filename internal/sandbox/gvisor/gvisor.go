@@ -40,10 +40,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
-	"github.com/zygo-run/zygo/internal/cleanup"
 )
 
 var (

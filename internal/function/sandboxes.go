@@ -1,0 +1,126 @@
+package function
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/cgroup"
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/nsbox"
+	"github.com/zygo-run/zygo/internal/zygote"
+)
+
+// SandboxConfig configures NewSandboxLauncher: how the runtimes' sandboxes
+// (bubblewrap, internal/zygote) are made.
+type SandboxConfig struct {
+	StateDir string // run/ (one directory per sandbox) and etc/ live here
+	AgentDir string // extracted agents (bound at /opt/zygo/agents)
+	Bwrap    string // path of bwrap
+	// RunTmpfsMiB, when > 0, puts each sandbox's run directory on a tmpfs
+	// of that size (zygote.Spec.RunTmpfsMiB).
+	RunTmpfsMiB int
+	// ReadyTimeout bounds the import and warm-up of each sandbox.
+	ReadyTimeout time.Duration
+	// RandGuard says AgentDir holds the native-randomness guard; fork
+	// zygotes then preload it.
+	RandGuard bool
+	// StrictFilter is the strict seccomp program (internal/seccomp.Strict).
+	StrictFilter []byte
+	// Limiter gives each sandbox a cgroup with the manifest's
+	// zygote_memory_mib and zygote_pids; nil: none.
+	Limiter Limiter
+}
+
+// sandboxLauncher is the Launcher whose runtimes run bwrap sandboxes.
+type sandboxLauncher struct{ cfg SandboxConfig }
+
+// NewSandboxLauncher returns the Launcher of the three runtimes on
+// bubblewrap sandboxes: the fork zygote, spawn, and the Node worker pool.
+func NewSandboxLauncher(cfg SandboxConfig) Launcher { return &sandboxLauncher{cfg: cfg} }
+
+// NewRunner implements Launcher.
+func (l *sandboxLauncher) NewRunner(opts RunnerOptions) (Runner, error) {
+	if opts.NetNS != nil {
+		return nil, fmt.Errorf("%w: network namespaces for functions are not supported yet", errdefs.ErrInvalidArgument)
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	switch opts.Kind {
+	case KindFork:
+		return &forkRunner{l: l, opts: opts}, nil
+	case KindSpawn:
+		return &spawnRunner{l: l, opts: opts}, nil
+	case KindWorker:
+		return newWorkerRunner(l, opts), nil
+	}
+	return nil, fmt.Errorf("%w: unknown runtime kind %q", errdefs.ErrInvalidArgument, opts.Kind)
+}
+
+// start starts one sandbox of opts in mode and waits until it is ready.
+// The caller owns the zygote and must Stop it.
+func (l *sandboxLauncher) start(ctx context.Context, opts RunnerOptions, mode zygote.Mode) (*zygote.Zygote, error) {
+	return zygote.Start(ctx, l.spec(opts, mode))
+}
+
+// spec returns the zygote.Spec of a new sandbox of opts in mode: bubblewrap
+// is configured here and nowhere else in this package.
+func (l *sandboxLauncher) spec(opts RunnerOptions, mode zygote.Mode) zygote.Spec {
+	id := newID("z")
+	man := opts.Manifest
+	preload := ""
+	if mode == zygote.ModeFork && l.cfg.RandGuard {
+		preload = nsbox.RandGuardPath // only a zygote has children to share its memory
+	}
+	spec := zygote.Spec{
+		Box: nsbox.Spec{
+			Bwrap: l.cfg.Bwrap, HostUID: opts.HostUID, Interpreter: man.Interpreter,
+			CodeDir: opts.CodeDir, AgentDir: l.cfg.AgentDir, EtcDir: filepath.Join(l.cfg.StateDir, "etc"),
+			Preload: preload,
+		},
+		Runtime:      string(man.Runtime),
+		Handler:      man.Handler,
+		Mode:         mode,
+		Env:          man.SortedEnv(),
+		RunDir:       filepath.Join(l.cfg.StateDir, "run", id),
+		RunTmpfsMiB:  l.cfg.RunTmpfsMiB,
+		ReadyTimeout: l.cfg.ReadyTimeout,
+		Secrets:      len(man.Secrets) > 0,
+		PreFork:      preFork(man),
+		StrictFilter: l.cfg.StrictFilter,
+		Output:       opts.Output,
+		Log:          opts.Log.With("zygote", id),
+	}
+	if l.cfg.Limiter != nil {
+		spec.Cgroup = l.sandboxCgroup(opts, id)
+	}
+	return spec
+}
+
+// sandboxCgroup returns zygote.Spec.Cgroup for sandbox id of opts: a group
+// <function>/<id>, beside its requests' groups, with the manifest's
+// zygote_memory_mib and zygote_pids, whose Exceeded names those keys.
+func (l *sandboxLauncher) sandboxCgroup(opts RunnerOptions, id string) func(context.Context, int) (zygote.Cgroup, error) {
+	return func(ctx context.Context, hostPID int) (zygote.Cgroup, error) {
+		lim := opts.Manifest.Limits
+		g, err := l.cfg.Limiter.Place(ctx, opts.Function+"/"+id, hostPID, cgroup.Limits{MemoryMiB: lim.ZygoteMemoryMiB, PIDs: lim.ZygotePIDs})
+		if err != nil {
+			return nil, err
+		}
+		return sandboxGroup{g}, nil
+	}
+}
+
+// runOnce serves call on z, a sandbox that serves one request (spawn mode
+// or a Node worker), and stops it; Elapsed counts from t0.
+func runOnce(ctx context.Context, z oneShot, call Call, t0 time.Time) (*zygote.Result, error) {
+	defer z.Stop()
+	res, err := z.Run(ctx, call.request(filesOf(z)))
+	if res != nil {
+		res.Elapsed = time.Since(t0)
+	}
+	return res, err
+}
