@@ -132,7 +132,9 @@ func (r *fakeRunner) Err() error {
 	defer r.mu.Unlock()
 	return r.err
 }
-func (r *fakeRunner) Status() function.RunnerStatus { return function.RunnerStatus{HostPID: 1000 + r.n} }
+func (r *fakeRunner) Status() function.RunnerStatus {
+	return function.RunnerStatus{HostPID: 1000 + r.n}
+}
 
 var _ function.Runner = (*fakeRunner)(nil)
 
