@@ -165,7 +165,7 @@ const (
 // restartLoop starts a new runtime until one is ready, backing off between
 // failed starts; it ends when d is halted or the Manager shuts down.
 func (d *deployment) restartLoop() {
-	backoff := restartBackoffMin
+	backoff := d.m.restartBackoff[0]
 	for !d.isStopped() {
 		err := d.start(d.m.ctx)
 		if err == nil || errors.Is(err, errRetired) {
@@ -175,7 +175,7 @@ func (d *deployment) restartLoop() {
 		if !d.m.backoff(backoff, d.retired) {
 			return
 		}
-		backoff = min(backoff*2, restartBackoffMax)
+		backoff = min(backoff*2, d.m.restartBackoff[1])
 	}
 }
 

@@ -155,6 +155,20 @@ func checkGoroutines(t *testing.T) func() {
 	}
 }
 
+// noManagerWork fails when a goroutine is still in the work of a
+// deployment or a retirement after Shutdown returned: Shutdown waits for
+// them, so this holds at once, not eventually.
+func noManagerWork(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	for _, frame := range []string{"function.(*deployment).", "function.(*Manager).retire"} {
+		if strings.Contains(stacks, frame) {
+			t.Fatalf("a goroutine is still in %s after Shutdown:\n%s", frame, stacks)
+		}
+	}
+}
+
 // fakeManager returns a Manager whose runners are l's fakes, and a deploy
 // function for it (manifest lines after name and handler are extra).
 func fakeManager(t *testing.T, l *fakeLauncher) (*function.Manager, func(name, extra string) (*function.DeployResult, error)) {
@@ -265,6 +279,7 @@ func TestRedeployDrainsTheOldRunner(t *testing.T) {
 		}
 	}
 	m.Shutdown()
+	noManagerWork(t)
 	leaks()
 }
 
@@ -335,8 +350,9 @@ func TestRunnerDeathRestartsWithBackoff(t *testing.T) {
 }
 
 // TestShutdownEndsARestartBackoff: a function whose runner never starts
-// again is retried with backoff on the Manager's context; Shutdown ends
-// the loop, and no goroutine is left.
+// again waits between retries on the Manager's context: Shutdown ends a
+// backoff of an hour at once (a bare time.Sleep would hold it), and no
+// goroutine is left.
 func TestShutdownEndsARestartBackoff(t *testing.T) {
 	leaks := checkGoroutines(t)
 	var mu sync.Mutex
@@ -350,6 +366,7 @@ func TestShutdownEndsARestartBackoff(t *testing.T) {
 		return nil
 	}}
 	m, deploy := fakeManager(t, l)
+	function.SetRestartBackoff(m, time.Hour, time.Hour)
 	if _, err := deploy("f", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +375,7 @@ func TestShutdownEndsARestartBackoff(t *testing.T) {
 	mu.Unlock()
 	l.all()[0].die()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if st, _ := m.Get("f"); st.State == "failed" && len(l.all()) >= 3 {
+		if st, _ := m.Get("f"); st.State == "failed" && len(l.all()) == 2 { // in its first backoff
 			break
 		}
 		if time.Now().After(deadline) {
@@ -372,11 +389,7 @@ func TestShutdownEndsARestartBackoff(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Shutdown did not end the restart loop")
 	}
-	n := len(l.all())
-	time.Sleep(300 * time.Millisecond) // longer than the first backoff: no start after Shutdown
-	if len(l.all()) != n {
-		t.Errorf("runners started after Shutdown: %d → %d", n, len(l.all()))
-	}
+	noManagerWork(t)
 	leaks()
 }
 

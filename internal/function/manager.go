@@ -103,6 +103,9 @@ type Manager struct {
 	logs *logWriter // stores log lines off the request path
 
 	runtimes Launcher
+	// restartBackoff is the first and the longest wait between failed
+	// restarts of a deployment (restartBackoffMin, restartBackoffMax).
+	restartBackoff [2]time.Duration
 	// stopRunner stops a deployment's runtime: Runner.Stop, replaced by
 	// tests that need a stop to last.
 	stopRunner func(Runner)
@@ -115,6 +118,8 @@ type Manager struct {
 	wg     sync.WaitGroup
 	wgMu   sync.Mutex // guards shut, and orders wg.Add before Shutdown's Wait
 	shut   bool
+
+	shutdown sync.Once
 }
 
 // NewManager returns a Manager with no functions loaded; call Restore to
@@ -143,7 +148,8 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	return &Manager{cfg: cfg, reg: reg, secrets: secrets, limiter: cfg.Limiter, log: cfg.Log,
 		fns: map[string]*deployment{}, inUse: map[string]int{}, bodies: newByteBudget(cfg.BodyBudgetBytes),
 		logs: newLogWriter(reg.AppendLogs, cfg.Log), runtimes: cfg.Runtimes, stopRunner: Runner.Stop,
-		ctx: ctx, cancel: cancel}, nil
+		restartBackoff: [2]time.Duration{restartBackoffMin, restartBackoffMax},
+		ctx:            ctx, cancel: cancel}, nil
 }
 
 // goTracked runs f on a goroutine Shutdown waits for; after Shutdown it
@@ -419,8 +425,10 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 
 // Shutdown stops every runtime (in-flight requests fail), cancels the
 // Manager's context (restarts and back-offs end) and waits for every
-// goroutine the Manager started. Call once.
-func (m *Manager) Shutdown() {
+// goroutine the Manager started. Later calls do nothing.
+func (m *Manager) Shutdown() { m.shutdown.Do(m.doShutdown) }
+
+func (m *Manager) doShutdown() {
 	m.cancel()
 	m.mu.Lock()
 	ds := make([]*deployment, 0, len(m.fns))

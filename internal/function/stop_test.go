@@ -103,6 +103,7 @@ func hostileManager(t *testing.T) (*function.Manager, func(name string)) {
 // it, then stopped for real although it ignores the stop message and holds
 // its output pipes), a Deploy and a Remove of other functions complete.
 func TestStuckStopDoesNotBlockOtherFunctions(t *testing.T) {
+	leaks := checkGoroutines(t)
 	m, deploy := hostileManager(t)
 	deploy("a")
 	deploy("b")
@@ -149,4 +150,6 @@ func TestStuckStopDoesNotBlockOtherFunctions(t *testing.T) {
 	if names := m.List(); len(names) != 1 || names[0].Name != "c" {
 		t.Errorf("functions left: %+v", names)
 	}
+	m.Shutdown()
+	leaks() // every goroutine of the Manager and of its sandboxes has ended
 }
