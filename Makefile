@@ -5,7 +5,7 @@ BIN     := bin
 PY      := /usr/bin/python3
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test demo bench clean
+.PHONY: all build deps test tidy-check lint demo bench clean
 
 all: build
 
@@ -24,7 +24,13 @@ build:
 	@command -v $(CC) >/dev/null 2>&1 || { echo "build: $(CC) not found: the native-randomness guard (bin/zygo_rand.so) needs a C compiler: apt-get install gcc (or run make deps)" >&2; exit 1; }
 	$(CC) $(RAND_CFLAGS) -o $(BIN)/zygo_rand.so agents/native/zygo_rand.c -ldl
 
-test: deps build
+# go.mod and go.sum must be what `go mod tidy` writes (direct dependencies not `// indirect`, no
+# stale sums); -diff prints the change and fails instead of writing it.
+tidy-check:
+	$(GO) mod tidy -diff
+	cd sdk/go && $(GO) mod tidy -diff
+
+test: deps build tidy-check
 	cd agents/python && $(PY) -m unittest discover -s tests
 	cd agents/node && node --test test/
 	cd sdk/python && $(PY) -m unittest discover -s tests
