@@ -117,7 +117,7 @@ func (c *Config) validate() error {
 	if c.Listen != "" {
 		host, port, err := net.SplitHostPort(c.Listen)
 		if err != nil {
-			return fmt.Errorf("--listen %q: %v", c.Listen, err)
+			return fmt.Errorf("--listen %q: %w", c.Listen, err)
 		}
 		if strings.EqualFold(host, "localhost") {
 			// Not looked up: /etc/hosts could map the name anywhere.

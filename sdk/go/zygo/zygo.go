@@ -95,12 +95,22 @@ type Error struct {
 	wire.ErrorBody
 }
 
-// Error returns the daemon's message, and the handler's traceback after it when there is one.
+// Error returns the daemon's message followed by its category's phrase (`function "x": not
+// found`: the daemon's message leaves the category to the code, Code.Text), and the
+// handler's traceback after it when there is one.
 func (e *Error) Error() string {
-	if e.Traceback != "" {
-		return e.Message + "\n" + e.Traceback
+	msg := e.Message
+	if t := e.Code.Text(); t != "" && msg != t {
+		if msg == "" {
+			msg = t
+		} else {
+			msg += ": " + t
+		}
 	}
-	return e.Message
+	if e.Traceback != "" {
+		return msg + "\n" + e.Traceback
+	}
+	return msg
 }
 
 // Unreachable is a transport failure: no daemon answered at Addr (a TCP client) or on
