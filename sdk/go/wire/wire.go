@@ -90,6 +90,20 @@ type ErrorBody struct {
 	RequestID string `json:"request_id,omitempty"` // of a failed invoke
 }
 
+// Text returns the message as a person reads it: Message followed by its code's phrase
+// (`function "x": not found`), since the daemon's message leaves the category to the code;
+// the message alone for a code without a phrase (Code.Text).
+func (b ErrorBody) Text() string {
+	t := b.Code.Text()
+	switch {
+	case t == "" || b.Message == t:
+		return b.Message
+	case b.Message == "":
+		return t
+	}
+	return b.Message + ": " + t
+}
+
 // ErrorAnswer is the JSON object of an error answer.
 type ErrorAnswer struct {
 	Error ErrorBody `json:"error"`

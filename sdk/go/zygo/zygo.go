@@ -99,14 +99,7 @@ type Error struct {
 // found`: the daemon's message leaves the category to the code, Code.Text), and the
 // handler's traceback after it when there is one.
 func (e *Error) Error() string {
-	msg := e.Message
-	if t := e.Code.Text(); t != "" && msg != t {
-		if msg == "" {
-			msg = t
-		} else {
-			msg += ": " + t
-		}
-	}
+	msg := e.Text()
 	if e.Traceback != "" {
 		return msg + "\n" + e.Traceback
 	}
