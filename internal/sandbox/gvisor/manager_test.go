@@ -18,8 +18,8 @@ import (
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
-	"github.com/zygo-run/zygo/internal/sandbox/sandboxtest"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
+	"github.com/zygo-run/zygo/internal/sandbox/sandboxtest"
 )
 
 type harness struct {

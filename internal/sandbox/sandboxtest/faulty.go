@@ -28,7 +28,9 @@ type FaultyRegistry struct {
 type block struct{ entered, release chan struct{} }
 
 // NewFaultyRegistry returns an empty FaultyRegistry that fails nothing yet.
-func NewFaultyRegistry() *FaultyRegistry { return &FaultyRegistry{MemRegistry: sandbox.NewMemRegistry()} }
+func NewFaultyRegistry() *FaultyRegistry {
+	return &FaultyRegistry{MemRegistry: sandbox.NewMemRegistry()}
+}
 
 // FailNextPutCheckpoint makes the next PutCheckpoint return ErrInjected.
 func (r *FaultyRegistry) FailNextPutCheckpoint() {
