@@ -86,7 +86,7 @@ func step(ctx context.Context, db *sql.DB, m migration) error {
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
 	if err := m.up(ctx, tx); err != nil {
 		return err
 	}
