@@ -5,7 +5,7 @@ BIN     := bin
 PY      := /usr/bin/python3
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test demo bench clean
+.PHONY: all build deps test tidy-check lint demo bench clean
 
 all: build
 
@@ -24,7 +24,30 @@ build:
 	@command -v $(CC) >/dev/null 2>&1 || { echo "build: $(CC) not found: the native-randomness guard (bin/zygo_rand.so) needs a C compiler: apt-get install gcc (or run make deps)" >&2; exit 1; }
 	$(CC) $(RAND_CFLAGS) -o $(BIN)/zygo_rand.so agents/native/zygo_rand.c -ldl
 
-test: deps build
+# go.mod and go.sum must be what `go mod tidy` writes (direct dependencies not `// indirect`, no
+# stale sums); -diff prints the change and fails instead of writing it.
+tidy-check:
+	$(GO) mod tidy -diff
+	cd sdk/go && $(GO) mod tidy -diff
+
+# golangci-lint, pinned, built from the Go module proxy into bin/tools (a cache: installed once
+# per checkout; measured on this 2-core machine: 76 s with an empty module cache, downloads
+# included; a lint run of the tree then takes about 20 s cold, seconds warm). The rules and
+# the reason for each are in .golangci.yml.
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI := $(BIN)/tools/golangci-lint-$(GOLANGCI_VERSION)
+
+$(GOLANGCI):
+	@mkdir -p $(BIN)/tools
+	GOBIN=$(abspath $(BIN)/tools/gobin) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	mv $(BIN)/tools/gobin/golangci-lint $@
+
+# The SDK is its own module: linted from its directory with the same configuration.
+lint: $(GOLANGCI)
+	$(GOLANGCI) run ./...
+	cd sdk/go && $(abspath $(GOLANGCI)) run --config ../../.golangci.yml ./...
+
+test: deps build tidy-check lint
 	cd agents/python && $(PY) -m unittest discover -s tests
 	cd agents/node && node --test test/
 	cd sdk/python && $(PY) -m unittest discover -s tests

@@ -35,8 +35,12 @@ func run(ctx context.Context, c *zygo.Client) error {
 	defer sb.Remove(context.WithoutCancel(ctx))
 	fmt.Printf("sandbox %s generation %s\n", sb.ID, sb.Generation)
 
-	if res, err := sb.RunCode(ctx, "x = 41\nimport random"); err != nil || !res.OK {
-		return fmt.Errorf("run-code: %v %s", err, res.Error)
+	res, err := sb.RunCode(ctx, "x = 41\nimport random")
+	if err != nil {
+		return fmt.Errorf("run-code: %w", err)
+	}
+	if !res.OK {
+		return fmt.Errorf("run-code: %s", res.Error)
 	}
 	if err := sb.WriteFile(ctx, "/root/notes.txt", []byte("written before the checkpoint\n"), 0o644); err != nil {
 		return fmt.Errorf("writing a file: %w", err)
@@ -59,8 +63,11 @@ func run(ctx context.Context, c *zygo.Client) error {
 		}
 		defer ch.Sandbox.Remove(context.WithoutCancel(ctx))
 		res, err := ch.Sandbox.RunCode(ctx, "(x + 1, random.random())")
-		if err != nil || !res.OK {
-			return fmt.Errorf("run-code in child %s: %v %s", ch.Sandbox.ID, err, res.Error)
+		if err != nil {
+			return fmt.Errorf("run-code in child %s: %w", ch.Sandbox.ID, err)
+		}
+		if !res.OK {
+			return fmt.Errorf("run-code in child %s: %s", ch.Sandbox.ID, res.Error)
 		}
 		notes, err := ch.Sandbox.ReadFile(ctx, "/root/notes.txt")
 		if err != nil {

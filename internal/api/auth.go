@@ -120,5 +120,5 @@ func bearer(r *http.Request) (string, bool) {
 
 func unauthenticated(w http.ResponseWriter, msg string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="zygo"`)
-	writeError(w, http.StatusUnauthorized, wire.ErrorBody{Code: wire.CodeUnauthenticated, Message: msg})
+	writeError(w, wire.ErrorBody{Code: wire.CodeUnauthenticated, Message: msg})
 }

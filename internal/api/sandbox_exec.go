@@ -25,7 +25,7 @@ func decodeExecBody(w http.ResponseWriter, r *http.Request) (wire.ExecBody, io.R
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
 		if lim.N <= 0 {
-			writeError(w, http.StatusRequestEntityTooLarge, wire.ErrorBody{Code: wire.CodeTooLarge,
+			writeError(w, wire.ErrorBody{Code: wire.CodeTooLarge,
 				Message: fmt.Sprintf("request body exceeds %d MiB", MaxSandboxJSONBytes>>20)})
 			return body, nil, false
 		}

@@ -100,47 +100,13 @@ func (s *Server) needSandboxes(h sandboxHandler) http.HandlerFunc {
 		if sb == nil {
 			msg := "sandboxes are not enabled on this daemon"
 			if s.sandboxes.unavailable != nil {
-				msg = s.sandboxes.unavailable.Error()
+				msg = userMessage(s.sandboxes.unavailable)
 			}
-			writeError(w, http.StatusServiceUnavailable, wire.ErrorBody{Code: wire.CodeUnavailable, Message: msg})
+			writeError(w, wire.ErrorBody{Code: wire.CodeUnavailable, Message: msg})
 			return
 		}
 		h(w, r, sb)
 	}
-}
-
-// errorCode maps err's errdefs category to an error code and an HTTP status: Server.fail
-// uses it, and so do errors reported inside a stream or a body of their own.
-func (s *Server) errorCode(err error) (wire.Code, int) {
-	code := wire.CodeInternal
-	switch {
-	case errors.Is(err, errdefs.ErrNotFound):
-		code = wire.CodeNotFound
-	case errors.Is(err, errdefs.ErrInvalidArgument):
-		code = wire.CodeBadRequest
-	case errors.Is(err, errdefs.ErrTooLarge):
-		code = wire.CodeTooLarge
-	case errors.Is(err, errdefs.ErrPermissionDenied):
-		code = wire.CodePermissionDenied
-	case errors.Is(err, errdefs.ErrExists):
-		code = wire.CodeExists
-	case errors.Is(err, errdefs.ErrFailedPrecondition):
-		code = wire.CodeFailedPrecondition
-	case errors.Is(err, errdefs.ErrUnavailable):
-		code = wire.CodeUnavailable
-	case errors.Is(err, errdefs.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
-		code = wire.CodeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = wire.CodeCancelled
-	default:
-		s.log.Error("api: an error of no category", "err", err)
-	}
-	return code, wire.StatusOf(code)
-}
-
-func (s *Server) errorBody(err error) *wire.ErrorBody {
-	code, _ := s.errorCode(err)
-	return &wire.ErrorBody{Code: code, Message: err.Error()}
 }
 
 // decodeBody reads a JSON body into v; an empty body leaves v as it is. Unknown fields are
@@ -151,7 +117,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, wire.ErrorBody{Code: wire.CodeTooLarge,
+			writeError(w, wire.ErrorBody{Code: wire.CodeTooLarge,
 				Message: fmt.Sprintf("request body exceeds %d MiB", MaxSandboxJSONBytes>>20)})
 			return false
 		}
@@ -166,7 +132,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 func badRequest(w http.ResponseWriter, msg string) {
-	writeError(w, http.StatusBadRequest, wire.ErrorBody{Code: wire.CodeBadRequest, Message: msg})
+	writeError(w, wire.ErrorBody{Code: wire.CodeBadRequest, Message: msg})
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
@@ -333,7 +299,7 @@ func timeoutOf(w http.ResponseWriter, ms int64) (time.Duration, bool) {
 func filePath(w http.ResponseWriter, r *http.Request) (string, bool) {
 	p := r.URL.Query().Get("path")
 	if err := sandbox.ValidatePath("path", p); err != nil {
-		badRequest(w, err.Error())
+		badRequest(w, userMessage(err))
 		return "", false
 	}
 	return p, true
@@ -370,7 +336,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	body := &limitedBody{r: http.MaxBytesReader(w, r.Body, MaxFileBytes)}
 	if err := sb.PutFile(r.Context(), r.PathValue("id"), p, uint32(mode), body); err != nil {
 		if body.tooLong {
-			writeError(w, http.StatusRequestEntityTooLarge, wire.ErrorBody{Code: wire.CodeTooLarge,
+			writeError(w, wire.ErrorBody{Code: wire.CodeTooLarge,
 				Message: fmt.Sprintf("file exceeds %d MiB", MaxFileBytes>>20)})
 			return
 		}

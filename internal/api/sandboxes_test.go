@@ -111,8 +111,9 @@ func wantAPIError(t *testing.T, err error, status int, substr string) *zygo.Erro
 	if !errors.As(err, &ae) {
 		t.Fatalf("want *zygo.Error %d, got %v", status, err)
 	}
-	if ae.Status != status || !strings.Contains(ae.Message, substr) {
-		t.Errorf("got %d %q, want %d containing %q", ae.Status, ae.Message, status, substr)
+	// err.Error() is what a caller reads: the message and the category's phrase after it.
+	if ae.Status != status || !strings.Contains(err.Error(), substr) {
+		t.Errorf("got %d %q, want %d containing %q", ae.Status, err.Error(), status, substr)
 	}
 	return ae
 }

@@ -94,7 +94,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
 	s.sandboxRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
+		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})
 	return s.accessLog(mux)
 }
@@ -111,7 +111,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var ife *function.ImportFailed
 		if errors.As(err, &ife) {
-			writeError(w, http.StatusUnprocessableEntity, wire.ErrorBody{Code: wire.CodeImportFailed, Type: ife.Type,
+			writeError(w, wire.ErrorBody{Code: wire.CodeImportFailed, Type: ife.Type,
 				Message:   ife.Outcome() + ": " + ife.Type + ": " + ife.Message,
 				Traceback: ife.Traceback})
 			return
@@ -166,7 +166,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		if inv.Error != nil {
 			e.Type, e.Message, e.Traceback = inv.Error.Type, inv.Error.Message, inv.Error.Traceback
 		}
-		writeError(w, wire.StatusOf(e.Code), e)
+		writeError(w, e)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -212,18 +212,6 @@ func (s *Server) getLogs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.LogsBody{Lines: logLinesOf(lines), Next: next})
 }
 
-// fail answers err with the status and code of its errdefs category (the
-// one mapping from categories to HTTP, shared with the sandbox routes via
-// errorCode).
-func (s *Server) fail(w http.ResponseWriter, err error) {
-	code, status := s.errorCode(err)
-	writeError(w, status, wire.ErrorBody{Code: code, Message: err.Error()})
-}
-
-func writeError(w http.ResponseWriter, status int, e wire.ErrorBody) {
-	writeJSON(w, status, wire.ErrorAnswer{Error: e})
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -235,7 +223,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 	v, err := io.ReadAll(http.MaxBytesReader(w, r.Body, secret.MaxValueBytes))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, wire.ErrorBody{Code: wire.CodeTooLarge,
+		writeError(w, wire.ErrorBody{Code: wire.CodeTooLarge,
 			Message: fmt.Sprintf("secret value exceeds %d KiB", secret.MaxValueBytes>>10)})
 		return
 	}
@@ -267,7 +255,7 @@ func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(users) > 0 {
-		writeError(w, http.StatusConflict, wire.ErrorBody{Code: wire.CodeFailedPrecondition, Message: fmt.Sprintf(
+		writeError(w, wire.ErrorBody{Code: wire.CodeFailedPrecondition, Message: fmt.Sprintf(
 			"secret %q is used by %s: deploy them without it (or zygo rm them) first", name, strings.Join(users, ", "))})
 		return
 	}
@@ -277,7 +265,7 @@ func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(sbUsers) > 0 {
-		writeError(w, http.StatusConflict, wire.ErrorBody{Code: wire.CodeFailedPrecondition, Message: fmt.Sprintf(
+		writeError(w, wire.ErrorBody{Code: wire.CodeFailedPrecondition, Message: fmt.Sprintf(
 			"secret %q is used by %s: remove them first (zygo sandbox rm, zygo sandbox checkpoints rm)", name, strings.Join(sbUsers, ", "))})
 		return
 	}

@@ -229,9 +229,14 @@ func TestErrorCategories(t *testing.T) {
 				if rec.Code != c.status {
 					t.Errorf("status %d, want %d; body %s", rec.Code, c.status, rec.Body)
 				}
+				// The message is the error's without its category's text: the code says it.
+				want := `doing the thing for "hello"`
+				if c.code == wire.CodeInternal {
+					want = err.Error()
+				}
 				eb := errorOf(t, rec)
-				if eb.Code != c.code || eb.Message != err.Error() {
-					t.Errorf("error body %+v, want code %q and message %q", eb, c.code, err)
+				if eb.Code != c.code || eb.Message != want {
+					t.Errorf("error body %+v, want code %q and message %q", eb, c.code, want)
 				}
 			})
 		}

@@ -49,7 +49,7 @@ func TestAddrToken(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	dir := tempStateDir(t)
-	stop, err := daemon.Background(context.Background(), daemon.Config{StateDir: dir, Listen: addr, NoCgroups: true,
+	stop, err := daemon.Background(context.Background(), daemon.Config{StateDir: dir, Listen: addr,
 		Sandbox: daemon.SandboxConfig{Disabled: true}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -70,7 +70,7 @@ func describeInvokeError(err error) error {
 	var ae *zygo.Error
 	if errors.As(err, &ae) && !zygo.IsUnauthenticated(err) { // a 401 keeps its type: run explains it
 		b := ae.ErrorBody
-		msg := b.Message
+		msg := b.Text()
 		if b.Type != "" && !strings.HasPrefix(msg, b.Type) {
 			msg = b.Type + ": " + msg
 		}

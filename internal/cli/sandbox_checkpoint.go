@@ -163,7 +163,7 @@ func newSandboxForkCmd(g *globals) *cobra.Command {
 			}
 			for _, c := range ans.Children {
 				if c.Error != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "child %d failed: %s\n", c.Index, c.Error.Message)
+					fmt.Fprintf(cmd.ErrOrStderr(), "child %d failed: %s\n", c.Index, c.Error.Text())
 				}
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "forked %s from %s: %d of %d children running in %s\n",

@@ -74,8 +74,6 @@ type Config struct {
 	ReadyTimeout time.Duration // per zygote import + warm-up; default 60 s
 	uidRange     store.IDRange // UIDRange parsed by validate (root only), then the claimed one
 	uidAuto      bool          // UIDRange is "" or "auto"
-	// NoCgroups turns per-request cgroups off (limits not enforced).
-	NoCgroups bool
 	// RandGuard is the native-randomness guard (bin/zygo_rand.so, built by
 	// `make build`); "" looks for RandGuardName next to the zygo binary.
 	RandGuard string
@@ -117,7 +115,7 @@ func (c *Config) validate() error {
 	if c.Listen != "" {
 		host, port, err := net.SplitHostPort(c.Listen)
 		if err != nil {
-			return fmt.Errorf("--listen %q: %v", c.Listen, err)
+			return fmt.Errorf("--listen %q: %w", c.Listen, err)
 		}
 		if strings.EqualFold(host, "localhost") {
 			// Not looked up: /etc/hosts could map the name anywhere.
@@ -437,10 +435,6 @@ func listen(cfg Config, h http.Handler) ([]endpoint, error) {
 // memory_mib, pids, cpu_ms, zygote_memory_mib and zygote_pids are not
 // enforced, and sandboxes share the daemon's cgroups.
 func newLimiter(cfg Config, log *slog.Logger) *cgroup.Manager {
-	if cfg.NoCgroups {
-		log.Warn("cgroups disabled (--no-cgroups): memory_mib, pids, cpu_ms, zygote_memory_mib and zygote_pids are not enforced; sandboxes share the daemon's cgroups")
-		return nil
-	}
 	// One parent per state dir, so that Cleanup never touches another
 	// daemon's groups.
 	sum := sha256.Sum256([]byte(cfg.StateDir))

@@ -82,7 +82,7 @@ func configWithLog(t *testing.T, dir string) (daemon.Config, *syncBuffer) {
 			t.Logf("daemon log:\n%s", logs)
 		}
 	})
-	return daemon.Config{StateDir: dir, NoCgroups: true, Sandbox: daemon.SandboxConfig{Disabled: true},
+	return daemon.Config{StateDir: dir, Sandbox: daemon.SandboxConfig{Disabled: true},
 		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, logs
 }
 

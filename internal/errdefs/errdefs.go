@@ -46,3 +46,11 @@ func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
 
 // IsInvalidArgument reports whether err is, or wraps, ErrInvalidArgument.
 func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgument) }
+
+// All returns every category above, in the order a caller that must pick one for an error
+// wrapping several should try them (the API edge's table follows it). The slice is new on
+// each call.
+func All() []error {
+	return []error{ErrNotFound, ErrInvalidArgument, ErrTooLarge, ErrPermissionDenied, ErrExists,
+		ErrFailedPrecondition, ErrUnavailable, ErrDeadlineExceeded}
+}

@@ -61,8 +61,11 @@ func (r *sbRun) collect(ctx context.Context, c CopyInfo) error {
 	}
 	var out, errb bytes.Buffer
 	res, err := r.m.RunCode(ctx, id, guest.CodeRequest{Code: interpAfter, Timeout: time.Minute}, &out, &errb)
-	if err != nil || !res.OK {
-		return fmt.Errorf("run-code in %s: %v %s%s", id, err, res.Error, errb.String())
+	if err != nil {
+		return fmt.Errorf("run-code in %s: %w%s", id, err, errb.String())
+	}
+	if !res.OK {
+		return fmt.Errorf("run-code in %s: %s%s", id, res.Error, errb.String())
 	}
 	if vals["interpreter"], err = decodeRows(out.Bytes()); err != nil {
 		return fmt.Errorf("interpreter in %s: %w", id, err)

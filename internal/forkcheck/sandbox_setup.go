@@ -76,8 +76,11 @@ func (r *sbRun) startProbes(ctx context.Context) error {
 	}
 	var out bytes.Buffer
 	res, err := r.m.RunCode(ctx, id, guest.CodeRequest{Code: interpSetup, Timeout: time.Minute}, &out, &out)
-	if err != nil || !res.OK {
-		return fmt.Errorf("setting up the interpreter: %v %s%s", err, res.Error, out.String())
+	if err != nil {
+		return fmt.Errorf("setting up the interpreter: %w%s", err, out.String())
+	}
+	if !res.OK {
+		return fmt.Errorf("setting up the interpreter: %s%s", res.Error, out.String())
 	}
 	if _, err := r.wait(ctx, id, 60*time.Second, "node.ready", "go.ready", "python-service.ready", "node-service.ready"); err != nil {
 		return err

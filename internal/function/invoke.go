@@ -94,7 +94,7 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 	}
 	values, err := m.secretValues(ctx, d.manifest.Secrets)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errdefs.ErrFailedPrecondition, err)
+		return nil, fmt.Errorf("%w: %s", errdefs.ErrFailedPrecondition, err) //nolint:errorlint // one cause on purpose: a secret's own category (not found) is not the call's
 	}
 	req.Redact = redact.New(values)
 	inv := &Invocation{RequestID: req.ID, Version: d.version}

@@ -301,7 +301,7 @@ func (c *Client) current(ctx context.Context) (*http2.ClientConn, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for guest agent: %w (%w)", errdefs.ErrUnavailable, ctx.Err())
+			return nil, fmt.Errorf("waiting for guest agent: %w: %w", ctx.Err(), errdefs.ErrUnavailable)
 		}
 	}
 }
@@ -329,7 +329,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 			c.dropLocked(cc)
 			c.mu.Unlock()
 		}
-		return nil, fmt.Errorf("calling guest %s: %w (%w)", path, errdefs.ErrUnavailable, err)
+		return nil, fmt.Errorf("calling guest %s: %w: %w", path, err, errdefs.ErrUnavailable)
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
@@ -378,7 +378,7 @@ func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) e
 		return nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("decoding guest answer to %s: %w (%w)", path, errdefs.ErrUnavailable, err)
+		return fmt.Errorf("decoding guest answer to %s: %w: %w", path, err, errdefs.ErrUnavailable)
 	}
 	return nil
 }
@@ -461,7 +461,7 @@ func (c *Client) streamBody(ctx context.Context, path string, body io.Reader, ch
 	for {
 		var ev Event
 		if err := dec.Decode(&ev); err != nil {
-			return Event{}, fmt.Errorf("reading guest stream %s: %w (%w)", path, errdefs.ErrUnavailable, err)
+			return Event{}, fmt.Errorf("reading guest stream %s: %w: %w", path, err, errdefs.ErrUnavailable)
 		}
 		switch {
 		case ev.Error != "":

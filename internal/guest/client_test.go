@@ -3,6 +3,7 @@ package guest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -145,7 +146,7 @@ func TestPendingConnectionsBoundedAndWarningsRateLimited(t *testing.T) {
 	defer extra.Close()
 	start := time.Now()
 	_ = extra.SetReadDeadline(time.Now().Add(helloTimeout))
-	if _, err := extra.Read(make([]byte, 1)); err != io.EOF {
+	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Fatalf("extra connection read = %v, want EOF (closed at once)", err)
 	}
 	if d := time.Since(start); d > helloTimeout/2 {

@@ -222,7 +222,7 @@ func readBoundedLine(br *bufio.Reader, max int, buf []byte) (line []byte, tooLon
 		} else {
 			tooLong, buf = true, buf[:0]
 		}
-		if err == bufio.ErrBufferFull {
+		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
 		return buf, tooLong, err

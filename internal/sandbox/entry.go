@@ -163,7 +163,7 @@ func (c *call) end(err error) error {
 		t.Stop()
 	}
 	if why := c.e.gone(); why != nil {
-		return fmt.Errorf("%w (%v)", why, err)
+		return fmt.Errorf("%w (%v)", why, err) //nolint:errorlint // one cause on purpose: why the sandbox went decides the category; the call's own error (EOF) is detail
 	}
 	return err
 }
@@ -219,7 +219,7 @@ func (m *Manager) begin(ctx context.Context, idOrName string, shared bool, wait 
 			return nil, fmt.Errorf("sandbox %s still has %d calls in flight (exec, run-code or files) after %s; "+
 				"retry when they are done, or cancel them: %w", rec.ID, e.gate.inFlight(), wait, errdefs.ErrFailedPrecondition)
 		}
-		return nil, fmt.Errorf("waiting for the calls in flight on sandbox %s: %w (%w)", rec.ID, errdefs.ErrFailedPrecondition, ctx.Err())
+		return nil, fmt.Errorf("waiting for the calls in flight on sandbox %s: %w: %w", rec.ID, ctx.Err(), errdefs.ErrFailedPrecondition)
 	}
 	// Re-read: the state may have moved while we waited.
 	if c.rec, err = m.reg.GetSandbox(ctx, rec.ID); err == nil && c.rec.State != Running {

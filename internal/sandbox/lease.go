@@ -15,6 +15,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -143,10 +144,10 @@ func (m *Manager) checkpointRefs(ctx context.Context, id string) ([]string, erro
 // errnoText returns the reason of a file error without its path (an *os.PathError's Err), for
 // messages that go to API callers.
 func errnoText(err error) string {
-	if pe, ok := err.(*os.PathError); ok {
+	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
 		return pe.Op + ": " + pe.Err.Error()
 	}
-	if le, ok := err.(*os.LinkError); ok {
+	if le := (*os.LinkError)(nil); errors.As(err, &le) {
 		return le.Op + ": " + le.Err.Error()
 	}
 	return "an I/O error"

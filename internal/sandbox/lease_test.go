@@ -76,20 +76,20 @@ func otherCalls(ctx context.Context, m *sandbox.Manager, other string) error {
 func TestCheckpointRmDoesNotStallOtherCalls(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		block func(m *sandbox.Manager, reg *sandbox.FaultyRegistry, release chan struct{}) <-chan struct{}
+		block func(m *sandbox.Manager, reg *sandboxtest.FaultyRegistry, release chan struct{}) <-chan struct{}
 	}{
-		{"image deletion blocks", func(m *sandbox.Manager, _ *sandbox.FaultyRegistry, release chan struct{}) <-chan struct{} {
+		{"image deletion blocks", func(m *sandbox.Manager, _ *sandboxtest.FaultyRegistry, release chan struct{}) <-chan struct{} {
 			entered := make(chan struct{})
 			sandbox.SetRemoveImage(m, func(dir string) error { close(entered); <-release; return os.RemoveAll(dir) })
 			return entered
 		}},
-		{"record deletion blocks", func(_ *sandbox.Manager, reg *sandbox.FaultyRegistry, release chan struct{}) <-chan struct{} {
+		{"record deletion blocks", func(_ *sandbox.Manager, reg *sandboxtest.FaultyRegistry, release chan struct{}) <-chan struct{} {
 			return reg.BlockNextDeleteCheckpoint(release)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxL(t)
-			reg := sandbox.NewFaultyRegistry()
+			reg := sandboxtest.NewFaultyRegistry()
 			m := newLeaseManager(t, sandboxtest.NewFakeBackend(t), reg)
 			src, other := mustCreate(t, m, "src"), mustCreate(t, m, "other")
 			cp, err := m.Checkpoint(ctx, src.ID, "big")
@@ -175,7 +175,7 @@ func TestCheckpointRmRefusedWhileLeased(t *testing.T) {
 // deletion blocked) is refused as not found, and makes nothing.
 func TestCheckpointLeaseRefusedWhileRemoving(t *testing.T) {
 	ctx := ctxL(t)
-	reg := sandbox.NewFaultyRegistry()
+	reg := sandboxtest.NewFaultyRegistry()
 	be := sandboxtest.NewFakeBackend(t)
 	m := newLeaseManager(t, be, reg)
 	src := mustCreate(t, m, "src")
@@ -208,7 +208,7 @@ func TestCheckpointLeaseRefusedWhileRemoving(t *testing.T) {
 // a daemon restart.
 func TestFailedRollbackEndsInADefiniteState(t *testing.T) {
 	ctx := ctxL(t)
-	reg := sandbox.NewFaultyRegistry()
+	reg := sandboxtest.NewFaultyRegistry()
 	be := sandboxtest.NewFakeBackend(t)
 	m := newLeaseManager(t, be, reg)
 	src := mustCreate(t, m, "src")

@@ -397,51 +397,6 @@ func TestCheckpointsUnknownSandbox(t *testing.T) {
 	}
 }
 
-// TestCheckpointFailuresLeaveNothing: whichever step of a checkpoint fails — the engine after
-// writing the image, the checkpoint record, the source's state, or the caller's ctx — no image
-// dir and no record are left and the source is Running and can checkpoint again.
-func TestCheckpointFailuresLeaveNothing(t *testing.T) {
-	ctx := context.Background()
-	be := newFake()
-	reg := NewFaultyRegistry()
-	m := newTestManager(t, be, reg, nil)
-	src, err := m.Create(ctx, CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
-	for _, tc := range []struct {
-		name   string
-		ctx    context.Context
-		inject func()
-	}{
-		{"engine fails after writing the image", ctx, func() { be.failCheckpoint = errors.New("injected: guest did not reconnect") }},
-		{"checkpoint record not saved", ctx, reg.FailNextPutCheckpoint},
-		{"source state not saved", ctx, func() { reg.FailNextPutSandbox(Running) }},
-		{"ctx cancelled", cancelled, func() {}},
-	} {
-		be.failCheckpoint = nil
-		tc.inject()
-		if _, err := m.Checkpoint(tc.ctx, src.ID, "x"); err == nil {
-			t.Errorf("%s: checkpoint succeeded", tc.name)
-		}
-		if ents, _ := os.ReadDir(m.cfg.ImageDir); len(ents) != 0 {
-			t.Errorf("%s: image dirs left: %v", tc.name, ents)
-		}
-		if cps, _ := reg.ListCheckpoints(ctx); len(cps) != 0 {
-			t.Errorf("%s: checkpoint records left: %v", tc.name, cps)
-		}
-		if rec, _ := m.Get(ctx, src.ID); rec.State != Running {
-			t.Errorf("%s: source is %s, want running", tc.name, rec.State)
-		}
-	}
-	be.failCheckpoint = nil
-	if _, err := m.Checkpoint(ctx, src.ID, "ok"); err != nil {
-		t.Errorf("checkpoint after the failures: %v", err)
-	}
-}
-
 // TestCorruptImageRefused: a checkpoint whose image no longer matches its checksums is
 // refused by fork and rollback, naming the checkpoint and the file, before anything is made;
 // a checkpoint recorded without checksums (an older daemon's) still restores.

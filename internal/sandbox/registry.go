@@ -94,7 +94,7 @@ type Registry interface {
 }
 
 // MemRegistry is an in-memory Registry for tests and for running without a store
-// (FaultyRegistry wraps it for tests of store failures).
+// (sandboxtest.FaultyRegistry wraps it for tests of store failures).
 type MemRegistry struct {
 	mu          sync.Mutex // guards the maps
 	sandboxes   map[string]SandboxRecord

@@ -76,7 +76,7 @@ func (m *Manager) createSecrets(ctx context.Context, names []string) (SecretValu
 	vals, err := m.secretValues(ctx, names)
 	var unknown *UnknownSecretError
 	if errors.As(err, &unknown) {
-		return nil, fmt.Errorf("%w: secrets: %s", errdefs.ErrInvalidArgument, unknown)
+		return nil, fmt.Errorf("%w: secrets: %s", errdefs.ErrInvalidArgument, unknown) //nolint:errorlint // one cause on purpose: an unknown name is the request's fault (400), not a missing object (404)
 	}
 	return vals, err
 }

@@ -19,7 +19,8 @@ import (
 // sandboxSchema holds the sandbox and checkpoint records. Scalars have columns of their own
 // (so the tables can be read with the sqlite3 shell); options and services are JSON. Tokens
 // are columns too: the records leave them out of their JSON on purpose (json:"-"), so they
-// must never travel through it. Times are Unix nanoseconds.
+// must never travel through it. Times are Unix nanoseconds. This is step 2 of migrate.go, as
+// it first shipped; checkpoints.checksums is step 3.
 const sandboxSchema = `
 CREATE TABLE IF NOT EXISTS sandboxes (
 	id            TEXT PRIMARY KEY,
@@ -49,19 +50,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 	generation  TEXT NOT NULL,
 	hostname    TEXT NOT NULL,
 	options     TEXT NOT NULL,
-	created_at  INTEGER NOT NULL,
-	checksums   TEXT NOT NULL DEFAULT ''
+	created_at  INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS checkpoints_parent ON checkpoints (parent_id);
 `
-
-// sandboxMigrations are the columns added to tables after they first shipped, with the DDL
-// that adds each. A store made by an older daemon lacks them; NewSandboxRegistry adds the
-// missing ones. Every added column has a default, so older rows read as they were written
-// (checksums empty: a checkpoint recorded before checksums existed).
-var sandboxMigrations = []struct{ table, column, ddl string }{
-	{"checkpoints", "checksums", `ALTER TABLE checkpoints ADD COLUMN checksums TEXT NOT NULL DEFAULT ''`},
-}
 
 // SandboxRegistry is sandbox.Registry on the store's SQLite file: tables sandboxes and
 // checkpoints. Every write is one statement, so it is atomic without a transaction; name
@@ -73,35 +65,10 @@ type SandboxRegistry struct {
 
 var _ sandbox.Registry = (*SandboxRegistry)(nil)
 
-// NewSandboxRegistry creates the sandbox tables if they do not exist and returns the registry.
-func NewSandboxRegistry(ctx context.Context, s *Store) (*SandboxRegistry, error) {
-	if _, err := s.db.ExecContext(ctx, sandboxSchema); err != nil {
-		return nil, fmt.Errorf("creating sandbox tables: %w", err)
-	}
-	for _, mg := range sandboxMigrations {
-		if err := addColumn(ctx, s.db, mg.table, mg.column, mg.ddl); err != nil {
-			return nil, err
-		}
-	}
+// NewSandboxRegistry returns the registry on s's tables (made by Open's migrations; ctx is
+// kept for the signature's stability). It never fails today.
+func NewSandboxRegistry(_ context.Context, s *Store) (*SandboxRegistry, error) {
 	return &SandboxRegistry{db: s.db}, nil
-}
-
-// addColumn runs ddl when table has no column named column. SQLite runs an ALTER TABLE ADD
-// COLUMN atomically, and two daemons never share a store (the state dir is locked), so the
-// check and the change cannot race.
-func addColumn(ctx context.Context, db *sql.DB, table, column, ddl string) error {
-	var n int
-	err := db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, table, column).Scan(&n)
-	if err != nil {
-		return fmt.Errorf("reading the columns of %s: %w", table, err)
-	}
-	if n > 0 {
-		return nil
-	}
-	if _, err := db.ExecContext(ctx, ddl); err != nil {
-		return fmt.Errorf("adding column %s.%s: %w", table, column, err)
-	}
-	return nil
 }
 
 // sqliteCode returns the extended result code of a SQLite error, or 0.

@@ -28,6 +28,7 @@ type Store struct {
 	idMu sync.Mutex // serialises AcquireHostID and ReleaseHostID
 }
 
+// schema is step 1 of migrate.go: the first daemon's tables.
 const schema = `
 CREATE TABLE IF NOT EXISTS functions (
 	name           TEXT PRIMARY KEY,
@@ -76,9 +77,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(4)
-	if _, err := db.ExecContext(ctx, schema+hostIDSchema+hostRangeSchema); err != nil {
+	if err := migrate(ctx, db); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("creating schema in %s: %w", path, err)
+		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
 	return &Store{db: db}, nil
 }
@@ -87,7 +88,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 func (s *Store) Close() error { return s.db.Close() }
 
 // DB returns the underlying handle, for packages that keep their own tables
-// in the same file (they must create them with CREATE TABLE IF NOT EXISTS).
+// in the same file (they must create them with CREATE TABLE IF NOT EXISTS;
+// the store's own tables are made by the numbered steps of migrate.go).
 func (s *Store) DB() *sql.DB { return s.db }
 
 // Version is one immutable, content-addressed version of a function.

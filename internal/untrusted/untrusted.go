@@ -100,9 +100,8 @@ const maxRetries = 64
 // pathErr maps openat2's refusals (a symlink, a mount crossing, "..") to
 // ErrNotRegular and keeps every other errno as an *os.PathError.
 func pathErr(dir, name string, err error) error {
-	switch err {
-	case unix.ELOOP, unix.EXDEV, unix.ENOTDIR:
-		return fmt.Errorf("%s in %s: %w (%v)", name, dir, ErrNotRegular, err)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOTDIR) {
+		return fmt.Errorf("%s in %s: %w: %w", name, dir, ErrNotRegular, err)
 	}
 	return &os.PathError{Op: "open", Path: filepath.Join(dir, name), Err: err}
 }
@@ -175,7 +174,7 @@ func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
 	fd, err := d.openat(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL)
 	if err != nil {
 		var pe *os.PathError
-		if errors.As(err, &pe) && pe.Err == unix.EEXIST {
+		if errors.As(err, &pe) && errors.Is(pe.Err, unix.EEXIST) {
 			return &os.PathError{Op: "create", Path: pe.Path, Err: os.ErrExist}
 		}
 		return err
@@ -332,7 +331,7 @@ func (d *Dir) Names(max int) ([]string, error) {
 	f := os.NewFile(uintptr(fd), d.path)
 	defer f.Close()
 	names, err := f.Readdirnames(max + 1)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("listing %s: %w", d.path, err)
 	}
 	if len(names) > max {

@@ -88,9 +88,7 @@ func TestPlantedFilesInTheRequestDir(t *testing.T) {
 			})
 		}
 	}
-	for _, l := range d.Logs("planter", "") {
-		seen = append(seen, l)
-	}
+	seen = append(seen, d.Logs("planter", "")...)
 	seen = append(seen, d.Log.String())
 	all := strings.Join(seen, "\n")
 	if strings.Contains(all, marker) {

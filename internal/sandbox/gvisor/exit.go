@@ -35,7 +35,7 @@ func (b *Backend) sandboxPID(ctx context.Context, id string) (int, error) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		return 0, fmt.Errorf("container %s is gone (%v): %w", id, err, sandbox.ErrEngineExited)
+		return 0, fmt.Errorf("container %s is gone: %w: %w", id, err, sandbox.ErrEngineExited)
 	}
 	if st.Status != "running" || st.PID <= 0 {
 		return 0, fmt.Errorf("container %s is %s: %w", id, st.Status, sandbox.ErrEngineExited)

@@ -326,7 +326,7 @@ func (b *Backend) runContainer(ctx context.Context, in *instance, imageDir strin
 			"--image-path=" + imageDir, "--bundle=" + in.dir, in.id}
 	}
 	if err := b.runscDetached(ctx, logf, args...); err != nil {
-		return fmt.Errorf("starting %s: %w (%w)", in.id, errdefs.ErrUnavailable, err)
+		return fmt.Errorf("starting %s: %w: %w", in.id, err, errdefs.ErrUnavailable)
 	}
 	return nil
 }
@@ -344,14 +344,18 @@ func (b *Backend) waitGuest(ctx context.Context, in *instance) error {
 			return fmt.Errorf("guest of %s: %w", in.id, err)
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("waiting for the guest of %s: %w (%w)", in.id, errdefs.ErrUnavailable, ctx.Err())
+			return fmt.Errorf("waiting for the guest of %s: %w: %w", in.id, ctx.Err(), errdefs.ErrUnavailable)
 		}
+		// The log's last line goes into the error: a failed start removes the instance dir,
+		// log included.
 		st, err := b.state(ctx, in.id)
-		if err != nil || st.Status != "running" {
-			// The log's last line goes into the error: a failed start removes the instance
-			// dir, log included.
-			return fmt.Errorf("container %s is %q before its guest connected (%v); runsc.log ends: %.300q: %w",
-				in.id, st.Status, err, lastLogLine(filepath.Join(in.dir, "runsc.log")), errdefs.ErrUnavailable)
+		if err != nil {
+			return fmt.Errorf("reading the state of container %s before its guest connected: %w; runsc.log ends: %.300q: %w",
+				in.id, err, lastLogLine(filepath.Join(in.dir, "runsc.log")), errdefs.ErrUnavailable)
+		}
+		if st.Status != "running" {
+			return fmt.Errorf("container %s is %q before its guest connected; runsc.log ends: %.300q: %w",
+				in.id, st.Status, lastLogLine(filepath.Join(in.dir, "runsc.log")), errdefs.ErrUnavailable)
 		}
 	}
 }
@@ -499,8 +503,12 @@ func (b *Backend) Close() error {
 // daemon's sandboxes are in it. Call it before deleting StateDir; it returns an error wrapping
 // errdefs.ErrFailedPrecondition while containers remain.
 func (b *Backend) ReleaseHost(ctx context.Context) error {
-	if sts, err := b.list(ctx); err != nil || len(sts) > 0 {
-		return fmt.Errorf("containers remain under %s (%v): %w", b.runscRoot, err, errdefs.ErrFailedPrecondition)
+	sts, err := b.list(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the containers under %s: %w: %w", b.runscRoot, err, errdefs.ErrFailedPrecondition)
+	}
+	if len(sts) > 0 {
+		return fmt.Errorf("%d containers remain under %s: %w", len(sts), b.runscRoot, errdefs.ErrFailedPrecondition)
 	}
 	p := filepath.Join(b.runscRoot, "null-netns")
 	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
@@ -522,7 +530,7 @@ const maxGenerationRead = 64
 func (b *Backend) ReadGeneration(ctx context.Context, id string) (string, error) {
 	out, err := b.runscStdout(ctx, maxGenerationRead, "exec", id, "/usr/bin/cat", "/run/zygo/generation")
 	if err != nil {
-		return "", fmt.Errorf("%w: reading the generation of %s: %v", errdefs.ErrUnavailable, id, err)
+		return "", fmt.Errorf("reading the generation of %s: %w: %w", id, err, errdefs.ErrUnavailable)
 	}
 	return strings.TrimSpace(string(out)), nil
 }

@@ -128,7 +128,7 @@ func (b *Backend) checkImageBundle(imageDir string, spec sandbox.Spec) error {
 	}
 	var old specs.Spec // as runsc reads it
 	if err := json.Unmarshal(data, &old); err != nil {
-		return fmt.Errorf("image's bundle: %w (%w)", errdefs.ErrFailedPrecondition, err)
+		return fmt.Errorf("image's bundle: %w: %w", err, errdefs.ErrFailedPrecondition)
 	}
 	if x, y := perCopyCleared(old), perCopyCleared(b.bundleSpec(spec, "")); !reflect.DeepEqual(x, y) {
 		return fmt.Errorf("the image was taken of a sandbox with another bundle (root, mounts, limits or "+

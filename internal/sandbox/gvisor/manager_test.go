@@ -19,6 +19,7 @@ import (
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
+	"github.com/zygo-run/zygo/internal/sandbox/sandboxtest"
 )
 
 type harness struct {
@@ -461,7 +462,7 @@ func TestManagerCheckpointDiskFull(t *testing.T) {
 // checkpoint record, or the source's return to running): the image dir is removed, no record
 // is left, and the source keeps running with its state.
 func TestManagerCheckpointStoreFailure(t *testing.T) {
-	reg := sandbox.NewFaultyRegistry()
+	reg := sandboxtest.NewFaultyRegistry()
 	h := &harness{dir: stateDir(t), reg: reg.MemRegistry}
 	h.be = newBackend(t, filepath.Join(h.dir, "engine"))
 	m, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: h.be, Registry: reg,

@@ -129,7 +129,7 @@ func (b *FakeBackend) startAgent(ctx context.Context, spec sandbox.Spec, boot gu
 	if err := cmd.Start(); err != nil {
 		stop()
 		ln.Close()
-		return nil, fmt.Errorf("starting the fake's agent: %w (%w)", err, errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("starting the fake's agent: %w: %w", err, errdefs.ErrUnavailable)
 	}
 	go func() {
 		defer close(in.done)
@@ -155,7 +155,7 @@ func buildAgent(dir string) (string, error) {
 	p := filepath.Join(dir, "fakeagent")
 	out, err := exec.Command("go", "build", "-o", p, "github.com/zygo-run/zygo/internal/sandbox/sandboxtest/fakeagent").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("building fakeagent (needs the go tool on PATH): %v: %s", err, out)
+		return "", fmt.Errorf("building fakeagent (needs the go tool on PATH): %w: %s", err, out)
 	}
 	return p, nil
 }

@@ -55,6 +55,21 @@ var codeStatus = map[Code]int{
 	CodeBadEvent: http.StatusBadRequest,
 }
 
+// categoryText is the phrase of each code that names a category of failure rather than an
+// outcome of a request: a message the daemon sends with one of these codes does not repeat
+// it (docs/errors.md), and a client shows the two together (Code.Text).
+var categoryText = map[Code]string{
+	CodeNotFound: "not found", CodeBadRequest: "invalid argument", CodeTooLarge: "too large",
+	CodeExists: "already exists", CodeFailedPrecondition: "failed precondition",
+	CodePermissionDenied: "permission denied", CodeUnavailable: "unavailable",
+	CodeDeadlineExceeded: "deadline exceeded", CodeCancelled: "cancelled",
+}
+
+// Text returns the short lowercase phrase of a category code ("not found" for
+// CodeNotFound), or "" for a code whose message says everything (an invoke's handler_error,
+// internal, import_failed).
+func (c Code) Text() string { return categoryText[c] }
+
 // StatusOf returns the HTTP status the daemon answers code with; 500 for a code it does not
 // know. A client uses it for an error that arrives inside a stream, after the 200.
 func StatusOf(code Code) int {
@@ -73,6 +88,20 @@ type ErrorBody struct {
 	Type      string `json:"type,omitempty"`
 	Traceback string `json:"traceback,omitempty"`
 	RequestID string `json:"request_id,omitempty"` // of a failed invoke
+}
+
+// Text returns the message as a person reads it: Message followed by its code's phrase
+// (`function "x": not found`), since the daemon's message leaves the category to the code;
+// the message alone for a code without a phrase (Code.Text).
+func (b ErrorBody) Text() string {
+	t := b.Code.Text()
+	switch {
+	case t == "" || b.Message == t:
+		return b.Message
+	case b.Message == "":
+		return t
+	}
+	return b.Message + ": " + t
 }
 
 // ErrorAnswer is the JSON object of an error answer.

@@ -2,6 +2,7 @@ package zygo
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -46,8 +47,8 @@ func TestUnreachableNamesTheAddress(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
 	_, err = NewTCPClient(addr, "").Status(context.Background())
-	un, ok := err.(*Unreachable)
-	if !ok {
+	var un *Unreachable
+	if !errors.As(err, &un) {
 		t.Fatalf("Status = %v (%T), want *Unreachable", err, err)
 	}
 	if msg := un.Error(); !strings.Contains(msg, addr) || !strings.Contains(msg, "--listen") || strings.Contains(msg, "--state-dir") {
@@ -55,7 +56,7 @@ func TestUnreachableNamesTheAddress(t *testing.T) {
 	}
 	sock := filepath.Join(t.TempDir(), "zygo.sock")
 	_, err = NewClient(sock).Status(context.Background())
-	if un, ok := err.(*Unreachable); !ok || !strings.Contains(un.Error(), "--state-dir") || un.Socket != sock {
+	if !errors.As(err, &un) || !strings.Contains(un.Error(), "--state-dir") || un.Socket != sock {
 		t.Errorf("unix: %v (%T), want *Unreachable naming --state-dir", err, err)
 	}
 }

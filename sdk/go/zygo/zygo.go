@@ -95,12 +95,15 @@ type Error struct {
 	wire.ErrorBody
 }
 
-// Error returns the daemon's message, and the handler's traceback after it when there is one.
+// Error returns the daemon's message followed by its category's phrase (`function "x": not
+// found`: the daemon's message leaves the category to the code, Code.Text), and the
+// handler's traceback after it when there is one.
 func (e *Error) Error() string {
+	msg := e.Text()
 	if e.Traceback != "" {
-		return e.Message + "\n" + e.Traceback
+		return msg + "\n" + e.Traceback
 	}
-	return e.Message
+	return msg
 }
 
 // Unreachable is a transport failure: no daemon answered at Addr (a TCP client) or on

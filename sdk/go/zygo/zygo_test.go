@@ -2,6 +2,7 @@ package zygo
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -36,7 +37,8 @@ func TestErrors(t *testing.T) {
 		"GET /v1/sandboxes/x": answer(503, `{"error": {"code": "unavailable", "message": "runsc not found (install it with scripts/install-runsc.sh)"}}`),
 	})
 	_, err := c.Get(context.Background(), "x")
-	if !IsUnavailable(err) || !strings.Contains(err.Error(), "install-runsc") || err.(*Error).Status != 503 {
+	var ae *Error
+	if !IsUnavailable(err) || !strings.Contains(err.Error(), "install-runsc") || !errors.As(err, &ae) || ae.Status != 503 {
 		t.Errorf("503: %#v", err)
 	}
 	_, err = c.Get(context.Background(), "y")

@@ -1,21 +1,25 @@
-package sandbox
+package sandboxtest
 
 import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/zygo-run/zygo/internal/sandbox"
 )
 
 // ErrInjected is the error FaultyRegistry's failing writes return.
 var ErrInjected = errors.New("injected: disk I/O error")
 
-// FaultyRegistry is a MemRegistry whose writes fail on demand, for tests of what the Manager
-// leaves behind when the store fails. Safe for concurrent use.
+// FaultyRegistry is a sandbox.MemRegistry whose writes fail on demand, for tests of what the
+// Manager leaves behind when the store fails. Safe for concurrent use. It lives here, in test
+// support, so that no production build carries it (depguard refuses sandboxtest outside
+// _test.go files).
 type FaultyRegistry struct {
-	*MemRegistry
+	*sandbox.MemRegistry
 	mu                sync.Mutex // guards the fields below
 	failPutCheckpoint bool
-	failPut           State
+	failPut           sandbox.State
 	// blockDelete, when set, holds the next DeleteCheckpoint: it closes entered and waits for
 	// release.
 	blockDelete *block
@@ -24,7 +28,9 @@ type FaultyRegistry struct {
 type block struct{ entered, release chan struct{} }
 
 // NewFaultyRegistry returns an empty FaultyRegistry that fails nothing yet.
-func NewFaultyRegistry() *FaultyRegistry { return &FaultyRegistry{MemRegistry: NewMemRegistry()} }
+func NewFaultyRegistry() *FaultyRegistry {
+	return &FaultyRegistry{MemRegistry: sandbox.NewMemRegistry()}
+}
 
 // FailNextPutCheckpoint makes the next PutCheckpoint return ErrInjected.
 func (r *FaultyRegistry) FailNextPutCheckpoint() {
@@ -34,14 +40,14 @@ func (r *FaultyRegistry) FailNextPutCheckpoint() {
 }
 
 // FailNextPutSandbox makes the next PutSandbox of a record in state st return ErrInjected.
-func (r *FaultyRegistry) FailNextPutSandbox(st State) {
+func (r *FaultyRegistry) FailNextPutSandbox(st sandbox.State) {
 	r.mu.Lock()
 	r.failPut = st
 	r.mu.Unlock()
 }
 
-// PutCheckpoint implements Registry.
-func (r *FaultyRegistry) PutCheckpoint(ctx context.Context, rec CheckpointRecord) error {
+// PutCheckpoint implements sandbox.Registry.
+func (r *FaultyRegistry) PutCheckpoint(ctx context.Context, rec sandbox.CheckpointRecord) error {
 	r.mu.Lock()
 	fail := r.failPutCheckpoint
 	r.failPutCheckpoint = false
@@ -52,8 +58,8 @@ func (r *FaultyRegistry) PutCheckpoint(ctx context.Context, rec CheckpointRecord
 	return r.MemRegistry.PutCheckpoint(ctx, rec)
 }
 
-// PutSandbox implements Registry.
-func (r *FaultyRegistry) PutSandbox(ctx context.Context, rec SandboxRecord) error {
+// PutSandbox implements sandbox.Registry.
+func (r *FaultyRegistry) PutSandbox(ctx context.Context, rec sandbox.SandboxRecord) error {
 	r.mu.Lock()
 	fail := r.failPut != "" && rec.State == r.failPut
 	if fail {
@@ -76,7 +82,7 @@ func (r *FaultyRegistry) BlockNextDeleteCheckpoint(release chan struct{}) (enter
 	return b.entered
 }
 
-// DeleteCheckpoint implements Registry.
+// DeleteCheckpoint implements sandbox.Registry.
 func (r *FaultyRegistry) DeleteCheckpoint(ctx context.Context, id string) error {
 	r.mu.Lock()
 	b := r.blockDelete

@@ -1,0 +1,95 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+)
+
+// categoryCodes is the one mapping from Zygo's error categories to the API's typed codes
+// (the HTTP status comes from the code: wire.StatusOf). An error wrapping several
+// categories gets the first that matches, in errdefs.All's order. context.DeadlineExceeded
+// and context.Canceled are the standard library's categories of the same kind.
+// TestCategoryCodes checks every errdefs category is here.
+var categoryCodes = []struct {
+	category error
+	code     wire.Code
+}{
+	{errdefs.ErrNotFound, wire.CodeNotFound},
+	{errdefs.ErrInvalidArgument, wire.CodeBadRequest},
+	{errdefs.ErrTooLarge, wire.CodeTooLarge},
+	{errdefs.ErrPermissionDenied, wire.CodePermissionDenied},
+	{errdefs.ErrExists, wire.CodeExists},
+	{errdefs.ErrFailedPrecondition, wire.CodeFailedPrecondition},
+	{errdefs.ErrUnavailable, wire.CodeUnavailable},
+	{errdefs.ErrDeadlineExceeded, wire.CodeDeadlineExceeded},
+	{context.DeadlineExceeded, wire.CodeDeadlineExceeded},
+	{context.Canceled, wire.CodeCancelled},
+}
+
+// errorCode returns the code of err's category and its HTTP status; wire.CodeInternal (500),
+// logged, for an error of no category. Server.fail uses it, and so do errors reported inside
+// a stream or a body of their own.
+func (s *Server) errorCode(err error) (wire.Code, int) {
+	for _, c := range categoryCodes {
+		if errors.Is(err, c.category) {
+			return c.code, wire.StatusOf(c.code)
+		}
+	}
+	s.log.Error("api: an error of no category", "err", err)
+	return wire.CodeInternal, wire.StatusOf(wire.CodeInternal)
+}
+
+// errorBody is err as an error body: its code, and its message without the category's text.
+func (s *Server) errorBody(err error) *wire.ErrorBody {
+	code, _ := s.errorCode(err)
+	return &wire.ErrorBody{Code: code, Message: userMessage(err)}
+}
+
+// fail answers err with the status and code of its category (errorCode).
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	writeError(w, *s.errorBody(err))
+}
+
+// writeError answers e with the HTTP status of its code (wire.StatusOf): the status is never
+// chosen apart from the code.
+func writeError(w http.ResponseWriter, e wire.ErrorBody) {
+	writeJSON(w, wire.StatusOf(e.Code), wire.ErrorAnswer{Error: e})
+}
+
+// userMessage is err's text as a caller reads it: the text of every category err wraps
+// ("invalid argument", "unavailable") taken out where fmt.Errorf put it — "cat: …", "…: cat",
+// "…: cat: …" or "… (cat)" — because the code already says it. An error that is nothing but
+// its category keeps that text.
+func userMessage(err error) string {
+	msg := err.Error()
+	for _, c := range categoryCodes {
+		if errors.Is(err, c.category) {
+			msg = stripCategory(msg, c.category.Error())
+		}
+	}
+	return msg
+}
+
+// stripCategory removes each occurrence of cat that stands as an element of a wrapped
+// message (see userMessage); text that merely contains the words is left alone.
+func stripCategory(msg, cat string) string {
+	for {
+		prev := msg
+		msg = strings.ReplaceAll(msg, ": "+cat+": ", ": ")
+		msg = strings.ReplaceAll(msg, " ("+cat+")", "")
+		if rest, ok := strings.CutPrefix(msg, cat+": "); ok && rest != "" {
+			msg = rest
+		}
+		if rest, ok := strings.CutSuffix(msg, ": "+cat); ok && rest != "" {
+			msg = rest
+		}
+		if msg == prev {
+			return msg
+		}
+	}
+}

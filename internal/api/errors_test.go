@@ -1,0 +1,95 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+)
+
+// TestCategoryCodes: every errdefs category has exactly one code in the table, the code's
+// status is the one the wire contract gives it, and a category's phrase in the wire contract
+// is the category's own text (what the daemon strips, the client puts back).
+func TestCategoryCodes(t *testing.T) {
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, cat := range errdefs.All() {
+		n := 0
+		for _, c := range categoryCodes {
+			if errors.Is(c.category, cat) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("category %q has %d entries in categoryCodes, want 1", cat, n)
+		}
+		code, status := s.errorCode(fmt.Errorf("doing it: %w", cat))
+		if code == wire.CodeInternal || status != wire.StatusOf(code) {
+			t.Errorf("category %q: code %q status %d", cat, code, status)
+		}
+		if code.Text() != cat.Error() {
+			t.Errorf("category %q: wire phrase %q", cat, code.Text())
+		}
+	}
+	if code, _ := s.errorCode(errors.New("plain")); code != wire.CodeInternal {
+		t.Errorf("an error of no category: %q, want internal", code)
+	}
+	// Two categories: the first in errdefs.All's order wins.
+	if code, _ := s.errorCode(fmt.Errorf("%w: %w", errdefs.ErrUnavailable, errdefs.ErrNotFound)); code != wire.CodeNotFound {
+		t.Errorf("unavailable+not found: %q, want not_found", code)
+	}
+}
+
+// TestUserMessage: the category's text goes wherever fmt.Errorf put it, and only there.
+func TestUserMessage(t *testing.T) {
+	inv, unav := errdefs.ErrInvalidArgument, errdefs.ErrUnavailable
+	cause := errors.New("exec: runsc: no such file")
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("name %q: %w", "x y", inv), `name "x y"`},
+		{fmt.Errorf("%w: pids 0: must be from 1 to 4096", inv), "pids 0: must be from 1 to 4096"},
+		{fmt.Errorf("creating sandbox: %w", fmt.Errorf("%w: secrets: unknown", inv)), "creating sandbox: secrets: unknown"},
+		{fmt.Errorf("starting sb-1: %w: %w", cause, unav), "starting sb-1: exec: runsc: no such file"},
+		{fmt.Errorf("starting the agent: %w (%w)", cause, unav), "starting the agent: exec: runsc: no such file"},
+		{errdefs.ErrNotFound, "not found"},
+		// Text that merely contains the words, or a category the error does not wrap, stays.
+		{fmt.Errorf("runsc: executable file not found in $PATH: %w", unav), "runsc: executable file not found in $PATH"},
+		{fmt.Errorf("the engine said: invalid argument: %w", unav), "the engine said: invalid argument"},
+	} {
+		if got := userMessage(tc.err); got != tc.want {
+			t.Errorf("userMessage(%q) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestErrorAnswerHasNoCategorySuffix: a failed call's body carries the code, its status, and
+// a message without the category's text, through the server's real handler.
+func TestErrorAnswerHasNoCategorySuffix(t *testing.T) {
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, cat := range errdefs.All() {
+		rec := httptest.NewRecorder()
+		s.fail(rec, fmt.Errorf("reading manifest: field %q: %w", "limits", cat))
+		code, _ := s.errorCode(cat)
+		var ans wire.ErrorAnswer
+		if err := json.Unmarshal(rec.Body.Bytes(), &ans); err != nil {
+			t.Fatalf("%q: %v: %s", cat, err, rec.Body)
+		}
+		want := wire.ErrorBody{Code: code, Message: `reading manifest: field "limits"`}
+		if rec.Code != wire.StatusOf(code) || ans.Error != want {
+			t.Errorf("%q: %d %+v, want %d %+v", cat, rec.Code, ans.Error, wire.StatusOf(code), want)
+		}
+	}
+	rec := httptest.NewRecorder()
+	s.fail(rec, fmt.Errorf("waiting: %w", context.Canceled))
+	if rec.Code != 499 {
+		t.Errorf("cancelled: %d, want 499", rec.Code)
+	}
+}

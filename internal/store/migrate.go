@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// Schema versions. The store's schema is a numbered list of steps; the file's
+// PRAGMA user_version is the number of the last step it has. Open runs the
+// steps above it, each in one transaction with the new user_version, so a
+// crash leaves the file at a whole step. A file made before the steps were
+// numbered has user_version 0 and any subset of the tables (sandbox tables
+// were made only when sandboxes were enabled): every step is therefore
+// idempotent (CREATE … IF NOT EXISTS, a column added only when missing).
+// A step, once shipped, never changes: a new column or table is a new step,
+// with a fixture of the schema before it in testdata (TestMigrationsFrom).
+//
+// The secrets table is internal/secret's (secret.Open creates it); it has
+// never changed.
+type migration struct {
+	version int
+	name    string
+	up      func(ctx context.Context, tx *sql.Tx) error
+}
+
+var migrations = []migration{
+	{1, "functions, versions and logs", ddl(schema)},
+	{2, "sandboxes and checkpoints", ddl(sandboxSchema)},
+	{3, "checkpoint image checksums", addColumn("checkpoints", "checksums",
+		`ALTER TABLE checkpoints ADD COLUMN checksums TEXT NOT NULL DEFAULT ''`)},
+	{4, "host ids", ddl(hostIDSchema)},
+	{5, "the automatic host id range", ddl(hostRangeSchema)},
+}
+
+// SchemaVersion is the user_version of a store this daemon has opened.
+var SchemaVersion = migrations[len(migrations)-1].version
+
+func ddl(stmts string) func(context.Context, *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, stmts)
+		return err
+	}
+}
+
+// addColumn returns a step that runs alter when table has no column named column.
+func addColumn(table, column, alter string) func(context.Context, *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		var n int
+		err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, table, column).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("reading the columns of %s: %w", table, err)
+		}
+		if n > 0 {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, alter)
+		return err
+	}
+}
+
+// migrate brings db to SchemaVersion. Errors: a file of a newer daemon
+// (user_version above SchemaVersion) is refused untouched; a failed step is
+// rolled back and named.
+func migrate(ctx context.Context, db *sql.DB) error {
+	var cur int
+	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&cur); err != nil {
+		return fmt.Errorf("reading the schema version: %w", err)
+	}
+	if cur > SchemaVersion {
+		return fmt.Errorf("the store has schema version %d, newer than this daemon's %d: run a newer zygo", cur, SchemaVersion)
+	}
+	for _, m := range migrations {
+		if m.version <= cur {
+			continue
+		}
+		if err := step(ctx, db, m); err != nil {
+			return fmt.Errorf("migrating the store to version %d (%s): %w", m.version, m.name, err)
+		}
+	}
+	return nil
+}
+
+func step(ctx context.Context, db *sql.DB, m migration) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
+	if err := m.up(ctx, tx); err != nil {
+		return err
+	}
+	// PRAGMA takes no parameters; m.version is one of the constants above.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, m.version)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
