@@ -25,6 +25,7 @@ type Invocation struct {
 	Elapsed   time.Duration
 	Spawned   bool             // served by a fresh interpreter, not a fork
 	Child     zygote.ChildKind // preforked, forked, spawned or worker
+	Phases    []zygote.Phase   // the daemon's timed steps of the request, in order
 }
 
 // Invoke runs one request of function name with the event read from body
@@ -122,6 +123,7 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 		m.log.Debug("request done", "function", d.name, "request_id", req.ID, "failure", res.Failure, "phases", res.Phases)
 	}
 	inv.Value, inv.Failure, inv.Error, inv.Elapsed, inv.Child = res.Value, res.Failure, res.Error, res.Elapsed, res.Child
+	inv.Phases = res.Phases
 	m.appendLogs(ctx, requestLines(d, req.ID, res))
 	return inv, nil
 }
