@@ -28,6 +28,7 @@ func startDaemon(ctx context.Context, cfg Config, state string) (*benchDaemon, e
 	}
 	cmd := exec.Command(cfg.Zygo, args...)
 	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // a killed bench leaves no daemon
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the daemon (%s; make build makes it): %w", cfg.Zygo, err)
 	}
