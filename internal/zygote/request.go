@@ -69,9 +69,11 @@ type Result struct {
 
 	// Phases records how long each step took, in order (for --debug and
 	// benchmarks, the invoke answer's Server-Timing): dir, fork+hello,
-	// before_go, run (GO to the result), the child's own timing of its
-	// steps within run as child.NAME (child.reseed, child.handler, ...: the
-	// agent's report, a hint), collect.
+	// before_go, go (sending GO), wait (GO sent to the result seen),
+	// result (reading it), settle (the BeforeGo hook's after), the child's
+	// own timing of its steps as child.NAME (child.pre.* before GO, then
+	// child.reseed, child.handler, ...: the agent's report, a hint),
+	// collect.
 	Phases []Phase
 }
 
@@ -317,7 +319,9 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 	if z.spec.Mode != ModeFork {
 		z.current.Store(&outputOwner{id: req.ID, redact: req.Redact})
 	}
-	if err := c.conn.send(goMsg, nil); err != nil {
+	err := c.conn.send(goMsg, nil)
+	res.mark("go", &res.lap)
+	if err != nil {
 		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
 		fail(FailCrashed, "child went away before GO: %v", err)
 		settle()
@@ -329,9 +333,11 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 		c.conn = nil
 	}
 	st := z.awaitExit(c, deadline, watch.ready)
+	res.mark("wait", &res.lap)
 	z.outcome(context.WithoutCancel(ctx), req, st, dir, res)
+	res.mark("result", &res.lap)
 	settle()
-	res.mark("run", &res.lap)
+	res.mark("settle", &res.lap)
 	res.Phases = append(res.Phases, res.steps...)
 	if !st.resultReady {
 		z.release(c)

@@ -131,9 +131,9 @@ def serve_request(fd: int, handler, forked: bool) -> NoReturn:
 def _serve(fd: int, handler, forked: bool) -> int:
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)  # a default timeout set at import must not apply here
-    wire.send_with_credentials(sock, {"type": "hello", "pid": os.getpid()})
-    if forked:
+    if forked:  # before hello: a child the supervisor hears from is ready for go at once
         _prewarm(sock.fileno())
+    wire.send_with_credentials(sock, {"type": "hello", "pid": os.getpid()})
     go = _wait_for_go(sock)
     if go is None:
         return EXIT_NO_GO
@@ -169,11 +169,16 @@ def _prewarm(request_fd: int) -> None:
     objects (rule 9 needs nothing from the request) and run the reseed hooks once. The reseed
     hooks run again after GO (rule 7): what user code sees is seeded after the request is
     known. Never raises: a failure here is retried, and reported, after GO."""
+    _lap_at[0] = time.perf_counter_ns()
     try:
         fdreset.reset_inherited(keep=(request_fd,))
+        _lap("pre.fdreset")
         _privatise_memory()
+        _lap("pre.privatise")
         reseed.reseed_all()
+        _lap("pre.reseed")
         io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True).write("")
+        _lap("pre.textio")
     except Exception:  # noqa: BLE001 - the same steps run, and report, after GO
         pass
 
