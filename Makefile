@@ -67,6 +67,6 @@ clean:
 
 # Benchmarks: one run, side by side, ratios; writes docs/BENCHMARKS.md.
 bench: deps build
-	$(GO) run ./cmd/zygo-bench -root . -out docs/BENCHMARKS.md
+	$(GO) run ./cmd/zygo-bench -root . -out docs/BENCHMARKS.md -cpuprofile $(BIN)/bench-daemon.pprof
 	./scripts/bench-sandbox.sh 2>/dev/null | grep -v ' INFO ' | tee $(BIN)/bench-sandbox.txt
 	./scripts/bench-append.sh $(BIN)/bench-sandbox.txt docs/BENCHMARKS.md

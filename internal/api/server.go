@@ -161,6 +161,13 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(wire.VersionHeader, inv.Version)
 	w.Header().Set(wire.ChildHeader, string(inv.Child))
 	w.Header().Set(wire.DurationHeader, strconv.FormatFloat(float64(inv.Elapsed.Microseconds())/1000, 'f', 2, 64))
+	if len(inv.Phases) > 0 {
+		steps := make([]wire.Timing, len(inv.Phases))
+		for i, p := range inv.Phases {
+			steps[i] = wire.Timing{Name: p.Name, Dur: p.Took}
+		}
+		w.Header().Set(wire.ServerTimingHeader, wire.FormatServerTiming(steps))
+	}
 	if inv.Failure != zygote.FailNone {
 		e := wire.ErrorBody{Code: wire.Code(inv.Failure), RequestID: inv.RequestID}
 		if inv.Error != nil {

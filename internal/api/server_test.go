@@ -258,7 +258,7 @@ func TestErrorCategories(t *testing.T) {
 func TestInvokeSuccess(t *testing.T) {
 	f := newFixture()
 	f.fns.inv = &function.Invocation{RequestID: "r-123", Version: "sha256:abc", Value: json.RawMessage(`{"answer":42}`),
-		Elapsed: 12345 * time.Microsecond}
+		Elapsed: 12345 * time.Microsecond, Phases: []zygote.Phase{{Name: "dir", Took: 41 * time.Microsecond}, {Name: "run", Took: 1200 * time.Microsecond}}}
 	rec := f.do("POST", "/v1/functions/hello/invoke", strings.NewReader(`{"q":"life"}`))
 	if rec.Code != 200 {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
@@ -269,6 +269,7 @@ func TestInvokeSuccess(t *testing.T) {
 	for h, want := range map[string]string{
 		"Content-Type": "application/json", "X-Zygo-Request-Id": "r-123",
 		"X-Zygo-Version": "sha256:abc", "X-Zygo-Duration-Ms": "12.35",
+		"Server-Timing": "dir;dur=0.041, run;dur=1.200",
 	} {
 		if got := rec.Header().Get(h); got != want {
 			t.Errorf("%s: %q, want %q", h, got, want)

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zygo-run/zygo/sdk/go/wire"
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
@@ -30,6 +31,9 @@ type Stats struct {
 	N          int
 	P50, P99   time.Duration
 	Throughput float64 // requests per second, wall clock
+	// Phases are the median of each step the daemon timed (its
+	// Server-Timing answer header), in the order of the steps.
+	Phases []wire.Timing
 }
 
 func summarise(lat []time.Duration, wall time.Duration) Stats {
@@ -55,6 +59,7 @@ func Invoke(ctx context.Context, c *zygo.Client, fn string, event string, n, con
 func InvokePaced(ctx context.Context, c *zygo.Client, fn string, event string, n, conc int, gap time.Duration) (Stats, error) {
 	lat := make([]time.Duration, n)
 	errs := make([]error, n)
+	steps := make([][]wire.Timing, n)
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	t0 := time.Now()
@@ -68,8 +73,11 @@ func InvokePaced(ctx context.Context, c *zygo.Client, fn string, event string, n
 			defer wg.Done()
 			defer func() { <-sem }()
 			t := time.Now()
-			_, err := c.Invoke(ctx, fn, []byte(event))
+			res, err := c.Invoke(ctx, fn, []byte(event))
 			lat[i], errs[i] = time.Since(t), err
+			if res != nil {
+				steps[i] = res.Phases
+			}
 		}()
 	}
 	wg.Wait()
@@ -79,7 +87,31 @@ func InvokePaced(ctx context.Context, c *zygo.Client, fn string, event string, n
 			return Stats{}, fmt.Errorf("invoking %s: %w", fn, err)
 		}
 	}
-	return summarise(lat, wall), nil
+	st := summarise(lat, wall)
+	st.Phases = medianSteps(steps)
+	return st, nil
+}
+
+// medianSteps returns the median duration of each named step over the
+// requests, in the order the steps first appear.
+func medianSteps(reqs [][]wire.Timing) []wire.Timing {
+	var order []string
+	by := map[string][]time.Duration{}
+	for _, steps := range reqs {
+		for _, s := range steps {
+			if _, ok := by[s.Name]; !ok {
+				order = append(order, s.Name)
+			}
+			by[s.Name] = append(by[s.Name], s.Dur)
+		}
+	}
+	out := make([]wire.Timing, 0, len(order))
+	for _, name := range order {
+		d := by[name]
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		out = append(out, wire.Timing{Name: name, Dur: d[len(d)/2]})
+	}
+	return out
 }
 
 // ForkFloor runs a plain Python process (the interpreter at python, with

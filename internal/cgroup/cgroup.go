@@ -87,10 +87,14 @@ type Manager struct {
 	// roots maps a controller to the mount directory of its hierarchy. On v2 every controller
 	// maps to the unified mount; on v1 freezer is absent when the host has no freezer.
 	roots      map[string]string
-	memsw      bool                // v1: memory.memsw.* exists, so swap is limited with memory
-	swapMax    bool                // v2: memory.swap.max exists, so swap is set to 0
-	subsystems []cgroup1.Subsystem // v1: the controllers handed to the library
-	mu         sync.Mutex          // guards making and removing directories under parent
+	memsw      bool                 // v1: memory.memsw.* exists, so swap is limited with memory
+	swapMax    bool                 // v2: memory.swap.max exists, so swap is set to 0
+	subsystems []cgroup1.Subsystem  // v1: the controllers handed to the library
+	mu         sync.Mutex           // guards making and removing directories under parent, and the fields below
+	free       map[poolKey][]*Group // empty groups kept by Release for PlacePooled (pool.go)
+	nfree      int                  // groups in free
+	seq        uint64               // names PlacePooled's new groups
+	gens       map[string]uint64    // per prefix, bumped by DropPooled
 
 	// wrapAdd, tests only, wraps the function that moves a process in (failure injection).
 	wrapAdd func(add func(pid uint64) error) func(pid uint64) error
@@ -369,6 +373,9 @@ func (m *Manager) moveBack(pid int, orig map[string]string, origUnified string) 
 // destroy live groups. It takes up to a few seconds per group that will not die. The
 // error joins one error per group that could not be removed.
 func (m *Manager) Cleanup() error {
+	m.mu.Lock()
+	m.free, m.nfree = nil, 0
+	m.mu.Unlock()
 	names := map[string]bool{}
 	for _, root := range m.roots {
 		ents, err := os.ReadDir(filepath.Join(root, m.parent))

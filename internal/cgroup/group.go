@@ -42,8 +42,11 @@ const (
 // concurrent use; Kill and Delete run one at a time.
 type Group struct {
 	m      *Manager
-	rel    string // group path inside every hierarchy, e.g. "/zygo/fn/req"
-	limits Limits // zero for groups found by Cleanup
+	rel    string   // group path inside every hierarchy, e.g. "/zygo/fn/req"
+	limits Limits   // zero for groups found by Cleanup
+	pool   *poolKey // set for a group of PlacePooled: Release may keep it
+	gen    uint64   // Manager.gens[pool.prefix] when placed: a later DropPooled makes Release delete it
+	base   counters // counters at the group's reuse, subtracted by readUsage (pool.go)
 
 	opMu sync.Mutex // serializes Kill and Delete
 
@@ -153,6 +156,9 @@ func (g *Group) readUsage() (u Usage, err error) {
 	if err != nil {
 		return u, err
 	}
+	u.CPU -= g.base.cpu
+	u.MemoryFailCount -= min(g.base.memFail, u.MemoryFailCount)
+	u.OOMKills -= min(g.base.oomKills, u.OOMKills)
 	if l := g.limits.memoryBytes(); l > 0 && u.MemoryPeakBytes >= uint64(l) {
 		u.MemoryLimitHit = true
 	}
@@ -164,7 +170,7 @@ func (g *Group) readUsage() (u Usage, err error) {
 	if err != nil {
 		return u, err
 	}
-	u.PIDsLimitHit = ev["max"] > 0
+	u.PIDsLimitHit = ev["max"] > g.base.pidsMax
 	u.PIDs, err = readUint(filepath.Join(pids, "pids.current"))
 	return u, err
 }

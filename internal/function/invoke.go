@@ -25,6 +25,7 @@ type Invocation struct {
 	Elapsed   time.Duration
 	Spawned   bool             // served by a fresh interpreter, not a fork
 	Child     zygote.ChildKind // preforked, forked, spawned or worker
+	Phases    []zygote.Phase   // the daemon's timed steps of the request, in order
 }
 
 // Invoke runs one request of function name with the event read from body
@@ -118,6 +119,7 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 	}
 	inv.Value, inv.Failure, inv.Error, inv.Elapsed, inv.Child = res.Value, res.Failure, res.Error, res.Elapsed, res.Child
 	inv.Spawned = res.Child == zygote.ChildSpawned
+	inv.Phases = res.Phases
 	m.appendLogs(ctx, requestLines(d, req.ID, res))
 	return inv, nil
 }

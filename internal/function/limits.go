@@ -13,6 +13,11 @@ import (
 // implements it.
 type Limiter interface {
 	Place(ctx context.Context, name string, hostPID int, l cgroup.Limits) (*cgroup.Group, error)
+	// PlacePooled is Place into an empty group kept for prefix and l, made
+	// when none is; the group is given back with Group.Release.
+	PlacePooled(ctx context.Context, prefix string, hostPID int, l cgroup.Limits) (*cgroup.Group, error)
+	// DropPooled deletes the groups kept for prefix (a removed function's).
+	DropPooled(prefix string) error
 }
 
 // sandboxGroup is a sandbox's *cgroup.Group as a zygote.Cgroup.
@@ -37,11 +42,12 @@ const limitPoll = 20 * time.Millisecond
 // placeInCgroup moves the child into d's per-request cgroup, whose Enforce
 // watches its CPU time and pids counter; going over either kills the whole
 // group. The
-// returned after() reclassifies a death caused by a limit and deletes the
-// group (killing any process the request left behind).
+// returned after() reclassifies a death caused by a limit and releases the
+// group: kept for the next request when the child left it empty and hit no
+// limit, else deleted (killing any process the request left behind).
 func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string, hostPID int) (func(*zygote.Result), error) {
 	l := d.manifest.Limits
-	g, err := m.limiter.Place(ctx, d.name+"/"+reqID, hostPID, cgroup.Limits{MemoryMiB: l.MemoryMiB, PIDs: l.PIDs, CPUMs: l.CPUMs})
+	g, err := m.limiter.PlacePooled(ctx, d.name, hostPID, cgroup.Limits{MemoryMiB: l.MemoryMiB, PIDs: l.PIDs, CPUMs: l.CPUMs})
 	if err != nil {
 		return nil, fmt.Errorf("placing the child in its cgroup: %w", err)
 	}
@@ -54,17 +60,19 @@ func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string
 	return func(res *zygote.Result) {
 		stop()
 		<-done
-		if limit, value := g.Exceeded(); limit != "" && res.Failure != zygote.FailNone && res.Failure != zygote.FailTimeout {
-			res.Failure = zygote.FailLimit
-			res.Error = &zygote.HandlerError{Type: "LimitExceeded",
-				Message: fmt.Sprintf("%s limit exceeded: %s (the request was killed)", limit, value)}
+		if res.Failure != zygote.FailNone && res.Failure != zygote.FailTimeout {
+			if limit, value := g.Exceeded(); limit != "" {
+				res.Failure = zygote.FailLimit
+				res.Error = &zygote.HandlerError{Type: "LimitExceeded",
+					Message: fmt.Sprintf("%s limit exceeded: %s (the request was killed)", limit, value)}
+			}
 		}
-		// Delete kills whatever is left in the group (a child still exiting,
-		// processes the request left behind) and removes it, off the request
-		// path.
+		// Release waits for the child to finish exiting, then keeps the
+		// empty group or deletes it with whatever is left in it (processes
+		// the request left behind), off the request path.
 		m.goTracked(func() {
-			if err := g.Delete(); err != nil {
-				m.log.Warn("deleting request cgroup", "function", d.name, "request_id", reqID, "err", err)
+			if err := g.Release(); err != nil {
+				m.log.Warn("releasing request cgroup", "function", d.name, "request_id", reqID, "err", err)
 			}
 		})
 	}, nil

@@ -404,6 +404,11 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	if d != nil {
 		d.stop()
 	}
+	if m.limiter != nil {
+		if err := m.limiter.DropPooled(name); err != nil {
+			m.log.Warn("deleting the function's kept request cgroups", "function", name, "err", err)
+		}
+	}
 	if moved {
 		if rmErr := os.RemoveAll(trash); rmErr != nil {
 			m.log.Warn("removing versions", "function", name, "err", rmErr)

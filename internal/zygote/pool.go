@@ -12,9 +12,11 @@ import (
 // reseed, TMPDIR, strict filter) still happens at or after GO, so a
 // pre-forked child is exactly as independent as one forked on demand.
 //
-// The pool's target follows traffic: the peak number of requests in flight
-// in the last window, at least 1, at most Spec.PreFork; after IdleAfter
-// without a request it shrinks to 0 (the idle children exit).
+// The pool's target follows traffic: one more than the peak number of
+// requests in flight in the last window (at least 1), at most Spec.PreFork;
+// after IdleAfter without a request it shrinks to 0 (the idle children
+// exit). A child joins the pool once it has said hello, which the agent
+// sends after its pre-warm, so a child taken from the pool is ready for GO.
 type pool struct {
 	ceiling int
 	ch      chan *child
@@ -101,7 +103,10 @@ func (p *pool) target(now time.Time) int {
 	if now.Sub(p.winStart) > poolWindow {
 		p.winStart, p.peak = now, p.inflight
 	}
-	return min(max(p.peak, 1), p.ceiling)
+	// One more than the peak in flight: the child a request takes is
+	// replaced while a warm one still waits, so back-to-back requests never
+	// find only a child that is still forking and warming up.
+	return min(max(p.peak, 1)+1, p.ceiling)
 }
 
 // Idle returns the number of pre-forked children waiting.

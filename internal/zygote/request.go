@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -64,9 +65,15 @@ type Result struct {
 	Child   ChildKind // where the request's process came from
 	Elapsed time.Duration
 	lap     time.Time // start of the current phase
+	steps   []Phase   // the child's timing of its steps (result.json "steps"), after run
 
 	// Phases records how long each step took, in order (for --debug and
-	// benchmarks): dir, fork, hello, before_go, run (GO to exit), collect.
+	// benchmarks, the invoke answer's Server-Timing): dir, fork+hello,
+	// before_go, go (sending GO), wait (GO sent to the result seen),
+	// result (reading it), settle (the BeforeGo hook's after), the child's
+	// own timing of its steps as child.NAME (child.pre.* before GO, then
+	// child.reseed, child.handler, ...: the agent's report, a hint),
+	// collect.
 	Phases []Phase
 }
 
@@ -96,6 +103,59 @@ type resultFile struct {
 	// Rejected is "event" when the agent's JSON parser refused the event
 	// before any user code ran (the caller's error, not the handler's).
 	Rejected string `json:"rejected,omitempty"`
+	// Steps is the child's timing of its steps after GO, [[name, ns], ...]
+	// (docs/protocol.md): profiling only, never trusted for anything else.
+	Steps []childStep `json:"steps,omitempty"`
+}
+
+// maxChildSteps bounds the child's steps kept per request.
+const maxChildSteps = 24
+
+// childStep is one [name, nanoseconds] pair of result.json's steps. A
+// malformed one decodes to the zero step, which is dropped.
+type childStep struct {
+	name string
+	took time.Duration
+}
+
+func (c *childStep) UnmarshalJSON(b []byte) error {
+	var pair [2]json.RawMessage
+	if json.Unmarshal(b, &pair) != nil {
+		return nil
+	}
+	var name string
+	var ns int64
+	if json.Unmarshal(pair[0], &name) != nil || json.Unmarshal(pair[1], &ns) != nil || ns < 0 || !stepName(name) {
+		return nil
+	}
+	c.name, c.took = name, time.Duration(ns)
+	return nil
+}
+
+// stepName reports whether s is a short token fit for a Server-Timing
+// metric name: 1 to 32 of [a-z0-9_+.-].
+func stepName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("_+.-", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+// childPhases returns the valid steps, at most maxChildSteps, as phases
+// named child.NAME.
+func childPhases(steps []childStep) []Phase {
+	var out []Phase
+	for _, s := range steps {
+		if s.name != "" && len(out) < maxChildSteps {
+			out = append(out, Phase{Name: "child." + s.name, Took: s.took})
+		}
+	}
+	return out
 }
 
 // Run serves one request on a child and returns as soon as its outcome is
@@ -259,7 +319,9 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 	if z.spec.Mode != ModeFork {
 		z.current.Store(&outputOwner{id: req.ID, redact: req.Redact})
 	}
-	if err := c.conn.send(goMsg, nil); err != nil {
+	err := c.conn.send(goMsg, nil)
+	res.mark("go", &res.lap)
+	if err != nil {
 		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
 		fail(FailCrashed, "child went away before GO: %v", err)
 		settle()
@@ -271,9 +333,12 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 		c.conn = nil
 	}
 	st := z.awaitExit(c, deadline, watch.ready)
+	res.mark("wait", &res.lap)
 	z.outcome(context.WithoutCancel(ctx), req, st, dir, res)
+	res.mark("result", &res.lap)
 	settle()
-	res.mark("run", &res.lap)
+	res.mark("settle", &res.lap)
+	res.Phases = append(res.Phases, res.steps...)
 	if !st.resultReady {
 		z.release(c)
 		return nil
@@ -304,6 +369,9 @@ func (z *Zygote) outcome(ctx context.Context, req Request, st exitStatus, dir re
 		return
 	}
 	rf, err := readResult(ctx, dir.files, req.MaxResponseBytes)
+	if err == nil {
+		res.steps = childPhases(rf.Steps)
+	}
 	switch {
 	case errors.Is(err, errdefs.ErrTooLarge):
 		res.Failure = FailResponseLarge

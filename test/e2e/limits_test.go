@@ -11,6 +11,17 @@ import (
 func TestLimits(t *testing.T) {
 	d := startDaemon(t, "")
 	d.Up(fixture("limits"))
+	// A request that exited cleanly leaves its group empty, and the next
+	// request is placed in it (internal/cgroup PlacePooled): every case
+	// below after the first "ok" runs in a group used before, so each limit
+	// is shown enforced in a reused group.
+	var cg1, cg2 string
+	d.Invoke("limits", map[string]any{"action": "cgroup"}, &cg1)
+	time.Sleep(300 * time.Millisecond) // the group is given back once the child has exited
+	d.Invoke("limits", map[string]any{"action": "cgroup"}, &cg2)
+	if g1, g2 := cgroupLine(cg1, "memory"), cgroupLine(cg2, "memory"); g1 == "" || g1 != g2 {
+		t.Errorf("two clean requests in a row: memory cgroups %q then %q, want the first reused", g1, g2)
+	}
 	cases := []struct {
 		action, code, want string
 		status             int
@@ -36,6 +47,7 @@ func TestLimits(t *testing.T) {
 		if ok != "ok" {
 			t.Fatalf("after %s the function answered %q", c.action, ok)
 		}
+		time.Sleep(300 * time.Millisecond) // the ok request's group is kept for the next case
 	}
 	// An oversized request is refused before it reaches the function.
 	_, err := d.TryInvoke("limits", map[string]any{"action": "ok", "pad": strings.Repeat("x", 17<<10)})

@@ -136,10 +136,12 @@ func shadowLines(t *testing.T) []string {
 	return out
 }
 
-// requestCgroupsLeft lists the cgroups still present below the daemon's
-// parent group (zygo/HASH of its state dir, internal/daemon) under any
-// controller: per-request groups left behind. It fails the test when the
-// parent is nowhere, since then nothing was checked.
+// requestCgroupsLeft lists the request cgroups below the daemon's parent
+// group (zygo/HASH of its state dir, internal/daemon), under any
+// controller, that still hold a process: what a request left behind. An
+// empty one is a group kept for the next request (internal/cgroup
+// PlacePooled), not a leftover. It fails the test when the parent is
+// nowhere, since then nothing was checked.
 func requestCgroupsLeft(t *testing.T, stateDir string) []string {
 	t.Helper()
 	sum := sha256.Sum256([]byte(stateDir))
@@ -156,7 +158,9 @@ func requestCgroupsLeft(t *testing.T, stateDir string) []string {
 		_ = filepath.WalkDir(r, func(p string, e fs.DirEntry, err error) error {
 			if err == nil && e.IsDir() && p != r {
 				// FUNCTION/REQUEST; FUNCTION/z-… is the running zygote's own group, not a request's.
-				if rel, _ := filepath.Rel(r, p); strings.Count(rel, "/") >= 1 && !strings.HasPrefix(filepath.Base(p), "z-") {
+				rel, _ := filepath.Rel(r, p)
+				procs, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+				if strings.Count(rel, "/") >= 1 && !strings.HasPrefix(filepath.Base(p), "z-") && len(strings.TrimSpace(string(procs))) > 0 {
 					left = append(left, p)
 				}
 			}

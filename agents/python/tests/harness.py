@@ -270,8 +270,19 @@ class Request:
 
     @property
     def result(self):
+        """result.json without the child's timing ("steps", see :attr:`steps`)."""
         text = self.file("result.json")
-        return None if text is None else json.loads(text)
+        if text is None:
+            return None
+        result = json.loads(text)
+        result.pop("steps", None)
+        return result
+
+    @property
+    def steps(self):
+        """The child's timing of its steps from result.json: [[name, ns], ...]."""
+        text = self.file("result.json")
+        return None if text is None else json.loads(text).get("steps")
 
     @property
     def value(self):

@@ -204,6 +204,18 @@ class RequestTest(AgentTest):
         self.assertIn("basic/main.py", error["traceback"])
         self.assertNotIn("zygo_agent", error["traceback"])
 
+    def test_child_times_its_steps(self):
+        """result.json carries the child's own timing of each step after go, in order, for
+        the supervisor's profile (docs/protocol.md "steps")."""
+        agent, _ = self.start()
+        r = agent.invoke({"id": "3"})
+        self.assertEqual(r.value["counter"], 1)
+        names = [name for name, _ in r.steps]
+        for want in ("stdio", "fdreset", "reseed", "tmpdir", "event", "handler", "atexit+flush"):
+            self.assertIn(want, names)
+        self.assertLess(names.index("reseed"), names.index("handler"))
+        self.assertTrue(all(isinstance(ns, int) and ns >= 0 for _, ns in r.steps), r.steps)
+
     def test_child_killed_by_signal(self):
         agent, _ = self.start()
         r = agent.invoke({"id": "1", "action": "kill"})

@@ -45,6 +45,21 @@ EXIT_AGENT_ERROR = 3
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 _graveyard = []  # the zygote's stdio objects: never flushed or finalised in a child
 
+# The child's own timing of its steps after ``go`` (name, nanoseconds), sent in result.json
+# as "steps" for the supervisor's profile of the request (docs/protocol.md); at most
+# MAX_STEPS entries.
+MAX_STEPS = 24
+_steps = []
+_lap_at = [0]
+
+
+def _lap(name: str) -> None:
+    """Record the time since the previous lap (or ``go``) as step ``name``."""
+    now = time.perf_counter_ns()
+    if len(_steps) < MAX_STEPS:
+        _steps.append([name, now - _lap_at[0]])
+    _lap_at[0] = now
+
 
 class Context:
     """What a handler learns about its request (like AWS Lambda's context object).
@@ -116,12 +131,13 @@ def serve_request(fd: int, handler, forked: bool) -> NoReturn:
 def _serve(fd: int, handler, forked: bool) -> int:
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)  # a default timeout set at import must not apply here
-    wire.send_with_credentials(sock, {"type": "hello", "pid": os.getpid()})
-    if forked:
+    if forked:  # before hello: a child the supervisor hears from is ready for go at once
         _prewarm(sock.fileno())
+    wire.send_with_credentials(sock, {"type": "hello", "pid": os.getpid()})
     go = _wait_for_go(sock)
     if go is None:
         return EXIT_NO_GO
+    _lap_at[0] = time.perf_counter_ns()
     try:
         event = _prepare(sock, go, forked)
     except _StepFailed as failure:
@@ -134,13 +150,16 @@ def _serve(fd: int, handler, forked: bool) -> int:
         write_result(go.dir, rejected_event(rejected.__cause__))
         return EXIT_OK
     outcome = _invoke(handler, event, go.context)
+    _lap("handler")
     # The request's own atexit handlers and the flush come first: writing
     # result.json is the last act before os._exit, so the supervisor may answer
     # the caller as soon as it appears, with the request's output complete.
     data = encode_result(outcome)
+    _lap("encode")
     atexit._run_exitfuncs()
     _flush_stdio()
-    write_encoded_result(go.dir, data)
+    _lap("atexit+flush")
+    write_encoded_result(go.dir, with_steps(data, _steps))
     return EXIT_OK
 
 
@@ -150,11 +169,16 @@ def _prewarm(request_fd: int) -> None:
     objects (rule 9 needs nothing from the request) and run the reseed hooks once. The reseed
     hooks run again after GO (rule 7): what user code sees is seeded after the request is
     known. Never raises: a failure here is retried, and reported, after GO."""
+    _lap_at[0] = time.perf_counter_ns()
     try:
         fdreset.reset_inherited(keep=(request_fd,))
+        _lap("pre.fdreset")
         _privatise_memory()
+        _lap("pre.privatise")
         reseed.reseed_all()
+        _lap("pre.reseed")
         io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True).write("")
+        _lap("pre.textio")
     except Exception:  # noqa: BLE001 - the same steps run, and report, after GO
         pass
 
@@ -206,12 +230,30 @@ def _prepare(sock: socket.socket, go: _Go, forked: bool):
             step()
         except Exception as exc:  # noqa: BLE001 - turned into a ZygoAgentError result
             raise _StepFailed(name, exc) from exc
+        _lap(_STEP_TOKENS.get(name, "step"))
     try:
         with open(os.path.join(go.dir, "event.json"), "rb") as f:
             data = f.read()
     except Exception as exc:  # noqa: BLE001 - OSError
         raise _StepFailed("reading event.json", exc) from exc
-    return decode_event(data)
+    event = decode_event(data)
+    _lap("event")
+    return event
+
+
+# Short names of _prepare's steps in the child's timing ("steps" of result.json).
+_STEP_TOKENS = {
+    "closing the request socket": "close_socket",
+    "redirecting stdout and stderr": "stdio",
+    "resetting inherited descriptors": "fdreset",
+    "making inherited shared memory private": "privatise",
+    "reseeding": "reseed",
+    "setting TMPDIR": "tmpdir",
+    "keeping the process non-dumpable": "dumpable",
+    "entering the request's own Landlock domain": "landlock",
+    "clearing the zygote's atexit handlers": "atexit_clear",
+    "installing the strict seccomp filter": "strict",
+}
 
 
 _memory_private = False
@@ -344,6 +386,13 @@ def encode_result(outcome: dict) -> bytes:
         error = errors.error(type(exc).__name__,
                              f"handler result is not JSON-serialisable: {exc}")
         return json.dumps({"ok": False, "error": error}).encode("ascii")
+
+
+def with_steps(data: bytes, steps: list) -> bytes:
+    """Return the encoded result object ``data`` with ``"steps": steps`` added (the child's
+    timing, for the supervisor's profile). ``data`` is always a JSON object
+    (:func:`encode_result`), so the member goes before its closing brace."""
+    return data[:-1] + b', "steps": ' + json.dumps(steps).encode("ascii") + b"}"
 
 
 def write_result(directory: str, outcome: dict) -> None:

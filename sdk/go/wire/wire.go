@@ -121,6 +121,10 @@ const (
 	VersionHeader         = "X-Zygo-Version"     // invoke: the function version that served it
 	ChildHeader           = "X-Zygo-Child"       // invoke: preforked, forked, spawned or worker
 	DurationHeader        = "X-Zygo-Duration-Ms" // invoke: the daemon's time, milliseconds
+	// ServerTimingHeader (invoke) lists the daemon's timed steps of the request in
+	// order, W3C Server Timing syntax: "dir;dur=0.041, fork+hello;dur=0.012, ..."
+	// (milliseconds). FormatServerTiming and ParseServerTiming write and read it.
+	ServerTimingHeader = "Server-Timing"
 	// EntriesTotalHeader carries a file listing's total number of entries; the body holds
 	// at most MaxListEntries of them.
 	EntriesTotalHeader = "Zygo-Entries-Total"

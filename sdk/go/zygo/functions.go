@@ -63,6 +63,7 @@ type InvokeResult struct {
 	Version   string        // the function version that served it
 	Child     string        // where its process came from: preforked, forked, spawned or worker
 	Elapsed   time.Duration // as measured by the client, round trip
+	Phases    []wire.Timing // the daemon's timed steps of the request (Server-Timing), in order
 }
 
 // Invoke runs the function with event (JSON; empty means {}) and returns its result. A
@@ -81,7 +82,7 @@ func (c *Client) Invoke(ctx context.Context, name string, event []byte) (*Invoke
 	}
 	return &InvokeResult{Value: bytes.TrimSpace(b), RequestID: resp.Header.Get(wire.RequestIDHeader),
 		Version: resp.Header.Get(wire.VersionHeader), Child: resp.Header.Get(wire.ChildHeader),
-		Elapsed: time.Since(t0)}, nil
+		Elapsed: time.Since(t0), Phases: wire.ParseServerTiming(resp.Header.Get(wire.ServerTimingHeader))}, nil
 }
 
 // LogsQuery selects log lines; the zero value asks for the first page of every request's.

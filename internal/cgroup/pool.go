@@ -1,0 +1,223 @@
+package cgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+)
+
+// Pooled groups: making a v1 group is a mkdir, a limit write and a move in each of four
+// hierarchies, and deleting one is a freeze, a walk of cgroup.procs, a thaw and an rmdir in
+// each; for a request of a few milliseconds that is most of the daemon's work. A request
+// whose process exited and left nothing behind leaves its group empty, and an empty group
+// needs no kill: Release resets its counters and keeps it for the next request with the
+// same prefix and limits. Anything else — a process still in the group after releaseWait,
+// a limit that was hit — is deleted as before (Delete's kill walk).
+//
+// Counters the kernel lets root reset (v1 memory.max_usage_in_bytes, memory.failcnt and
+// their memsw twins, cpuacct.usage) are reset on reuse; the others (pids.events,
+// memory.oom_control's oom_kill, every v2 counter) are read once at reuse and subtracted
+// (Group.base), so Usage and Exceeded of a reused group count only its current request.
+// The v2 memory.peak cannot be reset: a group is reused only when its peak stayed below
+// the limit, so a reused group's MemoryLimitHit is still its own request's.
+
+const (
+	// releaseWait bounds how long Release waits for the group to empty: the child writes
+	// its result and exits, so it is usually gone within a millisecond.
+	releaseWait = 200 * time.Millisecond
+	// maxFree bounds the empty groups kept over all prefixes; more are deleted.
+	maxFree = 256
+)
+
+// poolKey is what makes two groups interchangeable.
+type poolKey struct {
+	prefix string
+	limits Limits
+}
+
+// counters are a group's monotonic counters that cannot be reset, subtracted on reuse.
+type counters struct {
+	cpu               time.Duration // v2 only (v1 resets cpuacct.usage)
+	memFail, oomKills uint64
+	pidsMax           uint64
+}
+
+// PlacePooled is Place for a group of its own under prefix ("fn"), taken from the empty
+// groups Release kept for prefix and l when there is one, else made (named
+// "<prefix>/p<N>"). Release it, not Delete it, when the request is over. Errors are
+// Place's.
+func (m *Manager) PlacePooled(ctx context.Context, prefix string, hostPID int, l Limits) (*Group, error) {
+	if err := checkName(prefix); err != nil {
+		return nil, err
+	}
+	if err := l.validate(); err != nil {
+		return nil, err
+	}
+	key := poolKey{prefix, l}
+	for {
+		m.mu.Lock()
+		free := m.free[key]
+		if len(free) == 0 {
+			m.seq++
+			name, gen := prefix+"/p"+strconv.FormatUint(m.seq, 10), m.gens[prefix]
+			m.mu.Unlock()
+			g, err := m.Place(ctx, name, hostPID, l)
+			if g != nil {
+				g.pool, g.gen = &key, gen
+			}
+			return g, err
+		}
+		g := free[len(free)-1]
+		m.free[key] = free[:len(free)-1]
+		m.nfree--
+		m.mu.Unlock()
+		err := g.Add(hostPID)
+		if err == nil {
+			return g, nil
+		}
+		// The pid is gone (it cannot be placed anywhere), or the group is: drop the group,
+		// and try no further when it is the process that is missing.
+		_ = g.Delete()
+		if errors.Is(err, errdefs.ErrNotFound) && !dirExists(g.dir(ctrlPids)) {
+			continue
+		}
+		return nil, err
+	}
+}
+
+// Release ends a request's use of a group from PlacePooled: once the group is empty
+// (waiting up to releaseWait for its process to finish exiting) and no limit was hit, it
+// is reset and kept for the next request; otherwise it is deleted (Delete: the kill
+// walk). A group from Place is deleted. The Group must not be used after Release.
+func (g *Group) Release() error {
+	if g.pool == nil || !g.waitNoPIDs(releaseWait) {
+		return g.Delete()
+	}
+	u, err := g.readUsage()
+	if err != nil || u.OOMKills > 0 || u.PIDsLimitHit || u.MemoryLimitHit ||
+		g.limits.CPUMs > 0 && u.CPU > time.Duration(g.limits.CPUMs)*time.Millisecond {
+		return g.Delete()
+	}
+	next, err := g.reset()
+	if err != nil {
+		return errors.Join(err, g.Delete())
+	}
+	m := g.m
+	m.mu.Lock()
+	if m.nfree >= maxFree || m.gens[g.pool.prefix] != g.gen {
+		m.mu.Unlock()
+		return g.Delete()
+	}
+	if m.free == nil {
+		m.free = map[poolKey][]*Group{}
+	}
+	m.free[*g.pool] = append(m.free[*g.pool], next)
+	m.nfree++
+	m.mu.Unlock()
+	return nil
+}
+
+// waitNoPIDs polls pids.current until it is 0 (true) or d passes (false).
+func (g *Group) waitNoPIDs(d time.Duration) bool {
+	file := filepath.Join(g.dir(ctrlPids), "pids.current")
+	for deadline := time.Now().Add(d); ; {
+		n, err := readUint(file)
+		if err != nil {
+			return false
+		}
+		if n == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// reset returns a fresh Group for g's empty directories with its counters reset or
+// recorded as its base (see the comment at the top of this file).
+func (g *Group) reset() (*Group, error) {
+	next := &Group{m: g.m, rel: g.rel, limits: g.limits, pool: g.pool, gen: g.gen}
+	if g.m.v2 {
+		st, err := ReadCounters(filepath.Join(g.dir(ctrlCPU), "cpu.stat"))
+		if err != nil {
+			return nil, err
+		}
+		ev, err := ReadCounters(filepath.Join(g.dir(ctrlMemory), "memory.events"))
+		if err != nil {
+			return nil, err
+		}
+		next.base.cpu = time.Duration(st["usage_usec"]) * time.Microsecond
+		next.base.memFail, next.base.oomKills = ev["max"], ev["oom_kill"]
+	} else {
+		mem := g.dir(ctrlMemory)
+		files := []string{filepath.Join(mem, "memory.max_usage_in_bytes"), filepath.Join(mem, "memory.failcnt"),
+			filepath.Join(g.dir(ctrlCPU), "cpuacct.usage")}
+		if g.m.memsw {
+			files = append(files, filepath.Join(mem, "memory.memsw.max_usage_in_bytes"), filepath.Join(mem, "memory.memsw.failcnt"))
+		}
+		for _, f := range files {
+			if err := writeZero(f); err != nil {
+				return nil, fmt.Errorf("resetting cgroup %s for reuse: %w", g.rel, err)
+			}
+		}
+		oom, err := ReadCounters(filepath.Join(mem, "memory.oom_control"))
+		if err != nil {
+			return nil, err
+		}
+		next.base.oomKills = oom["oom_kill"]
+	}
+	ev, err := ReadCounters(filepath.Join(g.dir(ctrlPids), "pids.events"))
+	if err != nil {
+		return nil, err
+	}
+	next.base.pidsMax = ev["max"]
+	return next, nil
+}
+
+func writeZero(file string) error {
+	fd, err := unix.Open(file, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: path.Base(file), Err: err}
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte("0")); err != nil {
+		return &fs.PathError{Op: "write", Path: path.Base(file), Err: err}
+	}
+	return nil
+}
+
+// DropPooled deletes the empty groups kept under prefix (a function that is removed), and
+// makes Release delete, not keep, the groups of prefix placed before it. Errors are
+// Delete's, joined.
+func (m *Manager) DropPooled(prefix string) error {
+	m.mu.Lock()
+	if m.gens == nil {
+		m.gens = map[string]uint64{}
+	}
+	m.gens[prefix]++
+	var drop []*Group
+	for k, free := range m.free {
+		if k.prefix == prefix {
+			drop = append(drop, free...)
+			m.nfree -= len(free)
+			delete(m.free, k)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, g := range drop {
+		errs = append(errs, g.Delete())
+	}
+	return errors.Join(errs...)
+}

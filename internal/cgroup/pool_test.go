@@ -1,0 +1,156 @@
+package cgroup
+
+import (
+	"syscall"
+	"testing"
+	"time"
+)
+
+// placePooled is PlacePooled failing the test on error.
+func placePooled(t *testing.T, m *Manager, pid int, l Limits) *Group {
+	t.Helper()
+	g, err := m.PlacePooled(t.Context(), "fn", pid, l)
+	if err != nil {
+		t.Fatalf("PlacePooled(%d, %+v): %v", pid, l, err)
+	}
+	return g
+}
+
+// TestReleasedGroupIsReusedWithItsLimits: a group whose process exited cleanly is kept by
+// Release and given to the next request with the same limits, its counters counting only
+// that request; its memory limit still kills a hog, and a group whose limit was hit is
+// deleted rather than kept.
+func TestReleasedGroupIsReusedWithItsLimits(t *testing.T) {
+	m := newManager(t)
+	l := Limits{MemoryMiB: 128, PIDs: 16, CPUMs: 5000}
+	c1 := startPython(t, "x = sum(range(3_000_000))\n")
+	g1 := placePooled(t, m, c1.cmd.Process.Pid, l)
+	c1.go_()
+	if ws := c1.wait(t, 10*time.Second); ws.ExitStatus() != 0 {
+		t.Fatalf("first request: %v", ws)
+	}
+	if u, err := g1.Usage(); err != nil || u.CPU < 10*time.Millisecond {
+		t.Fatalf("first request's usage %+v, %v: want some CPU", u, err)
+	}
+	if err := g1.Release(); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	c2 := startPython(t, `
+b = bytearray(200 << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+`)
+	g2 := placePooled(t, m, c2.cmd.Process.Pid, l)
+	if g2.Path() != g1.Path() {
+		t.Fatalf("second group %s, want the released %s reused", g2.Path(), g1.Path())
+	}
+	u, err := g2.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.CPU > 5*time.Millisecond || u.OOMKills != 0 || u.PIDsLimitHit {
+		t.Errorf("reused group's usage before its request: %+v, want the first request's counters gone", u)
+	}
+	c2.go_()
+	if ws := c2.wait(t, 10*time.Second); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("memory hog in a reused group: want SIGKILL, have %v", ws)
+	}
+	if limit, _ := g2.Exceeded(); limit != "memory" {
+		t.Errorf("Exceeded() = %q, want memory", limit)
+	}
+	if err := g2.Release(); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	assertGone(t, m, g2.Path())
+	c3 := startPython(t, "pass\n")
+	g3 := placePooled(t, m, c3.cmd.Process.Pid, l)
+	if g3.Path() == g2.Path() {
+		t.Errorf("a group whose memory limit killed its request was reused")
+	}
+	c3.go_()
+	c3.wait(t, 5*time.Second)
+	if err := g3.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleaseDeletesGroupWithLeftovers: a request that leaves a process behind does not
+// leave it in a kept group: Release kills it and removes the group.
+func TestReleaseDeletesGroupWithLeftovers(t *testing.T) {
+	m := newManager(t)
+	c := startPython(t, `
+if os.fork() == 0:
+    os.close(1)
+    time.sleep(60)
+print("forked")
+`)
+	g := placePooled(t, m, c.cmd.Process.Pid, Limits{MemoryMiB: 64, PIDs: 8})
+	c.go_()
+	c.line(t)
+	c.wait(t, 5*time.Second)
+	pids, err := g.procs()
+	if err != nil || len(pids) != 1 {
+		t.Fatalf("procs = %v, %v; want the orphan", pids, err)
+	}
+	if err := g.Release(); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	assertGone(t, m, g.Path())
+	if alive(pids[0]) {
+		t.Errorf("the request's orphan %d is alive after Release", pids[0])
+	}
+}
+
+// TestGroupThatHitPIDsIsNotKept: a request refused a fork by its pids limit leaves its
+// group marked (pids.events cannot be reset), so Release deletes it rather than keeping it.
+func TestGroupThatHitPIDsIsNotKept(t *testing.T) {
+	m := newManager(t)
+	c := startPython(t, `
+kids = []
+for _ in range(32):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(0.5)
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+`)
+	g := placePooled(t, m, c.cmd.Process.Pid, Limits{MemoryMiB: 64, PIDs: 8})
+	c.go_()
+	c.wait(t, 10*time.Second)
+	if limit, _ := g.Exceeded(); limit != "pids" {
+		t.Fatalf("Exceeded() = %q, want pids", limit)
+	}
+	if err := g.Release(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, m, g.Path())
+}
+
+// TestDropPooledDeletesKeptGroups: the groups kept for a removed function are deleted with
+// the function's level, and one released after the drop is deleted too, not kept.
+func TestDropPooledDeletesKeptGroups(t *testing.T) {
+	m := newManager(t)
+	l := Limits{MemoryMiB: 64, PIDs: 8}
+	c1, c2 := startPython(t, "pass\n"), startPython(t, "pass\n")
+	g1, g2 := placePooled(t, m, c1.cmd.Process.Pid, l), placePooled(t, m, c2.cmd.Process.Pid, l)
+	c1.go_()
+	c2.go_()
+	c1.wait(t, 5*time.Second)
+	c2.wait(t, 5*time.Second)
+	if err := g1.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DropPooled("fn"); err != nil {
+		t.Fatalf("DropPooled: %v", err)
+	}
+	assertGone(t, m, g1.Path())
+	if err := g2.Release(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, m, m.parent+"/fn")
+}
