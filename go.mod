@@ -4,6 +4,16 @@ go 1.26.8
 
 require github.com/zygo-run/zygo/sdk/go v0.0.0
 
+require (
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/google/nftables v0.3.0 // indirect
+	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
+	github.com/mdlayher/socket v0.5.0 // indirect
+	github.com/vishvananda/netlink v1.3.1 // indirect
+	github.com/vishvananda/netns v0.0.5 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+)
+
 // The Go SDK is a module of its own (standard library only) in this repository.
 replace github.com/zygo-run/zygo/sdk/go => ./sdk/go
 
