@@ -35,7 +35,7 @@ func newSandboxCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newSandboxCreateCmd(g), newSandboxLsCmd(g), newSandboxRmCmd(g), newSandboxGenerationCmd(g),
 		newSandboxExecCmd(g), newSandboxRunCodeCmd(g), newSandboxFilesCmd(g),
 		newSandboxCheckpointCmd(g), newSandboxCheckpointsCmd(g), newSandboxForkCmd(g), newSandboxRollbackCmd(g),
-		newSandboxServicesCmd(g))
+		newSandboxServicesCmd(g), newSandboxPortCmd(g))
 	return cmd
 }
 

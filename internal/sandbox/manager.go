@@ -125,6 +125,9 @@ type Manager struct {
 
 	netMu sync.Mutex             // guards nets; never held across I/O
 	nets  map[string]NetEndpoint // engine id → its endpoint, closed by destroyEngine
+
+	portMu sync.Mutex // guards ports; held while a listener is made, never across a connection
+	ports  map[portKey]*portProxy
 }
 
 // NewManager returns a Manager. It starts nothing; call Recover to adopt sandboxes left by an
@@ -168,7 +171,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, bes: bes, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
 		recovering: map[string]chan struct{}{}, ckLeases: map[string]int{}, ckRemoving: map[string]bool{},
-		removeImage: os.RemoveAll, nets: map[string]NetEndpoint{}}
+		removeImage: os.RemoveAll, nets: map[string]NetEndpoint{}, ports: map[portKey]*portProxy{}}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())
 	return m, nil
 }
@@ -595,6 +598,7 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 	if err := m.setState(ctx, &rec, Removing, nil); err != nil {
 		return err
 	}
+	m.closePorts(rec.ID)
 	if err := m.destroyEngine(ctx, be, rec.EngineID); err != nil {
 		_ = m.setState(context.WithoutCancel(ctx), &rec, Failed, fmt.Errorf("removing: %w", err))
 		return fmt.Errorf("destroying sandbox %s: %w", rec.ID, err)
@@ -615,6 +619,7 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 // method. It returns once the Manager's goroutines have ended.
 func (m *Manager) Close() error {
 	m.stop(errClosed)
+	m.closePorts("")
 	m.wg.Wait()
 	m.mu.Lock()
 	m.live = map[string]*entry{}

@@ -2,9 +2,12 @@ package e2esandbox
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 
@@ -160,5 +163,69 @@ func TestSandboxNetworkBadInput(t *testing.T) {
 	}
 	if left := d.netLeft(t); len(left) > 0 && !(len(left) == 1 && strings.HasPrefix(left[0], "nft table")) {
 		t.Errorf("left after refused creates: %v", left)
+	}
+}
+
+// TestSandboxPortPerCopy is issue 14 point 6 (and 4's "a server inside each answers only its own
+// requests"): `zygo sandbox port` prints a loopback URL reaching a server inside the sandbox;
+// a fork child's server, started before the checkpoint, answers on the child's own URL with the
+// child's own state, and the source's URL still reaches the source.
+func TestSandboxPortPerCopy(t *testing.T) {
+	d := startDaemon(t)
+	src := d.OK("sandbox", "create", "--service", "web=/usr/bin/python3 -m http.server 8000 --bind 0.0.0.0 --directory /tmp/www")
+	d.OK("sandbox", "exec", src, "--", "/bin/sh", "-c", "mkdir -p /tmp/www && echo "+src+" >/tmp/www/id")
+	get := func(url string) string {
+		t.Helper()
+		var body string
+		for range 50 { // the service may still be starting
+			resp, err := http.Get(url + "id")
+			if err == nil {
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return strings.TrimSpace(string(b))
+				}
+				body = resp.Status
+			} else {
+				body = err.Error()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("GET %sid: %s", url, body)
+		return ""
+	}
+	srcURL := d.OK("sandbox", "port", src, "8000")
+	if !strings.HasPrefix(srcURL, "http://127.0.0.1:") {
+		t.Fatalf("sandbox port printed %q, want a loopback URL", srcURL)
+	}
+	if again := d.OK("sandbox", "port", src, "8000"); again != srcURL {
+		t.Errorf("sandbox port again: %q, want %q", again, srcURL)
+	}
+	if got := get(srcURL); got != src {
+		t.Fatalf("the source's server answered %q, want %q", got, src)
+	}
+	kid := lines(d.OK("sandbox", "fork", src, "-n", "1"))[0]
+	d.OK("sandbox", "exec", kid, "--", "/bin/sh", "-c", "echo "+kid+" >/tmp/www/id")
+	kidURL := d.OK("sandbox", "port", kid, "8000")
+	if kidURL == srcURL {
+		t.Fatalf("the child's port is the source's: %s", kidURL)
+	}
+	if got := get(kidURL); got != kid {
+		t.Errorf("the child's server answered %q, want %q", got, kid)
+	}
+	if got := get(srcURL); got != src {
+		t.Errorf("after the fork the source's server answered %q, want %q", got, src)
+	}
+	if msg := d.Fails("sandbox", "port", src, "0"); !strings.Contains(msg, "PORT") {
+		t.Errorf("port 0: %q", msg)
+	}
+	none := d.OK("sandbox", "create", "--network", "none")
+	if msg := d.Fails("sandbox", "port", none, "8000"); !strings.Contains(msg, "no network") {
+		t.Errorf("port of a sandbox without network: %q", msg)
+	}
+	d.OK("sandbox", "rm", kid)
+	if resp, err := http.Get(kidURL + "id"); err == nil {
+		resp.Body.Close()
+		t.Errorf("the removed child's port still answers")
 	}
 }

@@ -25,6 +25,7 @@ import (
 //	POST   /v1/sandboxes/{id}/rollback         body: RollbackBody → Sandbox
 //	GET    /v1/sandboxes/{id}/generation       GenerationBody
 //	GET    /v1/sandboxes/{id}/services         []ServiceStatus, live from the guest
+//	POST   /v1/sandboxes/{id}/ports/{port}     PortBody: the port published on the host's loopback
 //	GET    /v1/checkpoints[?sandbox=ID]        []Checkpoint, oldest first
 //	GET    /v1/checkpoints/{id}                Checkpoint
 //	DELETE /v1/checkpoints/{id}                204; 409 while a sandbox or checkpoint refers to it
@@ -271,6 +272,15 @@ type RollbackBody struct {
 type GenerationBody struct {
 	SandboxID  string `json:"sandbox_id"`
 	Generation string `json:"generation"` // 128 bits, 32 hex digits; new on every fork and rollback
+}
+
+// PortBody is the answer of POST /v1/sandboxes/{id}/ports/{port}: a TCP port inside the
+// sandbox, published on a loopback address of the daemon's host (the daemon carries each
+// connection in). The same port asked again gives the same address; a fork child's are its own.
+type PortBody struct {
+	Port    int    `json:"port"`
+	Address string `json:"address"` // "127.0.0.1:PORT"
+	URL     string `json:"url"`     // "http://127.0.0.1:PORT/"
 }
 
 // ServiceStatus is the live state of one declared service.
