@@ -1,5 +1,5 @@
-// Package gvisor is the sandbox.Backend on gVisor's runsc: platform systrap, no network, a
-// root of read-only host files (or a given directory) under an in-memory overlay, zygo-guest as
+// Package gvisor is the sandbox.Backend on gVisor's runsc: platform systrap, runsc's own network
+// stack in a namespace the host made for the instance (Spec.Net) or loopback only, a root of read-only host files (or a given directory) under an in-memory overlay, zygo-guest as
 // PID 1, and checkpoint/restore with runsc checkpoint --leave-running and runsc restore.
 //
 // # State directory
