@@ -157,6 +157,8 @@ const (
 	RowIPv4      = "network: IPv4 address (ip addr)"
 	RowHostAddr  = "network: address the host reaches it at (its record)"
 	RowOwnRecord = "network: the address inside is the host's record"
+	// RowHostConn is the Python probe's (probe.py EXT_ROW).
+	RowHostConn = "connection from the host, open at the checkpoint"
 )
 
 // netRows adds the copy's network identity to rows: its MAC and IPv4 address as `ip` shows
