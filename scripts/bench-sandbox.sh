@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # BenchmarkResealCost: what reseal adds to a fork of 11, against forks that skip it (test-only).
-exec go test ./internal/sandbox/gvisor/ -run '^$' -bench 'BenchmarkSandboxVsRunsc|BenchmarkResealCost' -benchtime 1x -count 1 -timeout 20m "$@"
+exec go test ./internal/sandbox/gvisor/ -run '^$' -bench 'BenchmarkSandboxVsRunsc|BenchmarkResealCost|BenchmarkSandboxNetworkCost' -benchtime 1x -count 1 -timeout 20m "$@"

@@ -74,14 +74,21 @@ func servicesOf(svcs []guest.Service) []wire.Service {
 }
 
 func createOptionsOf(o sandbox.CreateOptions) wire.CreateSandboxBody {
-	return wire.CreateSandboxBody{Name: o.Name, RootfsDir: o.RootfsDir, Services: servicesOf(o.Services), Env: o.Env,
+	b := wire.CreateSandboxBody{Name: o.Name, RootfsDir: o.RootfsDir, Services: servicesOf(o.Services), Env: o.Env,
 		Secrets: o.Secrets, MemoryMiB: o.MemoryMiB, PIDs: o.PIDs, CPUs: o.CPUs}
+	if n := o.Network; n.Mode != "" || len(n.Allow) > 0 || len(n.Deny) > 0 {
+		b.Network = &wire.SandboxNetwork{Mode: n.Mode, Allow: n.Allow, Deny: n.Deny}
+	}
+	return b
 }
 
 // createOptionsFrom is the request's side of createOptionsOf.
 func createOptionsFrom(b wire.CreateSandboxBody) sandbox.CreateOptions {
 	o := sandbox.CreateOptions{Name: b.Name, RootfsDir: b.RootfsDir, Env: b.Env, Secrets: b.Secrets,
 		MemoryMiB: b.MemoryMiB, PIDs: b.PIDs, CPUs: b.CPUs}
+	if n := b.Network; n != nil {
+		o.Network = sandbox.NetworkOptions{Mode: n.Mode, Allow: n.Allow, Deny: n.Deny}
+	}
 	for _, s := range b.Services {
 		o.Services = append(o.Services, guest.Service{Name: s.Name, Argv: s.Argv, Env: s.Env,
 			OnFork: guest.OnFork(s.OnFork), Signal: s.Signal, Restart: guest.Restart(s.Restart)})
@@ -90,10 +97,14 @@ func createOptionsFrom(b wire.CreateSandboxBody) sandbox.CreateOptions {
 }
 
 func sandboxOf(r sandbox.SandboxRecord) wire.Sandbox {
-	return wire.Sandbox{ID: r.ID, Name: r.Name, Backend: r.Backend, EngineID: r.EngineID, State: string(r.State),
+	s := wire.Sandbox{ID: r.ID, Name: r.Name, Backend: r.Backend, EngineID: r.EngineID, State: string(r.State),
 		ParentID: r.ParentID, CheckpointID: r.CheckpointID, Generation: r.Generation,
 		Options: createOptionsOf(r.Options), Services: servicesOf(r.Services), Error: r.Error,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	if r.Net != nil {
+		s.Address, s.MAC = r.Net.Address, r.Net.MAC
+	}
+	return s
 }
 
 func sandboxesOf(rs []sandbox.SandboxRecord) []wire.Sandbox {

@@ -40,6 +40,7 @@ type Sandboxes interface {
 	Fork(ctx context.Context, id string, opts sandbox.ForkOptions) (sandbox.ForkResult, error)
 	Rollback(ctx context.Context, id, checkpoint string) (sandbox.SandboxRecord, error)
 	Services(ctx context.Context, id string) ([]guest.ServiceStatus, error)
+	Port(ctx context.Context, id string, port int) (string, error)
 }
 
 var _ Sandboxes = (*sandbox.Manager)(nil)
@@ -70,24 +71,25 @@ type sandboxHandler func(w http.ResponseWriter, r *http.Request, sb Sandboxes)
 // sandboxRoutes registers the sandbox routes on mux; Handler calls it.
 func (s *Server) sandboxRoutes(mux *http.ServeMux) {
 	for pattern, h := range map[string]sandboxHandler{
-		"POST /v1/sandboxes":                 s.createSandbox,
-		"GET /v1/sandboxes":                  s.listSandboxes,
-		"GET /v1/sandboxes/{id}":             s.getSandbox,
-		"DELETE /v1/sandboxes/{id}":          s.removeSandbox,
-		"POST /v1/sandboxes/{id}/exec":       s.execSandbox,
-		"POST /v1/sandboxes/{id}/run-code":   s.runCode,
-		"PUT /v1/sandboxes/{id}/files":       s.putFile,
-		"GET /v1/sandboxes/{id}/files":       s.getFile,
-		"GET /v1/sandboxes/{id}/files/list":  s.listFiles,
-		"POST /v1/sandboxes/{id}/checkpoint": s.checkpoint,
-		"GET /v1/sandboxes/{id}/checkpoints": s.sandboxCheckpoints,
-		"POST /v1/sandboxes/{id}/fork":       s.fork,
-		"POST /v1/sandboxes/{id}/rollback":   s.rollback,
-		"GET /v1/sandboxes/{id}/generation":  s.generation,
-		"GET /v1/sandboxes/{id}/services":    s.services,
-		"GET /v1/checkpoints":                s.listCheckpoints,
-		"GET /v1/checkpoints/{id}":           s.getCheckpoint,
-		"DELETE /v1/checkpoints/{id}":        s.removeCheckpoint,
+		"POST /v1/sandboxes":                   s.createSandbox,
+		"GET /v1/sandboxes":                    s.listSandboxes,
+		"GET /v1/sandboxes/{id}":               s.getSandbox,
+		"DELETE /v1/sandboxes/{id}":            s.removeSandbox,
+		"POST /v1/sandboxes/{id}/exec":         s.execSandbox,
+		"POST /v1/sandboxes/{id}/run-code":     s.runCode,
+		"PUT /v1/sandboxes/{id}/files":         s.putFile,
+		"GET /v1/sandboxes/{id}/files":         s.getFile,
+		"GET /v1/sandboxes/{id}/files/list":    s.listFiles,
+		"POST /v1/sandboxes/{id}/checkpoint":   s.checkpoint,
+		"GET /v1/sandboxes/{id}/checkpoints":   s.sandboxCheckpoints,
+		"POST /v1/sandboxes/{id}/fork":         s.fork,
+		"POST /v1/sandboxes/{id}/rollback":     s.rollback,
+		"GET /v1/sandboxes/{id}/generation":    s.generation,
+		"GET /v1/sandboxes/{id}/services":      s.services,
+		"POST /v1/sandboxes/{id}/ports/{port}": s.port,
+		"GET /v1/checkpoints":                  s.listCheckpoints,
+		"GET /v1/checkpoints/{id}":             s.getCheckpoint,
+		"DELETE /v1/checkpoints/{id}":          s.removeCheckpoint,
 	} {
 		mux.HandleFunc(pattern, s.needSandboxes(h))
 	}
@@ -518,6 +520,20 @@ func (s *Server) generation(w http.ResponseWriter, r *http.Request, sb Sandboxes
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.GenerationBody{SandboxID: rec.ID, Generation: rec.Generation})
+}
+
+func (s *Server) port(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		s.fail(w, fmt.Errorf("port %.20q: want a number from 1 to 65535: %w", r.PathValue("port"), errdefs.ErrInvalidArgument))
+		return
+	}
+	addr, err := sb.Port(r.Context(), r.PathValue("id"), port)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.PortBody{Port: port, Address: addr, URL: "http://" + addr + "/"})
 }
 
 func (s *Server) services(w http.ResponseWriter, r *http.Request, sb Sandboxes) {

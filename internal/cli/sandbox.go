@@ -35,16 +35,17 @@ func newSandboxCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newSandboxCreateCmd(g), newSandboxLsCmd(g), newSandboxRmCmd(g), newSandboxGenerationCmd(g),
 		newSandboxExecCmd(g), newSandboxRunCodeCmd(g), newSandboxFilesCmd(g),
 		newSandboxCheckpointCmd(g), newSandboxCheckpointsCmd(g), newSandboxForkCmd(g), newSandboxRollbackCmd(g),
-		newSandboxServicesCmd(g))
+		newSandboxServicesCmd(g), newSandboxPortCmd(g))
 	return cmd
 }
 
 func newSandboxCreateCmd(g *globals) *cobra.Command {
 	var body wire.CreateSandboxBody
 	var services, onFork, restart []string
-	var memory string
+	var memory, netMode string
+	var allow, deny []string
 	cmd := &cobra.Command{
-		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--restart NAME=POLICY]... [--env KEY=VALUE]... [--secret NAME]... [--memory MIB] [--pids N] [--cpus N]",
+		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--restart NAME=POLICY]... [--env KEY=VALUE]... [--secret NAME]... [--memory MIB] [--pids N] [--cpus N] [--network none|egress] [--allow CIDR]... [--deny CIDR]...",
 		Short: "Start a sandbox and print its id",
 		Long: "Start a sandbox and print its id once its guest agent answers.\n" +
 			"--service NAME=CMD starts CMD (run by /bin/sh -c) at boot and keeps it running.\n" +
@@ -54,6 +55,9 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 			"(default on-failure: a non-zero exit or a signal; after 100 ms, doubled each time up to 30 s).\n" +
 			"--secret NAME (set first with `zygo secret set NAME`) is written to /run/secrets/NAME (0400)\n" +
 			"at create, and again with its current value in every fork child and rollback.\n" +
+			"--network egress (the default) gives the sandbox an address of its own and NAT to the outside;\n" +
+			"every fork child and rollback gets its own address and MAC. --allow CIDR limits it to those\n" +
+			"ranges, --deny CIDR refuses ranges; the host, other sandboxes and 169.254.0.0/16 never answer.\n" +
 			limitsHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -80,6 +84,9 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 				}
 				body.RootfsDir = abs
 			}
+			if netMode != "" || len(allow) > 0 || len(deny) > 0 {
+				body.Network = &wire.SandboxNetwork{Mode: netMode, Allow: allow, Deny: deny}
+			}
 			rec, err := g.client().CreateSandbox(cmd.Context(), body)
 			if err != nil {
 				return err
@@ -98,6 +105,9 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&memory, "memory", "", "memory limit in MiB, or with a unit: 512m, 2g (default 2048, at least 64)")
 	cmd.Flags().IntVar(&body.PIDs, "pids", 0, "most processes and threads alive at once inside (0: the default, 4096; else at least 32)")
 	cmd.Flags().Float64Var(&body.CPUs, "cpus", 0, "CPU quota in cores, e.g. 1.5 (default: no quota)")
+	cmd.Flags().StringVar(&netMode, "network", "", "egress (default: an address of its own, NAT to the outside) or none (loopback only)")
+	cmd.Flags().StringArrayVar(&allow, "allow", nil, "CIDR: the only ranges the sandbox may reach (repeatable)")
+	cmd.Flags().StringArrayVar(&deny, "deny", nil, "CIDR: ranges the sandbox may not reach (repeatable)")
 	return cmd
 }
 
@@ -231,13 +241,13 @@ func newSandboxLsCmd(g *globals) *cobra.Command {
 				return printJSON(cmd, recs)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tPARENT\tCHECKPOINT\tGENERATION\tAGE")
+			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tADDRESS\tPARENT\tCHECKPOINT\tGENERATION\tAGE")
 			for _, r := range recs {
 				state := string(r.State)
 				if r.Error != "" { // the whole cause is in --json; a table cell stays short
 					state += " (" + shorten(r.Error, 48) + ")"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, state, dash(r.ParentID),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, state, dash(r.Address), dash(r.ParentID),
 					dash(r.CheckpointID), dash(r.Generation), age(r.CreatedAt))
 			}
 			return tw.Flush()

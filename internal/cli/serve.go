@@ -57,6 +57,9 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&sbx.Runsc, "runsc", "", "runsc binary (default /usr/local/bin/runsc, then PATH)")
 	cmd.Flags().IntVar(&sbx.SecretImagesMiB, "secret-images-mib", 2048, "size cap of the tmpfs holding the checkpoint images of sandboxes with secrets (MiB)")
 	cmd.Flags().BoolVar(&sbx.Disabled, "no-sandboxes", false, "serve functions only; sandbox calls answer 503")
+	cmd.Flags().BoolVar(&sbx.Network.Disabled, "no-sandbox-network", false, "run every sandbox without network (loopback only)")
+	cmd.Flags().StringVar(&sbx.Network.Pool, "sandbox-net-pool", "", "IPv4 prefix the sandboxes' addresses come from, a /30 each (default 10.213.0.0/16)")
+	cmd.Flags().StringVar(&sbx.Network.Tag, "sandbox-net-tag", "", "0-4 lowercase letters making this daemon's nft table, veths and namespaces its own (tests running several daemons)")
 	return cmd
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/hostid"
+	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/engine"
 	"github.com/zygo-run/zygo/internal/secret"
@@ -45,6 +46,8 @@ type SandboxConfig struct {
 	// SecretImagesMiB caps the tmpfs STATE/images-mem that holds the checkpoint images of
 	// sandboxes with secrets (secretimages.go) [2048].
 	SecretImagesMiB int
+	// Network configures the sandboxes' network (sandboxnet.go).
+	Network SandboxNetConfig
 }
 
 // MaxEngineDir is the longest engine state directory: the guest's socket is
@@ -58,7 +61,8 @@ type sandboxes struct {
 	be  engine.Engine
 	// memImages is the tmpfs of the images of sandboxes with secrets (secretimages.go).
 	memImages string
-	err       error // why sandboxes are unavailable; nil when mgr is set
+	net       *network.Host // nil: sandboxes run without network
+	err       error         // why sandboxes are unavailable; nil when mgr is set
 	log       *slog.Logger
 }
 
@@ -69,10 +73,12 @@ type sandboxes struct {
 // unavailable, with the reason logged and kept for the API's 503 answers.
 func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, log *slog.Logger) *sandboxes {
 	s := &sandboxes{log: log}
-	mgr, be, err := newSandboxManager(ctx, cfg, st, secrets, log)
+	s.net = openSandboxNetwork(ctx, cfg.Sandbox.Network, log)
+	mgr, be, err := newSandboxManager(ctx, cfg, st, secrets, s.net, log)
 	if err != nil {
 		s.err = fmt.Errorf("sandboxes are unavailable on this daemon: %w", err)
 		log.Warn("sandboxes unavailable; functions are served as usual", "err", err)
+		closeSandboxNetwork(ctx, s.net, log)
 		return s
 	}
 	t0 := time.Now()
@@ -96,7 +102,7 @@ func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *se
 	return s
 }
 
-func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, log *slog.Logger) (*sandbox.Manager, engine.Engine, error) {
+func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, nh *network.Host, log *slog.Logger) (*sandbox.Manager, engine.Engine, error) {
 	sc := cfg.Sandbox
 	if sc.Disabled {
 		return nil, nil, errors.New("disabled by configuration (zygo serve --no-sandboxes)")
@@ -131,10 +137,14 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 		return nil, nil, err
 	}
 	log.Info("sandbox engine", "backend", be.Name(), "guest", guestBin, "engine_dir", engineDir)
-	mgr, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: reg,
+	mcfg := sandbox.ManagerConfig{Backend: be, Registry: reg,
 		ProtectedDirs: []string{cfg.StateDir, engineDir},
 		ImageDir:      filepath.Join(cfg.StateDir, "images"), SecretImageDir: memImages, Log: log.With("component", "sandbox"),
-		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets), HostIDs: hostid.NewAllocator(st, cfg.uidRange)})
+		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets), HostIDs: hostid.NewAllocator(st, cfg.uidRange)}
+	if nh != nil {
+		mcfg.Network = sandbox.HostNetwork{Host: nh}
+	}
+	mgr, err := sandbox.NewManager(mcfg)
 	return mgr, be, err
 }
 
@@ -182,8 +192,12 @@ func (s *sandboxes) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.be.ReleaseHost(ctx); err != nil && !errdefs.IsFailedPrecondition(err) {
+	err := s.be.ReleaseHost(ctx)
+	if err != nil && !errdefs.IsFailedPrecondition(err) {
 		s.log.Warn("releasing the sandbox engine's host resources", "err", err)
+	}
+	if err == nil { // no sandbox left: nothing of the network either (else they keep theirs)
+		closeSandboxNetwork(ctx, s.net, s.log)
 	}
 	unmountSecretImagesIfEmpty(s.memImages, s.log)
 }

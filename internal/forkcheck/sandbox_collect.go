@@ -95,6 +95,9 @@ func (r *sbRun) collect(ctx context.Context, c CopyInfo) error {
 	if vals["sandbox"], err = sandboxRows(live, c, before, after); err != nil {
 		return fmt.Errorf("copy %s: %w", id, err)
 	}
+	if err := r.netRows(ctx, id, vals["sandbox"]); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got[c.SandboxID+"/"+c.Generation] = vals // rollbacks share the id, never the generation
@@ -149,4 +152,54 @@ func roundTo(x, step float64) float64 {
 		return 0
 	}
 	return math.Round(r*1e6) / 1e6 // 0.30000000000000004 -> 0.3
+}
+
+// Rows of the copy's network identity (netRows).
+const (
+	RowMAC       = "network: MAC (ip link)"
+	RowIPv4      = "network: IPv4 address (ip addr)"
+	RowHostAddr  = "network: address the host reaches it at (its record)"
+	RowOwnRecord = "network: the address inside is the host's record"
+	// RowHostConn is the Python probe's (probe.py EXT_ROW).
+	RowHostConn = "connection from the host, open at the checkpoint"
+)
+
+// netRows adds the copy's network identity to rows: its MAC and IPv4 address as `ip` shows
+// them inside, and the address the host records for it (which the daemon's port proxy dials).
+func (r *sbRun) netRows(ctx context.Context, id string, rows map[string]json.RawMessage) error {
+	out, err := r.exec(ctx, id, "/usr/sbin/ip", "-o", "link")
+	if err != nil {
+		return err
+	}
+	mac := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); !strings.Contains(l, "LOOPBACK") && len(f) > 1 {
+			for i := range f[:len(f)-1] {
+				if f[i] == "link/ether" {
+					mac = f[i+1]
+				}
+			}
+		}
+	}
+	if out, err = r.exec(ctx, id, "/usr/sbin/ip", "-o", "-4", "addr", "show", "scope", "global"); err != nil {
+		return err
+	}
+	addr := ""
+	if f := strings.Fields(string(out)); len(f) > 3 {
+		addr, _, _ = strings.Cut(f[3], "/")
+	}
+	rec, err := r.m.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	host := ""
+	if rec.Net != nil {
+		host = rec.Net.Address
+	}
+	set := func(k string, v any) { rows[k], _ = json.Marshal(v) }
+	set(RowMAC, mac)
+	set(RowIPv4, addr)
+	set(RowHostAddr, host)
+	set(RowOwnRecord, addr != "" && addr == host)
+	return nil
 }

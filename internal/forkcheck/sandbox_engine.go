@@ -2,15 +2,18 @@ package forkcheck
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/engine"
 )
@@ -36,6 +39,7 @@ type SandboxEngine struct {
 	Manager *sandbox.Manager
 	be      engine.Engine
 	dir     string
+	net     *network.Host // the copies' network: each its own namespace, address and MAC
 }
 
 // NewSandboxEngine makes a private engine. It returns an error naming
@@ -64,13 +68,20 @@ func NewSandboxEngine(cfg EngineConfig) (*SandboxEngine, error) {
 		os.RemoveAll(dir)
 		return nil, err // a missing runsc names scripts/install-runsc.sh
 	}
-	m, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: sandbox.NewMemRegistry(),
-		ImageDir: filepath.Join(dir, "images"), Log: log})
+	// Names and addresses of the check's own, so it never sweeps a daemon's endpoints.
+	nh, err := network.New(context.Background(), network.Config{Tag: checkNetTag(), Pool: checkNetPool(), Log: log})
 	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("setting up the copies' network: %w", err)
+	}
+	m, err := sandbox.NewManager(sandbox.ManagerConfig{Backend: be, Registry: sandbox.NewMemRegistry(),
+		ImageDir: filepath.Join(dir, "images"), Log: log, Network: sandbox.HostNetwork{Host: nh}})
+	if err != nil {
+		_ = nh.Close(context.Background())
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	return &SandboxEngine{Manager: m, be: be, dir: dir}, nil
+	return &SandboxEngine{Manager: m, be: be, dir: dir, net: nh}, nil
 }
 
 // Close removes every sandbox and checkpoint the engine made, releases what runsc keeps on
@@ -96,6 +107,9 @@ func (e *SandboxEngine) Close() error {
 	if err := e.be.ReleaseHost(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if err := e.net.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		errs = append(errs, os.RemoveAll(e.dir))
 	}
@@ -103,4 +117,21 @@ func (e *SandboxEngine) Close() error {
 		return fmt.Errorf("cleaning up the check's sandboxes in %s: %w", e.dir, err)
 	}
 	return nil
+}
+
+// checkNetTag is a random network.Config.Tag (4 lowercase letters) for one check.
+func checkNetTag() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = 'a' + b[i]%26
+	}
+	return string(b)
+}
+
+// checkNetPool is a random /24 of 10.223.0.0/16 for one check's copies.
+func checkNetPool() netip.Prefix {
+	var b [1]byte
+	_, _ = rand.Read(b[:])
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 223, b[0], 0}), 24)
 }

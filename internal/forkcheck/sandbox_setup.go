@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -101,6 +103,36 @@ func (r *sbRun) startProbes(ctx context.Context) error {
 		return fmt.Errorf("decoding python.ready: %w", err)
 	}
 	r.armed = time.UnixMilli(int64(py.Armed.Wall * 1000))
+	return r.connectIn(ctx)
+}
+
+// connectIn opens the host's connection to the Python probe's port on the source's own
+// address and waits for its echo: a connection across the sandbox's edge, open at the
+// checkpoint. The source keeps it until the check ends (cleanup closes it).
+func (r *sbRun) connectIn(ctx context.Context) error {
+	rec, err := r.m.Get(ctx, r.src.ID)
+	if err != nil {
+		return err
+	}
+	if rec.Net == nil {
+		return fmt.Errorf("the source sandbox has no network")
+	}
+	d := net.Dialer{Timeout: 10 * time.Second}
+	c, err := d.DialContext(ctx, "tcp4", net.JoinHostPort(rec.Net.Address, sbExtPort))
+	if err != nil {
+		return fmt.Errorf("connecting to the source's probe: %w", err)
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 6)
+	if _, err := c.Write([]byte("hello\n")); err == nil {
+		_, err = io.ReadFull(c, buf)
+	}
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("the source's probe did not echo: %w", err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	r.hostConn = c
 	return nil
 }
 

@@ -159,7 +159,18 @@ var SandboxSpecs = map[string]map[string]Spec{
 			Mitigation: "do not add suspended_ns to monotonic deadlines on gVisor; use it to learn how stale the copy's view is"},
 		"connection to a listener in the sandbox": {Expect: Same, Want: `"answered"`,
 			Why: "both ends live inside the copied sandbox, so the connection is copied whole and each copy's own listener " +
-				"answers; nothing else is reachable (no network), and Zygo's own channel is dialled again by the agent"},
+				"answers; Zygo's own channel is dialled again by the agent"},
+		RowHostConn: {Expect: Same, Want: `"fails fast"`,
+			Why: "the copy's address is not the image's, so at the restore netstack finds no route for a connection " +
+				"that was open at the checkpoint and closes it without a packet: a read gets EOF, a write EPIPE, at once " +
+				"(never a hang); the host's end stays the source's, and a new connection works at once"},
+		RowMAC: {Expect: Differs, Why: "each copy runs in a network namespace of its own whose veth has a random MAC; " +
+			"runsc rebuilds the copy's interfaces from it at the restore, and reseal checks the copy sees it"},
+		RowIPv4: {Expect: Differs, Why: "each copy gets a /30 of its own from the host's pool before it is restored, " +
+			"never the image's (reseal fails a copy that still has it)"},
+		RowHostAddr: {Expect: Differs, Why: "the host's record of each copy names its own address: " +
+			"connections from the host (zygo sandbox port) reach that copy only"},
+		RowOwnRecord: {Expect: Same, Want: "true", Why: "what the copy sees on its interface is what the host recorded for it"},
 		"unflushed line survived": {Expect: Same, Want: "true",
 			Why: "a line in a process's write buffer is memory, copied with it; each copy flushes its own"},
 	},

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,7 @@ const (
 	sbProbeDir = "/opt/zygo-check" // probe.py, probe.js
 	sbWorkDir  = "/tmp/zygo-check" // ready files, the trigger, results, logs
 	sbPort     = "7411"            // the listener, on 127.0.0.1
+	sbExtPort  = "7412"            // the Python probe's port the host connects to (probe.py EXT_PORT)
 	sbPython   = "/usr/bin/python3"
 	sbNode     = "/usr/bin/node"
 	sbGoProbe  = guest.BinaryPath // zygo-guest, with its hidden probe subcommand
@@ -130,6 +132,8 @@ type sbRun struct {
 	cp   sandbox.CheckpointRecord
 	// armed is when the Python probe armed its timer (the guest's wall clock).
 	armed time.Time
+	// hostConn is the host's connection into the source, open across the checkpoint.
+	hostConn net.Conn
 
 	mu sync.Mutex // guards rep.Timings and got
 	// got holds each copy's values (probe → row → value), by SandboxID.
@@ -223,6 +227,9 @@ func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 
 func (r *sbRun) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if r.hostConn != nil {
+		r.hostConn.Close()
+	}
 	for _, c := range r.rep.Copies {
 		if c.Kind == "fork" {
 			_ = r.m.Remove(ctx, c.SandboxID) // collected copies are gone already

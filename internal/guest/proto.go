@@ -299,9 +299,20 @@ type ResealResult struct {
 	// HostSecrets lists the per-machine files the image carried and this copy renewed or
 	// removed ("regenerated /etc/ssh/ssh_host_ed25519_key", "removed /var/lib/systemd/random-seed").
 	HostSecrets []string `json:"host_secrets,omitempty"`
+	// Interfaces are the copy's network interfaces other than loopback as it sees them after
+	// the restore (the host checks them against the address and MAC it gave the copy).
+	Interfaces []Interface `json:"interfaces,omitempty"`
 	// Steps is how long each step took in the guest, by name ("clock", "entropy", "identity",
-	// "host_keys", "secrets", "generation", "token", "services", "interpreter", "sample").
+	// "host_keys", "secrets", "generation", "token", "services", "interpreter", "network",
+	// "sample").
 	Steps map[string]time.Duration `json:"steps_ns,omitempty"`
+}
+
+// Interface is one network interface seen inside a guest.
+type Interface struct {
+	Name  string   `json:"name"`
+	MAC   string   `json:"mac"`   // "02:…", lowercase
+	Addrs []string `json:"addrs"` // CIDRs, "10.213.0.2/30"
 }
 
 // errorBody is the JSON body of a non-2xx answer.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -78,6 +79,10 @@ func (a *Agent) reseal(ctx context.Context, req ResealRequest) (ResealResult, er
 	st.done("services")
 	a.interp.setReseed(req.Entropy)
 	st.done("interpreter")
+	if res.Interfaces, err = Interfaces(); err != nil {
+		return res, err
+	}
+	st.done("network")
 	res.Generation = req.Identity.Generation
 	res.EntropySample = make([]byte, 32)
 	if _, err := rand.Read(res.EntropySample); err != nil {
@@ -237,4 +242,30 @@ func (a *Agent) publishIdentity(id Identity) error {
 
 func writeAtomic(p string, data []byte, perm os.FileMode) error {
 	return writeFileAtomic(p, bytes.NewReader(data), perm)
+}
+
+// Interfaces returns the network interfaces of the calling process's network stack other than
+// loopback, with their MACs and addresses (netlink, as `ip addr` reads them: gVisor has no
+// /sys/class/net).
+func Interfaces() ([]Interface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("listing network interfaces: %w", err)
+	}
+	var out []Interface
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		it := Interface{Name: i.Name, MAC: i.HardwareAddr.String(), Addrs: []string{}}
+		addrs, err := i.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("listing the addresses of %s: %w", i.Name, err)
+		}
+		for _, a := range addrs {
+			it.Addrs = append(it.Addrs, a.String())
+		}
+		out = append(out, it)
+	}
+	return out, nil
 }

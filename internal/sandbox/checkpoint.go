@@ -418,16 +418,24 @@ func (m *Manager) restoreChild(ctx context.Context, be Backend, ck Checkpointer,
 		return s
 	}
 	s.undo.Add(func(ctx context.Context) error { return m.releaseHostUID(ctx, s.rec.ID) })
+	engineID := s.rec.EngineID
+	s.undo.Add(func(ctx context.Context) error { return m.destroyEngine(ctx, be, engineID) })
+	var netAt *NetAttachment
+	if netAt, s.rec.Net, s.err = m.attachNet(ctx, engineID, cp.Options.Network); s.err != nil { // a new address and MAC
+		return s
+	}
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	spec := Spec{ID: s.rec.EngineID, Hostname: s.rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
-		Limits: cp.Options.Limits(), HostUID: uid} // the source's limits: the image needs them
+		Limits: cp.Options.Limits(), HostUID: uid, Net: netAt} // the source's limits: the image needs them
 	s.inst, s.err = ck.Restore(rctx, cp.Dir, spec)
 	if s.err != nil {
 		s.err = fmt.Errorf("restoring %s from %s: %w", s.rec.ID, cp.ID, s.err)
 		return s
 	}
-	s.undo.Add(func(ctx context.Context) error { return be.Destroy(ctx, s.inst.ID) })
+	if s.inst.ID != engineID {
+		s.undo.Add(func(ctx context.Context) error { return m.destroyEngine(ctx, be, s.inst.ID) })
+	}
 	if s.err = m.setState(ctx, &s.rec, Resealing, nil); s.err != nil {
 		return s
 	}
@@ -521,7 +529,7 @@ func (m *Manager) rollbackLocked(ctx context.Context, be Backend, ck Checkpointe
 	// instance is the sandbox, and a failure to save destroys the new one.
 	back := context.WithoutCancel(ctx)
 	if err := m.settle(ctx, &next, Running, nil); err != nil {
-		if derr := be.Destroy(back, inst.ID); derr != nil {
+		if derr := m.destroyEngine(back, be, inst.ID); derr != nil {
 			m.log.Error("destroying the copy of a failed rollback", "sandbox_id", rec.ID, "engine_id", inst.ID, "err", derr)
 		}
 		return m.abortRollback(ctx, rec, e, fmt.Errorf("rolling back %s to %s: %w", rec.ID, cp.ID, err))
@@ -531,7 +539,7 @@ func (m *Manager) rollbackLocked(ctx context.Context, be Backend, ck Checkpointe
 	e.inst = inst
 	e.mu.Unlock()
 	m.watch(e, inst) // and no longer the old one, destroyed below
-	if err := be.Destroy(back, old.ID); err != nil {
+	if err := m.destroyEngine(back, be, old.ID); err != nil {
 		m.log.Error("destroying rolled-back instance", "sandbox_id", rec.ID, "engine_id", old.ID, "err", err)
 	}
 	m.log.Info("rolled back", "sandbox_id", rec.ID, "checkpoint", cp.ID, "generation", next.Generation)
@@ -593,20 +601,28 @@ func (m *Manager) restoreInPlace(ctx context.Context, be Backend, ck Checkpointe
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
-	defer cancel()
-	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
-		Limits: cp.Options.Limits(), HostUID: uid}
-	inst, err := ck.Restore(rctx, cp.Dir, spec)
+	netAt, netID, err := m.attachNet(ctx, rec.EngineID, cp.Options.Network) // a new address and MAC
 	if err != nil {
 		return nil, err
 	}
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	defer cancel()
+	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
+		Limits: cp.Options.Limits(), HostUID: uid, Net: netAt}
+	inst, err := ck.Restore(rctx, cp.Dir, spec)
+	if err != nil {
+		if derr := m.destroyEngine(context.WithoutCancel(ctx), be, rec.EngineID); derr != nil {
+			m.log.Error("cleaning up a failed restore", "engine_id", rec.EngineID, "err", derr)
+		}
+		return nil, err
+	}
+	rec.Net = netID
 	saved := *rec
 	saved.CheckpointID = cp.ID
 	saved.Options.Secrets = cp.Options.Secrets // the copy is the image's: it gets the image's secrets
 	if _, err := m.resealChild(ctx, be, &saved, cp, inst, spec.Hostname); err != nil {
 		var undo cleanup.Stack
-		undo.Add(func(ctx context.Context) error { return be.Destroy(ctx, inst.ID) })
+		undo.Add(func(ctx context.Context) error { return m.destroyEngine(ctx, be, inst.ID) })
 		if uerr := undo.Run(ctx, 0); uerr != nil {
 			m.log.Error("destroying copy that failed reseal", "engine_id", inst.ID, "err", uerr)
 		}

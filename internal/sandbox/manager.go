@@ -43,6 +43,9 @@ type CreateOptions struct {
 	PIDs int `json:"pids,omitempty"`
 	// CPUs is a CPU quota in cores (fractions allowed); 0 means none.
 	CPUs float64 `json:"cpus,omitempty"`
+	// Network is the sandbox's network; forks and rollbacks keep it, each copy with an
+	// address and MAC of its own.
+	Network NetworkOptions `json:"network,omitempty"`
 }
 
 // ManagerConfig configures a Manager. Zero fields take the defaults in brackets.
@@ -89,6 +92,10 @@ type ManagerConfig struct {
 	// child gets its own, a rollback keeps its sandbox's, Remove gives it back. nil: every
 	// instance runs as the engine's default.
 	HostIDs HostIDs
+	// Network gives each engine instance with network (CreateOptions.Network) an endpoint of
+	// its own: a fork child and a rollback get a new address and MAC. nil: sandboxes run
+	// without network, and asking for it is errdefs.ErrFailedPrecondition.
+	Network Networker
 }
 
 // Manager drives sandboxes through their lifecycle (see the package doc) and keeps their
@@ -115,6 +122,12 @@ type Manager struct {
 	ckRemoving map[string]bool // checkpoint ids a RemoveCheckpoint is removing
 	// removeImage deletes a checkpoint's image dir [os.RemoveAll]; tests replace it.
 	removeImage func(dir string) error
+
+	netMu sync.Mutex             // guards nets; never held across I/O
+	nets  map[string]NetEndpoint // engine id → its endpoint, closed by destroyEngine
+
+	portMu sync.Mutex // guards ports; held while a listener is made, never across a connection
+	ports  map[portKey]*portProxy
 }
 
 // NewManager returns a Manager. It starts nothing; call Recover to adopt sandboxes left by an
@@ -158,7 +171,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, bes: bes, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
 		recovering: map[string]chan struct{}{}, ckLeases: map[string]int{}, ckRemoving: map[string]bool{},
-		removeImage: os.RemoveAll}
+		removeImage: os.RemoveAll, nets: map[string]NetEndpoint{}, ports: map[portKey]*portProxy{}}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())
 	return m, nil
 }
@@ -269,6 +282,10 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 		return SandboxRecord{}, err
 	}
 	opts = opts.WithDefaults()
+	var err error
+	if opts.Network, err = m.networkDefaults(opts.Network); err != nil {
+		return SandboxRecord{}, err
+	}
 	// The daemon's directories first: nothing about what is in them (missing, empty) may be
 	// told to the caller.
 	if err := rootfsClearOf(opts.RootfsDir, append([]string{m.cfg.ImageDir, m.cfg.SecretImageDir}, m.cfg.ProtectedDirs...)); err != nil {
@@ -318,11 +335,16 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	}
 	undo.Add(func(ctx context.Context) error { return m.releaseHostUID(ctx, id) }) // after the Destroy below
 	engineID := rec.EngineID
-	undo.Add(func(ctx context.Context) error { return be.Destroy(ctx, engineID) }) // a half-made instance too
+	undo.Add(func(ctx context.Context) error { return m.destroyEngine(ctx, be, engineID) }) // a half-made instance too
+	netAt, netID, err := m.attachNet(ctx, engineID, opts.Network)
+	if err != nil {
+		return SandboxRecord{}, err
+	}
+	rec.Net = netID
 	boot := guest.Boot{Token: rec.Token, Services: opts.Services, Env: opts.Env, MachineID: newID("", 16), Identity: guest.Identity{
 		SandboxID: rec.ID, Generation: rec.Generation, Hostname: rec.EngineID, ResumedAt: now}}
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: opts.RootfsDir, Boot: boot, Token: rec.Token,
-		Limits: opts.Limits(), HostUID: uid}
+		Limits: opts.Limits(), HostUID: uid, Net: netAt}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	inst, err := be.Create(cctx, spec)
@@ -331,7 +353,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	}
 	if inst.ID != engineID {
 		instID := inst.ID
-		undo.Add(func(ctx context.Context) error { return be.Destroy(ctx, instID) })
+		undo.Add(func(ctx context.Context) error { return m.destroyEngine(ctx, be, instID) })
 	}
 	if len(secrets) > 0 {
 		if err := inst.Guest.WriteSecrets(cctx, secrets); err != nil {
@@ -576,7 +598,8 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 	if err := m.setState(ctx, &rec, Removing, nil); err != nil {
 		return err
 	}
-	if err := be.Destroy(ctx, rec.EngineID); err != nil {
+	m.closePorts(rec.ID)
+	if err := m.destroyEngine(ctx, be, rec.EngineID); err != nil {
 		_ = m.setState(context.WithoutCancel(ctx), &rec, Failed, fmt.Errorf("removing: %w", err))
 		return fmt.Errorf("destroying sandbox %s: %w", rec.ID, err)
 	}
@@ -596,6 +619,7 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 // method. It returns once the Manager's goroutines have ended.
 func (m *Manager) Close() error {
 	m.stop(errClosed)
+	m.closePorts("")
 	m.wg.Wait()
 	m.mu.Lock()
 	m.live = map[string]*entry{}

@@ -108,7 +108,7 @@ func (m *Manager) StartRecover(ctx context.Context) (*Recovery, error) {
 		m.recoverAll(wctx, r, jobs)
 		for id, be := range engines {
 			if !keep[id] && wctx.Err() == nil {
-				if err := be.Destroy(wctx, id); err == nil {
+				if err := m.destroyEngine(wctx, be, id); err == nil {
 					r.add(&r.rep.Orphans, id)
 				}
 			}
@@ -164,7 +164,7 @@ func (m *Manager) recoverOne(ctx context.Context, r *Recovery, rec SandboxRecord
 			r.add(&r.rep.Interrupted, rec.ID)
 		}
 	default: // Creating, Restoring, Resealing, Removing: never handed out, or going away
-		if err := be.Destroy(ctx, rec.EngineID); err != nil {
+		if err := m.destroyEngine(ctx, be, rec.EngineID); err != nil {
 			m.log.Error("destroying interrupted sandbox", "sandbox_id", rec.ID, "err", err)
 			return
 		}
@@ -200,7 +200,7 @@ func (m *Manager) adopt(ctx context.Context, be Backend, rec SandboxRecord) adop
 		return interrupted
 	}
 	m.log.Warn("sandbox engine instance is gone", "sandbox_id", rec.ID, "err", err)
-	if derr := be.Destroy(ctx, rec.EngineID); derr != nil {
+	if derr := m.destroyEngine(ctx, be, rec.EngineID); derr != nil {
 		m.log.Error("destroying dead sandbox", "sandbox_id", rec.ID, "err", derr)
 	}
 	_ = m.setState(ctx, &rec, Dead, fmt.Errorf("engine instance died while the daemon was down: %w", err))

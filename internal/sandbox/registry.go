@@ -29,12 +29,15 @@ type SandboxRecord struct {
 	Generation string `json:"generation"`
 	// Token authenticates the host to the guest agent. Secret: left out of JSON so the API
 	// cannot show it by accident; a Registry stores it in a field of its own.
-	Token     string          `json:"-"`
-	Options   CreateOptions   `json:"options"`
-	Services  []guest.Service `json:"services,omitempty"`
-	Error     string          `json:"error,omitempty"` // why the sandbox is Failed
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	Token    string          `json:"-"`
+	Options  CreateOptions   `json:"options"`
+	Services []guest.Service `json:"services,omitempty"`
+	// Net is the network identity of the current instance (new on every fork and rollback);
+	// nil without network.
+	Net       *NetIdentity `json:"net,omitempty"`
+	Error     string       `json:"error,omitempty"` // why the sandbox is Failed
+	CreatedAt time.Time    `json:"created_at"`
+	UpdatedAt time.Time    `json:"updated_at"`
 }
 
 // CheckpointRecord is one immutable checkpoint image. Images form a tree: ParentID is the

@@ -112,6 +112,9 @@ func (m *Manager) resealChild(ctx context.Context, be Backend, rec *SandboxRecor
 	if err := m.verifyOutOfBand(rctx, be, inst.ID, next.Generation); err != nil {
 		return res, fmt.Errorf("resealing %s: %w", rec.ID, err)
 	}
+	if err := checkNetIdentity(rec.Net, res.Interfaces); err != nil { // fail closed: never a copy with the image's address
+		return res, fmt.Errorf("resealing %s: network identity: %w: %w", rec.ID, err, errdefs.ErrUnavailable)
+	}
 	rec.Generation, rec.Token = next.Generation, next.Token
 	m.log.Info("resealed", "sandbox_id", rec.ID, "generation", rec.Generation, "clock_offset", res.ClockOffset)
 	if len(res.HostSecrets) > 0 {

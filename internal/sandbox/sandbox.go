@@ -64,6 +64,22 @@ type Spec struct {
 	// a restored copy may get its own. 0 means the engine's default (runsc: host root in an
 	// identity-mapped user namespace).
 	HostUID uint32
+	// Net is the network the instance runs on; nil means none (loopback only). Per instance:
+	// every restored copy is given a namespace of its own, and so its own MAC and address.
+	Net *NetAttachment
+}
+
+// NetAttachment is a network namespace the host prepared for one instance: one interface
+// (besides loopback) with the instance's address, its default route and the host's NAT and
+// filter behind it. The engine runs its own network stack on that interface (runsc
+// --network=sandbox takes the interface's addresses, routes and MAC when it boots or restores).
+// The caller owns the namespace: it outlives the instance's Destroy and is removed by whoever
+// made it.
+type NetAttachment struct {
+	// NetnsPath names the namespace: a bind mount such as /run/netns/NAME.
+	NetnsPath string
+	// ResolvConf is the instance's /etc/resolv.conf; empty: no name servers.
+	ResolvConf []byte
 }
 
 // Instance is a running engine instance as the Manager sees it.

@@ -211,6 +211,9 @@ func validateCreate(o CreateOptions) error {
 			return invalid(fmt.Sprintf("secrets[%d]", i), "secret name %s must match %s", short(n), secret.NamePattern)
 		}
 	}
+	if err := validateNetwork(o.Network); err != nil {
+		return err
+	}
 	return ValidateLimits(o)
 }
 

@@ -31,6 +31,10 @@ var migrations = []migration{
 		`ALTER TABLE checkpoints ADD COLUMN checksums TEXT NOT NULL DEFAULT ''`)},
 	{4, "host ids", ddl(hostIDSchema)},
 	{5, "the automatic host id range", ddl(hostRangeSchema)},
+	{6, "sandbox network address", addColumn("sandboxes", "net_address",
+		`ALTER TABLE sandboxes ADD COLUMN net_address TEXT NOT NULL DEFAULT ''`)},
+	{7, "sandbox network MAC", addColumn("sandboxes", "net_mac",
+		`ALTER TABLE sandboxes ADD COLUMN net_mac TEXT NOT NULL DEFAULT ''`)},
 }
 
 // SchemaVersion is the user_version of a store this daemon has opened.

@@ -99,17 +99,23 @@ func (r *SandboxRegistry) PutSandbox(ctx context.Context, rec sandbox.SandboxRec
 	if err != nil {
 		return fmt.Errorf("encoding services of %s: %w", rec.ID, err)
 	}
+	var netAddr, netMAC string
+	if rec.Net != nil {
+		netAddr, netMAC = rec.Net.Address, rec.Net.MAC
+	}
 	_, err = r.db.ExecContext(ctx, `
 		INSERT INTO sandboxes (id, name, backend, engine_id, state, parent_id, checkpoint_id,
-			generation, token, options, services, error, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			generation, token, options, services, error, created_at, updated_at, net_address, net_mac)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, backend = excluded.backend,
 			engine_id = excluded.engine_id, state = excluded.state, parent_id = excluded.parent_id,
 			checkpoint_id = excluded.checkpoint_id, generation = excluded.generation,
 			token = excluded.token, options = excluded.options, services = excluded.services,
-			error = excluded.error, created_at = excluded.created_at, updated_at = excluded.updated_at`,
+			error = excluded.error, created_at = excluded.created_at, updated_at = excluded.updated_at,
+			net_address = excluded.net_address, net_mac = excluded.net_mac`,
 		rec.ID, rec.Name, rec.Backend, rec.EngineID, string(rec.State), rec.ParentID, rec.CheckpointID,
-		rec.Generation, rec.Token, string(opts), string(svcs), rec.Error, nanos(rec.CreatedAt), nanos(rec.UpdatedAt))
+		rec.Generation, rec.Token, string(opts), string(svcs), rec.Error, nanos(rec.CreatedAt), nanos(rec.UpdatedAt),
+		netAddr, netMAC)
 	if isConstraint(err) { // the id is the conflict target, so this is the name
 		return fmt.Errorf("sandbox name %q: %w", rec.Name, errdefs.ErrExists)
 	}
@@ -120,15 +126,19 @@ func (r *SandboxRegistry) PutSandbox(ctx context.Context, rec sandbox.SandboxRec
 }
 
 const sandboxCols = `id, name, backend, engine_id, state, parent_id, checkpoint_id, generation,
-	token, options, services, error, created_at, updated_at`
+	token, options, services, error, created_at, updated_at, net_address, net_mac`
 
 func scanSandbox(sc scanner) (sandbox.SandboxRecord, error) {
 	var rec sandbox.SandboxRecord
-	var state, opts, svcs string
+	var state, opts, svcs, netAddr, netMAC string
 	var created, updated int64
 	if err := sc.Scan(&rec.ID, &rec.Name, &rec.Backend, &rec.EngineID, &state, &rec.ParentID,
-		&rec.CheckpointID, &rec.Generation, &rec.Token, &opts, &svcs, &rec.Error, &created, &updated); err != nil {
+		&rec.CheckpointID, &rec.Generation, &rec.Token, &opts, &svcs, &rec.Error, &created, &updated,
+		&netAddr, &netMAC); err != nil {
 		return rec, err
+	}
+	if netAddr != "" {
+		rec.Net = &sandbox.NetIdentity{Address: netAddr, MAC: netMAC}
 	}
 	rec.State = sandbox.State(state)
 	rec.CreatedAt, rec.UpdatedAt = fromNanos(created), fromNanos(updated)

@@ -42,7 +42,7 @@ func TestCheckSandboxes(t *testing.T) {
 		t.Fatalf("zygo check sandboxes: %v\n%s", err, out)
 	}
 	for _, want := range []string{"1 fork of 3, 2 rollbacks of the source", "5 different", "same in all 5", " 0 fail, ", "0 missing",
-		"zygo check sandboxes: rollback 2:"} {
+		"zygo check sandboxes: rollback 2:", forkcheck.RowMAC, forkcheck.RowIPv4, forkcheck.RowHostAddr, forkcheck.RowHostConn} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/network/nettest"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/test/e2eutil"
 )
@@ -64,6 +65,9 @@ type Daemon struct {
 	*e2eutil.Process
 	t     *testing.T
 	Runsc string
+	// NetTag is the daemon's --sandbox-net-tag: its veths are "zy"+NetTag+"-…", its
+	// namespaces "zygo"+NetTag+"-…", its nft table "zygo"+NetTag.
+	NetTag string
 }
 
 // newStateDir returns a short state dir (unix socket paths under it are limited to 108 bytes).
@@ -90,7 +94,11 @@ func newStateDir(t *testing.T) string {
 // of the test it removes every sandbox and checkpoint and stops the daemon.
 func startDaemon(t *testing.T, args ...string) *Daemon {
 	t.Helper()
-	d := &Daemon{t: t, Runsc: runscPath(t),
+	// The sandboxes' network on names and addresses of this daemon's own: tests running at
+	// once on one machine (and other engineers' daemons) never sweep or share each other's.
+	netTag := nettest.Tag()
+	args = append([]string{"--sandbox-net-tag", netTag, "--sandbox-net-pool", nettest.Pool().String()}, args...)
+	d := &Daemon{t: t, Runsc: runscPath(t), NetTag: netTag,
 		Process: &e2eutil.Process{T: t, Bin: zygoBin, StateDir: newStateDir(t), Args: args}}
 	d.Start()
 	t.Cleanup(func() {

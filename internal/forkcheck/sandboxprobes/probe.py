@@ -78,6 +78,30 @@ def ask(conn, lines, msg):
     return "answered" if got == b"pong " + msg + b"\n" else "wrong answer"
 
 
+EXT_PORT = 7412
+EXT_ROW = "connection from the host, open at the checkpoint"
+
+
+def held_outcome(c):
+    """What became of the host's connection in this copy: "fails fast" when a write or read
+    fails (or reads EOF) within 2 s, "hangs" when nothing happens for 10 s, "works" when the
+    host answers."""
+    if c is None:
+        return "never connected"
+    t0 = time.monotonic()
+    c.settimeout(10)
+    try:
+        c.sendall(b"after\n")
+        got = c.recv(64)
+    except socket.timeout:
+        return "hangs"
+    except OSError:
+        got = b""
+    if got:
+        return "works"
+    return "fails fast" if time.monotonic() - t0 < 2 else "fails after %.0f s" % (time.monotonic() - t0)
+
+
 def live(d, port, timer_s):
     """Sets itself up like a server that was running at the checkpoint: every generator drawn
     once, a timer armed, a line left in a write buffer, a connection open; then waits for the
@@ -96,6 +120,20 @@ def live(d, port, timer_s):
     signal.signal(signal.SIGALRM, on_alarm)
     armed = {"wall": time.time(), "mono": time.monotonic()}
     signal.setitimer(signal.ITIMER_REAL, float(timer_s))
+    # A port the host connects to before the checkpoint (on the sandbox's own address): the
+    # connection that crosses the sandbox's edge, open at the checkpoint.
+    ext = socket.socket()
+    ext.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ext.bind(("0.0.0.0", EXT_PORT))
+    ext.listen(1)
+    held = {}
+
+    def hold():
+        c, _ = ext.accept()
+        c.sendall(c.recv(64))  # the host's hello, echoed: the connection is up
+        held["conn"] = c
+
+    threading.Thread(target=hold, daemon=True).start()
     publish(os.path.join(d, "python.ready"), {"pid": os.getpid(), "armed": armed, "connection": first})
 
     wait_trigger(d)
@@ -117,6 +155,7 @@ def live(d, port, timer_s):
     }
     conn.settimeout(3)
     sbx["connection to a listener in the sandbox"] = ask(conn, lines, b"after")
+    sbx[EXT_ROW] = held_outcome(held.get("conn"))
     buffered.write("written in the copy\n")
     buffered.close()
     sbx["unflushed line survived"] = read(os.path.join(d, "unflushed.txt")) == \

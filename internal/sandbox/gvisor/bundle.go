@@ -58,6 +58,17 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, hostDir string) specs.Spec {
 			{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.MountNamespace}}},
 	}
 	b.applyLimits(&s, spec)
+	if spec.Net != nil {
+		// runsc starts the sandbox in this namespace and, with --network=sandbox, moves the
+		// interface's addresses, routes and MAC into its own stack (runsc/sandbox/network.go).
+		s.Linux.Namespaces[1].Path = spec.Net.NetnsPath
+		// Over the root's own /etc/resolv.conf only: a bind needs its mount point, and a given
+		// root without one (or with a symlink there) keeps what it has.
+		if fi, err := os.Lstat(filepath.Join(root, "etc/resolv.conf")); err == nil && fi.Mode().IsRegular() {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind",
+				Source: filepath.Join(b.InstanceDir(spec.ID), resolvConfFile), Options: []string{"bind", "ro"}})
+		}
+	}
 	if spec.HostUID != 0 {
 		// runsc (directfs, run as root) starts the sandbox and the gofer each in a new user
 		// namespace with these mappings, as the namespace's root: host uid spec.HostUID.

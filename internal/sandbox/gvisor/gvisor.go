@@ -1,5 +1,5 @@
-// Package gvisor is the sandbox.Backend on gVisor's runsc: platform systrap, no network, a
-// root of read-only host files (or a given directory) under an in-memory overlay, zygo-guest as
+// Package gvisor is the sandbox.Backend on gVisor's runsc: platform systrap, runsc's own network
+// stack in a namespace the host made for the instance (Spec.Net) or loopback only, a root of read-only host files (or a given directory) under an in-memory overlay, zygo-guest as
 // PID 1, and checkpoint/restore with runsc checkpoint --leave-running and runsc restore.
 //
 // # State directory
@@ -268,10 +268,15 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, imageDir string)
 	if err := b.listen(in, tr, spec.Token); err != nil {
 		return nil, err
 	}
+	if spec.Net != nil {
+		if err := os.WriteFile(filepath.Join(in.dir, resolvConfFile), spec.Net.ResolvConf, 0o644); err != nil {
+			return nil, fmt.Errorf("writing resolv.conf: %w", err)
+		}
+	}
 	if err := writeJSON(filepath.Join(in.dir, "config.json"), b.bundleSpec(spec, hostDir), 0o600); err != nil {
 		return nil, fmt.Errorf("writing bundle: %w", err)
 	}
-	if err := b.runContainer(ctx, in, imageDir); err != nil {
+	if err := b.runContainer(ctx, in, imageDir, spec.Net != nil); err != nil {
 		return nil, err
 	}
 	if err := b.waitGuest(ctx, in); err != nil {
@@ -308,8 +313,15 @@ func (b *Backend) listen(in *instance, tr guest.Transport, token string) error {
 	return nil
 }
 
-// runContainer runs runsc run (or restore) --detach for in.
-func (b *Backend) runContainer(ctx context.Context, in *instance, imageDir string) error {
+// resolvConfFile is the instance's /etc/resolv.conf, in its instance dir, bound read-only.
+const resolvConfFile = "resolv.conf"
+
+// runContainer runs runsc run (or restore) --detach for in. With network, runsc runs its own
+// network stack (--network=sandbox) on the interface of the bundle's network namespace; at a
+// restore it rebuilds the stack's interfaces from that namespace, so the copy comes up with the
+// namespace's address and MAC, not the image's (the kernel's LoadFrom: ResetConfig, then
+// ConfigureNetwork with the restoring runsc's scrape).
+func (b *Backend) runContainer(ctx context.Context, in *instance, imageDir string, network bool) error {
 	logf, err := os.OpenFile(filepath.Join(in.dir, "runsc.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening runsc log: %w", err)
@@ -324,6 +336,10 @@ func (b *Backend) runContainer(ctx context.Context, in *instance, imageDir strin
 		// as a host uid of its own; checkImageBundle has checked everything else.
 		args = []string{"--restore-spec-validation=warning", "restore", "--detach", pidFile,
 			"--image-path=" + imageDir, "--bundle=" + in.dir, in.id}
+	}
+	if network {
+		// After the global --network=none: the last value of a flag wins.
+		args = append([]string{"--network=sandbox"}, args...)
 	}
 	if err := b.runscDetached(ctx, logf, args...); err != nil {
 		return fmt.Errorf("starting %s: %w: %w", in.id, err, errdefs.ErrUnavailable)

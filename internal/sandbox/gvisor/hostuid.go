@@ -144,11 +144,15 @@ func perCopyCleared(s specs.Spec) specs.Spec {
 		l := *s.Linux
 		l.CgroupsPath = ""
 		l.UIDMappings, l.GIDMappings = nil, nil
+		l.Namespaces = append([]specs.LinuxNamespace(nil), l.Namespaces...)
+		for i := range l.Namespaces {
+			l.Namespaces[i].Path = "" // each copy's network namespace is its own
+		}
 		s.Linux = &l
 	}
 	s.Mounts = append([]specs.Mount(nil), s.Mounts...)
 	for i := range s.Mounts {
-		if s.Mounts[i].Destination == guest.HostDir {
+		if d := s.Mounts[i].Destination; d == guest.HostDir || d == "/etc/resolv.conf" {
 			s.Mounts[i].Source = ""
 		}
 	}

@@ -25,6 +25,7 @@ import (
 //	POST   /v1/sandboxes/{id}/rollback         body: RollbackBody → Sandbox
 //	GET    /v1/sandboxes/{id}/generation       GenerationBody
 //	GET    /v1/sandboxes/{id}/services         []ServiceStatus, live from the guest
+//	POST   /v1/sandboxes/{id}/ports/{port}     PortBody: the port published on the host's loopback
 //	GET    /v1/checkpoints[?sandbox=ID]        []Checkpoint, oldest first
 //	GET    /v1/checkpoints/{id}                Checkpoint
 //	DELETE /v1/checkpoints/{id}                204; 409 while a sandbox or checkpoint refers to it
@@ -66,6 +67,23 @@ type CreateSandboxBody struct {
 	// CPUs is a CPU quota in cores (1.5 = one and a half); 0: no quota; below 0.01 or above
 	// the host's CPU count is a 400.
 	CPUs float64 `json:"cpus,omitempty"`
+	// Network is the sandbox's network; nil: the daemon's default, egress (or none on a daemon
+	// without network).
+	Network *SandboxNetwork `json:"network,omitempty"`
+}
+
+// SandboxNetwork is a sandbox's network. Every fork child and rollback gets an address and MAC
+// of its own; connections open at the checkpoint fail at once in the copies.
+type SandboxNetwork struct {
+	// Mode is "egress" (an interface of its own, NAT to the outside) or "none" (loopback
+	// only). Whatever the lists say, a sandbox never reaches the host, other sandboxes or
+	// functions, or link-local and metadata ranges (169.254.0.0/16).
+	Mode string `json:"mode,omitempty"`
+	// Allow, when not empty, are the only IPv4 CIDRs it may reach; Deny are refused even
+	// inside Allow. A malformed CIDR, or an allow entry overlapping a forbidden range, is a
+	// 400 naming it ("network.allow[0]").
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
 }
 
 // Service is a long-lived process a sandbox starts at boot.
@@ -95,11 +113,15 @@ type Sandbox struct {
 	CheckpointID string `json:"checkpoint_id,omitempty"` // the checkpoint its instance was restored from
 	Generation   string `json:"generation"`              // 128 bits as 32 hex digits; new on every fork and rollback
 	// Options are its create options as in force: the limits with the defaults filled in.
-	Options   CreateSandboxBody `json:"options"`
-	Services  []Service         `json:"services,omitempty"`
-	Error     string            `json:"error,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
+	Options  CreateSandboxBody `json:"options"`
+	Services []Service         `json:"services,omitempty"`
+	// Address and MAC are the current instance's network identity, new on every fork and
+	// rollback; empty without network.
+	Address   string    `json:"address,omitempty"`
+	MAC       string    `json:"mac,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Checkpoint is an immutable image of a sandbox at one moment. Images form a tree: ParentID
@@ -250,6 +272,15 @@ type RollbackBody struct {
 type GenerationBody struct {
 	SandboxID  string `json:"sandbox_id"`
 	Generation string `json:"generation"` // 128 bits, 32 hex digits; new on every fork and rollback
+}
+
+// PortBody is the answer of POST /v1/sandboxes/{id}/ports/{port}: a TCP port inside the
+// sandbox, published on a loopback address of the daemon's host (the daemon carries each
+// connection in). The same port asked again gives the same address; a fork child's are its own.
+type PortBody struct {
+	Port    int    `json:"port"`
+	Address string `json:"address"` // "127.0.0.1:PORT"
+	URL     string `json:"url"`     // "http://127.0.0.1:PORT/"
 }
 
 // ServiceStatus is the live state of one declared service.

@@ -1,0 +1,141 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+)
+
+// portKey names one published port: a sandbox (by id, stable across rollback) and a TCP port
+// inside it.
+type portKey struct {
+	sandboxID string
+	port      int
+}
+
+// portProxy is a loopback listener of the host whose every connection the daemon carries to
+// the port inside the sandbox's current instance (its address as the record has it at accept
+// time: after a rollback, the new instance's). The host opening the connection is what the
+// network filter lets in (internal/network): nothing outside may open one to a sandbox.
+type portProxy struct {
+	ln     net.Listener
+	ctx    context.Context // ends its connections; from the Manager's
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the accept loop and every connection ended
+}
+
+// portDialTimeout bounds the proxy's connection into the sandbox.
+const portDialTimeout = 5 * time.Second
+
+// Port publishes TCP port (1-65535) of a sandbox with network on a loopback address of the
+// host and returns it ("127.0.0.1:PORT"); asking again returns the same. The listener lives
+// until the sandbox is removed or the Manager closed; a fork child's ports are its own.
+// Errors: errdefs.ErrInvalidArgument for a bad port, errdefs.ErrFailedPrecondition for a
+// sandbox without network, errdefs.ErrNotFound for an unknown sandbox.
+func (m *Manager) Port(ctx context.Context, idOrName string, port int) (string, error) {
+	if port < 1 || port > 65535 {
+		return "", invalid("port", "%d: want 1 to 65535", port)
+	}
+	rec, err := m.get(ctx, idOrName)
+	if err != nil {
+		return "", err
+	}
+	if rec.Options.Network.Mode != NetworkEgress || rec.Net == nil {
+		return "", fmt.Errorf("sandbox %s has no network (created with network mode %q): %w",
+			rec.ID, rec.Options.Network.Mode, errdefs.ErrFailedPrecondition)
+	}
+	key := portKey{rec.ID, port}
+	m.portMu.Lock()
+	defer m.portMu.Unlock()
+	if m.ctx.Err() != nil {
+		return "", fmt.Errorf("publishing port %d of %s: %w", port, rec.ID, errClosed)
+	}
+	if p := m.ports[key]; p != nil {
+		return p.ln.Addr().String(), nil
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("listening for port %d of %s: %w", port, rec.ID, err)
+	}
+	p := &portProxy{ln: ln, done: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(m.ctx)
+	m.ports[key] = p
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.servePort(p, key)
+	}()
+	return ln.Addr().String(), nil
+}
+
+// servePort accepts on p until it is closed, carrying each connection to key's sandbox.
+func (m *Manager) servePort(p *portProxy, key portKey) {
+	defer close(p.done)
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			m.carry(p.ctx, c, key)
+		}()
+	}
+}
+
+// carry copies between c and key's port inside its sandbox until either side ends or ctx does.
+func (m *Manager) carry(ctx context.Context, c net.Conn, key portKey) {
+	defer c.Close()
+	rec, err := m.reg.GetSandbox(ctx, key.sandboxID)
+	if err != nil || rec.Net == nil || rec.State != Running {
+		return
+	}
+	d := net.Dialer{Timeout: portDialTimeout}
+	in, err := d.DialContext(ctx, "tcp4", net.JoinHostPort(rec.Net.Address, strconv.Itoa(key.port)))
+	if err != nil {
+		m.log.Info("port proxy: dialing into the sandbox", "sandbox_id", key.sandboxID, "port", key.port, "err", err)
+		return
+	}
+	defer in.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close(); in.Close() })
+	defer stop()
+	errc := make(chan error, 2)
+	go func() { _, err := io.Copy(in, c); closeWrite(in); errc <- err }()
+	go func() { _, err := io.Copy(c, in); closeWrite(c); errc <- err }()
+	<-errc
+	<-errc
+}
+
+func closeWrite(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+}
+
+// closePorts closes the published ports of sandboxID ("" : every sandbox's) and waits for
+// their connections to end.
+func (m *Manager) closePorts(sandboxID string) {
+	m.portMu.Lock()
+	var ps []*portProxy
+	for k, p := range m.ports {
+		if sandboxID == "" || k.sandboxID == sandboxID {
+			ps = append(ps, p)
+			delete(m.ports, k)
+		}
+	}
+	m.portMu.Unlock()
+	for _, p := range ps {
+		p.cancel()
+		_ = p.ln.Close()
+		<-p.done
+	}
+}
