@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
@@ -41,6 +42,9 @@ type deployment struct {
 	files    *secretFiles   // the current zygote's /run/secrets
 	filesZ   *zygote.Zygote
 	pool     *workerPool // Node functions: ready workers
+	// net is the deployment's network endpoint (egress = "allow"), shared
+	// by all its sandboxes; nil otherwise and once closed (netns.go).
+	net *network.Endpoint
 }
 
 // filesFor returns the secret files of zygote z.
@@ -75,7 +79,11 @@ func (d *deployment) start(ctx context.Context) error {
 	case d.manifest.Mode == ModeSpawn:
 		mode = zygote.ModeSpawn
 	}
-	z, err := zygote.Start(ctx, d.m.zygoteSpec(d, mode))
+	err := d.attachNetwork(ctx)
+	var z *zygote.Zygote
+	if err == nil {
+		z, err = zygote.Start(ctx, d.m.zygoteSpec(d, mode))
+	}
 	if err != nil {
 		d.mu.Lock()
 		d.setLocked("failed", nil, err)
@@ -307,6 +315,7 @@ func (d *deployment) drainAndStop() {
 		_ = z.Drain(ctx)
 		d.m.stopZygote(z)
 	}
+	d.closeNetwork()
 	d.released.Do(func() { d.m.releaseDir(d.codeDir) })
 }
 
@@ -315,6 +324,7 @@ func (d *deployment) stop() {
 	if z := d.halt(); z != nil {
 		d.m.stopZygote(z)
 	}
+	d.closeNetwork()
 	d.released.Do(func() { d.m.releaseDir(d.codeDir) })
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/nsbox"
 	"github.com/zygo-run/zygo/internal/seccomp"
 	"github.com/zygo-run/zygo/internal/store"
@@ -77,7 +78,11 @@ type Config struct {
 	// in-flight requests take together, bytes; a request waits for room
 	// before its event is read. Default (and minimum) 4 × MaxBodyKiB.
 	BodyBudgetBytes int64
-	Log             *slog.Logger
+	// Network attaches functions with [network] egress = "allow" (one
+	// endpoint per deployment, netns.go); nil when the daemon has no
+	// networking: deploying such a function is then refused.
+	Network *network.Host
+	Log     *slog.Logger
 }
 
 // Manager deploys functions and dispatches invocations. It is safe for
@@ -171,6 +176,9 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 		return nil, err
 	}
 	if err := m.checkSecrets(ctx, u.Manifest.Secrets); err != nil {
+		return nil, err
+	}
+	if err := m.checkNetwork(u.Manifest); err != nil {
 		return nil, err
 	}
 	name := u.Manifest.Name
@@ -451,6 +459,7 @@ func (m *Manager) zygoteSpec(d *deployment, mode zygote.Mode) zygote.Spec {
 		Output:       d.outputSink(),
 		Log:          m.log.With("function", d.name, "zygote", id),
 	}
+	spec.Box.NetNS, spec.Box.ResolvConf = d.netNS()
 	if m.limiter != nil {
 		spec.Cgroup = m.sandboxCgroup(d, id)
 	}

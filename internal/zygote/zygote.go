@@ -401,7 +401,7 @@ func (z *Zygote) startWithPipes(cmd *exec.Cmd) (outR, errR *os.File, err error) 
 		return nil, nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.Start()
+	err = nsbox.Start(cmd, z.spec.Box)
 	outW.Close()
 	errW.Close()
 	if err != nil {
