@@ -11,6 +11,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/daemon"
 	"github.com/zygo-run/zygo/internal/hostid"
+	"github.com/zygo-run/zygo/internal/network"
 )
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -19,6 +20,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	var readyTimeout time.Duration
 	var debug bool
 	var sbx daemon.SandboxConfig
+	var nc daemon.NetworkConfig
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Zygo daemon in the foreground",
@@ -38,7 +40,7 @@ func newServeCmd(g *globals) *cobra.Command {
 			}
 			return daemon.Run(cmd.Context(), daemon.Config{
 				StateDir: g.resolveStateDir(), Listen: listen, Bwrap: bwrap,
-				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, Sandbox: sbx, Log: log,
+				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, Sandbox: sbx, Network: nc, Log: log,
 				RandGuard: randGuard,
 			}, nil)
 		},
@@ -58,8 +60,11 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&sbx.SecretImagesMiB, "secret-images-mib", 2048, "size cap of the tmpfs holding the checkpoint images of sandboxes with secrets (MiB)")
 	cmd.Flags().BoolVar(&sbx.Disabled, "no-sandboxes", false, "serve functions only; sandbox calls answer 503")
 	cmd.Flags().BoolVar(&sbx.Network.Disabled, "no-sandbox-network", false, "run every sandbox without network (loopback only)")
-	cmd.Flags().StringVar(&sbx.Network.Pool, "sandbox-net-pool", "", "IPv4 prefix the sandboxes' addresses come from, a /30 each (default 10.213.0.0/16)")
-	cmd.Flags().StringVar(&sbx.Network.Tag, "sandbox-net-tag", "", "0-4 lowercase letters making this daemon's nft table, veths and namespaces its own (tests running several daemons)")
+	cmd.Flags().BoolVar(&nc.Disabled, "no-network", false, "run without networking: functions with [network] egress = \"allow\" are refused")
+	cmd.Flags().StringVar(&nc.Pool, "network-pool", "", "IPv4 CIDR the functions' and sandboxes' addresses come from, a /30 each (default "+network.DefaultPool.String()+")")
+	cmd.Flags().StringSliceVar(&nc.DNS, "network-dns", nil, "upstream DNS resolvers (IPv4) of the per-endpoint DNS forwarder (default: the host's /etc/resolv.conf nameservers)")
+	cmd.Flags().StringSliceVar(&nc.Forbidden, "network-forbid", nil, "extra IPv4 CIDRs no function or sandbox may reach, on top of the host, each other and link-local/metadata ranges")
+	cmd.Flags().StringVar(&nc.Tag, "network-tag", "", "0-4 lowercase letters added to the names of the nftables table, veths and namespaces, for several daemons on one machine")
 	return cmd
 }
 

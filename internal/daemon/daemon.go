@@ -79,6 +79,8 @@ type Config struct {
 	RandGuard string
 	// Sandbox configures the gVisor sandboxes (sandboxes.go).
 	Sandbox SandboxConfig
+	// Network configures networking (network.go).
+	Network NetworkConfig
 	Log     *slog.Logger
 }
 
@@ -220,7 +222,21 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err != nil {
 		return err
 	}
+	// After the state dir is locked: New sweeps what an earlier daemon of
+	// the same tag left (veths, namespaces, its nftables table).
+	netHost, err := openNetwork(ctx, cfg.Network, log)
+	if err != nil {
+		return err
+	}
+	if netHost != nil {
+		defer func() { // after mgr.Shutdown has closed the functions' endpoints
+			if err := netHost.Close(context.Background()); err != nil {
+				log.Warn("removing network endpoints", "err", err)
+			}
+		}()
+	}
 	fcfg := functionConfig(cfg, st, agentDir)
+	fcfg.Network = netHost
 	if fcfg.RandGuard, err = installRandGuard(cfg.RandGuard, agentDir, log); err != nil {
 		return err
 	}
@@ -247,7 +263,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err := mgr.Restore(ctx); err != nil {
 		return err
 	}
-	sbx := openSandboxes(ctx, cfg, st, secrets, log)
+	sbx := openSandboxes(ctx, cfg, st, secrets, netHost, log)
 	defer sbx.close()
 	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err)
 	err = serveAPI(ctx, cfg, apiSrv.Handler(), ready)

@@ -71,14 +71,17 @@ type sandboxes struct {
 // API serves meanwhile, and a sandbox not re-attached yet shows as recovering and answers 503
 // (retry). It never fails the daemon: a missing runsc or guest binary leaves sandboxes
 // unavailable, with the reason logged and kept for the API's 503 answers.
-func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, log *slog.Logger) *sandboxes {
+func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, nh *network.Host, log *slog.Logger) *sandboxes {
 	s := &sandboxes{log: log}
-	s.net = openSandboxNetwork(ctx, cfg.Sandbox.Network, log)
+	if nh != nil && !cfg.Sandbox.Network.Disabled {
+		s.net = nh // the daemon's, closed by Run after the sandboxes
+	} else {
+		log.Info("sandbox network off (--no-sandbox-network, --no-network or not root): sandboxes get loopback only")
+	}
 	mgr, be, err := newSandboxManager(ctx, cfg, st, secrets, s.net, log)
 	if err != nil {
 		s.err = fmt.Errorf("sandboxes are unavailable on this daemon: %w", err)
 		log.Warn("sandboxes unavailable; functions are served as usual", "err", err)
-		closeSandboxNetwork(ctx, s.net, log)
 		return s
 	}
 	t0 := time.Now()
@@ -195,9 +198,6 @@ func (s *sandboxes) close() {
 	err := s.be.ReleaseHost(ctx)
 	if err != nil && !errdefs.IsFailedPrecondition(err) {
 		s.log.Warn("releasing the sandbox engine's host resources", "err", err)
-	}
-	if err == nil { // no sandbox left: nothing of the network either (else they keep theirs)
-		closeSandboxNetwork(ctx, s.net, s.log)
 	}
 	unmountSecretImagesIfEmpty(s.memImages, s.log)
 }

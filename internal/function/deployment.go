@@ -12,6 +12,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/zygote"
 )
@@ -38,6 +39,9 @@ type deployment struct {
 	changed  chan struct{} // closed and replaced whenever rt or state changes
 	lastErr  error
 	haltedRT Runner // the runtime halt took out of service
+	// net is the deployment's network endpoint (egress = "allow"), shared
+	// by all its runtimes' sandboxes; nil otherwise and once closed (netns.go).
+	net *network.Endpoint
 }
 
 func newDeployment(m *Manager, name, version string, man *Manifest, codeDir string, uid uint32) *deployment {
@@ -72,6 +76,9 @@ func (d *deployment) start(ctx context.Context) (err error) {
 			d.mu.Unlock()
 		}
 	}()
+	if err := d.attachNetwork(ctx); err != nil {
+		return err
+	}
 	rt, err := d.m.newRunner(d)
 	if err != nil {
 		return err
@@ -268,6 +275,7 @@ func (d *deployment) drainAndStop() {
 		_ = rt.Drain(ctx)
 		d.m.stopRunner(rt)
 	}
+	d.closeNetwork()
 	d.released.Do(func() { d.m.releaseDir(d.codeDir) })
 }
 
@@ -276,6 +284,7 @@ func (d *deployment) stop() {
 	if rt := d.halt(); rt != nil {
 		d.m.stopRunner(rt)
 	}
+	d.closeNetwork()
 	d.released.Do(func() { d.m.releaseDir(d.codeDir) })
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/seccomp"
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/zygote"
@@ -81,7 +82,11 @@ type Config struct {
 	// bubblewrap sandboxes of NewSandboxLauncher, configured from the
 	// fields above.
 	Runtimes Launcher
-	Log      *slog.Logger
+	// Network attaches functions with [network] egress = "allow" (one
+	// endpoint per deployment, netns.go); nil when the daemon has no
+	// networking: deploying such a function is then refused.
+	Network *network.Host
+	Log     *slog.Logger
 }
 
 // Manager deploys functions and dispatches invocations. It is safe for
@@ -184,9 +189,10 @@ func (m *Manager) backoff(d time.Duration, done <-chan struct{}) bool {
 
 // newRunner makes the runtime that serves d (not started).
 func (m *Manager) newRunner(d *deployment) (Runner, error) {
+	netns, resolv := d.netNS()
 	return m.runtimes.NewRunner(RunnerOptions{Kind: KindOf(d.manifest), Function: d.name, Version: d.version,
-		Manifest: d.manifest, CodeDir: d.codeDir, HostUID: d.uid, Output: d.outputSink(),
-		Log: m.log.With("function", d.name)})
+		Manifest: d.manifest, CodeDir: d.codeDir, HostUID: d.uid, NetNS: netns, ResolvConf: resolv,
+		Output: d.outputSink(), Log: m.log.With("function", d.name)})
 }
 
 // DeployResult describes a deployed version.
@@ -234,6 +240,9 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 		return nil, err
 	}
 	if err := m.checkSecrets(ctx, u.Manifest.Secrets); err != nil {
+		return nil, err
+	}
+	if err := m.checkNetwork(u.Manifest); err != nil {
 		return nil, err
 	}
 	name := u.Manifest.Name

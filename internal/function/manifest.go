@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/secret"
 )
 
@@ -99,7 +101,75 @@ type Manifest struct {
 	// and that the agent cannot reseed (check native_random): "warn" (the
 	// default) reports it and keeps forking; "spawn" falls back to a fresh
 	// interpreter per request, as when threads are alive.
-	OnNativeRandom string `toml:"on_native_random" json:"on_native_random,omitempty"`
+	OnNativeRandom string  `toml:"on_native_random" json:"on_native_random,omitempty"`
+	Network        Network `toml:"network" json:"network"`
+}
+
+// Network is the [network] table: what a function's sandboxes may reach.
+type Network struct {
+	// Egress is "none" (the default: no interface but a private loopback,
+	// as before networking existed) or "allow": the function's sandboxes
+	// share one network namespace of their own with an address, NAT to the
+	// outside and a DNS forwarder (internal/network).
+	Egress string `toml:"egress" json:"egress"`
+	// Allow, when not empty, lists the only IPv4 CIDRs reachable; Deny
+	// lists CIDRs refused even inside Allow. Neither may open what no
+	// function may ever reach (the host, other functions and sandboxes,
+	// link-local and metadata ranges): an Allow overlapping those is
+	// refused. Only with egress = "allow".
+	Allow []string `toml:"allow" json:"allow,omitempty"`
+	Deny  []string `toml:"deny" json:"deny,omitempty"`
+}
+
+// Egress values.
+const (
+	EgressNone  = "none"
+	EgressAllow = "allow"
+)
+
+// Endpoint returns the network spec of n, which Validate has accepted.
+func (n Network) Endpoint(id string) network.EndpointSpec {
+	allow, _ := parseCIDRs(n.Allow)
+	deny, _ := parseCIDRs(n.Deny)
+	return network.EndpointSpec{ID: id, Egress: n.Egress == EgressAllow, Allow: allow, Deny: deny}
+}
+
+// parseCIDRs parses IPv4 CIDRs; bad is the index of the first that is not
+// one, or -1.
+func parseCIDRs(in []string) (out []netip.Prefix, bad int) {
+	for i, s := range in {
+		p, err := netip.ParsePrefix(s)
+		if err != nil || !p.Addr().Is4() {
+			return nil, i
+		}
+		out = append(out, p)
+	}
+	return out, -1
+}
+
+func (n Network) validate(bad func(key, format string, a ...any) error) error {
+	switch n.Egress {
+	case EgressNone:
+		if len(n.Allow)+len(n.Deny) > 0 {
+			return bad("network.egress", "is \"none\": allow and deny apply only with egress = \"allow\"")
+		}
+		return nil
+	case EgressAllow:
+	default:
+		return bad("network.egress", "%q is not one of none, allow", n.Egress)
+	}
+	allow, i := parseCIDRs(n.Allow)
+	if i >= 0 {
+		return bad(fmt.Sprintf("network.allow[%d]", i), "%q is not an IPv4 CIDR (for example 203.0.113.0/24)", n.Allow[i])
+	}
+	deny, i := parseCIDRs(n.Deny)
+	if i >= 0 {
+		return bad(fmt.Sprintf("network.deny[%d]", i), "%q is not an IPv4 CIDR (for example 203.0.113.0/24)", n.Deny[i])
+	}
+	if err := network.ValidateLists(allow, deny, nil); err != nil {
+		return fmt.Errorf("zygo.toml: %w", err)
+	}
+	return nil
 }
 
 // OnNativeRandom values.
@@ -198,6 +268,9 @@ func (m *Manifest) applyDefaults() {
 	}
 	if m.Concurrency == 0 {
 		m.Concurrency = DefaultConcurrency
+	}
+	if m.Network.Egress == "" {
+		m.Network.Egress = EgressNone
 	}
 	if m.OnNativeRandom == "" && m.Runtime == RuntimePython {
 		m.OnNativeRandom = NativeRandomWarn
@@ -305,6 +378,9 @@ func (m *Manifest) Validate() error {
 		return err
 	}
 	if err := m.Limits.validate(bad); err != nil {
+		return err
+	}
+	if err := m.Network.validate(bad); err != nil {
 		return err
 	}
 	// bwrap, the zygote and each idle pre-forked child count in zygote_pids.

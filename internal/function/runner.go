@@ -3,7 +3,6 @@ package function
 import (
 	"context"
 	"log/slog"
-	"os"
 	"sync"
 
 	"github.com/zygo-run/zygo/internal/cleanup"
@@ -115,11 +114,12 @@ type RunnerOptions struct {
 	Manifest *Manifest
 	CodeDir  string // the version's directory, bound read-only at /code
 	HostUID  uint32 // host uid and gid of its sandboxes; 0: the daemon's own
-	// NetNS, when set, is an open network namespace every sandbox of the
-	// runtime starts in instead of a new empty one (the caller keeps
-	// ownership of the descriptor). Reserved for per-function networking;
-	// no launcher accepts one yet (errdefs.ErrInvalidArgument).
-	NetNS *os.File
+	// NetNS, when set, is the path of the network namespace every sandbox
+	// of the runtime starts in instead of a new empty one (the deployment's
+	// internal/network endpoint, which the caller owns and closes after the
+	// runtime has stopped); ResolvConf is then the sandboxes' /etc/resolv.conf.
+	NetNS      string
+	ResolvConf string
 	// Output receives what the sandboxes print on their own fds
 	// (zygote.Spec.Output); may be nil.
 	Output func(requestID, stream string, lines []string)

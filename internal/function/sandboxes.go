@@ -43,9 +43,6 @@ func NewSandboxLauncher(cfg SandboxConfig) Launcher { return &sandboxLauncher{cf
 
 // NewRunner implements Launcher.
 func (l *sandboxLauncher) NewRunner(opts RunnerOptions) (Runner, error) {
-	if opts.NetNS != nil {
-		return nil, fmt.Errorf("%w: network namespaces for functions are not supported yet", errdefs.ErrInvalidArgument)
-	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
@@ -79,7 +76,7 @@ func (l *sandboxLauncher) spec(opts RunnerOptions, mode zygote.Mode) zygote.Spec
 		Box: nsbox.Spec{
 			Bwrap: l.cfg.Bwrap, HostUID: opts.HostUID, Interpreter: man.Interpreter,
 			CodeDir: opts.CodeDir, AgentDir: l.cfg.AgentDir, EtcDir: filepath.Join(l.cfg.StateDir, "etc"),
-			Preload: preload,
+			Preload: preload, NetNS: opts.NetNS, ResolvConf: opts.ResolvConf,
 		},
 		Runtime:      string(man.Runtime),
 		Handler:      man.Handler,

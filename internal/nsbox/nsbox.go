@@ -20,8 +20,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/zygo-run/zygo/internal/seccomp"
 )
@@ -51,6 +54,15 @@ type Spec struct {
 	ShmDir      string   // host dir bound at /dev/shm, read-write (private to this sandbox); "" leaves /dev/shm read-only
 	SecretsDir  string   // host dir bound at /run/secrets read-only; "" for none
 	EtcDir      string   // host dir holding generated passwd, group, hosts
+	// NetNS, when set, is the path of a network namespace (internal/network,
+	// Endpoint.NetNSPath) the sandbox joins instead of a new empty one
+	// (--unshare-net): Start execs bwrap from a thread that has entered it.
+	// The sandbox's user namespace does not own it, so nothing inside can
+	// change its addresses, routes or filter. "" keeps --unshare-net.
+	NetNS string
+	// ResolvConf is the content of the sandbox's /etc/resolv.conf (bound
+	// read-only from a memfd); "" for none.
+	ResolvConf string
 	// Preload is the in-sandbox path of a shared object the interpreter
 	// preloads (LD_PRELOAD, given with bwrap --setenv so that bwrap itself
 	// does not load it); "" for none. The Python zygote's native-randomness
@@ -105,14 +117,22 @@ func Command(spec Spec, files Files) (*exec.Cmd, error) {
 		_ = sf.Chown(int(spec.HostUID), int(spec.HostUID))
 	}
 	extra := []*os.File{files.Control, sf} // fd 3, fd 4
+	if spec.ResolvConf != "" {
+		rf, err := dataFile(resolvName, spec.ResolvConf)
+		if err != nil {
+			sf.Close()
+			return nil, err
+		}
+		extra = append(extra, rf) // resolvFD, named in baseArgs
+	}
 	args := baseArgs(spec)
 	args = append(args, "--seccomp", "4")
 	if files.Status != nil {
-		extra = append(extra, files.Status) // fd 5
-		args = append(args, "--json-status-fd", "5")
+		extra = append(extra, files.Status) // fd 5 or 6
+		args = append(args, "--json-status-fd", fmt.Sprint(2+len(extra)))
 	}
 	if files.Block != nil {
-		extra = append(extra, files.Block) // fd 5 or 6
+		extra = append(extra, files.Block) // fd 5, 6 or 7
 		args = append(args, "--block-fd", fmt.Sprint(2+len(extra)))
 	}
 	args = append(args, "--", spec.Interpreter)
@@ -127,18 +147,92 @@ func Command(spec Spec, files Files) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// CloseExtra closes the seccomp file Command created (fd 4 of cmd); call it
-// after cmd.Start.
+// CloseExtra closes the files Command created (the seccomp program, fd 4,
+// and the resolv.conf data); call it after cmd.Start.
 func CloseExtra(cmd *exec.Cmd) {
 	if len(cmd.ExtraFiles) > 1 {
 		cmd.ExtraFiles[1].Close()
 	}
+	if len(cmd.ExtraFiles) > 2 && cmd.ExtraFiles[2].Name() == resolvName {
+		cmd.ExtraFiles[2].Close()
+	}
+}
+
+// resolvName names the memfd of Spec.ResolvConf, which Command passes as
+// resolvFD (after the seccomp program) when there is one.
+const (
+	resolvName = "zygo-resolv.conf"
+	resolvFD   = 5
+)
+
+// dataFile returns a memfd holding body, at offset 0 (bwrap reads it whole).
+func dataFile(name, body string) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.WriteString(body); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("writing %s: %w", name, err)
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Start starts cmd (from Command) in spec's network namespace: when
+// spec.NetNS is set, from an OS thread that has entered it, so that bwrap
+// is born there; the thread goes back to the daemon's namespace after, or
+// is thrown away if it cannot. Errors: opening or entering the namespace
+// (a removed endpoint), or cmd.Start's.
+func Start(cmd *exec.Cmd, spec Spec) error {
+	if spec.NetNS == "" {
+		return cmd.Start()
+	}
+	target, err := os.Open(spec.NetNS)
+	if err != nil {
+		return fmt.Errorf("opening the function's network namespace: %w", err)
+	}
+	defer target.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("entering the function's network namespace: %w", err)
+			return
+		}
+		// Pdeathsig follows this thread: it must outlive the sandbox, so
+		// it goes back to the pool (not ended) once it is home again.
+		startErr := cmd.Start()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			if startErr == nil {
+				_ = cmd.Process.Kill()
+				_, _ = cmd.Process.Wait()
+			}
+			errc <- fmt.Errorf("returning to the daemon's network namespace: %w", err) // the thread stays locked and ends
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- startErr
+	}()
+	return <-errc
 }
 
 func baseArgs(spec Spec) []string {
 	uid := fmt.Sprint(SandboxUID)
 	a := []string{
-		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		// No user namespace inside: max_user_namespaces is 1 and the agent
 		// runs in a nested one that cannot raise it (ENOSPC), so a request
 		// cannot get capabilities of its own even past the seccomp filter.
@@ -160,12 +254,18 @@ func baseArgs(spec Spec) []string {
 		a = append(a, "--bind", spec.ShmDir, "/dev/shm")
 	}
 	a = append(a, "--remount-ro", "/dev")
+	if spec.NetNS == "" {
+		a = append(a, "--unshare-net") // Start puts it in spec.NetNS otherwise
+	}
 	// TLS clients need the CA certificates and OpenSSL's config, never /etc/ssl/private.
 	for _, p := range []string{"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/localtime", "/usr/share/zoneinfo"} {
 		a = append(a, "--ro-bind-try", p, p)
 	}
 	for _, f := range []string{"passwd", "group", "hosts"} {
 		a = append(a, "--ro-bind", filepath.Join(spec.EtcDir, f), "/etc/"+f)
+	}
+	if spec.ResolvConf != "" {
+		a = append(a, "--ro-bind-data", fmt.Sprint(resolvFD), "/etc/resolv.conf")
 	}
 	if prefix := interpreterPrefix(spec.Interpreter); prefix != "" {
 		a = append(a, "--ro-bind", prefix, prefix)

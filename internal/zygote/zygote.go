@@ -383,7 +383,7 @@ func (z *Zygote) startWithPipes(cmd *exec.Cmd) (outR, errR *os.File, err error) 
 		return nil, nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.Start()
+	err = nsbox.Start(cmd, z.spec.Box)
 	outW.Close()
 	errW.Close()
 	if err != nil {

@@ -65,7 +65,7 @@ type Daemon struct {
 	*e2eutil.Process
 	t     *testing.T
 	Runsc string
-	// NetTag is the daemon's --sandbox-net-tag: its veths are "zy"+NetTag+"-…", its
+	// NetTag is the daemon's --network-tag: its veths are "zy"+NetTag+"-…", its
 	// namespaces "zygo"+NetTag+"-…", its nft table "zygo"+NetTag.
 	NetTag string
 }
@@ -97,7 +97,7 @@ func startDaemon(t *testing.T, args ...string) *Daemon {
 	// The sandboxes' network on names and addresses of this daemon's own: tests running at
 	// once on one machine (and other engineers' daemons) never sweep or share each other's.
 	netTag := nettest.Tag()
-	args = append([]string{"--sandbox-net-tag", netTag, "--sandbox-net-pool", nettest.Pool().String()}, args...)
+	args = append([]string{"--network-tag", netTag, "--network-pool", nettest.Pool().String()}, args...)
 	d := &Daemon{t: t, Runsc: runscPath(t), NetTag: netTag,
 		Process: &e2eutil.Process{T: t, Bin: zygoBin, StateDir: newStateDir(t), Args: args}}
 	d.Start()

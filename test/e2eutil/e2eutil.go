@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/zygo-run/zygo/internal/daemon"
+	"github.com/zygo-run/zygo/internal/network/nettest"
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
@@ -110,6 +112,13 @@ type Process struct {
 	Cmd    *exec.Cmd
 	Log    *LockedBuffer
 	Client *zygo.Client
+	// NetTag and NetPool are the --network-tag and --network-pool every
+	// Start passes (unless Args has --network-tag or --no-network): random
+	// on the first Start and kept for restarts, so that daemons running at
+	// once on one machine neither share addresses nor sweep each other's
+	// veths, namespaces and nftables table.
+	NetTag  string
+	NetPool string
 }
 
 // Start starts the daemon and waits (at most ready) until it answers a status call; it fails
@@ -117,7 +126,14 @@ type Process struct {
 func (p *Process) Start(ready time.Duration) {
 	p.T.Helper()
 	p.Log = &LockedBuffer{}
-	p.Cmd = exec.Command(p.Bin, append([]string{"serve", "--state-dir", p.StateDir}, p.Args...)...)
+	args := append([]string{"serve", "--state-dir", p.StateDir}, p.Args...)
+	if !slices.Contains(p.Args, "--no-network") && !slices.Contains(p.Args, "--network-tag") {
+		if p.NetTag == "" {
+			p.NetTag, p.NetPool = nettest.Tag(), nettest.Pool().String()
+		}
+		args = append(args, "--network-tag", p.NetTag, "--network-pool", p.NetPool)
+	}
+	p.Cmd = exec.Command(p.Bin, args...)
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Log, p.Log
 	p.Cmd.ExtraFiles = p.Extra
 	if err := p.Cmd.Start(); err != nil {

@@ -79,16 +79,3 @@ func TestNodeWorkersWithoutPool(t *testing.T) {
 	runtimetest.Run(t, sandboxTarget(t, function.RuntimeNode, function.KindWorker, "pool_size = 0"))
 }
 
-// TestNetNSIsRefusedUntilSupported: the reserved RunnerOptions.NetNS is
-// refused (naming it), not silently ignored.
-func TestNetNSIsRefusedUntilSupported(t *testing.T) {
-	l := function.NewSandboxLauncher(function.SandboxConfig{})
-	f, err := os.Open("/proc/self/ns/net")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := l.NewRunner(function.RunnerOptions{Kind: function.KindFork, NetNS: f}); err == nil {
-		t.Fatal("a runner with a network namespace was made; none can use it yet")
-	}
-}
