@@ -43,7 +43,7 @@ func startDaemon(ctx context.Context, cfg Config, state string) (*benchDaemon, e
 		}
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("the daemon exited before it answered: %v", err)
+			return nil, fmt.Errorf("the daemon exited before it answered: %w", err)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

@@ -50,7 +50,7 @@ func StartIdeal(ctx context.Context, python, work, codeDir, entry string, pool i
 	if err != nil || strings.TrimSpace(line) != "ready" {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return nil, fmt.Errorf("starting the ideal server: said %q: %v", line, err)
+		return nil, fmt.Errorf("starting the ideal server: said %q: %w", line, err)
 	}
 	// What the handler prints (Zygo keeps it as the request's logs) is read
 	// and dropped, so that the children never block on a full pipe.

@@ -44,21 +44,21 @@ func openNetwork(ctx context.Context, nc NetworkConfig, log *slog.Logger) (*netw
 	if nc.Pool != "" {
 		p, err := netip.ParsePrefix(nc.Pool)
 		if err != nil {
-			return nil, fmt.Errorf("--network-pool %q: not a CIDR: %v", nc.Pool, err)
+			return nil, fmt.Errorf("--network-pool %q: not a CIDR: %w", nc.Pool, err)
 		}
 		cfg.Pool = p
 	}
 	for _, s := range nc.DNS {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return nil, fmt.Errorf("--network-dns %q: not an IP address: %v", s, err)
+			return nil, fmt.Errorf("--network-dns %q: not an IP address: %w", s, err)
 		}
 		cfg.DNS = append(cfg.DNS, a)
 	}
 	for _, s := range nc.Forbidden {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return nil, fmt.Errorf("--network-forbid %q: not a CIDR: %v", s, err)
+			return nil, fmt.Errorf("--network-forbid %q: not a CIDR: %w", s, err)
 		}
 		cfg.Forbidden = append(cfg.Forbidden, p)
 	}

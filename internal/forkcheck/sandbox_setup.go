@@ -124,7 +124,8 @@ func (r *sbRun) connectIn(ctx context.Context) error {
 	}
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	buf := make([]byte, 6)
-	if _, err := c.Write([]byte("hello\n")); err == nil {
+	_, err = c.Write([]byte("hello\n"))
+	if err == nil {
 		_, err = io.ReadFull(c, buf)
 	}
 	if err != nil {

@@ -199,27 +199,27 @@ func (h *Host) release(ep *Endpoint) {
 
 // makeLinks creates the veth pair with its peer already in the namespace,
 // and sets addresses, links and the default route on both sides.
-func (ep *Endpoint) makeLinks(nsPath string) error {
+func (e *Endpoint) makeLinks(nsPath string) error {
 	nsFile, err := os.Open(nsPath)
 	if err != nil {
 		return err
 	}
 	defer nsFile.Close()
 	veth := &netlink.Veth{
-		LinkAttrs:        netlink.LinkAttrs{Name: ep.hostIf},
+		LinkAttrs:        netlink.LinkAttrs{Name: e.hostIf},
 		PeerName:         InsideIf,
-		PeerHardwareAddr: ep.mac,
+		PeerHardwareAddr: e.mac,
 		PeerNamespace:    netlink.NsFd(int(nsFile.Fd())),
 	}
 	if err := netlink.LinkAdd(veth); err != nil {
-		return fmt.Errorf("adding veth %s: %w", ep.hostIf, err)
+		return fmt.Errorf("adding veth %s: %w", e.hostIf, err)
 	}
-	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+ep.hostIf+"/disable_ipv6", []byte("1"), 0o644)
-	host, err := netlink.LinkByName(ep.hostIf)
+	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+e.hostIf+"/disable_ipv6", []byte("1"), 0o644)
+	host, err := netlink.LinkByName(e.hostIf)
 	if err != nil {
 		return err
 	}
-	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(ep.hostIP)}); err != nil {
+	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(e.hostIP)}); err != nil {
 		return fmt.Errorf("adding host-side address: %w", err)
 	}
 	if err := netlink.LinkSetUp(host); err != nil {
@@ -236,7 +236,7 @@ func (ep *Endpoint) makeLinks(nsPath string) error {
 			return fmt.Errorf("finding %s inside: %w", name, err)
 		}
 		if name == InsideIf {
-			if err := nh.AddrAdd(l, &netlink.Addr{IPNet: ipNet(ep.ip)}); err != nil {
+			if err := nh.AddrAdd(l, &netlink.Addr{IPNet: ipNet(e.ip)}); err != nil {
 				return fmt.Errorf("adding inside address: %w", err)
 			}
 		}
@@ -244,7 +244,7 @@ func (ep *Endpoint) makeLinks(nsPath string) error {
 			return fmt.Errorf("setting %s up: %w", name, err)
 		}
 	}
-	gw := net.IP(ep.hostIP.AsSlice())
+	gw := net.IP(e.hostIP.AsSlice())
 	if err := nh.RouteAdd(&netlink.Route{Gw: gw}); err != nil {
 		return fmt.Errorf("adding default route: %w", err)
 	}
@@ -255,8 +255,8 @@ func ipNet(a netip.Addr) *net.IPNet {
 	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(30, 32)}
 }
 
-func (ep *Endpoint) deleteLink() error {
-	l, err := netlink.LinkByName(ep.hostIf)
+func (e *Endpoint) deleteLink() error {
+	l, err := netlink.LinkByName(e.hostIf)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
@@ -271,27 +271,27 @@ func (ep *Endpoint) deleteLink() error {
 // the namespace, then frees the address. Processes still in the namespace
 // keep it alive in the kernel (without its veth) until they exit: stop them
 // first. Idempotent; errors are joined and the rest still runs.
-func (ep *Endpoint) Close(ctx context.Context) error {
-	ep.once.Do(func() {
+func (e *Endpoint) Close(ctx context.Context) error {
+	e.once.Do(func() {
 		var errs []error
-		if ep.dns != nil {
-			ep.dns.close()
+		if e.dns != nil {
+			e.dns.close()
 		}
-		if err := ep.h.deleteEndpointRules(ep.token); err != nil {
+		if err := e.h.deleteEndpointRules(e.token); err != nil {
 			errs = append(errs, fmt.Errorf("removing nftables rules: %w", err))
 		}
-		if err := ep.deleteLink(); err != nil {
-			errs = append(errs, fmt.Errorf("removing veth %s: %w", ep.hostIf, err))
+		if err := e.deleteLink(); err != nil {
+			errs = append(errs, fmt.Errorf("removing veth %s: %w", e.hostIf, err))
 		}
-		if err := deleteNetNS(ep.NetNSPath()); err != nil {
+		if err := deleteNetNS(e.NetNSPath()); err != nil {
 			errs = append(errs, fmt.Errorf("removing netns: %w", err))
 		}
-		ep.h.release(ep)
-		if ep.closeErr = errors.Join(errs...); ep.closeErr != nil {
-			ep.closeErr = fmt.Errorf("closing network of %s: %w", ep.spec.ID, ep.closeErr)
+		e.h.release(e)
+		if e.closeErr = errors.Join(errs...); e.closeErr != nil {
+			e.closeErr = fmt.Errorf("closing network of %s: %w", e.spec.ID, e.closeErr)
 		}
 	})
-	return ep.closeErr
+	return e.closeErr
 }
 
 // sweep removes every veth, namespace and the table of this Tag.

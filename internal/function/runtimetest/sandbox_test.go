@@ -78,4 +78,3 @@ func TestNodeWorkerPool(t *testing.T) {
 func TestNodeWorkersWithoutPool(t *testing.T) {
 	runtimetest.Run(t, sandboxTarget(t, function.RuntimeNode, function.KindWorker, "pool_size = 0"))
 }
-

@@ -164,9 +164,9 @@ func TestNetworkIdentityAndCapturedConnection(t *testing.T) {
 	}
 	// The copy's captured connection fails at once, reading and writing (never a 30 s
 	// timeout: the probe prints the time each took), and a new one works at once.
-	o := say(cinst.Guest, "read", 3)
-	o = say(cinst.Guest, "again", 4)
-	o = say(cinst.Guest, "reconnect", 5)
+	say(cinst.Guest, "read", 3)
+	say(cinst.Guest, "again", 4)
+	o := say(cinst.Guest, "reconnect", 5)
 	lines := strings.Split(strings.TrimSpace(o), "\n")
 	if len(lines) != 5 || !strings.HasPrefix(lines[2], "read EOF 0.0") || !strings.HasPrefix(lines[3], "err BrokenPipeError 32 0.0") ||
 		!strings.HasPrefix(lines[4], "ok 10.77.2.2 reconnect") {
