@@ -299,13 +299,13 @@ func (c *Client) Services(ctx context.Context, id string) ([]wire.ServiceStatus,
 	return st, c.call(ctx, "GET", sbPath(id, "services"), nil, &st)
 }
 
-// Generation returns the sandbox's current generation token (IsConflict while it does not run).
 // Port publishes TCP port of sandbox id on the daemon host's loopback and returns where.
 func (c *Client) Port(ctx context.Context, id string, port int) (wire.PortBody, error) {
 	var p wire.PortBody
 	return p, c.call(ctx, "POST", sbPath(id, "ports", strconv.Itoa(port)), nil, &p)
 }
 
+// Generation returns the sandbox's current generation token (IsConflict while it does not run).
 func (c *Client) Generation(ctx context.Context, id string) (wire.GenerationBody, error) {
 	var g wire.GenerationBody
 	return g, c.call(ctx, "GET", sbPath(id, "generation"), nil, &g)
