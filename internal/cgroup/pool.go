@@ -36,6 +36,12 @@ const (
 	releaseWait = 200 * time.Millisecond
 	// maxFree bounds the empty groups kept over all prefixes; more are deleted.
 	maxFree = 256
+	// keepMaxChargeBytes is the most memory an empty group may still be charged with and
+	// be kept. A request's process is gone, but pages it made that outlive it (a file it
+	// left on the zygote's tmpfs /tmp or /dev/shm, page cache) stay charged to the group
+	// that first touched them; kept, they would count against the next request's
+	// memory_mib. Deleted, the kernel moves the charge to the parent.
+	keepMaxChargeBytes = 2 << 20
 )
 
 // poolKey is what makes two groups interchangeable.
@@ -107,6 +113,9 @@ func (g *Group) Release() error {
 		g.limits.CPUMs > 0 && u.CPU > time.Duration(g.limits.CPUMs)*time.Millisecond {
 		return g.Delete()
 	}
+	if charged, err := g.memoryCharge(); err != nil || charged > keepMaxChargeBytes {
+		return g.Delete()
+	}
 	next, err := g.reset()
 	if err != nil {
 		return errors.Join(err, g.Delete())
@@ -124,6 +133,16 @@ func (g *Group) Release() error {
 	m.nfree++
 	m.mu.Unlock()
 	return nil
+}
+
+// memoryCharge returns the bytes of memory still charged to g (v1 memory.usage_in_bytes,
+// v2 memory.current).
+func (g *Group) memoryCharge() (uint64, error) {
+	file := "memory.usage_in_bytes"
+	if g.m.v2 {
+		file = "memory.current"
+	}
+	return readUint(filepath.Join(g.dir(ctrlMemory), file))
 }
 
 // waitNoPIDs polls pids.current until it is 0 (true) or d passes (false).

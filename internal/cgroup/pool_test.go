@@ -1,6 +1,8 @@
 package cgroup
 
 import (
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -154,3 +156,49 @@ func TestDropPooledDeletesKeptGroups(t *testing.T) {
 	}
 	assertGone(t, m, m.parent+"/fn")
 }
+
+// TestGroupStillChargedIsNotKept: a request that exits cleanly but leaves 30 MiB in a
+// tmpfs file (the zygote's /dev/shm outlives its requests) leaves that memory charged to
+// its group; Release deletes such a group (the kernel moves the charge to the parent)
+// instead of handing it, 30 MiB full, to the next request under the same limit. A group
+// whose request left nothing behind is still kept.
+func TestGroupStillChargedIsNotKept(t *testing.T) {
+	m := newManager(t)
+	l := Limits{MemoryMiB: 64, PIDs: 8}
+	shm := filepath.Join("/dev/shm", "zygo-cgroup-test-"+t.Name())
+	t.Cleanup(func() { os.Remove(shm) })
+	c := startPython(t, "f = open("+pyQuote(shm)+", 'wb')\nfor _ in range(30):\n    f.write(b'x' * (1 << 20))\nf.close()\n")
+	g := placePooled(t, m, c.cmd.Process.Pid, l)
+	c.go_()
+	if ws := c.wait(t, 10*time.Second); ws.ExitStatus() != 0 {
+		t.Fatalf("request: %v", ws)
+	}
+	if n, err := g.memoryCharge(); err != nil || n < 20<<20 {
+		t.Fatalf("charge after the request: %d, %v; want the tmpfs file's 30 MiB", n, err)
+	}
+	if err := g.Release(); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	assertGone(t, m, g.Path())
+
+	c2 := startPython(t, "pass\n")
+	g2 := placePooled(t, m, c2.cmd.Process.Pid, l)
+	c2.go_()
+	c2.wait(t, 10*time.Second)
+	n, err := g2.memoryCharge()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a request that left nothing: %d bytes still charged (kept at most %d)", n, keepMaxChargeBytes)
+	if err := g2.Release(); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	c3 := startPython(t, "pass\n")
+	if g3 := placePooled(t, m, c3.cmd.Process.Pid, l); g3.Path() != g2.Path() {
+		t.Errorf("a group left empty and uncharged was not reused: %s, want %s", g3.Path(), g2.Path())
+	}
+	c3.go_()
+	c3.wait(t, 10*time.Second)
+}
+
+func pyQuote(s string) string { return "'" + s + "'" }

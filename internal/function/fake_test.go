@@ -422,3 +422,42 @@ func TestDeploymentTransitions(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoveDrainsInFlight: rm of a function with a request in flight lets that request
+// finish on its runner (as a redeploy does) before the runner is drained and stopped;
+// it is not killed mid-request.
+func TestRemoveDrainsInFlight(t *testing.T) {
+	leaks := checkGoroutines(t)
+	l := &fakeLauncher{block: make(chan struct{})}
+	m, deploy := fakeManager(t, l)
+	if _, err := deploy("f", "concurrency = 2\n"); err != nil {
+		t.Fatal(err)
+	}
+	rt := l.all()[0]
+	inflight := make(chan *function.Invocation, 1)
+	go func() { inflight <- invoke(t, m, "f", `{"n":1}`) }()
+	<-rt.running
+	removed := make(chan error, 1)
+	go func() { removed <- m.Remove(t.Context(), "f") }()
+	select {
+	case err := <-removed:
+		t.Fatalf("Remove returned (%v) with a request in flight; runner calls %q", err, rt.history())
+	case <-time.After(200 * time.Millisecond):
+	}
+	if h := rt.history(); h != "start run" {
+		t.Errorf("runner drained or stopped with a request in flight: %q", h)
+	}
+	close(l.block)
+	if inv := <-inflight; inv.Failure != "" || !strings.Contains(string(inv.Value), `"runner":0`) {
+		t.Errorf("the in-flight request: failure %q, value %s; want it served", inv.Failure, inv.Value)
+	}
+	if err := <-removed; err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if h := rt.history(); h != "start run drain stop" {
+		t.Errorf("runner calls %q, want start run drain stop", h)
+	}
+	m.Shutdown()
+	noManagerWork(t)
+	leaks()
+}

@@ -389,11 +389,13 @@ func (m *Manager) Restore(ctx context.Context) error {
 	return nil
 }
 
-// Remove stops a function's zygote and deletes it, its versions and its
+// Remove stops a function's runtime and deletes it, its versions and its
 // logs, including version directories a failed deploy of an older daemon
 // left behind for a name that was never active. errdefs.ErrNotFound if
-// there is nothing of that name. The zygote is stopped after the name's
-// lock is released: a stop that takes long delays only this call.
+// there is nothing of that name. Requests in flight finish first (at most
+// the function's timeout_ms + 5 s), then the runtime is drained and
+// stopped, after the name's lock is released: a slow drain or stop delays
+// only this call.
 func (m *Manager) Remove(ctx context.Context, name string) error {
 	unlock := m.names.lock(name)
 	err := m.reg.DeleteFunction(ctx, name)
@@ -411,7 +413,9 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	trash, moved := m.detachVersions(name)
 	unlock()
 	if d != nil {
-		d.stop()
+		// Requests in flight finish first, as on a redeploy (bounded by the
+		// longest timeout_ms + 5 s); the name is free meanwhile.
+		d.drainAndStop()
 	}
 	if m.limiter != nil {
 		if err := m.limiter.DropPooled(name); err != nil {

@@ -146,12 +146,35 @@ func stepName(s string) bool {
 	return true
 }
 
-// childPhases returns the valid steps, at most maxChildSteps, as phases
-// named child.NAME.
+// childSteps are the names the agents time (agents/python/zygo_agent/child.py's _lap
+// calls). The child runs the handler, so what it reports is its claim, not a measurement:
+// a handler can append to the list or lie about a duration. Only these names are passed
+// on, each once (its last report), so a handler can neither invent phases nor push the
+// real ones out; a lie about a duration reaches only the handler's own caller, who
+// receives whatever the handler returns anyway.
+var childSteps = map[string]bool{
+	"pre.fdreset": true, "pre.privatise": true, "pre.reseed": true, "pre.textio": true,
+	"close_socket": true, "stdio": true, "fdreset": true, "privatise": true, "reseed": true,
+	"tmpdir": true, "dumpable": true, "landlock": true, "atexit_clear": true, "strict": true,
+	"step": true, "event": true, "handler": true, "encode": true, "atexit+flush": true,
+}
+
+// childPhases returns the child's steps with a known name (childSteps), each once (the
+// last report of it, in the order first reported), at most maxChildSteps, as phases named
+// child.NAME.
 func childPhases(steps []childStep) []Phase {
 	var out []Phase
+	at := map[string]int{}
 	for _, s := range steps {
-		if s.name != "" && len(out) < maxChildSteps {
+		if !childSteps[s.name] {
+			continue
+		}
+		if i, ok := at[s.name]; ok {
+			out[i].Took = s.took
+			continue
+		}
+		if len(out) < maxChildSteps {
+			at[s.name] = len(out)
 			out = append(out, Phase{Name: "child." + s.name, Took: s.took})
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -36,12 +38,13 @@ func TestRequestDirErrorNamesTheCause(t *testing.T) {
 }
 
 // TestChildStepsAreBoundedTokens: the child's timing in result.json becomes
-// child.NAME phases only for well-formed [name, ns] pairs whose name is a
-// short token (it goes into a Server-Timing header), at most maxChildSteps;
-// anything else is dropped without failing the request.
+// child.NAME phases only for well-formed [name, ns] pairs whose name is one the agent
+// times, each name once (its last report); anything else is dropped without failing the
+// request, so a handler appending to the list can neither invent phases nor push the
+// agent's own out.
 func TestChildStepsAreBoundedTokens(t *testing.T) {
 	var rf resultFile
-	body := `{"ok": true, "value": 1, "steps": [["reseed", 1500], ["bad name", 1], ["x\r\nSet-Cookie", 1], [3, 4], ["neg", -1], "junk", ["handler", 2000000]]}`
+	body := `{"ok": true, "value": 1, "steps": [["reseed", 1500], ["bad name", 1], ["x\r\nSet-Cookie", 1], [3, 4], ["neg", -1], "junk", ["db", 7], ["handler", 9], ["handler", 2000000]]}`
 	if err := json.Unmarshal([]byte(body), &rf); err != nil {
 		t.Fatalf("a result with odd steps must still decode: %v", err)
 	}
@@ -50,11 +53,31 @@ func TestChildStepsAreBoundedTokens(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("phases %v, want %v", got, want)
 	}
-	many := strings.Repeat(`["s", 1],`, 100)
-	if err := json.Unmarshal([]byte(`{"ok": true, "steps": [`+many+`["s", 1]]}`), &rf); err != nil {
+	many := strings.Repeat(`["pre.reseed", 1],`, 100)
+	if err := json.Unmarshal([]byte(`{"ok": true, "steps": [`+many+`["encode", 5]]}`), &rf); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(childPhases(rf.Steps)); n != maxChildSteps {
-		t.Errorf("%d phases from 101 steps, want %d", n, maxChildSteps)
+	if got := childPhases(rf.Steps); len(got) != 2 || got[1].Name != "child.encode" {
+		t.Errorf("phases from 100 copies of one step and encode: %v, want one of each", got)
+	}
+}
+
+// TestChildStepsNameEveryAgentStep: every step name the Python agent times (its _lap calls
+// and _STEP_TOKENS) is one childPhases passes on, so a renamed or new step is not dropped
+// silently.
+func TestChildStepsNameEveryAgentStep(t *testing.T) {
+	src, err := os.ReadFile("../../agents/python/zygo_agent/child.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`_lap\("([^"]+)"\)|": "([a-z_+.]+)",\n`).FindAllStringSubmatch(string(src), -1)
+	if len(names) < 8 {
+		t.Fatalf("found %d step names in child.py; the pattern no longer matches the agent", len(names))
+	}
+	for _, m := range names {
+		name := m[1] + m[2]
+		if !childSteps[name] {
+			t.Errorf("the agent times step %q, which childSteps drops", name)
+		}
 	}
 }
