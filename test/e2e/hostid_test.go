@@ -181,7 +181,9 @@ func TestSecretsNeverOnDisk(t *testing.T) {
 		}
 	}
 	if !memoryFS(secretFile) {
-		t.Errorf("the secret file %s is not on a tmpfs", secretFile)
+		var st unix.Statfs_t
+		err := unix.Statfs(secretFile, &st)
+		t.Errorf("the secret file %s is not on a tmpfs (statfs: type %#x, %v)", secretFile, st.Type, err)
 	}
 	mounts, err := zygote.MountsBelow(filepath.Join(d.StateDir, "run"))
 	if err != nil || len(mounts) == 0 {
