@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/sdk/go/wire"
@@ -61,35 +60,7 @@ func writeError(w http.ResponseWriter, e wire.ErrorBody) {
 	writeJSON(w, wire.StatusOf(e.Code), wire.ErrorAnswer{Error: e})
 }
 
-// userMessage is err's text as a caller reads it: the text of every category err wraps
-// ("invalid argument", "unavailable") taken out where fmt.Errorf put it — "cat: …", "…: cat",
-// "…: cat: …" or "… (cat)" — because the code already says it. An error that is nothing but
-// its category keeps that text.
-func userMessage(err error) string {
-	msg := err.Error()
-	for _, c := range categoryCodes {
-		if errors.Is(err, c.category) {
-			msg = stripCategory(msg, c.category.Error())
-		}
-	}
-	return msg
-}
-
-// stripCategory removes each occurrence of cat that stands as an element of a wrapped
-// message (see userMessage); text that merely contains the words is left alone.
-func stripCategory(msg, cat string) string {
-	for {
-		prev := msg
-		msg = strings.ReplaceAll(msg, ": "+cat+": ", ": ")
-		msg = strings.ReplaceAll(msg, " ("+cat+")", "")
-		if rest, ok := strings.CutPrefix(msg, cat+": "); ok && rest != "" {
-			msg = rest
-		}
-		if rest, ok := strings.CutSuffix(msg, ": "+cat); ok && rest != "" {
-			msg = rest
-		}
-		if msg == prev {
-			return msg
-		}
-	}
-}
+// userMessage is err's text as a caller reads it (errdefs.Message): one sentence, the
+// category at most once and only as its predicate, so the message never repeats what the
+// code says and the CLI prints it as it is.
+func userMessage(err error) string { return errdefs.Message(err) }

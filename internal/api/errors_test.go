@@ -46,43 +46,20 @@ func TestCategoryCodes(t *testing.T) {
 	}
 }
 
-// TestUserMessage: the category's text goes wherever fmt.Errorf put it, and only there.
-func TestUserMessage(t *testing.T) {
-	inv, unav := errdefs.ErrInvalidArgument, errdefs.ErrUnavailable
-	cause := errors.New("exec: runsc: no such file")
-	for _, tc := range []struct {
-		err  error
-		want string
-	}{
-		{fmt.Errorf("name %q: %w", "x y", inv), `name "x y"`},
-		{fmt.Errorf("%w: pids 0: must be from 1 to 4096", inv), "pids 0: must be from 1 to 4096"},
-		{fmt.Errorf("creating sandbox: %w", fmt.Errorf("%w: secrets: unknown", inv)), "creating sandbox: secrets: unknown"},
-		{fmt.Errorf("starting sb-1: %w: %w", cause, unav), "starting sb-1: exec: runsc: no such file"},
-		{fmt.Errorf("starting the agent: %w (%w)", cause, unav), "starting the agent: exec: runsc: no such file"},
-		{errdefs.ErrNotFound, "not found"},
-		// Text that merely contains the words, or a category the error does not wrap, stays.
-		{fmt.Errorf("runsc: executable file not found in $PATH: %w", unav), "runsc: executable file not found in $PATH"},
-		{fmt.Errorf("the engine said: invalid argument: %w", unav), "the engine said: invalid argument"},
-	} {
-		if got := userMessage(tc.err); got != tc.want {
-			t.Errorf("userMessage(%q) = %q, want %q", tc.err, got, tc.want)
-		}
-	}
-}
-
 // TestErrorAnswerHasNoCategorySuffix: a failed call's body carries the code, its status, and
-// a message without the category's text, through the server's real handler.
+// a message without the category's text tagged on (errdefs.Message), through the server's
+// real handler.
 func TestErrorAnswerHasNoCategorySuffix(t *testing.T) {
 	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, cat := range errdefs.All() {
 		rec := httptest.NewRecorder()
-		s.fail(rec, fmt.Errorf("reading manifest: field %q: %w", "limits", cat))
+		s.fail(rec, fmt.Errorf("reading manifest: %w: %w", errors.New(`field "limits": must be a table`), cat))
 		code, _ := s.errorCode(cat)
 		var ans wire.ErrorAnswer
 		if err := json.Unmarshal(rec.Body.Bytes(), &ans); err != nil {
 			t.Fatalf("%q: %v: %s", cat, err, rec.Body)
 		}
-		want := wire.ErrorBody{Code: code, Message: `reading manifest: field "limits"`}
+		want := wire.ErrorBody{Code: code, Message: `reading manifest: field "limits": must be a table`}
 		if rec.Code != wire.StatusOf(code) || ans.Error != want {
 			t.Errorf("%q: %d %+v, want %d %+v", cat, rec.Code, ans.Error, wire.StatusOf(code), want)
 		}

@@ -132,18 +132,22 @@ func TestSandboxErrorStatuses(t *testing.T) {
 	for _, c := range []struct {
 		err    error
 		status int
+		msg    string // the client's error text: the server's message as sent
 	}{
-		{fmt.Errorf("sandbox %q: %w", "x", errdefs.ErrNotFound), 404},
-		{fmt.Errorf("bad: %w", errdefs.ErrInvalidArgument), 400},
-		{fmt.Errorf("name: %w", errdefs.ErrExists), 409},
-		{&sandbox.TransitionError{ID: "x", From: sandbox.Failed, To: sandbox.Checkpointing}, 409},
-		{fmt.Errorf("guest: %w", errdefs.ErrUnavailable), 503},
-		{fmt.Errorf("guest: read-only file system: %w", errdefs.ErrPermissionDenied), 403},
-		{errors.New("boom"), 500},
+		{fmt.Errorf("sandbox %q: %w", "x", errdefs.ErrNotFound), 404, `sandbox "x" not found`},
+		{fmt.Errorf("n: 0: must be from 1: %w", errdefs.ErrInvalidArgument), 400, "n: 0: must be from 1"},
+		{fmt.Errorf("a sandbox named %q: %w", "x", errdefs.ErrExists), 409, `a sandbox named "x" already exists`},
+		{&sandbox.TransitionError{ID: "x", From: sandbox.Failed, To: sandbox.Checkpointing}, 409, ""},
+		{fmt.Errorf("guest: %w: %w", errors.New("connection refused"), errdefs.ErrUnavailable), 503, "guest: connection refused"},
+		{fmt.Errorf("guest: read-only file system: %w", errdefs.ErrPermissionDenied), 403, "guest: read-only file system"},
+		{errors.New("boom"), 500, "boom"},
 	} {
 		cl := newTestServer(t, &fakeSandboxes{err: c.err}, nil)
 		_, err := cl.GetSandbox(ctx, "x")
-		wantAPIError(t, err, c.status, c.err.Error())
+		wantAPIError(t, err, c.status, c.msg)
+		if c.msg != "" && err.Error() != c.msg {
+			t.Errorf("%q: client text %q, want %q", c.err, err.Error(), c.msg)
+		}
 	}
 }
 

@@ -220,7 +220,7 @@ func TestErrorCategories(t *testing.T) {
 			t.Run(string(c.code)+" "+r.method+" "+r.target, func(t *testing.T) {
 				f := newFixture()
 				// Wrapped with context, as the managers do.
-				err := fmt.Errorf("doing the thing for %q: %w", "hello", c.err)
+				err := fmt.Errorf("doing the thing for %q: %w: %w", "hello", errors.New("it broke"), c.err)
 				f.fns.err, f.secrets.err = err, err
 				if r.target == "/v1/functions/hello/logs" {
 					f.fns.err, f.logs.err = nil, err // the function exists; reading its logs fails
@@ -229,9 +229,10 @@ func TestErrorCategories(t *testing.T) {
 				if rec.Code != c.status {
 					t.Errorf("status %d, want %d; body %s", rec.Code, c.status, rec.Body)
 				}
-				// The message is the error's without its category's text: the code says it.
-				want := `doing the thing for "hello"`
-				if c.code == wire.CodeInternal {
+				// The message is the error's without its category tagged on: the code says it
+				// (errdefs.Message). The standard library's context errors are causes' text.
+				want := `doing the thing for "hello": it broke`
+				if c.code == wire.CodeInternal || errors.Is(c.err, context.Canceled) || errors.Is(c.err, context.DeadlineExceeded) {
 					want = err.Error()
 				}
 				eb := errorOf(t, rec)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/zygo-run/zygo/internal/errdefs"
 	"io"
 	"os"
 	"os/signal"
@@ -47,7 +48,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if zygo.IsUnauthenticated(err) {
 			err = g.explainUnauthenticated(err)
 		}
-		if msg := err.Error(); msg != "" { // an exitError may carry only a status
+		// errdefs.Message: the CLI's own errors (a manifest, a secret name) read as the
+		// daemon's do, the category once and only as a predicate.
+		if msg := errdefs.Message(err); msg != "" { // an exitError may carry only a status
 			fmt.Fprintln(stderr, "zygo: "+msg)
 		}
 		var ee *exitError

@@ -89,7 +89,7 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 			}
 			rec, err := g.client().CreateSandbox(cmd.Context(), body)
 			if err != nil {
-				return err
+				return nameFlags(err, createFlags)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
 			return nil

@@ -127,6 +127,35 @@ func readAtMost(r io.Reader, limit int64) ([]byte, error) {
 	}
 }
 
+// MaxEventDepth is the deepest nesting of arrays and objects an event may have: Go's
+// encoding/json refuses deeper, and Python's and Node's parsers give up well before it
+// (their own refusal is the runtime's bad_event).
+const MaxEventDepth = 10000
+
+// jsonDepth returns the deepest nesting of arrays and objects in event, counting brackets
+// outside strings; it does not check that event is JSON (checkEvent does).
+func jsonDepth(event []byte) int {
+	depth, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range event {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString:
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
+}
+
 // checkEvent fails (errdefs.ErrInvalidArgument, naming event) for what no
 // runtime could decode: invalid UTF-8 (Node would replace it silently,
 // Python would refuse it) and text that is not JSON. What only a runtime's

@@ -150,3 +150,18 @@ func TestCheckEvent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestJSONDepth: brackets count outside strings only (an escaped quote does not end one).
+func TestJSONDepth(t *testing.T) {
+	for _, c := range []struct {
+		event string
+		want  int
+	}{
+		{`{}`, 1}, {`1`, 0}, {`[[1],[[2]]]`, 3}, {`{"a":"[[[[\"{{"}`, 1}, {`["\\",[]]`, 2},
+		{strings.Repeat("[", 100000) + strings.Repeat("]", 100000), 100000},
+	} {
+		if got := jsonDepth([]byte(c.event)); got != c.want {
+			t.Errorf("jsonDepth(%.40q) = %d, want %d", c.event, got, c.want)
+		}
+	}
+}

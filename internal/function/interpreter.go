@@ -2,6 +2,7 @@ package function
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,6 +56,21 @@ func (m *Manager) checkInterpreter(interp string) error {
 		}
 	}
 	return nil
+}
+
+// interpreterFailed names zygo.toml's interpreter when a deploy's first start failed with
+// one set: checkInterpreter never runs it, so an executable that is not the runtime's
+// interpreter (interpreter = "/bin/sh" for python) passes it and is found out only when
+// Zygo's agent never comes up under it (unavailable, or its ready timeout). That is the
+// manifest's fault, a 400 naming the key, with the start's own error (the interpreter's last
+// output) kept as the cause. Any other err, or one of a deploy without an interpreter, is
+// returned as it is.
+func interpreterFailed(m *Manifest, err error) error {
+	if m.Interpreter == "" || !(errdefs.IsUnavailable(err) || errors.Is(err, errdefs.ErrDeadlineExceeded)) {
+		return err
+	}
+	return fmt.Errorf("%w: zygo.toml: interpreter: %q did not start Zygo's %s agent (is it a %s interpreter?): %w",
+		errdefs.ErrInvalidArgument, m.Interpreter, m.Runtime, m.Runtime, err)
 }
 
 // forbiddenBinds returns a func saying why a host directory may not be

@@ -52,6 +52,13 @@ func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size 
 	if len(event) == 0 {
 		event = []byte("{}")
 	}
+	if depth := jsonDepth(event); depth > MaxEventDepth {
+		// Valid JSON no runtime's parser would take: refused as a runtime refuses an event
+		// (bad_event), before any runs it.
+		return &Invocation{RequestID: newID("r"), Version: d.version, Failure: zygote.FailBadEvent,
+			Error: &zygote.HandlerError{Type: "EventRejected", Message: fmt.Sprintf(
+				"event: nests %d levels deep (arrays and objects inside one another): at most %d", depth, MaxEventDepth)}}, nil
+	}
 	if err := checkEvent(event); err != nil {
 		return nil, err
 	}

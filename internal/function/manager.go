@@ -278,7 +278,7 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 			m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Type+": "+ie.Message+"\n"+ie.Traceback))
 			return nil, &ImportFailed{ImportError: ie, HadPrevious: old != nil}
 		}
-		return nil, err
+		return nil, interpreterFailed(u.Manifest, err)
 	}
 	undo.Release()
 	m.mu.Lock()

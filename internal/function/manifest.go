@@ -212,13 +212,24 @@ var (
 	envKeyRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
+// tomlError is the toml package's parse error as one clause of Zygo's message: without its
+// "toml: " prefix and its closing period ("line 2 (last key \"name\"): Key 'name' has
+// already been defined"). It unwraps to the package's error.
+type tomlError struct{ err error }
+
+func (e tomlError) Error() string {
+	return strings.TrimSuffix(strings.TrimPrefix(e.err.Error(), "toml: "), ".")
+}
+
+func (e tomlError) Unwrap() error { return e.err }
+
 // ParseManifest decodes and validates a zygo.toml. Errors wrap
 // errdefs.ErrInvalidArgument and name the offending key.
 func ParseManifest(data []byte) (*Manifest, error) {
 	var m Manifest
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&m)
 	if err != nil {
-		return nil, fmt.Errorf("%w: zygo.toml: %w", errdefs.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: zygo.toml: %w", errdefs.ErrInvalidArgument, tomlError{err})
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))

@@ -55,8 +55,21 @@ func TestExecStreamsAndExitCode(t *testing.T) {
 	if err != nil || st.Code != 7 || out.String() != "hi" || errb.String() != "err\n" {
 		t.Fatalf("exec = %+v %v out=%q err=%q", st, err, out.String(), errb.String())
 	}
-	if _, err := c.Exec(ctx, ExecRequest{Argv: []string{"/nonexistent"}}, nil, nil); !errdefs.IsNotFound(err) {
-		t.Errorf("missing binary = %v, want ErrNotFound", err)
+	// A program that cannot start ends as in a shell: 127 missing, 126 not executable, a line
+	// on stderr saying why.
+	for _, tc := range []struct {
+		argv0, stderr string
+		code          int
+	}{
+		{"/nonexistent", "/nonexistent: no such file or directory\n", 127},
+		{"no-such-command", "no-such-command: command not found\n", 127},
+		{"/etc/passwd", "/etc/passwd: permission denied\n", 126},
+	} {
+		errb.Reset()
+		st, err := c.Exec(ctx, ExecRequest{Argv: []string{tc.argv0}}, nil, &errb)
+		if err != nil || st.Code != tc.code || errb.String() != tc.stderr {
+			t.Errorf("exec %s = %+v %v stderr=%q, want %d %q", tc.argv0, st, err, errb.String(), tc.code, tc.stderr)
+		}
 	}
 	// A background child holding the pipe open must not hang the call.
 	t0 := time.Now()

@@ -357,7 +357,7 @@ func decodeError(resp *http.Response) error {
 	default:
 		cat = errdefs.ErrUnavailable
 	}
-	return fmt.Errorf("guest: %s: %w", eb.Error, cat)
+	return fmt.Errorf("guest: %w: %w", errors.New(eb.Error), cat) // the agent's text says what; cat is a tag
 }
 
 func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
@@ -392,8 +392,9 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 
 // Exec runs req.Argv and copies its output to stdout and stderr (either may be nil) as it
 // arrives, while it streams req.Stdin (if set) to the command's stdin (see ExecRequest.Stdin).
-// It returns the exit status; a command that cannot start (missing binary) is an error
-// wrapping ErrNotFound or ErrInvalidArgument, not an exit status. With a Stdin, an agent too old
+// It returns the exit status; a program that is missing exits 127 and one that cannot be
+// executed 126, as in a shell, with the reason on stderr; a cwd that does not exist is an
+// error wrapping ErrNotFound or ErrInvalidArgument. With a Stdin, an agent too old
 // to stream it is an error wrapping ErrFailedPrecondition (its command is killed). A read
 // error of Stdin abandons the call (the command is killed) and is returned, wrapped.
 func (c *Client) Exec(ctx context.Context, req ExecRequest, stdout, stderr io.Writer) (ExitStatus, error) {
@@ -480,9 +481,9 @@ func (c *Client) streamBody(ctx context.Context, path string, body io.Reader, ch
 // ErrNotFound, anything else ErrInvalidArgument.
 func eventError(msg string) error {
 	if strings.Contains(msg, "not found") || strings.Contains(msg, "no such file") {
-		return fmt.Errorf("guest: %s: %w", msg, errdefs.ErrNotFound)
+		return fmt.Errorf("guest: %w: %w", errors.New(msg), errdefs.ErrNotFound)
 	}
-	return fmt.Errorf("guest: %s: %w", msg, errdefs.ErrInvalidArgument)
+	return fmt.Errorf("guest: %w: %w", errors.New(msg), errdefs.ErrInvalidArgument)
 }
 
 // PutFile writes r to path in the sandbox with mode perm, creating parent directories.

@@ -113,8 +113,10 @@ func (p *pipes) closeAll() {
 	}
 }
 
-// runCommand starts req, streams its output to ew and returns its exit status. It returns an
-// error only when the command could not start.
+// runCommand starts req, streams its output to ew and returns its exit status. A program
+// that is missing (127) or cannot be executed (126) ends as a shell's does: that status, and
+// a line saying why on stderr (notStarted). It returns an error only when the command could
+// not start for another reason (a bad cwd, no pipes, no processes left).
 func (a *Agent) runCommand(ctx context.Context, req ExecRequest, ew *eventWriter) (ExitStatus, error) {
 	p, err := newPipes(req.Stdin != nil)
 	if err != nil {
@@ -139,6 +141,10 @@ func (a *Agent) runCommand(ctx context.Context, req ExecRequest, ew *eventWriter
 	done, err := a.reaper.start(cmd)
 	p.closeChildEnds()
 	if err != nil {
+		if code, text, ok := notStarted(req.Argv[0], err); ok {
+			ew.send(Event{Stream: "stderr", Data: []byte(text + "\n")})
+			return ExitStatus{Code: code}, nil
+		}
 		return ExitStatus{}, err
 	}
 	defer cmd.Process.Release()
@@ -212,4 +218,23 @@ func pump(r io.Reader, stream string, events chan<- Event) {
 			return
 		}
 	}
+}
+
+// notStarted classifies a failed start of argv0 as a shell does: 127 and "ARGV0: command not
+// found" (or the errno's text) when there is no such program, 126 when it exists but cannot
+// be executed (permission, not an executable, a directory). ok is false for any other
+// failure, which is the daemon's, not the command's.
+func notStarted(argv0 string, err error) (code int, text string, ok bool) {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, exec.ErrNotFound):
+		return 127, argv0 + ": command not found", true
+	case !errors.As(err, &errno):
+		return 0, "", false
+	case errno == syscall.ENOENT || errno == syscall.ENOTDIR:
+		return 127, argv0 + ": " + errno.Error(), true
+	case errno == syscall.EACCES || errno == syscall.EPERM || errno == syscall.ENOEXEC || errno == syscall.EISDIR:
+		return 126, argv0 + ": " + errno.Error(), true
+	}
+	return 0, "", false
 }

@@ -311,6 +311,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	}
 	rec.EngineID = newEngineID(rec.ID)
 	if err := m.reg.PutSandbox(ctx, rec); err != nil {
+		if errdefs.IsExists(err) { // the caller's name clash, said whole by the registry
+			return SandboxRecord{}, err
+		}
 		return SandboxRecord{}, fmt.Errorf("saving sandbox: %w", err)
 	}
 	// Undo by construction: every step below pushes its undo and the stack runs on any exit

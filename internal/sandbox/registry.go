@@ -116,7 +116,7 @@ func (r *MemRegistry) PutSandbox(_ context.Context, rec SandboxRecord) error {
 	defer r.mu.Unlock()
 	for _, o := range r.sandboxes {
 		if o.ID != rec.ID && o.Name == rec.Name {
-			return fmt.Errorf("sandbox name %q: %w", rec.Name, errdefs.ErrExists)
+			return fmt.Errorf("a sandbox named %q: %w", rec.Name, errdefs.ErrExists) // errdefs.Message: `… already exists`
 		}
 	}
 	r.sandboxes[rec.ID] = cloneSandbox(rec)

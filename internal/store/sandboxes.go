@@ -117,7 +117,7 @@ func (r *SandboxRegistry) PutSandbox(ctx context.Context, rec sandbox.SandboxRec
 		rec.Generation, rec.Token, string(opts), string(svcs), rec.Error, nanos(rec.CreatedAt), nanos(rec.UpdatedAt),
 		netAddr, netMAC)
 	if isConstraint(err) { // the id is the conflict target, so this is the name
-		return fmt.Errorf("sandbox name %q: %w", rec.Name, errdefs.ErrExists)
+		return fmt.Errorf("a sandbox named %q: %w", rec.Name, errdefs.ErrExists) // errdefs.Message: `… already exists`
 	}
 	if err != nil {
 		return fmt.Errorf("storing sandbox %s: %w", rec.ID, err)

@@ -367,6 +367,12 @@ func TestBadInputIs400(t *testing.T) {
 			status, eb := post(t, d, "/v1/functions/ev/invoke", []byte(event))
 			checkBadRequest(t, d, what, status, eb, "event", event)
 		}
+		// Past Go's own limit the daemon refuses it before a runtime sees it, as a runtime would
+		// (bad_event), saying how deep it is rather than "not valid JSON".
+		status, eb := post(t, d, "/v1/functions/ev/invoke", []byte(strings.Repeat("[", 100000)+strings.Repeat("]", 100000)))
+		if status != 400 || eb.Code != "bad_event" || !strings.Contains(eb.Message, "nests 100000 levels deep") {
+			t.Errorf("100000-deep event: %d %+v, want 400 bad_event naming the depth", status, eb)
+		}
 		waitUntil(t, 5*time.Second, "request directories removed", func() (bool, string) {
 			left := requestDirsLeft(t, d.StateDir)
 			return len(left) == 0, strings.Join(left, " ")
@@ -403,6 +409,7 @@ func TestBadInputIs400(t *testing.T) {
 			"interpreter not executable":   {"interpreter = \"/etc/passwd\"\n", "interpreter"},
 			"interpreter a script":         {"interpreter = \"/usr/bin/ldd\"\n", "interpreter"},
 			"interpreter in the state dir": {"interpreter = \"" + python + "\"\n", "interpreter"},
+			"interpreter not python":       {"interpreter = \"/bin/sh\"\n", "interpreter"},
 		} {
 			manifest := base + c.extra
 			var buf bytes.Buffer

@@ -139,23 +139,23 @@ func TestSandboxNetworkIdentity(t *testing.T) {
 }
 
 // TestSandboxNetworkBadInput: a malformed CIDR or an allow list opening a forbidden range is
-// refused naming the field, and nothing of the sandbox is left behind.
+// refused naming the flag the CLI's user typed (the API names its field), and nothing of the sandbox is left behind.
 func TestSandboxNetworkBadInput(t *testing.T) {
 	d := startDaemon(t)
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--allow", "10.0.0.0/33"}, "network.allow[0]"},
-		{[]string{"--allow", "10.1.0.0/16", "--allow", "169.254.0.0/16"}, "network.allow[1]"},
-		{[]string{"--allow", "127.0.0.1/32"}, "network.allow[0]"},
-		{[]string{"--deny", "nonsense"}, "network.deny[0]"},
-		{[]string{"--network", "bridge"}, "network.mode"},
-		{[]string{"--network", "none", "--allow", "10.1.0.0/16"}, "network.allow"},
+		{[]string{"--allow", "10.0.0.0/33"}, "--allow: \"10.0.0.0/33\""},
+		{[]string{"--allow", "10.1.0.0/16", "--allow", "169.254.0.0/16"}, "--allow: 169.254.0.0/16"},
+		{[]string{"--allow", "127.0.0.1/32"}, "--allow: 127.0.0.1/32"},
+		{[]string{"--deny", "nonsense"}, "--deny: \"nonsense\""},
+		{[]string{"--network", "bridge"}, "--network: \"bridge\""},
+		{[]string{"--network", "none", "--allow", "10.1.0.0/16"}, "--allow: "},
 	} {
 		msg := d.Fails(append([]string{"sandbox", "create"}, c.args...)...)
-		if !strings.Contains(msg, c.want) || strings.Contains(msg, d.StateDir) {
-			t.Errorf("create %v: %q, want an error naming %s (and no host path)", c.args, msg, c.want)
+		if !strings.Contains(msg, c.want) || strings.Contains(msg, "network.") || strings.Contains(msg, d.StateDir) {
+			t.Errorf("create %v: %q, want an error naming the flag, %s (and no API field, no host path)", c.args, msg, c.want)
 		}
 	}
 	if recs := d.Sandboxes(); len(recs) != 0 {

@@ -56,8 +56,9 @@ var codeStatus = map[Code]int{
 }
 
 // categoryText is the phrase of each code that names a category of failure rather than an
-// outcome of a request: a message the daemon sends with one of these codes does not repeat
-// it (docs/errors.md), and a client shows the two together (Code.Text).
+// outcome of a request. A message the daemon sends is a whole sentence that names its
+// category at most once, as its predicate (`function "x" not found`, docs/errors.md): a
+// client prints the message as it is, and uses the phrase only for an empty message.
 var categoryText = map[Code]string{
 	CodeNotFound: "not found", CodeBadRequest: "invalid argument", CodeTooLarge: "too large",
 	CodeExists: "already exists", CodeFailedPrecondition: "failed precondition",
@@ -90,18 +91,17 @@ type ErrorBody struct {
 	RequestID string `json:"request_id,omitempty"` // of a failed invoke
 }
 
-// Text returns the message as a person reads it: Message followed by its code's phrase
-// (`function "x": not found`), since the daemon's message leaves the category to the code;
-// the message alone for a code without a phrase (Code.Text).
+// Text returns the message as a person reads it: Message as the daemon wrote it (one
+// sentence, its category said at most once: `function "x" not found`), so a client prints
+// what the server sent; the code's phrase (Code.Text), else the code, for an empty message.
 func (b ErrorBody) Text() string {
-	t := b.Code.Text()
 	switch {
-	case t == "" || b.Message == t:
+	case b.Message != "":
 		return b.Message
-	case b.Message == "":
-		return t
+	case b.Code.Text() != "":
+		return b.Code.Text()
 	}
-	return b.Message + ": " + t
+	return string(b.Code)
 }
 
 // ErrorAnswer is the JSON object of an error answer.

@@ -115,8 +115,8 @@ func tee(buf *bytes.Buffer, w io.Writer) io.Writer {
 	return io.MultiWriter(buf, w)
 }
 
-// Exec runs argv in the sandbox and returns how it ended. A command that cannot start (a
-// missing binary) is an error for which IsNotFound is true, not an exit code.
+// Exec runs argv in the sandbox and returns how it ended. A missing program exits 127 and
+// one that cannot be executed 126, as in a shell, saying why on stderr.
 func (sb *Sandbox) Exec(ctx context.Context, argv []string, opts *ExecOptions) (ExecResult, error) {
 	if opts == nil {
 		opts = &ExecOptions{}

@@ -82,8 +82,9 @@ func (c *Client) stream(ctx context.Context, path string, body io.Reader, ctype 
 }
 
 // Exec runs a command in the sandbox, streaming its output to stdout and stderr (either may
-// be nil), and returns its exit status. A command that cannot start (a missing binary) is an
-// *Error (IsNotFound), not a status. req.Stdin, if any, travels in the JSON and is bounded by
+// be nil), and returns its exit status. A missing program exits 127 and one that cannot be
+// executed 126, as in a shell, saying why on stderr; a missing cwd is an *Error (IsNotFound).
+// req.Stdin, if any, travels in the JSON and is bounded by
 // wire.MaxSandboxJSONBytes; ExecStream streams it.
 func (c *Client) Exec(ctx context.Context, id string, req wire.ExecBody, stdout, stderr io.Writer) (wire.ExitStatus, error) {
 	b, err := json.Marshal(req)

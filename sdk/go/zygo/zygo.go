@@ -95,9 +95,8 @@ type Error struct {
 	wire.ErrorBody
 }
 
-// Error returns the daemon's message followed by its category's phrase (`function "x": not
-// found`: the daemon's message leaves the category to the code, Code.Text), and the
-// handler's traceback after it when there is one.
+// Error returns the daemon's message as it sent it (ErrorBody.Text: `function "x" not
+// found`), and the handler's traceback after it when there is one.
 func (e *Error) Error() string {
 	msg := e.Text()
 	if e.Traceback != "" {
