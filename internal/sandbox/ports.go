@@ -57,7 +57,7 @@ func (m *Manager) Port(ctx context.Context, idOrName string, port int) (string, 
 	if m.isRecovering(rec.ID) {
 		return "", fmt.Errorf("sandbox %s is %w", rec.ID, ErrRecovering)
 	}
-	if rec.State != Running || m.liveNet(rec.EngineID) == nil {
+	if m.liveNet(rec.EngineID) == nil {
 		return "", fmt.Errorf("sandbox %s (%s) has no live network endpoint on this daemon%s: %w",
 			rec.ID, rec.State, errorSuffix(rec.Error), errdefs.ErrFailedPrecondition)
 	}
