@@ -223,8 +223,14 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	// After the state dir is locked: New sweeps what an earlier daemon of
-	// the same tag left (veths, namespaces, its nftables table).
-	netHost, err := openNetwork(ctx, cfg.Network, log)
+	// the same tag left (veths, namespaces, its nftables table), except the
+	// endpoints of the recorded sandboxes, whose addresses it reserves
+	// before anything can Attach; recovery adopts them (or releases them).
+	keep, err := sandboxAddresses(ctx, cfg, st)
+	if err != nil {
+		return err
+	}
+	netHost, err := openNetwork(ctx, cfg.Network, keep, log)
 	if err != nil {
 		return err
 	}

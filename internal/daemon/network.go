@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/zygo-run/zygo/internal/network"
+	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/internal/store"
 )
 
 // NetworkConfig configures the host side of networking (internal/network),
@@ -33,14 +35,17 @@ type NetworkConfig struct {
 }
 
 // openNetwork returns the daemon's network host, or nil when networking is
-// disabled or the daemon is not root (logged). As root, a failure (no
-// nf_tables, a bad flag) is a startup error naming the flag or the cause.
-func openNetwork(ctx context.Context, nc NetworkConfig, log *slog.Logger) (*network.Host, error) {
+// disabled or the daemon is not root (logged). keep are the addresses of the
+// recorded sandboxes (sandboxAddresses): their endpoints survive the sweep
+// and their /30s are never handed out until recovery adopts or releases
+// them. As root, a failure (no nf_tables, a bad flag) is a startup error
+// naming the flag or the cause.
+func openNetwork(ctx context.Context, nc NetworkConfig, keep []netip.Addr, log *slog.Logger) (*network.Host, error) {
 	if nc.Disabled {
 		log.Info("networking disabled (--no-network): functions with network egress are refused")
 		return nil, nil
 	}
-	cfg := network.Config{Tag: nc.Tag, Log: log}
+	cfg := network.Config{Tag: nc.Tag, Log: log, Keep: keep}
 	if nc.Pool != "" {
 		p, err := netip.ParsePrefix(nc.Pool)
 		if err != nil {
@@ -71,4 +76,31 @@ func openNetwork(ctx context.Context, nc NetworkConfig, log *slog.Logger) (*netw
 		return nil, fmt.Errorf("starting networking (or run with --no-network): %w", err)
 	}
 	return h, nil
+}
+
+// sandboxAddresses returns the addresses of the recorded sandboxes that may still run (neither
+// failed nor dead) and have a network, for network.Config.Keep; none when sandboxes or their
+// network are off (then nothing adopts them, and their endpoints are swept).
+func sandboxAddresses(ctx context.Context, cfg Config, st *store.Store) ([]netip.Addr, error) {
+	if cfg.Sandbox.Disabled || cfg.Sandbox.Network.Disabled || cfg.Network.Disabled {
+		return nil, nil
+	}
+	reg, err := store.NewSandboxRegistry(ctx, st)
+	if err != nil {
+		return nil, fmt.Errorf("opening the sandbox records: %w", err)
+	}
+	recs, err := reg.ListSandboxes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the sandbox records: %w", err)
+	}
+	var out []netip.Addr
+	for _, r := range recs {
+		if r.State == sandbox.Failed || r.State == sandbox.Dead || r.Net == nil {
+			continue
+		}
+		if a, err := netip.ParseAddr(r.Net.Address); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }

@@ -294,12 +294,13 @@ func (e *Endpoint) Close(ctx context.Context) error {
 	return e.closeErr
 }
 
-// sweep removes every veth, namespace and the table of this Tag.
-func (h *Host) sweep() {
+// sweep removes every veth, namespace and the table of this Tag, except the
+// veths and namespaces of the tokens in leave, and then the table too.
+func (h *Host) sweep(leave map[string]bool) {
 	links, err := netlink.LinkList()
 	if err == nil {
 		for _, l := range links {
-			if isOurs(l.Attrs().Name, h.vethPrefix()) {
+			if isOurs(l.Attrs().Name, h.vethPrefix()) && !leave[l.Attrs().Name[len(h.vethPrefix()):]] {
 				if err := netlink.LinkDel(l); err != nil {
 					h.log.Warn("sweeping veth", "veth", l.Attrs().Name, "err", err)
 				}
@@ -308,11 +309,14 @@ func (h *Host) sweep() {
 	}
 	entries, _ := os.ReadDir(netnsDir)
 	for _, e := range entries {
-		if isOurs(e.Name(), h.nsPrefix()) {
+		if isOurs(e.Name(), h.nsPrefix()) && !leave[e.Name()[len(h.nsPrefix()):]] {
 			if err := deleteNetNS(filepath.Join(netnsDir, e.Name())); err != nil {
 				h.log.Warn("sweeping netns", "netns", e.Name(), "err", err)
 			}
 		}
+	}
+	if len(leave) > 0 {
+		return
 	}
 	if err := h.deleteTable(); err != nil {
 		h.log.Warn("sweeping nftables table", "table", h.tableName(), "err", err)

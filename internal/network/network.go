@@ -26,7 +26,10 @@
 // Names: the table is "zygo"+Tag, host-side veths "zy"+Tag+"-"+8 hex digits,
 // namespaces /run/netns/zygo+Tag+"-"+the same 8 hex digits (`ip netns`
 // lists them). New and Host.Close remove every such object of their own
-// Tag, so a daemon's restart leaves nothing of the one before.
+// Tag, so a daemon's restart leaves nothing of the one before, except the
+// endpoints of instances that outlive the daemon: Endpoint.Detach leaves
+// one (and Host.Close then the table, still filtering it), Config.Keep
+// keeps it at the next New, Host.Adopt takes it back (adopt.go).
 //
 // Concurrency: a Host and its Endpoints are safe for concurrent use.
 package network
@@ -72,6 +75,12 @@ type Config struct {
 	Tag string
 	// Log receives sweep and cleanup diagnostics; nil discards them.
 	Log *slog.Logger
+	// Keep are the endpoint addresses (the .2 of their /30) of instances
+	// that outlived the previous daemon (its recorded gVisor sandboxes):
+	// New's sweep keeps their veth and namespace, and their /30s are
+	// reserved, whether found or not, until Adopt or ReleaseKept, so that
+	// Attach never hands one out while a recorded sandbox holds it.
+	Keep []netip.Addr
 }
 
 // builtinForbidden are the ranges no endpoint may reach whatever its allow
@@ -98,14 +107,18 @@ type Host struct {
 	failAttach func() error // tests: fails Attach after its rules are in
 
 	mu     sync.Mutex
-	slots  map[int]*Endpoint // slot index in the pool → endpoint using it
-	next   int               // where the next slot search starts (no quick reuse)
+	slots  map[int]*Endpoint        // slot index in the pool → endpoint using it (kept ones too)
+	kept   map[netip.Addr]*Endpoint // address → kept by New, not adopted or released yet
+	left   map[string]bool          // tokens of detached endpoints: Close leaves them
+	next   int                      // where the next slot search starts (no quick reuse)
 	closed bool
 }
 
 // New validates cfg, checks for CAP_NET_ADMIN, turns on IPv4 forwarding
 // (host-wide; left on at Close), removes what an earlier daemon with the same
-// Tag left (table, veths, namespaces) and installs the table.
+// Tag left (veths, namespaces) except the endpoints of cfg.Keep, and
+// replaces the table with a fresh one (one atomic batch: a kept endpoint is
+// never unfiltered, and cut off until Adopt).
 //
 // Errors: ErrInvalidArgument naming the field for a bad cfg;
 // ErrFailedPrecondition when the process lacks CAP_NET_ADMIN or the kernel
@@ -117,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if !hasNetAdmin() {
 		return nil, fmt.Errorf("network needs root (CAP_NET_ADMIN) to make namespaces and veths: %w", errdefs.ErrFailedPrecondition)
 	}
-	h := &Host{cfg: cfg, log: cfg.Log, slots: map[int]*Endpoint{}}
+	h := &Host{cfg: cfg, log: cfg.Log, slots: map[int]*Endpoint{}, kept: map[netip.Addr]*Endpoint{}, left: map[string]bool{}}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -130,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("enabling ipv4 forwarding: %w", err)
 	}
-	h.sweep()
+	h.sweepKeeping(cfg.Keep)
 	if err := h.installTable(); err != nil {
 		return nil, fmt.Errorf("installing nftables table %q: %w: %w", h.tableName(), err, errdefs.ErrFailedPrecondition)
 	}
@@ -210,21 +223,34 @@ func (h *Host) tableName() string  { return "zygo" + h.cfg.Tag }
 func (h *Host) vethPrefix() string { return "zy" + h.cfg.Tag + "-" }
 func (h *Host) nsPrefix() string   { return "zygo" + h.cfg.Tag + "-" }
 
-// Close closes every endpoint still attached, then removes the table and
-// anything else of this Tag (a sweep). Idempotent. Errors are joined; the
-// sweep runs whatever they are.
+// Close closes every endpoint still attached, then removes anything else of
+// this Tag (a sweep) and the table, except what detached endpoints and the
+// ones kept but not adopted yet use: those (and then the table, whose rules
+// keep filtering them) stay for the next daemon. Idempotent. Errors are
+// joined; the sweep runs whatever they are.
 func (h *Host) Close(ctx context.Context) error {
 	h.mu.Lock()
 	h.closed = true
+	leave := map[string]bool{}
+	for tok := range h.left {
+		leave[tok] = true
+	}
+	for _, ep := range h.kept {
+		if ep.token != "" {
+			leave[ep.token] = true
+		}
+	}
 	eps := make([]*Endpoint, 0, len(h.slots))
 	for _, ep := range h.slots {
-		eps = append(eps, ep)
+		if h.kept[ep.ip] != ep {
+			eps = append(eps, ep)
+		}
 	}
 	h.mu.Unlock()
 	var errs []error
 	for _, ep := range eps {
 		errs = append(errs, ep.Close(ctx))
 	}
-	h.sweep()
+	h.sweep(leave)
 	return errors.Join(errs...)
 }

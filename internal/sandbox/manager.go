@@ -624,6 +624,7 @@ func (m *Manager) Close() error {
 	m.stop(errClosed)
 	m.closePorts("")
 	m.wg.Wait()
+	m.detachNets() // the instances outlive the Manager, in their endpoints
 	m.mu.Lock()
 	m.live = map[string]*entry{}
 	m.mu.Unlock()

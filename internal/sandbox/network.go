@@ -50,6 +50,13 @@ type Networker interface {
 	// it once the instance is destroyed. Errors: errdefs.ErrInvalidArgument naming the field
 	// for a bad list; errdefs.ErrUnavailable when no address is left.
 	Attach(ctx context.Context, engineID string, opts NetworkOptions) (NetEndpoint, error)
+	// Adopt takes back the endpoint an instance that outlived the previous daemon still runs
+	// in (held: its recorded identity), with the filter of opts again. Errors:
+	// errdefs.ErrNotFound when that endpoint did not survive; the instance must then not run on.
+	Adopt(ctx context.Context, engineID string, opts NetworkOptions, held NetIdentity) (NetEndpoint, error)
+	// ReleaseKept removes and frees what was kept for adoption and not adopted; called once
+	// recovery is over.
+	ReleaseKept(ctx context.Context) error
 }
 
 // NetEndpoint is one instance's endpoint.
@@ -58,8 +65,14 @@ type NetEndpoint interface {
 	Attachment() *NetAttachment
 	// Identity is its address and MAC.
 	Identity() NetIdentity
+	// DialTCP connects to port on the instance through this endpoint only (never by its
+	// address through the host's routes). Errors: errdefs.ErrFailedPrecondition once closed.
+	DialTCP(ctx context.Context, port int) (net.Conn, error)
 	// Close removes the endpoint (idempotent). Processes must have left the namespace.
 	Close(ctx context.Context) error
+	// Detach forgets the endpoint and leaves it in the kernel, for an instance that outlives
+	// the daemon (the next one adopts it). Close then does nothing.
+	Detach()
 }
 
 // parsePrefixes parses list as IPv4 CIDRs, naming field[i] in the error.
@@ -140,6 +153,48 @@ func (m *Manager) attachNet(ctx context.Context, engineID string, opts NetworkOp
 	return ep.Attachment(), &id, nil
 }
 
+// adoptNet takes back the endpoint of rec's instance after a daemon restart, when rec has a
+// network, and keeps it until destroyEngine. Errors (the instance must not run on without
+// it): errdefs.ErrFailedPrecondition when this daemon has no network, the Networker's
+// otherwise.
+func (m *Manager) adoptNet(ctx context.Context, rec SandboxRecord) error {
+	if rec.Options.Network.Mode != NetworkEgress || rec.Net == nil {
+		return nil
+	}
+	if m.cfg.Network == nil {
+		return fmt.Errorf("the sandbox has network %q but this daemon has none: %w", rec.Options.Network.Mode, errdefs.ErrFailedPrecondition)
+	}
+	ep, err := m.cfg.Network.Adopt(ctx, rec.EngineID, rec.Options.Network, *rec.Net)
+	if err != nil {
+		return err
+	}
+	if got := ep.Identity(); got.Address != rec.Net.Address || !strings.EqualFold(got.MAC, rec.Net.MAC) {
+		_ = ep.Close(ctx)
+		return fmt.Errorf("the kept endpoint has address %s and MAC %s, the record %s and %s", got.Address, got.MAC, rec.Net.Address, rec.Net.MAC)
+	}
+	m.netMu.Lock()
+	m.nets[rec.EngineID] = ep
+	m.netMu.Unlock()
+	return nil
+}
+
+// liveNet returns the endpoint the Manager holds for engine instance engineID, or nil.
+func (m *Manager) liveNet(engineID string) NetEndpoint {
+	m.netMu.Lock()
+	defer m.netMu.Unlock()
+	return m.nets[engineID]
+}
+
+// detachNets forgets every endpoint, leaving them to the instances, which outlive the Manager.
+func (m *Manager) detachNets() {
+	m.netMu.Lock()
+	defer m.netMu.Unlock()
+	for id, ep := range m.nets {
+		ep.Detach()
+		delete(m.nets, id)
+	}
+}
+
 // destroyEngine destroys engine instance id on be, then closes its network endpoint, if any
 // (after: the instance's processes hold the namespace). Idempotent.
 func (m *Manager) destroyEngine(ctx context.Context, be Backend, id string) error {
@@ -206,6 +261,31 @@ func (h HostNetwork) Attach(ctx context.Context, engineID string, opts NetworkOp
 	}
 	return hostEndpoint{ep}, nil
 }
+
+// Adopt implements Networker: the endpoint network.New kept for held.Address
+// (network.Config.Keep).
+func (h HostNetwork) Adopt(ctx context.Context, engineID string, opts NetworkOptions, held NetIdentity) (NetEndpoint, error) {
+	ip, err := netip.ParseAddr(held.Address)
+	if err != nil {
+		return nil, fmt.Errorf("the recorded address %.40q: %w", held.Address, errdefs.ErrNotFound)
+	}
+	allow, err := parsePrefixes("network.allow", opts.Allow)
+	if err != nil {
+		return nil, err
+	}
+	deny, err := parsePrefixes("network.deny", opts.Deny)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := h.Host.Adopt(ctx, ip, network.EndpointSpec{ID: engineID, Egress: opts.Mode == NetworkEgress, Allow: allow, Deny: deny})
+	if err != nil {
+		return nil, err
+	}
+	return hostEndpoint{ep}, nil
+}
+
+// ReleaseKept implements Networker.
+func (h HostNetwork) ReleaseKept(ctx context.Context) error { return h.Host.ReleaseKept(ctx) }
 
 type hostEndpoint struct{ *network.Endpoint }
 

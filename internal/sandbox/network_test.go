@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -14,9 +15,11 @@ import (
 // fakeNet is a Networker handing out 10.9.0.N and 02:00:00:00:00:N in turn, and recording
 // which endpoints are open.
 type fakeNet struct {
-	mu   sync.Mutex // guards the fields below
-	n    int
-	open map[string]NetIdentity // engine id → identity
+	mu       sync.Mutex // guards the fields below
+	n        int
+	open     map[string]NetIdentity // engine id → identity
+	detached map[string]NetIdentity // engine id → identity left in the "kernel" (Detach)
+	released bool                   // ReleaseKept was called
 }
 
 type fakeEP struct {
@@ -32,6 +35,42 @@ func (f *fakeNet) Attach(_ context.Context, engineID string, _ NetworkOptions) (
 	id := NetIdentity{Address: fmt.Sprintf("10.9.0.%d", f.n), MAC: fmt.Sprintf("02:00:00:00:00:%02x", f.n)}
 	f.open[engineID] = id
 	return &fakeEP{f: f, id: engineID, NetIdentity: id}, nil
+}
+
+// Adopt takes back a detached endpoint of engineID with the held identity.
+func (f *fakeNet) Adopt(_ context.Context, engineID string, _ NetworkOptions, held NetIdentity) (NetEndpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.detached[engineID]
+	if !ok || id != held {
+		return nil, fmt.Errorf("no kept endpoint for %s: %w", held.Address, errdefs.ErrNotFound)
+	}
+	delete(f.detached, engineID)
+	f.open[engineID] = id
+	return &fakeEP{f: f, id: engineID, NetIdentity: id}, nil
+}
+
+func (f *fakeNet) ReleaseKept(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released, f.detached = true, map[string]NetIdentity{}
+	return nil
+}
+
+func (e *fakeEP) DialTCP(context.Context, int) (net.Conn, error) {
+	return nil, fmt.Errorf("fake endpoint: %w", errdefs.ErrFailedPrecondition)
+}
+
+func (e *fakeEP) Detach() {
+	e.f.mu.Lock()
+	defer e.f.mu.Unlock()
+	if id, ok := e.f.open[e.id]; ok {
+		delete(e.f.open, e.id)
+		if e.f.detached == nil {
+			e.f.detached = map[string]NetIdentity{}
+		}
+		e.f.detached[e.id] = id
+	}
 }
 
 func (e *fakeEP) Attachment() *NetAttachment { return &NetAttachment{NetnsPath: "/run/netns/" + e.id} }
@@ -157,5 +196,55 @@ func TestNetworkBadInput(t *testing.T) {
 	}
 	if be.creates != 0 {
 		t.Errorf("%d instances made by refused creates", be.creates)
+	}
+}
+
+// TestRecoverAdoptsNetworkOrFailsClosed: after a restart, a sandbox whose endpoint survived gets
+// it back (its port can be published); one whose endpoint did not is marked Dead with the
+// reason, its instance destroyed, and its port refused; what nobody adopted is released.
+func TestRecoverAdoptsNetworkOrFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	be, reg, nets := newFake(), NewMemRegistry(), &fakeNet{open: map[string]NetIdentity{}}
+	m, err := NewManager(ManagerConfig{Backend: be, Registry: reg, ImageDir: t.TempDir(), Reseal: fakeReseal, Network: nets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := m.Create(ctx, CreateOptions{Name: "kept"})
+	lost, _ := m.Create(ctx, CreateOptions{Name: "lost"})
+	if err := m.Close(); err != nil { // the daemon stops: the instances and endpoints outlive it
+		t.Fatal(err)
+	}
+	if len(nets.open) != 0 || len(nets.detached) != 2 {
+		t.Fatalf("after Close: open %v, detached %v: want both detached", nets.open, nets.detached)
+	}
+	delete(nets.detached, lost.EngineID) // its veth did not survive
+
+	m2, err := NewManager(ManagerConfig{Backend: be, Registry: reg, ImageDir: m.cfg.ImageDir, Reseal: fakeReseal, Network: nets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	rep, err := m2.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(rep.Adopted, rep.Dead), fmt.Sprint([]string{kept.ID}, []string{lost.ID}); got != want {
+		t.Errorf("Recover = %s, want %s", got, want)
+	}
+	if _, err := m2.Port(ctx, "kept", 8000); err != nil {
+		t.Errorf("publishing a port of the adopted sandbox: %v", err)
+	}
+	rec, _ := m2.Get(ctx, "lost")
+	if rec.State != Dead || !strings.Contains(rec.Error, "network") {
+		t.Errorf("sandbox without its endpoint: %s %q, want dead naming its network", rec.State, rec.Error)
+	}
+	if be.running[lost.EngineID] {
+		t.Error("the instance without its endpoint still runs")
+	}
+	if _, err := m2.Port(ctx, "lost", 8000); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("port of the sandbox without its endpoint: %v, want failed precondition", err)
+	}
+	if !nets.released {
+		t.Error("recovery did not release what nobody adopted")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -20,9 +19,12 @@ type portKey struct {
 }
 
 // portProxy is a loopback listener of the host whose every connection the daemon carries to
-// the port inside the sandbox's current instance (its address as the record has it at accept
-// time: after a rollback, the new instance's). The host opening the connection is what the
-// network filter lets in (internal/network): nothing outside may open one to a sandbox.
+// the port inside the sandbox's current instance (the one the record names at accept time:
+// after a rollback, the new instance's), dialled through the network endpoint the Manager
+// holds for that instance (NetEndpoint.DialTCP: its own host-side veth), never by address
+// through the host's routes: an instance without a live endpoint gets no connection. The host
+// opening the connection is what the network filter lets in (internal/network): nothing
+// outside may open one to a sandbox.
 type portProxy struct {
 	ln     net.Listener
 	ctx    context.Context // ends its connections; from the Manager's
@@ -37,7 +39,9 @@ const portDialTimeout = 5 * time.Second
 // host and returns it ("127.0.0.1:PORT"); asking again returns the same. The listener lives
 // until the sandbox is removed or the Manager closed; a fork child's ports are its own.
 // Errors: errdefs.ErrInvalidArgument for a bad port, errdefs.ErrFailedPrecondition for a
-// sandbox without network, errdefs.ErrNotFound for an unknown sandbox.
+// sandbox without network or whose instance has no live endpoint on this daemon (dead, not
+// running), ErrRecovering while it is being adopted, errdefs.ErrNotFound for an unknown
+// sandbox.
 func (m *Manager) Port(ctx context.Context, idOrName string, port int) (string, error) {
 	if port < 1 || port > 65535 {
 		return "", invalid("port", "%d: want 1 to 65535", port)
@@ -49,6 +53,13 @@ func (m *Manager) Port(ctx context.Context, idOrName string, port int) (string, 
 	if rec.Options.Network.Mode != NetworkEgress || rec.Net == nil {
 		return "", fmt.Errorf("sandbox %s has no network (created with network mode %q): %w",
 			rec.ID, rec.Options.Network.Mode, errdefs.ErrFailedPrecondition)
+	}
+	if m.isRecovering(rec.ID) {
+		return "", fmt.Errorf("sandbox %s is %w", rec.ID, ErrRecovering)
+	}
+	if m.liveNet(rec.EngineID) == nil {
+		return "", fmt.Errorf("sandbox %s (%s) has no live network endpoint on this daemon%s: %w",
+			rec.ID, rec.State, errorSuffix(rec.Error), errdefs.ErrFailedPrecondition)
 	}
 	key := portKey{rec.ID, port}
 	m.portMu.Lock()
@@ -99,8 +110,14 @@ func (m *Manager) carry(ctx context.Context, c net.Conn, key portKey) {
 	if err != nil || rec.Net == nil || rec.State != Running {
 		return
 	}
-	d := net.Dialer{Timeout: portDialTimeout}
-	in, err := d.DialContext(ctx, "tcp4", net.JoinHostPort(rec.Net.Address, strconv.Itoa(key.port)))
+	ep := m.liveNet(rec.EngineID)
+	if ep == nil {
+		m.log.Info("port proxy: the sandbox's instance has no live network endpoint", "sandbox_id", key.sandboxID, "port", key.port)
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, portDialTimeout)
+	in, err := ep.DialTCP(dctx, key.port)
+	cancel()
 	if err != nil {
 		m.log.Info("port proxy: dialing into the sandbox", "sandbox_id", key.sandboxID, "port", key.port, "err", err)
 		return
@@ -113,6 +130,14 @@ func (m *Manager) carry(ctx context.Context, c net.Conn, key portKey) {
 	go func() { _, err := io.Copy(c, in); closeWrite(c); errc <- err }()
 	<-errc
 	<-errc
+}
+
+// errorSuffix is ": "+msg for a record's error, "" for none.
+func errorSuffix(msg string) string {
+	if msg == "" {
+		return ""
+	}
+	return ": " + msg
 }
 
 func closeWrite(c net.Conn) {

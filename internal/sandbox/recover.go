@@ -113,6 +113,11 @@ func (m *Manager) StartRecover(ctx context.Context) (*Recovery, error) {
 				}
 			}
 		}
+		if m.cfg.Network != nil && wctx.Err() == nil { // interrupted: the next daemon adopts them
+			if err := m.cfg.Network.ReleaseKept(wctx); err != nil {
+				m.log.Warn("removing network endpoints nobody adopted", "err", err)
+			}
+		}
 		r.mu.Lock()
 		rep := r.rep
 		r.mu.Unlock()
@@ -181,13 +186,21 @@ const (
 	interrupted
 )
 
-// adopt attaches rec's engine instance and marks it Running, or cleans it up and marks it
-// Dead. When ctx ends first it leaves the record as it was (interrupted).
+// adopt attaches rec's engine instance and its network endpoint and marks it Running, or
+// cleans it up and marks it Dead: an instance whose endpoint did not survive is destroyed
+// (fail closed: never running on with half a network or another's address). When ctx ends
+// first it leaves the record as it was (interrupted).
 func (m *Manager) adopt(ctx context.Context, be Backend, rec SandboxRecord) adoption {
 	actx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: rec.Options.RootfsDir, Token: rec.Token}
 	inst, err := be.Attach(actx, spec)
+	cause := "engine instance died while the daemon was down"
+	if err == nil {
+		if err = m.adoptNet(actx, rec); err != nil {
+			cause = "its network could not be taken back after the daemon restarted"
+		}
+	}
 	if err == nil {
 		rec.State = Running // whatever step was in flight died with the old process
 		rec.Error = ""
@@ -199,11 +212,11 @@ func (m *Manager) adopt(ctx context.Context, be Backend, rec SandboxRecord) adop
 	if ctx.Err() != nil {
 		return interrupted
 	}
-	m.log.Warn("sandbox engine instance is gone", "sandbox_id", rec.ID, "err", err)
+	m.log.Warn("sandbox not adopted", "sandbox_id", rec.ID, "cause", cause, "err", err)
 	if derr := m.destroyEngine(ctx, be, rec.EngineID); derr != nil {
 		m.log.Error("destroying dead sandbox", "sandbox_id", rec.ID, "err", derr)
 	}
-	_ = m.setState(ctx, &rec, Dead, fmt.Errorf("engine instance died while the daemon was down: %w", err))
+	_ = m.setState(ctx, &rec, Dead, fmt.Errorf("%s: %w", cause, err))
 	return died
 }
 
