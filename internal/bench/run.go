@@ -353,6 +353,7 @@ func (b *runner) node() error {
 			ratioText = fmt.Sprintf("cold/warm Node p50 = %.1fx", ratio(s.P50, b.nodeP50))
 		} else {
 			b.nodeP50 = s.P50
+			b.profile("Node", s)
 			time.Sleep(2 * time.Second) // the pool refills
 			kib := 0
 			for _, pid := range workerPIDs(b.daemonPID) {
