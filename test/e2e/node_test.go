@@ -42,11 +42,12 @@ func TestNodeFunctions(t *testing.T) {
 		t.Errorf("the request did not get its secret: %+v", now)
 	}
 	// Import-time code runs in the worker's own group (<fn>/z-…), the
-	// request in a group of its own (<fn>/r-…).
-	if !strings.Contains(imp.Cgroup, "/nodefn/z-") || strings.Contains(imp.Cgroup, "/r-") {
+	// request in a group of its own (<fn>/p<N>, a request group kept empty
+	// and reused: internal/cgroup PlacePooled).
+	if !strings.Contains(imp.Cgroup, "/nodefn/z-") || strings.Contains(imp.Cgroup, "/nodefn/p") {
 		t.Errorf("import-time code did not run in the worker's own cgroup:\n%s", imp.Cgroup)
 	}
-	if !strings.Contains(now.Cgroup, "/nodefn/r-") {
+	if !strings.Contains(now.Cgroup, "/nodefn/p") {
 		t.Errorf("the request did not run in its cgroup:\n%s", now.Cgroup)
 	}
 	if left := secretFilesLeft(t, d.StateDir); len(left) != 0 {
