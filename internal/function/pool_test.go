@@ -28,6 +28,7 @@ func (w *fakeWorker) Stop() { w.stopped.Store(true) }
 func (w *fakeWorker) Done() <-chan struct{} { return closedChan }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 func (w *fakeWorker) Err() error {
 	if w.dead.Load() {
 		return errors.New("fake worker exited")
