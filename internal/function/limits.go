@@ -67,10 +67,16 @@ func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string
 					Message: fmt.Sprintf("%s limit exceeded: %s (the request was killed)", limit, value)}
 			}
 		}
-		// Release waits for the child to finish exiting, then keeps the
-		// empty group or deletes it with whatever is left in it (processes
-		// the request left behind), off the request path.
+		// Off the request path, once the zygote has reaped the child (or it
+		// was killed and waited for): Release then finds the group empty at
+		// its first read instead of polling pids.current through the exit,
+		// and keeps it, or deletes it with whatever is left in it
+		// (processes the request left behind).
+		gone := res.Gone()
 		m.goTracked(func() {
+			if gone != nil && !m.shuttingDown() { // inline when shut: settle runs before gone
+				<-gone
+			}
 			if err := g.Release(); err != nil {
 				m.log.Warn("releasing request cgroup", "function", d.name, "request_id", reqID, "err", err)
 			}

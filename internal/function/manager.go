@@ -157,6 +157,13 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 		ctx:            ctx, cancel: cancel}, nil
 }
 
+// shuttingDown reports whether goTracked now runs its work inline.
+func (m *Manager) shuttingDown() bool {
+	m.wgMu.Lock()
+	defer m.wgMu.Unlock()
+	return m.shut
+}
+
 // goTracked runs f on a goroutine Shutdown waits for; after Shutdown it
 // runs f at once instead.
 func (m *Manager) goTracked(f func()) {

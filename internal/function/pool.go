@@ -16,7 +16,8 @@ import (
 type oneShot interface {
 	Run(ctx context.Context, req zygote.Request) (*zygote.Result, error)
 	Stop()
-	Err() error // non-nil once the process has exited
+	Done() <-chan struct{} // closed once the sandbox has exited and its output is read
+	Err() error            // non-nil once the process has exited
 	SecretsDir() string
 	HostUID() int
 }
@@ -94,7 +95,7 @@ func (r *workerRunner) Run(ctx context.Context, call Call) (*zygote.Result, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting a worker: %w", errdefs.ErrUnavailable, err)
 	}
-	return runOnce(ctx, w, call, t0)
+	return runOnce(ctx, &r.g, w, call, t0)
 }
 
 // Drain implements Runner: idle workers are stopped at once, then the

@@ -23,6 +23,12 @@ func (w *fakeWorker) Run(context.Context, zygote.Request) (*zygote.Result, error
 	return &zygote.Result{Child: zygote.ChildWorker}, nil
 }
 func (w *fakeWorker) Stop() { w.stopped.Store(true) }
+
+// Done is closed: a fake worker has nothing to wait for after its answer.
+func (w *fakeWorker) Done() <-chan struct{} { return closedChan }
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 func (w *fakeWorker) Err() error {
 	if w.dead.Load() {
 		return errors.New("fake worker exited")

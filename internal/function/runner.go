@@ -204,6 +204,11 @@ func (g *gate) enter() error {
 
 func (g *gate) leave() { g.inflight.Done() }
 
+// hold counts one more piece of work in flight (call leave when it ends),
+// closed or not: only for a Run already admitted by enter, whose work goes
+// on after it returns.
+func (g *gate) hold() { g.inflight.Add(1) }
+
 // shut refuses new Runs.
 func (g *gate) shut() {
 	g.mu.Lock()

@@ -160,7 +160,7 @@ func (r *spawnRunner) Run(ctx context.Context, call Call) (*zygote.Result, error
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting a fresh interpreter: %w", errdefs.ErrUnavailable, err)
 	}
-	return runOnce(ctx, z, call, t0)
+	return runOnce(ctx, &r.g, z, call, t0)
 }
 
 // Drain implements Runner.

@@ -66,6 +66,7 @@ type Result struct {
 	Elapsed time.Duration
 	lap     time.Time // start of the current phase
 	steps   []Phase   // the child's timing of its steps (result.json "steps"), after run
+	gone    chan struct{}
 
 	// Phases records how long each step took, in order (for --debug and
 	// benchmarks, the invoke answer's Server-Timing): dir, fork+hello,
@@ -82,6 +83,14 @@ type Phase struct {
 	Name string        `json:"name"`
 	Took time.Duration `json:"took_ns"`
 }
+
+// Gone returns a channel closed once the request's process is gone (fork
+// mode: reaped by the zygote; or killed and waited for, bounded) and its
+// child released, after Run has returned. The BeforeGo hook's after may
+// wait on it, off the request path, to release what the process held
+// (its cgroup) without polling for the exit. A Result not made by Run has
+// no channel: Gone returns nil (blocks forever).
+func (r *Result) Gone() <-chan struct{} { return r.gone }
 
 func (r *Result) mark(name string, since *time.Time) {
 	now := time.Now()
@@ -205,7 +214,7 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 
 	t0 := time.Now()
 	deadline := t0.Add(req.Timeout)
-	res := &Result{lap: t0}
+	res := &Result{lap: t0, gone: make(chan struct{})}
 	dir, err := z.makeRequestDir(req)
 	if err != nil {
 		_ = dir.remove(context.Background())
@@ -229,6 +238,7 @@ func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
 		if finish != nil {
 			finish()
 		}
+		close(res.gone)
 		if err := dir.remove(context.Background()); err != nil {
 			z.log.Warn("removing request dir", "request_id", req.ID, "err", err)
 		}

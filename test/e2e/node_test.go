@@ -42,8 +42,8 @@ func TestNodeFunctions(t *testing.T) {
 		t.Errorf("the request did not get its secret: %+v", now)
 	}
 	// Import-time code runs in the worker's own group (<fn>/z-…), the
-	// request in a request group of its own (<fn>/p<N>, kept empty between
-	// requests: internal/cgroup/pool.go).
+	// request in a group of its own (<fn>/p<N>, a request group kept empty
+	// and reused: internal/cgroup PlacePooled).
 	if !strings.Contains(imp.Cgroup, "/nodefn/z-") || strings.Contains(imp.Cgroup, "/nodefn/p") {
 		t.Errorf("import-time code did not run in the worker's own cgroup:\n%s", imp.Cgroup)
 	}

@@ -154,6 +154,25 @@ def _errno_of(fn) -> str:
         return errno.errorcode.get(exc.errno, str(exc.errno))
 
 
+class OpenSSLAheadTest(unittest.TestCase):
+    """__main__._init_openssl_random(): OpenSSL's DRBGs built once in the zygote, so that a
+    child reseeds them instead of building them; children still draw different bytes."""
+
+    def test_children_draw_apart_after_the_zygote_built_the_drbgs(self):
+        import ssl
+        from zygo_agent import __main__ as agent_main
+        agent_main._init_openssl_random()
+        parent = ssl.RAND_bytes(16).hex()
+        # One child that only draws (OpenSSL's own fork detection), two that reseed first
+        # (rule 7, as a request does): every draw differs from the others and the zygote's.
+        draws = [_in_child(lambda: ssl.RAND_bytes(16).hex())]
+        draws += [_in_child(lambda: (reseed.reseed_all(), ssl.RAND_bytes(16).hex())[1])
+                  for _ in range(2)]
+        for d in draws:
+            self.assertRegex(d, r"^[0-9a-f]{32}$")
+        self.assertEqual(len(set(draws + [parent])), 4, f"repeated OpenSSL bytes: {draws} {parent}")
+
+
 class LandlockTest(unittest.TestCase):
     """child.enter_own_domain(): a forked request's own Landlock domain."""
 
