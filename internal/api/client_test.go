@@ -15,10 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/secret"
-	"github.com/zygo-run/zygo/internal/zygote"
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
@@ -136,8 +136,8 @@ func TestClientAgainstServer(t *testing.T) {
 	})
 
 	t.Run("failed invoke carries the handler's error", func(t *testing.T) {
-		f.fns.inv = &function.Invocation{RequestID: "r-2", Failure: zygote.FailHandler,
-			Error: &zygote.HandlerError{Type: "KeyError", Message: "'name'", Traceback: "Traceback:\n  line 3"}}
+		f.fns.inv = &function.Invocation{RequestID: "r-2", Failure: agentproc.FailHandler,
+			Error: &agentproc.HandlerError{Type: "KeyError", Message: "'name'", Traceback: "Traceback:\n  line 3"}}
 		_, err := c.Invoke(ctx, "hello", []byte(`{}`))
 		var ae *zygo.Error
 		if !errors.As(err, &ae) {

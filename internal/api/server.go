@@ -32,10 +32,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
-	"github.com/zygo-run/zygo/internal/zygote"
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
@@ -168,7 +168,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set(wire.ServerTimingHeader, wire.FormatServerTiming(steps))
 	}
-	if inv.Failure != zygote.FailNone {
+	if inv.Failure != agentproc.FailNone {
 		e := wire.ErrorBody{Code: wire.Code(inv.Failure), RequestID: inv.RequestID}
 		if inv.Error != nil {
 			e.Type, e.Message, e.Traceback = inv.Error.Type, inv.Error.Message, inv.Error.Traceback

@@ -20,12 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
-	"github.com/zygo-run/zygo/internal/zygote"
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
@@ -259,7 +259,7 @@ func TestErrorCategories(t *testing.T) {
 func TestInvokeSuccess(t *testing.T) {
 	f := newFixture()
 	f.fns.inv = &function.Invocation{RequestID: "r-123", Version: "sha256:abc", Value: json.RawMessage(`{"answer":42}`),
-		Elapsed: 12345 * time.Microsecond, Phases: []zygote.Phase{{Name: "dir", Took: 41 * time.Microsecond}, {Name: "run", Took: 1200 * time.Microsecond}}}
+		Elapsed: 12345 * time.Microsecond, Phases: []agentproc.Phase{{Name: "dir", Took: 41 * time.Microsecond}, {Name: "run", Took: 1200 * time.Microsecond}}}
 	rec := f.do("POST", "/v1/functions/hello/invoke", strings.NewReader(`{"q":"life"}`))
 	if rec.Code != 200 {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
@@ -283,21 +283,21 @@ func TestInvokeSuccess(t *testing.T) {
 
 func TestInvokeFailures(t *testing.T) {
 	for _, c := range []struct {
-		failure zygote.Failure
+		failure agentproc.Failure
 		status  int
 	}{
-		{zygote.FailHandler, 500},
-		{zygote.FailTimeout, 504},
-		{zygote.FailCrashed, 502},
-		{zygote.FailZygote, 503},
-		{zygote.FailResponseLarge, 502},
-		{zygote.FailInternal, 500},
-		{zygote.FailLimit, 502},
+		{agentproc.FailHandler, 500},
+		{agentproc.FailTimeout, 504},
+		{agentproc.FailCrashed, 502},
+		{agentproc.FailZygote, 503},
+		{agentproc.FailResponseLarge, 502},
+		{agentproc.FailInternal, 500},
+		{agentproc.FailLimit, 502},
 	} {
 		t.Run(string(c.failure), func(t *testing.T) {
 			f := newFixture()
 			f.fns.inv = &function.Invocation{RequestID: "r-9", Version: "sha256:abc", Failure: c.failure,
-				Error: &zygote.HandlerError{Type: "ValueError", Message: "bad input", Traceback: "Traceback (most recent call last):\n..."}}
+				Error: &agentproc.HandlerError{Type: "ValueError", Message: "bad input", Traceback: "Traceback (most recent call last):\n..."}}
 			rec := f.do("POST", "/v1/functions/hello/invoke", strings.NewReader(`1`))
 			if rec.Code != c.status {
 				t.Errorf("status %d, want %d", rec.Code, c.status)
@@ -315,7 +315,7 @@ func TestInvokeFailures(t *testing.T) {
 	}
 	t.Run("without details", func(t *testing.T) {
 		f := newFixture()
-		f.fns.inv = &function.Invocation{RequestID: "r-10", Failure: zygote.FailCrashed}
+		f.fns.inv = &function.Invocation{RequestID: "r-10", Failure: agentproc.FailCrashed}
 		rec := f.do("POST", "/v1/functions/hello/invoke", strings.NewReader(`1`))
 		if eb := errorOf(t, rec); rec.Code != 502 || eb.Code != "crashed" || eb.RequestID != "r-10" {
 			t.Errorf("status %d, body %+v", rec.Code, eb)
@@ -452,7 +452,7 @@ func TestDeploy(t *testing.T) {
 		for _, had := range []bool{true, false} {
 			f := newFixture()
 			f.fns.deploy = func(io.Reader) (*function.DeployResult, error) {
-				ie := &zygote.ImportError{Type: "ModuleNotFoundError", Message: "No module named 'numpyy'",
+				ie := &agentproc.ImportError{Type: "ModuleNotFoundError", Message: "No module named 'numpyy'",
 					Traceback: "Traceback (most recent call last):\n  File \"/code/main.py\", line 1\nModuleNotFoundError: No module named 'numpyy'\n"}
 				return nil, fmt.Errorf("deploying hello: %w", &function.ImportFailed{ImportError: ie, HadPrevious: had})
 			}

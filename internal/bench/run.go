@@ -597,7 +597,7 @@ What was cut, each measured:
   fork (TestCaseBH04_OpenSSLRandBytes; agent: OpenSSLAheadTest).
 - **The daemon polled pids.current through the child's exit** to release the request cgroup
   (Release: waitNoPIDs every 200 us, 19% of the daemon's CPU in the first round's profile). It
-  now waits for the zygote's report that the child was reaped (zygote.Result.Gone) and finds
+  now waits for the zygote's report that the child was reaped (agentproc.Result.Gone) and finds
   the group empty at its first read: Release fell from 26.6% to 9% of the daemon's samples.
 - **A Node worker's stop was on the request path** (runOnce stopped the sandbox before
   answering). The new Node profile row shows it: 20-24 ms of a 32-37 ms warm Node request

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/zygo-run/zygo/agents"
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/cgroup"
 	"github.com/zygo-run/zygo/internal/function"
@@ -32,7 +33,6 @@ import (
 	"github.com/zygo-run/zygo/internal/store"
 	"github.com/zygo-run/zygo/internal/trusted"
 	"github.com/zygo-run/zygo/internal/untrusted"
-	"github.com/zygo-run/zygo/internal/zygote"
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	// dirs): unmounted, and what is left removed by descriptor, never
 	// following a link.
 	runRoot := filepath.Join(cfg.StateDir, "run")
-	if err := zygote.UnmountStale(runRoot); err != nil {
+	if err := agentproc.UnmountStale(runRoot); err != nil {
 		return err
 	}
 	if err := removeRunDirs(ctx, cfg.StateDir); err != nil {
@@ -257,7 +257,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	// After Shutdown: a version still draining when the daemon stops (its
 	// zygote dies with the daemon) would leave its tmpfs mounted.
 	defer func() {
-		if err := zygote.UnmountStale(runRoot); err != nil {
+		if err := agentproc.UnmountStale(runRoot); err != nil {
 			log.Warn("unmounting run directories", "err", err)
 		}
 	}()

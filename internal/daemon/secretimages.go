@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/zygo-run/zygo/internal/zygote"
+	"github.com/zygo-run/zygo/internal/agentproc"
 )
 
 // The checkpoint images of sandboxes that hold secrets are their memory, secrets included:
@@ -29,7 +29,7 @@ func mountSecretImages(dir string, sizeMiB int, log *slog.Logger) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("making the secret image dir: %w", err)
 	}
-	mounts, err := zygote.MountsBelow(dir)
+	mounts, err := agentproc.MountsBelow(dir)
 	if err != nil {
 		return err
 	}

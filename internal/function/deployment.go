@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/store"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // deployment is one active version of a function and the Runner that
@@ -106,7 +106,7 @@ func (d *deployment) start(ctx context.Context) (err error) {
 	return nil
 }
 
-func threadDetail(r zygote.Ready) string {
+func threadDetail(r agentproc.Ready) string {
 	for _, c := range r.Checks {
 		if c.Name == "threads" {
 			return c.Detail
@@ -118,7 +118,7 @@ func threadDetail(r zygote.Ready) string {
 // nativeRandomLibraries returns how many libraries the native_random check
 // found drawing OS randomness before the first fork, unreseeded; -1 when the
 // guard was not loaded (cannot tell).
-func nativeRandomLibraries(r zygote.Ready) int {
+func nativeRandomLibraries(r agentproc.Ready) int {
 	for _, c := range r.Checks {
 		if c.Name == "native_random" {
 			return c.Count
@@ -127,7 +127,7 @@ func nativeRandomLibraries(r zygote.Ready) int {
 	return 0
 }
 
-func warmupReport(r zygote.Ready) string {
+func warmupReport(r agentproc.Ready) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "zygote ready in %d ms: pid %d (host %d), python %s, %s, fork_safe=%v",
 		r.Took.Milliseconds(), r.PID, r.HostPID, r.Python, r.OpenSSL, r.ForkSafe)
@@ -309,7 +309,7 @@ func (d *deployment) result(unchanged bool) *DeployResult {
 
 // outputSink stores what the agent prints on its own fds: outside
 // requests, and a spawned agent's or worker's after GO (bounded and
-// redacted by the zygote, zygote.Spec.Output).
+// redacted by the zygote, agentproc.Spec.Output).
 func (d *deployment) outputSink() func(requestID, stream string, lines []string) {
 	return func(requestID, stream string, lines []string) {
 		now := time.Now()

@@ -160,7 +160,7 @@ func jsonDepth(event []byte) int {
 // runtime could decode: invalid UTF-8 (Node would replace it silently,
 // Python would refuse it) and text that is not JSON. What only a runtime's
 // own parser refuses (nesting too deep for it, an integer too long for
-// Python) the agent reports as a rejected event (zygote.FailBadEvent).
+// Python) the agent reports as a rejected event (agentproc.FailBadEvent).
 func checkEvent(event []byte) error {
 	if !utf8.Valid(event) {
 		return fmt.Errorf("%w: event: is not valid UTF-8", errdefs.ErrInvalidArgument)

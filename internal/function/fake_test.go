@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/store"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // fakeLauncher is a function.Launcher of fakeRunners, recording each one.
@@ -79,10 +79,10 @@ func (r *fakeRunner) Start(context.Context) (function.Warmup, error) {
 			return function.Warmup{}, err
 		}
 	}
-	return function.Warmup{Ready: zygote.Ready{ForkSafe: true, Took: time.Millisecond}}, nil
+	return function.Warmup{Ready: agentproc.Ready{ForkSafe: true, Took: time.Millisecond}}, nil
 }
 
-func (r *fakeRunner) Run(ctx context.Context, call function.Call) (*zygote.Result, error) {
+func (r *fakeRunner) Run(ctx context.Context, call function.Call) (*agentproc.Result, error) {
 	r.mu.Lock()
 	if r.draining || r.died {
 		r.mu.Unlock()
@@ -101,7 +101,7 @@ func (r *fakeRunner) Run(ctx context.Context, call function.Call) (*zygote.Resul
 		}
 	}
 	v, _ := json.Marshal(map[string]any{"runner": r.n, "event": json.RawMessage(call.Request.Event)})
-	return &zygote.Result{Value: v, Child: zygote.ChildForked}, nil
+	return &agentproc.Result{Value: v, Child: agentproc.ChildForked}, nil
 }
 
 func (r *fakeRunner) Drain(context.Context) error {
@@ -289,7 +289,7 @@ func TestRedeployDrainsTheOldRunner(t *testing.T) {
 func TestImportFailureKeepsThePreviousRunner(t *testing.T) {
 	l := &fakeLauncher{startErr: func(n int) error {
 		if n == 1 {
-			return &zygote.ImportError{Type: "SyntaxError", Message: "bad"}
+			return &agentproc.ImportError{Type: "SyntaxError", Message: "bad"}
 		}
 		return nil
 	}}

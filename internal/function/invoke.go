@@ -9,23 +9,23 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/redact"
 	"github.com/zygo-run/zygo/internal/store"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // Invocation is the outcome of one request.
 type Invocation struct {
 	RequestID string
 	Version   string
-	Value     json.RawMessage // set on success
-	Failure   zygote.Failure  // "" on success
-	Error     *zygote.HandlerError
+	Value     json.RawMessage   // set on success
+	Failure   agentproc.Failure // "" on success
+	Error     *agentproc.HandlerError
 	Elapsed   time.Duration
-	Spawned   bool             // served by a fresh interpreter, not a fork
-	Child     zygote.ChildKind // preforked, forked, spawned or worker
-	Phases    []zygote.Phase   // the daemon's timed steps of the request, in order
+	Spawned   bool                // served by a fresh interpreter, not a fork
+	Child     agentproc.ChildKind // preforked, forked, spawned or worker
+	Phases    []agentproc.Phase   // the daemon's timed steps of the request, in order
 }
 
 // Invoke runs one request of function name with the event read from body
@@ -55,8 +55,8 @@ func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size 
 	if depth := jsonDepth(event); depth > MaxEventDepth {
 		// Valid JSON no runtime's parser would take: refused as a runtime refuses an event
 		// (bad_event), before any runs it.
-		return &Invocation{RequestID: newID("r"), Version: d.version, Failure: zygote.FailBadEvent,
-			Error: &zygote.HandlerError{Type: "EventRejected", Message: fmt.Sprintf(
+		return &Invocation{RequestID: newID("r"), Version: d.version, Failure: agentproc.FailBadEvent,
+			Error: &agentproc.HandlerError{Type: "EventRejected", Message: fmt.Sprintf(
 				"event: nests %d levels deep (arrays and objects inside one another): at most %d", depth, MaxEventDepth)}}, nil
 	}
 	if err := checkEvent(event); err != nil {
@@ -95,7 +95,7 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 	if err != nil {
 		return nil, err
 	}
-	req := zygote.Request{
+	req := agentproc.Request{
 		ID: newID("r"), Event: event, Function: d.name, Version: d.version, Strict: d.manifest.Strict,
 		Timeout:          time.Duration(d.manifest.Limits.TimeoutMs) * time.Millisecond,
 		MaxResponseBytes: int64(d.manifest.Limits.MaxResponseKiB) << 10,
@@ -108,7 +108,7 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 	inv := &Invocation{RequestID: req.ID, Version: d.version}
 	call := Call{Request: req, Secrets: values}
 	if m.limiter != nil {
-		call.Place = func(ctx context.Context, hostPID int) (func(*zygote.Result), error) {
+		call.Place = func(ctx context.Context, hostPID int) (func(*agentproc.Result), error) {
 			return m.placeInCgroup(ctx, d, req.ID, hostPID)
 		}
 	}
@@ -125,13 +125,13 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 		m.log.Debug("request done", "function", d.name, "request_id", req.ID, "failure", res.Failure, "phases", res.Phases)
 	}
 	inv.Value, inv.Failure, inv.Error, inv.Elapsed, inv.Child = res.Value, res.Failure, res.Error, res.Elapsed, res.Child
-	inv.Spawned = res.Child == zygote.ChildSpawned
+	inv.Spawned = res.Child == agentproc.ChildSpawned
 	inv.Phases = res.Phases
 	m.appendLogs(ctx, requestLines(d, req.ID, res))
 	return inv, nil
 }
 
-func requestLines(d *deployment, id string, res *zygote.Result) []store.LogLine {
+func requestLines(d *deployment, id string, res *agentproc.Result) []store.LogLine {
 	now := time.Now()
 	out := make([]store.LogLine, 0, len(res.Stdout)+len(res.Stderr)+1)
 	for _, l := range res.Stdout {
@@ -141,7 +141,7 @@ func requestLines(d *deployment, id string, res *zygote.Result) []store.LogLine 
 		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "stderr", At: now, Line: l})
 	}
 	status := fmt.Sprintf("request %s done in %.1f ms", id, float64(res.Elapsed.Microseconds())/1000)
-	if res.Failure != zygote.FailNone && res.Error != nil {
+	if res.Failure != agentproc.FailNone && res.Error != nil {
 		status = fmt.Sprintf("request %s failed (%s) in %.1f ms: %s: %s", id, res.Failure,
 			float64(res.Elapsed.Microseconds())/1000, res.Error.Type, res.Error.Message)
 	}

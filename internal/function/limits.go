@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/cgroup"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // Limiter places a request's child in a cgroup of its own. *cgroup.Manager
@@ -20,7 +20,7 @@ type Limiter interface {
 	DropPooled(prefix string) error
 }
 
-// sandboxGroup is a sandbox's *cgroup.Group as a zygote.Cgroup.
+// sandboxGroup is a sandbox's *cgroup.Group as a agentproc.Cgroup.
 type sandboxGroup struct{ *cgroup.Group }
 
 // Exceeded names the manifest key of the limit the group hit.
@@ -45,7 +45,7 @@ const limitPoll = 20 * time.Millisecond
 // returned after() reclassifies a death caused by a limit and releases the
 // group: kept for the next request when the child left it empty and hit no
 // limit, else deleted (killing any process the request left behind).
-func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string, hostPID int) (func(*zygote.Result), error) {
+func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string, hostPID int) (func(*agentproc.Result), error) {
 	l := d.manifest.Limits
 	g, err := m.limiter.PlacePooled(ctx, d.name, hostPID, cgroup.Limits{MemoryMiB: l.MemoryMiB, PIDs: l.PIDs, CPUMs: l.CPUMs})
 	if err != nil {
@@ -57,13 +57,13 @@ func (m *Manager) placeInCgroup(ctx context.Context, d *deployment, reqID string
 		defer close(done)
 		g.Enforce(wctx, limitPoll)
 	}()
-	return func(res *zygote.Result) {
+	return func(res *agentproc.Result) {
 		stop()
 		<-done
-		if res.Failure != zygote.FailNone && res.Failure != zygote.FailTimeout {
+		if res.Failure != agentproc.FailNone && res.Failure != agentproc.FailTimeout {
 			if limit, value := g.Exceeded(); limit != "" {
-				res.Failure = zygote.FailLimit
-				res.Error = &zygote.HandlerError{Type: "LimitExceeded",
+				res.Failure = agentproc.FailLimit
+				res.Error = &agentproc.HandlerError{Type: "LimitExceeded",
 					Message: fmt.Sprintf("%s limit exceeded: %s (the request was killed)", limit, value)}
 			}
 		}

@@ -15,12 +15,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/seccomp"
 	"github.com/zygo-run/zygo/internal/store"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // Registry is what the Manager needs from the store. *store.Store
@@ -58,7 +58,7 @@ type Config struct {
 	// daemon's own uid, the only choice when the daemon is not root.
 	HostIDs HostIDs
 	// RunTmpfsMiB, when > 0, puts each zygote's run directory on a tmpfs of
-	// that size (zygote.Spec.RunTmpfsMiB); 0 leaves it on the state dir's
+	// that size (agentproc.Spec.RunTmpfsMiB); 0 leaves it on the state dir's
 	// filesystem (a daemon that is not root cannot mount).
 	RunTmpfsMiB  int
 	ReadyTimeout time.Duration // import + warm-up bound per zygote
@@ -204,19 +204,19 @@ func (m *Manager) newRunner(d *deployment) (Runner, error) {
 
 // DeployResult describes a deployed version.
 type DeployResult struct {
-	Name      string         `json:"name"`
-	Version   string         `json:"version"`
-	Unchanged bool           `json:"unchanged"` // the same version was already active
-	Mode      Mode           `json:"mode"`
-	Fallback  string         `json:"fallback,omitempty"` // why fork mode fell back to spawn
-	Checks    []zygote.Check `json:"checks,omitempty"`
-	ReadyMs   int64          `json:"ready_ms"` // import + warm-up, milliseconds
+	Name      string            `json:"name"`
+	Version   string            `json:"version"`
+	Unchanged bool              `json:"unchanged"` // the same version was already active
+	Mode      Mode              `json:"mode"`
+	Fallback  string            `json:"fallback,omitempty"` // why fork mode fell back to spawn
+	Checks    []agentproc.Check `json:"checks,omitempty"`
+	ReadyMs   int64             `json:"ready_ms"` // import + warm-up, milliseconds
 }
 
 // ImportFailed is returned by Deploy when the new version fails to import;
 // the previous version, if there is one, keeps serving.
 type ImportFailed struct {
-	*zygote.ImportError
+	*agentproc.ImportError
 	HadPrevious bool // a previous version exists and keeps serving
 }
 
@@ -280,7 +280,7 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 	d := m.newDeployment(name, u.Hash, u.Manifest, codeDir, uid)
 	undo.Add(func(context.Context) error { d.stop(); return nil })
 	if err := m.activate(ctx, d, u); err != nil {
-		var ie *zygote.ImportError
+		var ie *agentproc.ImportError
 		if errors.As(err, &ie) {
 			m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Type+": "+ie.Message+"\n"+ie.Traceback))
 			return nil, &ImportFailed{ImportError: ie, HadPrevious: old != nil}

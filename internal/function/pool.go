@@ -7,14 +7,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/errdefs"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // oneShot is a sandbox that serves one request and exits: a spawned agent
-// or a Node worker. *zygote.Zygote implements it.
+// or a Node worker. *agentproc.Process implements it.
 type oneShot interface {
-	Run(ctx context.Context, req zygote.Request) (*zygote.Result, error)
+	Run(ctx context.Context, req agentproc.Request) (*agentproc.Result, error)
 	Stop()
 	Done() <-chan struct{} // closed once the sandbox has exited and its output is read
 	Err() error            // non-nil once the process has exited
@@ -22,7 +22,7 @@ type oneShot interface {
 	HostUID() int
 }
 
-var _ oneShot = (*zygote.Zygote)(nil)
+var _ oneShot = (*agentproc.Process)(nil)
 
 // workerRunner is the Node runtime: a pool of pool_size workers, each a
 // fresh node in the function's sandbox that loaded the handler and waits
@@ -44,7 +44,7 @@ func newWorkerRunner(l *sandboxLauncher, opts RunnerOptions) *workerRunner {
 }
 
 func (r *workerRunner) startWorker(ctx context.Context) (oneShot, error) {
-	z, err := r.l.start(ctx, r.opts, zygote.ModeWorker)
+	z, err := r.l.start(ctx, r.opts, agentproc.ModeWorker)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}
@@ -54,7 +54,7 @@ func (r *workerRunner) startWorker(ctx context.Context) (oneShot, error) {
 // Start implements Runner: the first worker is the import check, and the
 // pool's first ready worker (stopped when pool_size is 0).
 func (r *workerRunner) Start(ctx context.Context) (Warmup, error) {
-	z, err := r.l.start(ctx, r.opts, zygote.ModeWorker)
+	z, err := r.l.start(ctx, r.opts, agentproc.ModeWorker)
 	if err != nil {
 		return Warmup{}, err
 	}
@@ -81,7 +81,7 @@ func (r *workerRunner) getPool() *workerPool {
 }
 
 // Run implements Runner.
-func (r *workerRunner) Run(ctx context.Context, call Call) (*zygote.Result, error) {
+func (r *workerRunner) Run(ctx context.Context, call Call) (*agentproc.Result, error) {
 	if err := r.g.enter(); err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/zygote"
+	"github.com/zygo-run/zygo/internal/agentproc"
 )
 
 // fakeWorker is a oneShot that records whether it was stopped.
@@ -19,8 +19,8 @@ type fakeWorker struct {
 	stopped atomic.Bool
 }
 
-func (w *fakeWorker) Run(context.Context, zygote.Request) (*zygote.Result, error) {
-	return &zygote.Result{Child: zygote.ChildWorker}, nil
+func (w *fakeWorker) Run(context.Context, agentproc.Request) (*agentproc.Result, error) {
+	return &agentproc.Result{Child: agentproc.ChildWorker}, nil
 }
 func (w *fakeWorker) Stop() { w.stopped.Store(true) }
 

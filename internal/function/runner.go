@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // Runner is the function runtime: how one deployment runs its code. A deployment
@@ -17,7 +17,7 @@ import (
 // Lifecycle:
 //
 //	Start  imports the code once and returns when the runtime can serve
-//	       (the warm-up report) or could not (*zygote.ImportError, or
+//	       (the warm-up report) or could not (*agentproc.ImportError, or
 //	       errdefs.ErrUnavailable / ErrDeadlineExceeded); on error nothing
 //	       is left running. Called once.
 //	Run    serves one request; many may run at once. Only after Start
@@ -39,7 +39,7 @@ type Runner interface {
 	// sandbox came up); what happened to a started request is in the
 	// Result (Failure, Error, output). Result.Elapsed is the request's whole
 	// time on this runtime, sandbox start included.
-	Run(ctx context.Context, call Call) (*zygote.Result, error)
+	Run(ctx context.Context, call Call) (*agentproc.Result, error)
 	// Drain refuses new Runs and waits for those in flight (ctx.Err() if
 	// ctx ends first). It does not stop anything; call Stop after.
 	Drain(ctx context.Context) error
@@ -57,7 +57,7 @@ type Runner interface {
 
 // Warmup is what Start reports.
 type Warmup struct {
-	Ready zygote.Ready // the import's warm-up report
+	Ready agentproc.Ready // the import's warm-up report
 	// Fallback is non-empty when a fork runtime found forking unsafe
 	// (threads alive, native randomness with on_native_random = "spawn")
 	// and serves each request from a fresh interpreter instead: why.
@@ -74,15 +74,15 @@ type RunnerStatus struct {
 type Call struct {
 	// Request is the request; the runtime sets its BeforeGo from Secrets
 	// and Place.
-	Request zygote.Request
+	Request agentproc.Request
 	// Secrets are written into the serving sandbox's /run/secrets (0400,
 	// its uid) before GO and removed when the last request using them
 	// ends; nil writes none.
 	Secrets map[string][]byte
 	// Place, when set, moves the request's process (host pid) into its
 	// cgroup before GO; its after runs once the outcome is known (it may
-	// reclassify the failure). See zygote.Request.BeforeGo.
-	Place func(ctx context.Context, hostPID int) (after func(*zygote.Result), err error)
+	// reclassify the failure). See agentproc.Request.BeforeGo.
+	Place func(ctx context.Context, hostPID int) (after func(*agentproc.Result), err error)
 }
 
 // Kind names a Runner implementation.
@@ -121,7 +121,7 @@ type RunnerOptions struct {
 	NetNS      string
 	ResolvConf string
 	// Output receives what the sandboxes print on their own fds
-	// (zygote.Spec.Output); may be nil.
+	// (agentproc.Spec.Output); may be nil.
 	Output func(requestID, stream string, lines []string)
 	Log    *slog.Logger
 }
@@ -143,14 +143,14 @@ type secretsHolder interface {
 // request returns c's request with a BeforeGo hook that writes c's secrets
 // into files and places the child in its cgroup, undoing what it did (on
 // failure at once, on success after the outcome) through a cleanup stack.
-func (c Call) request(files *secretFiles) zygote.Request {
+func (c Call) request(files *secretFiles) agentproc.Request {
 	req := c.Request
 	if len(c.Secrets) == 0 && c.Place == nil {
 		return req
 	}
-	req.BeforeGo = func(ctx context.Context, hostPID int) (func(*zygote.Result), error) {
-		var afters []func(*zygote.Result)
-		after := func(res *zygote.Result) {
+	req.BeforeGo = func(ctx context.Context, hostPID int) (func(*agentproc.Result), error) {
+		var afters []func(*agentproc.Result)
+		after := func(res *agentproc.Result) {
 			for i := len(afters) - 1; i >= 0; i-- {
 				afters[i](res)
 			}
@@ -161,7 +161,7 @@ func (c Call) request(files *secretFiles) zygote.Request {
 			if err := files.acquire(c.Secrets); err != nil {
 				return nil, err
 			}
-			afters = append(afters, func(*zygote.Result) { files.release() })
+			afters = append(afters, func(*agentproc.Result) { files.release() })
 			undo.Add(func(context.Context) error { files.release(); return nil })
 		}
 		if c.Place != nil {

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/errdefs"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // forkRunner is the fork zygote: one long-lived agent that imported the
@@ -18,17 +18,17 @@ type forkRunner struct {
 	l    *sandboxLauncher
 	opts RunnerOptions
 
-	mu    sync.Mutex     // guards the fields below, set once by Start
-	z     *zygote.Zygote // nil before Start and after a fallback
-	files *secretFiles   // z's /run/secrets, shared by its requests
-	spawn *spawnRunner   // set after a fallback
+	mu    sync.Mutex         // guards the fields below, set once by Start
+	z     *agentproc.Process // nil before Start and after a fallback
+	files *secretFiles       // z's /run/secrets, shared by its requests
+	spawn *spawnRunner       // set after a fallback
 }
 
 var _ Runner = (*forkRunner)(nil)
 
 // Start implements Runner.
 func (r *forkRunner) Start(ctx context.Context) (Warmup, error) {
-	z, err := r.l.start(ctx, r.opts, zygote.ModeFork)
+	z, err := r.l.start(ctx, r.opts, agentproc.ModeFork)
 	if err != nil {
 		return Warmup{}, err
 	}
@@ -49,7 +49,7 @@ func (r *forkRunner) Start(ctx context.Context) (Warmup, error) {
 
 // forkUnsafe says why forking from a zygote with warm-up report ready is
 // not safe for manifest m ("" when it is).
-func forkUnsafe(m *Manifest, ready zygote.Ready) string {
+func forkUnsafe(m *Manifest, ready agentproc.Ready) string {
 	switch n := nativeRandomLibraries(ready); {
 	case !ready.ForkSafe:
 		return "threads alive at warm-up (" + threadDetail(ready) + "): serving each request from a fresh interpreter (spawn) instead of forking"
@@ -63,14 +63,14 @@ func forkUnsafe(m *Manifest, ready zygote.Ready) string {
 	return ""
 }
 
-func (r *forkRunner) current() (*zygote.Zygote, *secretFiles, *spawnRunner) {
+func (r *forkRunner) current() (*agentproc.Process, *secretFiles, *spawnRunner) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.z, r.files, r.spawn
 }
 
 // Run implements Runner.
-func (r *forkRunner) Run(ctx context.Context, call Call) (*zygote.Result, error) {
+func (r *forkRunner) Run(ctx context.Context, call Call) (*agentproc.Result, error) {
 	z, files, spawn := r.current()
 	switch {
 	case spawn != nil:
@@ -140,7 +140,7 @@ var _ Runner = (*spawnRunner)(nil)
 
 // Start implements Runner: one import in spawn mode, then stopped.
 func (r *spawnRunner) Start(ctx context.Context) (Warmup, error) {
-	z, err := r.l.start(ctx, r.opts, zygote.ModeSpawn)
+	z, err := r.l.start(ctx, r.opts, agentproc.ModeSpawn)
 	if err != nil {
 		return Warmup{}, err
 	}
@@ -150,13 +150,13 @@ func (r *spawnRunner) Start(ctx context.Context) (Warmup, error) {
 }
 
 // Run implements Runner.
-func (r *spawnRunner) Run(ctx context.Context, call Call) (*zygote.Result, error) {
+func (r *spawnRunner) Run(ctx context.Context, call Call) (*agentproc.Result, error) {
 	if err := r.g.enter(); err != nil {
 		return nil, err
 	}
 	defer r.g.leave()
 	t0 := time.Now()
-	z, err := r.l.start(ctx, r.opts, zygote.ModeSpawn)
+	z, err := r.l.start(ctx, r.opts, agentproc.ModeSpawn)
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting a fresh interpreter: %w", errdefs.ErrUnavailable, err)
 	}

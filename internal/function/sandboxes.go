@@ -7,20 +7,20 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/cgroup"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/nsbox"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // SandboxConfig configures NewSandboxLauncher: how the runtimes' sandboxes
-// (bubblewrap, internal/zygote) are made.
+// (bubblewrap, internal/agentproc) are made.
 type SandboxConfig struct {
 	StateDir string // run/ (one directory per sandbox) and etc/ live here
 	AgentDir string // extracted agents (bound at /opt/zygo/agents)
 	Bwrap    string // path of bwrap
 	// RunTmpfsMiB, when > 0, puts each sandbox's run directory on a tmpfs
-	// of that size (zygote.Spec.RunTmpfsMiB).
+	// of that size (agentproc.Spec.RunTmpfsMiB).
 	RunTmpfsMiB int
 	// ReadyTimeout bounds the import and warm-up of each sandbox.
 	ReadyTimeout time.Duration
@@ -59,20 +59,20 @@ func (l *sandboxLauncher) NewRunner(opts RunnerOptions) (Runner, error) {
 
 // start starts one sandbox of opts in mode and waits until it is ready.
 // The caller owns the zygote and must Stop it.
-func (l *sandboxLauncher) start(ctx context.Context, opts RunnerOptions, mode zygote.Mode) (*zygote.Zygote, error) {
-	return zygote.Start(ctx, l.spec(opts, mode))
+func (l *sandboxLauncher) start(ctx context.Context, opts RunnerOptions, mode agentproc.Mode) (*agentproc.Process, error) {
+	return agentproc.Start(ctx, l.spec(opts, mode))
 }
 
-// spec returns the zygote.Spec of a new sandbox of opts in mode: bubblewrap
+// spec returns the agentproc.Spec of a new sandbox of opts in mode: bubblewrap
 // is configured here and nowhere else in this package.
-func (l *sandboxLauncher) spec(opts RunnerOptions, mode zygote.Mode) zygote.Spec {
+func (l *sandboxLauncher) spec(opts RunnerOptions, mode agentproc.Mode) agentproc.Spec {
 	id := newID("z")
 	man := opts.Manifest
 	preload := ""
-	if mode == zygote.ModeFork && l.cfg.RandGuard {
+	if mode == agentproc.ModeFork && l.cfg.RandGuard {
 		preload = nsbox.RandGuardPath // only a zygote has children to share its memory
 	}
-	spec := zygote.Spec{
+	spec := agentproc.Spec{
 		Box: nsbox.Spec{
 			Bwrap: l.cfg.Bwrap, HostUID: opts.HostUID, Interpreter: man.Interpreter,
 			CodeDir: opts.CodeDir, AgentDir: l.cfg.AgentDir, EtcDir: filepath.Join(l.cfg.StateDir, "etc"),
@@ -97,11 +97,11 @@ func (l *sandboxLauncher) spec(opts RunnerOptions, mode zygote.Mode) zygote.Spec
 	return spec
 }
 
-// sandboxCgroup returns zygote.Spec.Cgroup for sandbox id of opts: a group
+// sandboxCgroup returns agentproc.Spec.Cgroup for sandbox id of opts: a group
 // <function>/<id>, beside its requests' groups, with the manifest's
 // zygote_memory_mib and zygote_pids, whose Exceeded names those keys.
-func (l *sandboxLauncher) sandboxCgroup(opts RunnerOptions, id string) func(context.Context, int) (zygote.Cgroup, error) {
-	return func(ctx context.Context, hostPID int) (zygote.Cgroup, error) {
+func (l *sandboxLauncher) sandboxCgroup(opts RunnerOptions, id string) func(context.Context, int) (agentproc.Cgroup, error) {
+	return func(ctx context.Context, hostPID int) (agentproc.Cgroup, error) {
 		lim := opts.Manifest.Limits
 		g, err := l.cfg.Limiter.Place(ctx, opts.Function+"/"+id, hostPID, cgroup.Limits{MemoryMiB: lim.ZygoteMemoryMiB, PIDs: lim.ZygotePIDs})
 		if err != nil {
@@ -120,7 +120,7 @@ func (l *sandboxLauncher) sandboxCgroup(opts RunnerOptions, id string) func(cont
 // run directory: about 20 ms of a warm Node request) to the background,
 // counted in g (the caller's gate, entered) so that Drain waits for it.
 // The request's secret files are released inside z.Run.
-func runOnce(ctx context.Context, g *gate, z oneShot, call Call, t0 time.Time) (*zygote.Result, error) {
+func runOnce(ctx context.Context, g *gate, z oneShot, call Call, t0 time.Time) (*agentproc.Result, error) {
 	g.hold()
 	defer func() {
 		go func() {

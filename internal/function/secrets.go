@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/redact"
 	"github.com/zygo-run/zygo/internal/untrusted"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // Secrets is what the Manager needs from the secret store.
@@ -121,8 +121,8 @@ func (m *Manager) secretValues(ctx context.Context, names []string) (map[string]
 
 // redactResult scrubs secret values from a request's error before it
 // reaches the logs or the caller's error message. Its output was redacted
-// where it was read, over each whole stream (zygote.Request.Redact).
-func redactResult(res *zygote.Result, r *redact.Redactor) {
+// where it was read, over each whole stream (agentproc.Request.Redact).
+func redactResult(res *agentproc.Result, r *redact.Redactor) {
 	if e := res.Error; e != nil && r != nil {
 		e.Message, e.Traceback, e.Type = r.String(e.Message), r.String(e.Traceback), r.String(e.Type)
 	}

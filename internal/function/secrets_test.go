@@ -11,17 +11,17 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/redact"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // TestRedactResult: the error of a request (message, type, traceback) is
-// scrubbed; its output is redacted where it is read (internal/zygote).
+// scrubbed; its output is redacted where it is read (internal/agentproc).
 func TestRedactResult(t *testing.T) {
 	r := redact.New(map[string][]byte{"DB_PASSWORD": []byte("hunter2hunter2")})
-	res := &zygote.Result{
+	res := &agentproc.Result{
 		Value: []byte(`{"ok":true}`),
-		Error: &zygote.HandlerError{
+		Error: &agentproc.HandlerError{
 			Type:      "Err_hunter2hunter2",
 			Message:   "login failed for password hunter2hunter2",
 			Traceback: "Traceback:\n  File main.py, in handler\n    login('hunter2hunter2')\n",
@@ -37,9 +37,9 @@ func TestRedactResult(t *testing.T) {
 		t.Errorf("Traceback = %q", res.Error.Traceback)
 	}
 	// No values, no error: nothing changes and nothing panics.
-	clean := &zygote.Result{Error: &zygote.HandlerError{Message: "hunter2hunter2"}}
+	clean := &agentproc.Result{Error: &agentproc.HandlerError{Message: "hunter2hunter2"}}
 	redactResult(clean, nil)
-	redactResult(&zygote.Result{}, r)
+	redactResult(&agentproc.Result{}, r)
 	if clean.Error.Message != "hunter2hunter2" {
 		t.Errorf("redactResult without values changed %q", clean.Error.Message)
 	}

@@ -59,12 +59,12 @@ func (r *memRegistry) Versions(_ context.Context, name string) ([]store.Version,
 func (r *memRegistry) DeleteVersion(context.Context, string, string) error { return nil }
 
 // hostileManager returns a Manager whose sandboxes are
-// internal/zygote/testdata/holdpipes-bwrap (ignores stop, leaves a process
+// internal/agentproc/testdata/holdpipes-bwrap (ignores stop, leaves a process
 // holding its output pipes), and a deploy function for it. Leftovers are
 // killed when the test ends.
 func hostileManager(t *testing.T) (*function.Manager, func(name string)) {
 	t.Helper()
-	fake, err := filepath.Abs("../zygote/testdata/holdpipes-bwrap")
+	fake, err := filepath.Abs("../agentproc/testdata/holdpipes-bwrap")
 	if err != nil {
 		t.Fatal(err)
 	}

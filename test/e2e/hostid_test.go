@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/hostid"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // hostUIDs returns the host uid of each loaded function's zygote, by name.
@@ -185,7 +185,7 @@ func TestSecretsNeverOnDisk(t *testing.T) {
 		err := unix.Statfs(secretFile, &st)
 		t.Errorf("the secret file %s is not on a tmpfs (statfs: type %#x, %v)", secretFile, st.Type, err)
 	}
-	mounts, err := zygote.MountsBelow(filepath.Join(d.StateDir, "run"))
+	mounts, err := agentproc.MountsBelow(filepath.Join(d.StateDir, "run"))
 	if err != nil || len(mounts) == 0 {
 		t.Errorf("mounts below run/ during the request: %v %v, want the zygote's tmpfs", mounts, err)
 	}
@@ -195,7 +195,7 @@ func TestSecretsNeverOnDisk(t *testing.T) {
 	if _, errOut, code := d.CLI("rm", "secretfn"); code != 0 {
 		t.Fatalf("zygo rm: %s", errOut)
 	}
-	if mounts, err := zygote.MountsBelow(filepath.Join(d.StateDir, "run")); err != nil || len(mounts) != 0 {
+	if mounts, err := agentproc.MountsBelow(filepath.Join(d.StateDir, "run")); err != nil || len(mounts) != 0 {
 		t.Errorf("mounts left below run/ after the zygote stopped: %v %v", mounts, err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(d.StateDir, "run")); len(ents) != 0 {
@@ -212,7 +212,7 @@ func TestStaleRunMountsAreRemovedAtStart(t *testing.T) {
 	d := startDaemon(t, "")
 	d.Up(fixture("nosecretfn"))
 	run := filepath.Join(d.StateDir, "run")
-	stale, err := zygote.MountsBelow(run)
+	stale, err := agentproc.MountsBelow(run)
 	if err != nil || len(stale) == 0 {
 		t.Fatalf("mounts below run/ with a zygote up: %v %v", stale, err)
 	}
@@ -220,7 +220,7 @@ func TestStaleRunMountsAreRemovedAtStart(t *testing.T) {
 	_ = d.Cmd.Wait()
 	d2 := startDaemon(t, d.StateDir)
 	d2.Invoke("nosecretfn", map[string]any{}, nil)
-	now, err := zygote.MountsBelow(run)
+	now, err := agentproc.MountsBelow(run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestStaleRunMountsAreRemovedAtStart(t *testing.T) {
 		t.Errorf("the killed daemon's run dir %s: %v, want it removed", stale[0], err)
 	}
 	d2.Stop()
-	if left, _ := zygote.MountsBelow(run); len(left) != 0 {
+	if left, _ := agentproc.MountsBelow(run); len(left) != 0 {
 		t.Errorf("mounts left after a clean stop: %v", left)
 	}
 }

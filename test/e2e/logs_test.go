@@ -10,7 +10,7 @@ import (
 )
 
 // What a request keeps of each stream, and of the function's logs
-// (internal/zygote/output.go, internal/store/logs.go).
+// (internal/agentproc/output.go, internal/store/logs.go).
 const (
 	maxRequestLines   = 2000
 	logRetentionLines = 20_000

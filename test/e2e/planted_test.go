@@ -24,7 +24,7 @@ import (
 // reaches a response, the logs or the daemon's log, and afterwards no
 // request dir or request cgroup is left and the zygote serves the next
 // request. (Device nodes cannot be made in the sandbox; the unit tests in
-// internal/zygote plant those.)
+// internal/agentproc plant those.)
 func TestPlantedFilesInTheRequestDir(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test reads /etc/shadow to look for it in the logs and must run as root (CI does)")

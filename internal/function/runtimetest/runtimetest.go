@@ -21,9 +21,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // Target is one Runner implementation under test.
@@ -111,7 +111,7 @@ func (tg Target) started(t *testing.T, secrets ...string) function.Runner {
 }
 
 func call(event string) function.Call {
-	return function.Call{Request: zygote.Request{ID: "r-" + strings.NewReplacer("{", "", "}", "", "\"", "", ":", "", ",", "").Replace(event),
+	return function.Call{Request: agentproc.Request{ID: "r-" + strings.NewReplacer("{", "", "}", "", "\"", "", ":", "", ",", "").Replace(event),
 		Event: json.RawMessage(event), Function: "conformance", Version: "v", Timeout: 30 * time.Second, MaxResponseBytes: 1 << 20}}
 }
 
@@ -126,7 +126,7 @@ func run(t *testing.T, r function.Runner, c function.Call) answer {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if res.Failure != zygote.FailNone {
+	if res.Failure != agentproc.FailNone {
 		t.Fatalf("Run failed: %s: %+v", res.Failure, res.Error)
 	}
 	var a answer
@@ -170,7 +170,7 @@ func testConcurrent(t *testing.T, tg Target) {
 		go func() {
 			defer wg.Done()
 			res, err := r.Run(context.Background(), call(`{"n":`+string(rune('0'+i))+`,"sleep":0.2}`))
-			if err != nil || res.Failure != zygote.FailNone {
+			if err != nil || res.Failure != agentproc.FailNone {
 				t.Errorf("request %d: %v %+v", i, err, res)
 			}
 		}()
@@ -190,7 +190,7 @@ func testSecrets(t *testing.T, tg Target) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Failure == zygote.FailNone {
+	if res.Failure == agentproc.FailNone {
 		t.Errorf("a request without the secret read it: %s", res.Value)
 	}
 }
@@ -202,9 +202,9 @@ func testDrain(t *testing.T, tg Target) {
 	started := make(chan struct{})
 	// Place's after runs once the request's outcome is known, before Run
 	// returns: the host side of the request's end.
-	c.Place = func(context.Context, int) (func(*zygote.Result), error) {
+	c.Place = func(context.Context, int) (func(*agentproc.Result), error) {
 		close(started)
-		return func(*zygote.Result) { finished.Store(true) }, nil
+		return func(*agentproc.Result) { finished.Store(true) }, nil
 	}
 	done := make(chan struct{})
 	go func() {
@@ -250,9 +250,9 @@ func waitNoRunDirs(t *testing.T, tg Target) {
 func testImportError(t *testing.T, tg Target) {
 	r := tg.deploy(t, nil, true)
 	_, err := r.Start(context.Background())
-	var ie *zygote.ImportError
+	var ie *agentproc.ImportError
 	if !errors.As(err, &ie) {
-		t.Fatalf("Start of code that fails at import: %v, want *zygote.ImportError", err)
+		t.Fatalf("Start of code that fails at import: %v, want *agentproc.ImportError", err)
 	}
 	waitNoRunDirs(t, tg)
 }

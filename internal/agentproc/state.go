@@ -1,4 +1,4 @@
-package zygote
+package agentproc
 
 import (
 	"fmt"
@@ -58,7 +58,7 @@ func Transition(from, to State) error {
 
 // toLocked moves z to state to, or leaves it where it is and returns the
 // *TransitionError. z.mu must be held.
-func (z *Zygote) toLocked(to State) error {
+func (z *Process) toLocked(to State) error {
 	if err := Transition(z.state, to); err != nil {
 		return err
 	}

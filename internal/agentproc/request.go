@@ -1,4 +1,4 @@
-package zygote
+package agentproc
 
 import (
 	"context"
@@ -198,7 +198,7 @@ func childPhases(steps []childStep) []Phase {
 // error is non-nil only when the request could not be started (zygote not
 // ready: errdefs.ErrUnavailable); everything that happens to a started
 // request is reported in Result.Failure.
-func (z *Zygote) Run(ctx context.Context, req Request) (*Result, error) {
+func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 	z.mu.Lock()
 	if z.state != StateReady {
 		st := z.state
@@ -264,7 +264,7 @@ func requestDirError(err error) error {
 // event.json (and strict.bpf for a strict request) into it, mode 0400,
 // owned by the sandbox's host uid. On error the returned directory is open
 // (when it could be) for the caller to remove.
-func (z *Zygote) makeRequestDir(req Request) (requestDir, error) {
+func (z *Process) makeRequestDir(req Request) (requestDir, error) {
 	d, err := z.takeDir()
 	if err != nil {
 		return d, err
@@ -293,7 +293,7 @@ func (z *Zygote) makeRequestDir(req Request) (requestDir, error) {
 // takeDir returns an open, empty request directory: one made ahead of
 // demand when a pre-forked pool keeps some ready, else a new one. Its name
 // is a fresh 128-bit token that only the supervisor knows until GO.
-func (z *Zygote) takeDir() (requestDir, error) {
+func (z *Process) takeDir() (requestDir, error) {
 	var d requestDir
 	select {
 	case d = <-z.dirs:
@@ -310,7 +310,7 @@ func (z *Zygote) takeDir() (requestDir, error) {
 // res.Failure, res.Error and res.Value. It returns what is left to do once
 // the caller has read the request's output (wait for the exit, run the
 // BeforeGo hook's after, release the child), or nil.
-func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, dir requestDir, res *Result) (finish func()) {
+func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time, dir requestDir, res *Result) (finish func()) {
 	fail := func(f Failure, format string, a ...any) {
 		res.Failure = f
 		res.Error = &HandlerError{Type: string(f), Message: fmt.Sprintf(format, a...)}
@@ -390,7 +390,7 @@ func (z *Zygote) runChild(ctx context.Context, req Request, deadline time.Time, 
 }
 
 // outcome turns how the child ended into res's Failure, Error and Value.
-func (z *Zygote) outcome(ctx context.Context, req Request, st exitStatus, dir requestDir, res *Result) {
+func (z *Process) outcome(ctx context.Context, req Request, st exitStatus, dir requestDir, res *Result) {
 	switch {
 	case st.timedOut:
 		res.Failure = FailTimeout
@@ -448,7 +448,7 @@ type exitStatus struct {
 // is reported (fork mode: the zygote's exited message; spawn and worker
 // mode: the agent process's exit), killing the child through its pidfd at
 // deadline.
-func (z *Zygote) awaitExit(c *child, deadline time.Time, result <-chan struct{}) exitStatus {
+func (z *Process) awaitExit(c *child, deadline time.Time, result <-chan struct{}) exitStatus {
 	var st exitStatus
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()

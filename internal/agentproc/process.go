@@ -8,8 +8,8 @@
 // stops new requests and waits for in-flight ones; Stop kills the sandbox.
 // Done is closed when the sandbox process has exited, for whatever reason.
 //
-// A Zygote is safe for concurrent use: many Runs may be in flight at once.
-package zygote
+// A Process is safe for concurrent use: many Runs may be in flight at once.
+package agentproc
 
 import (
 	"context"
@@ -119,8 +119,8 @@ type Ready struct {
 	Took     time.Duration
 }
 
-// Zygote is one running agent sandbox.
-type Zygote struct {
+// Process is one running agent sandbox.
+type Process struct {
 	spec    Spec
 	log     *slog.Logger
 	cmd     *exec.Cmd
@@ -158,15 +158,15 @@ type Zygote struct {
 }
 
 // Start launches the agent and waits until it is ready. On error nothing is
-// left running. The caller owns the returned Zygote and must Stop it.
-func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
+// left running. The caller owns the returned Process and must Stop it.
+func Start(ctx context.Context, spec Spec) (_ *Process, err error) {
 	if spec.ReadyTimeout == 0 {
 		spec.ReadyTimeout = 60 * time.Second
 	}
 	if spec.Log == nil {
 		spec.Log = slog.Default()
 	}
-	z := &Zygote{spec: spec, log: spec.Log, done: make(chan struct{}), draining: make(chan struct{}),
+	z := &Process{spec: spec, log: spec.Log, done: make(chan struct{}), draining: make(chan struct{}),
 		forks: map[int]chan message{}, exits: map[int]chan message{}, pid1fd: -1, childPID: make(chan int, 1)}
 	var undo []func()
 	defer func() {
@@ -274,7 +274,7 @@ func Start(ctx context.Context, spec Spec) (_ *Zygote, err error) {
 // req/ (the daemon's), scratch/ with tmp/ and shm/ (the sandbox's /tmp and
 // /dev/shm, on a tmpfs of their own, makeScratch) and, with Secrets,
 // secrets/. The caller removes it on error (removeRunDir).
-func (z *Zygote) makeDirs() error {
+func (z *Process) makeDirs() error {
 	z.reqRoot = filepath.Join(z.spec.RunDir, "req")
 	if err := os.MkdirAll(z.spec.RunDir, 0o711); err != nil {
 		return fmt.Errorf("creating run dir: %w", err)
@@ -312,7 +312,7 @@ func (z *Zygote) makeDirs() error {
 // makeScratch makes run's scratch/ (the daemon's, mode 0711), mounts its
 // own tmpfs on it with RunTmpfsMiB, and makes tmp/ and shm/ in it (0700,
 // the sandbox's), bound at /tmp and /dev/shm.
-func (z *Zygote) makeScratch(run *untrusted.Dir) error {
+func (z *Process) makeScratch(run *untrusted.Dir) error {
 	if err := z.mkOwned(run, scratchDir, 0o711, false); err != nil {
 		return err
 	}
@@ -340,7 +340,7 @@ func (z *Zygote) makeScratch(run *untrusted.Dir) error {
 
 // mkOwned makes name in dir (an existing one is kept) with perm and, when
 // owned is set, chowns it to the sandbox's host uid.
-func (z *Zygote) mkOwned(dir *untrusted.Dir, name string, perm os.FileMode, owned bool) error {
+func (z *Process) mkOwned(dir *untrusted.Dir, name string, perm os.FileMode, owned bool) error {
 	if err := dir.Mkdir(name, perm); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("creating %s: %w", name, err)
 	}
@@ -352,7 +352,7 @@ func (z *Zygote) mkOwned(dir *untrusted.Dir, name string, perm os.FileMode, owne
 	return nil
 }
 
-func (z *Zygote) command(remote, statusW, blockR *os.File) (*exec.Cmd, error) {
+func (z *Process) command(remote, statusW, blockR *os.File) (*exec.Cmd, error) {
 	box := z.spec.Box
 	if z.spec.Mode == ModeWorker {
 		box.Args = []string{nsbox.AgentDir + "/node/zygo_worker.js", "--code", nsbox.CodeDir, "--handler", z.spec.Handler}
@@ -371,7 +371,7 @@ func (z *Zygote) command(remote, statusW, blockR *os.File) (*exec.Cmd, error) {
 
 // startWithPipes starts cmd with its stdout and stderr on pipes and returns
 // their read ends (owned by the caller).
-func (z *Zygote) startWithPipes(cmd *exec.Cmd) (outR, errR *os.File, err error) {
+func (z *Process) startWithPipes(cmd *exec.Cmd) (outR, errR *os.File, err error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
@@ -400,7 +400,7 @@ func (z *Zygote) startWithPipes(cmd *exec.Cmd) (outR, errR *os.File, err error) 
 // reach end of file at once; a process that still holds them (one stuck in
 // the kernel, or anything the namespace kill did not reach) gets outputGrace,
 // then the read ends are closed so that Done never waits for the sandbox.
-func (z *Zygote) wait(outR, errR, statusR *os.File) {
+func (z *Process) wait(outR, errR, statusR *os.File) {
 	var pumps sync.WaitGroup
 	for stream, r := range map[string]*os.File{"stdout": outR, "stderr": errR} {
 		pumps.Add(1)
@@ -457,7 +457,7 @@ const outputGrace = 2 * time.Second
 
 // readStatus reads bwrap's --json-status-fd reports until end of file (or
 // until wait closes r) and keeps a pidfd of the sandbox's PID 1, the agent.
-func (z *Zygote) readStatus(r io.Reader) {
+func (z *Process) readStatus(r io.Reader) {
 	dec := json.NewDecoder(r)
 	for {
 		var st struct {
@@ -520,7 +520,7 @@ func openPID1(pid int) (int, error) {
 // the zygote's own, handed to Output line by line as it arrives, within its
 // lifetime budget. The pipe is always read to its end, so the sandbox never
 // blocks on it; what is over a budget is counted and dropped.
-func (z *Zygote) pumpLines(stream string, r io.Reader) {
+func (z *Process) pumpLines(stream string, r io.Reader) {
 	own := &agentLog{stream: stream}
 	var owner *outputOwner
 	var reqLog *streamLog
@@ -554,7 +554,7 @@ func (z *Zygote) pumpLines(stream string, r io.Reader) {
 
 // output hands lines to Spec.Output and keeps the tail of the zygote's own
 // stderr (each line cut at maxTailLine bytes) for start-up errors.
-func (z *Zygote) output(requestID, stream string, lines []string) {
+func (z *Process) output(requestID, stream string, lines []string) {
 	if len(lines) == 0 {
 		return
 	}
@@ -601,7 +601,7 @@ func signalName(n int) string {
 	return fmt.Sprintf("%s (%d)", strings.ToUpper(unixSignalName(n)), n)
 }
 
-func (z *Zygote) awaitReady(ctx context.Context) error {
+func (z *Process) awaitReady(ctx context.Context) error {
 	type res struct {
 		m     message
 		creds *unix.Ucred
@@ -636,7 +636,7 @@ func (z *Zygote) awaitReady(ctx context.Context) error {
 	}
 }
 
-func (z *Zygote) handleFirst(m message) error {
+func (z *Process) handleFirst(m message) error {
 	switch m.Type {
 	case "ready":
 		z.mu.Lock()
@@ -661,7 +661,7 @@ func (z *Zygote) handleFirst(m message) error {
 }
 
 // readLoop dispatches control messages until the socket closes.
-func (z *Zygote) readLoop() {
+func (z *Process) readLoop() {
 	for {
 		m, _, err := z.ctl.recv()
 		if err != nil {
@@ -691,30 +691,30 @@ func (z *Zygote) readLoop() {
 
 // SecretsDir returns the host directory bound at /run/secrets, or "" when
 // the zygote was started without secrets.
-func (z *Zygote) SecretsDir() string { return z.spec.Box.SecretsDir }
+func (z *Process) SecretsDir() string { return z.spec.Box.SecretsDir }
 
 // HostUID returns the host uid the sandbox runs as (0: the daemon's own).
-func (z *Zygote) HostUID() int { return int(z.spec.Box.HostUID) }
+func (z *Process) HostUID() int { return int(z.spec.Box.HostUID) }
 
 // Ready returns the warm-up report.
-func (z *Zygote) Ready() Ready {
+func (z *Process) Ready() Ready {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	return z.ready
 }
 
 // State returns the current state.
-func (z *Zygote) State() State {
+func (z *Process) State() State {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	return z.state
 }
 
 // Done is closed when the sandbox process has exited.
-func (z *Zygote) Done() <-chan struct{} { return z.done }
+func (z *Process) Done() <-chan struct{} { return z.done }
 
 // Err says why the process exited; nil while it runs.
-func (z *Zygote) Err() error {
+func (z *Process) Err() error {
 	select {
 	case <-z.done:
 		return z.exitErr
@@ -725,7 +725,7 @@ func (z *Zygote) Err() error {
 
 // Drain refuses new requests and waits until in-flight ones finish or ctx
 // ends. It does not stop the process; call Stop after.
-func (z *Zygote) Drain(ctx context.Context) error {
+func (z *Process) Drain(ctx context.Context) error {
 	z.mu.Lock()
 	if z.state == StateReady {
 		_ = z.toLocked(StateDraining)
@@ -749,7 +749,7 @@ func (z *Zygote) Drain(ctx context.Context) error {
 // stopGrace+killWait whatever the sandbox does: killing PID 1 kills its
 // whole pid namespace, bwrap is killed too, and wait stops reading output
 // pipes that something still holds.
-func (z *Zygote) Stop() {
+func (z *Process) Stop() {
 	if z.spec.Mode != ModeWorker {
 		// Asynchronously: an agent that never reads its control socket could
 		// leave a send blocked (and sendMu held); wait's close of the socket
@@ -782,7 +782,7 @@ const (
 )
 
 // closeRelease closes the write end of the sandbox's --block-fd pipe.
-func (z *Zygote) closeRelease() {
+func (z *Process) closeRelease() {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.blockW != nil {
@@ -793,7 +793,7 @@ func (z *Zygote) closeRelease() {
 
 // kill sends SIGKILL to the sandbox's PID 1 (which makes the kernel kill
 // every process of its pid namespace) and to bwrap's process group.
-func (z *Zygote) kill() {
+func (z *Process) kill() {
 	z.mu.Lock()
 	if z.pid1fd >= 0 {
 		_ = unix.PidfdSendSignal(z.pid1fd, unix.SIGKILL, nil, 0)

@@ -1,4 +1,4 @@
-package zygote_test
+package agentproc_test
 
 import (
 	"context"
@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/nsbox"
-	"github.com/zygo-run/zygo/internal/zygote"
 )
 
 // HoldPipesSpec returns the Spec of a zygote whose "bwrap" is
 // testdata/holdpipes-bwrap: it ignores the stop message and SIGTERM and
 // leaves a process in a session of its own holding its stdout and stderr.
 // The leftover is killed when the test ends; its pid is returned.
-func holdPipesSpec(t *testing.T) (zygote.Spec, func() int) {
+func holdPipesSpec(t *testing.T) (agentproc.Spec, func() int) {
 	t.Helper()
 	fake, err := filepath.Abs("testdata/holdpipes-bwrap")
 	if err != nil {
@@ -40,9 +40,9 @@ func holdPipesSpec(t *testing.T) (zygote.Spec, func() int) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	return zygote.Spec{
+	return agentproc.Spec{
 		Box:     nsbox.Spec{Bwrap: fake, Interpreter: "/usr/bin/python3", CodeDir: dir, AgentDir: dir, EtcDir: filepath.Join(dir, "etc")},
-		Runtime: "python", Handler: "main:handler", Mode: zygote.ModeFork,
+		Runtime: "python", Handler: "main:handler", Mode: agentproc.ModeFork,
 		Env:    []string{"HOLDPIPES_LEFTOVER=" + pidFile},
 		RunDir: filepath.Join(dir, "run"), ReadyTimeout: 20 * time.Second,
 	}, leftover
@@ -55,7 +55,7 @@ func holdPipesSpec(t *testing.T) (zygote.Spec, func() int) {
 func TestStopIsBoundedWhenTheSandboxHoldsItsPipes(t *testing.T) {
 	spec, leftover := holdPipesSpec(t)
 	before := runtime.NumGoroutine()
-	z, err := zygote.Start(context.Background(), spec)
+	z, err := agentproc.Start(context.Background(), spec)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}

@@ -1,4 +1,4 @@
-package zygote
+package agentproc
 
 import (
 	"context"
@@ -30,7 +30,7 @@ type Cgroup interface {
 // (bwrap --block-fd). Nothing of the user's has run before that. On error
 // the sandbox is still blocked: the caller kills it, and wait closes
 // release only after bwrap has exited.
-func (z *Zygote) confine(ctx context.Context, release *os.File) error {
+func (z *Process) confine(ctx context.Context, release *os.File) error {
 	timer := time.NewTimer(z.spec.ReadyTimeout)
 	defer timer.Stop()
 	var child int
@@ -60,7 +60,7 @@ func (z *Zygote) confine(ctx context.Context, release *os.File) error {
 }
 
 // exceeded is Cgroup.Exceeded of the sandbox's group; ("", "") without one.
-func (z *Zygote) exceeded() (limit, value string) {
+func (z *Process) exceeded() (limit, value string) {
 	z.mu.Lock()
 	g := z.cg
 	z.mu.Unlock()
@@ -71,7 +71,7 @@ func (z *Zygote) exceeded() (limit, value string) {
 }
 
 // deleteCgroup kills what is left in the sandbox's cgroup and removes it.
-func (z *Zygote) deleteCgroup() {
+func (z *Process) deleteCgroup() {
 	z.mu.Lock()
 	g := z.cg
 	z.mu.Unlock()
@@ -85,7 +85,7 @@ func (z *Zygote) deleteCgroup() {
 
 // limitError is Start's error when the sandbox died before ready because it
 // hit a limit of its cgroup, or nil.
-func (z *Zygote) limitError() error {
+func (z *Process) limitError() error {
 	limit, value := z.exceeded()
 	if limit == "" {
 		return nil
@@ -95,7 +95,7 @@ func (z *Zygote) limitError() error {
 }
 
 // lastOutput is the tail of the agent's stderr for start-up errors, or "".
-func (z *Zygote) lastOutput() string {
+func (z *Process) lastOutput() string {
 	z.tailMu.Lock()
 	defer z.tailMu.Unlock()
 	if len(z.stderrTail) == 0 {

@@ -1,4 +1,4 @@
-package zygote
+package agentproc
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func newPool(ceiling int) *pool {
 
 // take returns an idle, live pre-forked child, or nil. Dead ones are
 // released.
-func (p *pool) take(z *Zygote) *child {
+func (p *pool) take(z *Process) *child {
 	if p == nil {
 		return nil
 	}
@@ -110,7 +110,7 @@ func (p *pool) target(now time.Time) int {
 }
 
 // Idle returns the number of pre-forked children waiting.
-func (z *Zygote) Idle() int {
+func (z *Process) Idle() int {
 	if z.pool == nil {
 		return 0
 	}
@@ -119,7 +119,7 @@ func (z *Zygote) Idle() int {
 
 // fill keeps the pool at its target until the zygote stops being ready,
 // then releases every idle child.
-func (z *Zygote) fill() {
+func (z *Process) fill() {
 	p := z.pool
 	defer func() {
 		for {

@@ -1,4 +1,4 @@
-package zygote
+package agentproc
 
 import (
 	"context"
@@ -40,7 +40,7 @@ type requestDir struct {
 // newDir creates a request directory (mode 0700, owned by the sandbox's
 // host uid) with tmp/ inside, under an unguessable name. Nothing is left
 // behind on error.
-func (z *Zygote) newDir() (d requestDir, err error) {
+func (z *Process) newDir() (d requestDir, err error) {
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		return requestDir{}, err
@@ -182,7 +182,7 @@ func readLines(ctx context.Context, d *untrusted.Dir, name string, r *redact.Red
 // removeRunTree removes the zygote's run directory and everything the sandbox
 // left in it (its /tmp, request directories), walking by descriptor from the
 // run directory's parent (the daemon's), never following a link.
-func (z *Zygote) removeRunTree(ctx context.Context) error {
+func (z *Process) removeRunTree(ctx context.Context) error {
 	parent, err := untrusted.OpenDir(filepath.Dir(z.spec.RunDir))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -1,4 +1,4 @@
-package zygote
+package agentproc
 
 import (
 	"context"
@@ -186,7 +186,7 @@ func TestRemoveRequestDirLeavesTargetsAlone(t *testing.T) {
 	if err := os.WriteFile(keep, []byte(marker), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	z := &Zygote{reqRoot: root}
+	z := &Process{reqRoot: root}
 	d, err := z.newDir()
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package zygote
+package agentproc
 
 import (
 	"context"
@@ -35,7 +35,7 @@ const (
 
 // register reserves a sequence number and the channels its forked and
 // exited messages are delivered on.
-func (z *Zygote) register() (seq int, forkCh, exitCh chan message) {
+func (z *Process) register() (seq int, forkCh, exitCh chan message) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.nextSeq++
@@ -45,7 +45,7 @@ func (z *Zygote) register() (seq int, forkCh, exitCh chan message) {
 	return seq, forkCh, exitCh
 }
 
-func (z *Zygote) unregister(seq int) {
+func (z *Process) unregister(seq int) {
 	z.mu.Lock()
 	delete(z.forks, seq)
 	delete(z.exits, seq)
@@ -54,7 +54,7 @@ func (z *Zygote) unregister(seq int) {
 
 // release closes what the supervisor holds of c and forgets its seq. A
 // child that never got GO sees its request socket close and exits.
-func (z *Zygote) release(c *child) {
+func (z *Process) release(c *child) {
 	if c.ownConn && c.conn != nil {
 		c.conn.close()
 	}
@@ -75,7 +75,7 @@ func (c *child) exited() bool {
 
 // newChild makes a child for one request: from the pre-forked pool when one
 // is idle and alive, else a fresh one. On failure res carries why.
-func (z *Zygote) newChild(ctx context.Context, fail func(Failure, string, ...any)) (*child, bool) {
+func (z *Process) newChild(ctx context.Context, fail func(Failure, string, ...any)) (*child, bool) {
 	switch z.spec.Mode {
 	case ModeWorker:
 		return z.workerChild(fail)
@@ -91,7 +91,7 @@ func (z *Zygote) newChild(ctx context.Context, fail func(Failure, string, ...any
 // makeChild asks the agent for a child (fork mode: "fork"; spawn mode:
 // "run", the agent itself) with a new request socket, and waits for its
 // hello, whose SCM_CREDENTIALS give its host pid.
-func (z *Zygote) makeChild(ctx context.Context, fail func(Failure, string, ...any)) (*child, bool) {
+func (z *Process) makeChild(ctx context.Context, fail func(Failure, string, ...any)) (*child, bool) {
 	seq, forkCh, exitCh := z.register()
 	c := &child{seq: seq, exitCh: exitCh, ownConn: true, pidfd: -1, born: time.Now(), kind: ChildForked}
 	if z.spec.Mode == ModeSpawn {
@@ -138,7 +138,7 @@ func (z *Zygote) makeChild(ctx context.Context, fail func(Failure, string, ...an
 
 // workerChild returns a Node worker as the child: its host pid comes from
 // its ready message's credentials, and GO goes on its control channel.
-func (z *Zygote) workerChild(fail func(Failure, string, ...any)) (*child, bool) {
+func (z *Process) workerChild(fail func(Failure, string, ...any)) (*child, bool) {
 	seq, _, exitCh := z.register()
 	pid := z.Ready().HostPID
 	if pid == 0 {
@@ -155,7 +155,7 @@ func (z *Zygote) workerChild(fail func(Failure, string, ...any)) (*child, bool) 
 	return &child{seq: seq, conn: z.ctl, hostPID: pid, pidfd: pidfd, exitCh: exitCh, born: time.Now(), kind: ChildWorker}, true
 }
 
-func (z *Zygote) awaitForked(ctx context.Context, forkCh chan message, fail func(Failure, string, ...any)) bool {
+func (z *Process) awaitForked(ctx context.Context, forkCh chan message, fail func(Failure, string, ...any)) bool {
 	select {
 	case m := <-forkCh:
 		if m.Type == "fork_error" {
@@ -175,7 +175,7 @@ func (z *Zygote) awaitForked(ctx context.Context, forkCh chan message, fail func
 
 // awaitHello reads the child's hello, whose SCM_CREDENTIALS give its host
 // pid, and opens a pidfd for it (owned by the caller).
-func (z *Zygote) awaitHello(local *net.UnixConn, fail func(Failure, string, ...any)) (int, int, bool) {
+func (z *Process) awaitHello(local *net.UnixConn, fail func(Failure, string, ...any)) (int, int, bool) {
 	_ = local.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer local.SetReadDeadline(time.Time{})
 	m, creds, err := recv(local)

@@ -1,4 +1,4 @@
-package zygote
+package agentproc
 
 import (
 	"bufio"
@@ -37,14 +37,14 @@ const tmpfsFlags = unix.MS_NODEV | unix.MS_NOSUID | unix.MS_NOEXEC
 const scratchDir = "scratch"
 
 // mountRunDir mounts the run directory's tmpfs on dir (which exists).
-func (z *Zygote) mountRunDir(dir string) error {
+func (z *Process) mountRunDir(dir string) error {
 	return z.mountTmpfs("zygo-run", dir)
 }
 
 // mountTmpfs mounts a tmpfs capped at RunTmpfsMiB named source on dir
 // (which exists). It tries noswap first and, on a kernel that refuses the
 // option, mounts without it and says so: the pages may then be swapped out.
-func (z *Zygote) mountTmpfs(source, dir string) error {
+func (z *Process) mountTmpfs(source, dir string) error {
 	opts := fmt.Sprintf("size=%dm,mode=0711,nr_inodes=%d", z.spec.RunTmpfsMiB, max(4096, z.spec.RunTmpfsMiB*64))
 	err := unix.Mount(source, dir, "tmpfs", tmpfsFlags, opts+",noswap")
 	if errors.Is(err, unix.EINVAL) {
@@ -59,7 +59,7 @@ func (z *Zygote) mountTmpfs(source, dir string) error {
 
 // removeRunDir unmounts the run directory's tmpfs (if it was mounted) and
 // removes the directory. Safe to call more than once.
-func (z *Zygote) removeRunDir() {
+func (z *Process) removeRunDir() {
 	dir := z.spec.RunDir
 	if z.spec.RunTmpfsMiB > 0 {
 		// Detached, so that a descriptor still open on it cannot keep it

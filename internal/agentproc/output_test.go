@@ -1,4 +1,4 @@
-package zygote
+package agentproc
 
 import (
 	"bytes"
@@ -100,7 +100,7 @@ func TestPumpLinesBoundsAndRedacts(t *testing.T) {
 	var mu sync.Mutex
 	got := map[string][]string{} // request id → lines
 	calls := 0
-	z := &Zygote{spec: Spec{Output: func(req, stream string, lines []string) {
+	z := &Process{spec: Spec{Output: func(req, stream string, lines []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
