@@ -1,10 +1,12 @@
-// Package zygote runs one language agent in an ns sandbox and serves
-// requests from it, following docs/protocol.md.
+// Package agentproc runs one language agent process in a bubblewrap sandbox
+// and serves requests from it, following docs/protocol.md: a fork zygote
+// (ModeFork), a one-request interpreter (ModeSpawn) or a Node worker
+// (ModeWorker).
 //
 // Lifecycle: Start launches bwrap with the agent, which imports the user's
 // code and answers ready (state Ready) or import_error (Start fails with
 // *ImportError). In fork mode, Run asks the zygote to fork a child per
-// request; in spawn mode the process serves exactly one Run and exits. Drain
+// request; in spawn and worker mode the process serves exactly one Run and exits. Drain
 // stops new requests and waits for in-flight ones; Stop kills the sandbox.
 // Done is closed when the sandbox process has exited, for whatever reason.
 //
