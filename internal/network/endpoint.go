@@ -78,13 +78,38 @@ func (e *Endpoint) ResolvConf() string {
 // prefixes, and Allow must not contain or overlap a forbidden range.
 // Errors are ErrInvalidArgument naming the field ("network.allow[1]").
 func (h *Host) Validate(spec EndpointSpec) error {
-	return ValidateLists(spec.Allow, spec.Deny, h.forbidden)
+	return ValidateLists(spec.Allow, spec.Deny, append(h.forbidden, hostAddrs()...))
+}
+
+// MaxListEntries bounds allow and deny each: every entry is one rule in the
+// endpoint's nftables chain, installed in one netlink batch.
+const MaxListEntries = 64
+
+// hostAddrs returns the host's own IPv4 addresses as /32s (an allow list
+// naming one is refused: the filter would refuse the traffic anyway).
+func hostAddrs() []netip.Prefix {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok {
+			out = append(out, netip.PrefixFrom(ip, 32))
+		}
+	}
+	return out
 }
 
 // ValidateLists is Validate for callers without a Host (manifest parsing):
 // extra are forbidden ranges on top of ForbiddenPrefixes.
 func ValidateLists(allow, deny, extra []netip.Prefix) error {
 	forbidden := append(ForbiddenPrefixes(), extra...)
+	for field, list := range map[string][]netip.Prefix{"network.allow": allow, "network.deny": deny} {
+		if len(list) > MaxListEntries {
+			return fmt.Errorf("%s: %d entries, at most %d: %w", field, len(list), MaxListEntries, errdefs.ErrInvalidArgument)
+		}
+	}
 	for i, p := range allow {
 		if !p.IsValid() || !p.Addr().Is4() {
 			return fmt.Errorf("network.allow[%d]: %q is not an IPv4 CIDR: %w", i, p, errdefs.ErrInvalidArgument)
@@ -140,10 +165,12 @@ func (h *Host) Attach(ctx context.Context, spec EndpointSpec) (_ *Endpoint, err 
 		return nil, fmt.Errorf("configuring veth for %s: %w", spec.ID, err)
 	}
 	undo = append(undo, ep.deleteLink)
+	// Undo first: a batch the kernel took in part, or took and then failed
+	// to acknowledge, must not leave its chain and jumps behind.
+	undo = append(undo, func() error { return h.deleteEndpointRules(ep.token) })
 	if err := h.addEndpointRules(ep); err != nil {
 		return nil, fmt.Errorf("adding nftables rules for %s: %w", spec.ID, err)
 	}
-	undo = append(undo, func() error { return h.deleteEndpointRules(ep.token) })
 	if h.failAttach != nil {
 		if err := h.failAttach(); err != nil {
 			return nil, err

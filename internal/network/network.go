@@ -39,12 +39,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"regexp"
 	"strings"
 	"sync"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
@@ -142,6 +144,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	h.upstream = up
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("enabling ipv4 forwarding: %w", err)
+	}
+	if err := h.checkPoolFree(); err != nil {
+		return nil, err
 	}
 	h.sweepKeeping(cfg.Keep)
 	if err := h.installTable(); err != nil {
@@ -253,4 +258,60 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	h.sweep(leave)
 	return errors.Join(errs...)
+}
+
+// checkPoolFree fails (ErrFailedPrecondition, naming the overlap) when the
+// pool overlaps a route or an address of the host that is not this Host's
+// own (a veth of its tag): handing out such addresses would shadow a real
+// network (the pool's /30s become local routes) or another daemon's pool.
+func (h *Host) checkPoolFree() error {
+	pool := h.cfg.Pool
+	name := func(index int) string {
+		if l, err := netlink.LinkByIndex(index); err == nil {
+			return l.Attrs().Name
+		}
+		return fmt.Sprintf("#%d", index)
+	}
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("listing the host's routes: %w", err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue // the default route
+		}
+		dst, ok := netipPrefix(r.Dst)
+		if !ok || !dst.Overlaps(pool) || dst.Bits() == 0 {
+			continue
+		}
+		if dev := name(r.LinkIndex); !strings.HasPrefix(dev, h.vethPrefix()) {
+			return fmt.Errorf("the network pool %s overlaps the host's route to %s (dev %s): choose a free range with --network-pool: %w",
+				pool, dst, dev, errdefs.ErrFailedPrecondition)
+		}
+	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("listing the host's addresses: %w", err)
+	}
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP.To4())
+		if !ok || !pool.Contains(ip) {
+			continue
+		}
+		if dev := name(a.LinkIndex); !strings.HasPrefix(dev, h.vethPrefix()) {
+			return fmt.Errorf("the network pool %s holds the host's address %s (dev %s): choose a free range with --network-pool: %w",
+				pool, ip, dev, errdefs.ErrFailedPrecondition)
+		}
+	}
+	return nil
+}
+
+// netipPrefix converts a *net.IPNet.
+func netipPrefix(n *net.IPNet) (netip.Prefix, bool) {
+	ip, ok := netip.AddrFromSlice(n.IP.To4())
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(ip, ones).Masked(), true
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -293,4 +294,91 @@ func TestNothingLeftBehind(t *testing.T) {
 			t.Errorf("netns %s left behind by a failed attach", e.Name())
 		}
 	}
+}
+
+// TestForwarderIsNotAnOpenResolver: an outside host that routes to the pool
+// gets no answer from an endpoint's DNS forwarder (it answers endpoints only),
+// while the endpoint itself still resolves.
+func TestForwarderIsNotAnOpenResolver(t *testing.T) {
+	needRoot(t)
+	th := nettest.NewHost(t)
+	h, cfg := newHost(t, th)
+	ep := attach(t, h, network.EndpointSpec{ID: "a", Egress: true})
+	if _, err := resolve(t, ep, "api."+th.Domain); err != nil {
+		t.Fatalf("the endpoint cannot resolve: %v", err)
+	}
+	if out, err := exec.Command("ip", "-n", th.NetNS, "route", "add", cfg.Pool.String(), "via", th.Peer.String()).CombinedOutput(); err != nil {
+		t.Fatalf("routing the test host to the pool: %v: %s", err, out)
+	}
+	ns := strings.Fields(ep.ResolvConf())[1]
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var c net.Conn
+		err := nettest.In("/run/netns/"+th.NetNS, func() error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, "udp4", ns+":53")
+			return err
+		})
+		return c, err
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if addrs, err := r.LookupHost(ctx, "api."+th.Domain); err == nil {
+		t.Errorf("an outside host resolved through the forwarder at %s: %v", ns, addrs)
+	}
+}
+
+// TestPoolOverlappingTheHostIsRefused: New refuses a pool that overlaps a
+// route or address the host already has (it would shadow that network), and
+// leaves nothing.
+func TestPoolOverlappingTheHostIsRefused(t *testing.T) {
+	needRoot(t)
+	pool := nettest.Pool()
+	name := "ztd-" + nettest.Tag()
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", name).Run() })
+	for _, args := range [][]string{{"link", "add", name, "type", "veth", "peer", "name", name + "p"}, {"addr", "add", pool.Addr().Next().String() + "/24", "dev", name}, {"link", "set", name, "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	cfg := network.Config{Pool: pool, Tag: nettest.Tag()}
+	h, err := network.New(context.Background(), cfg)
+	if err == nil {
+		h.Close(context.Background())
+		t.Fatalf("New with a pool overlapping %s's %s succeeded", name, pool)
+	}
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), pool.String()) {
+		t.Errorf("New = %v, want failed precondition naming the pool", err)
+	}
+	assertNothingLeft(t, cfg)
+}
+
+// TestListsAreBoundedAndHostAddressesRefused: allow and deny take at most
+// MaxListEntries each (every entry is a rule of one netlink batch), and an
+// allow naming one of the host's own addresses is refused; both name the
+// field, and nothing is left.
+func TestListsAreBoundedAndHostAddressesRefused(t *testing.T) {
+	needRoot(t)
+	th := nettest.NewHost(t)
+	h, cfg := newHost(t, th)
+	many := make([]netip.Prefix, network.MaxListEntries+1)
+	for i := range many {
+		many[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, byte(i / 256), byte(i)}), 32)
+	}
+	for _, spec := range []network.EndpointSpec{
+		{ID: "a", Egress: true, Allow: many},
+		{ID: "b", Egress: true, Deny: many},
+		{ID: "c", Egress: true, Allow: []netip.Prefix{netip.PrefixFrom(th.Peer, 32)}},
+	} {
+		_, err := h.Attach(context.Background(), spec)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "network.") {
+			t.Errorf("Attach(%s) = %v, want invalid argument naming the field", spec.ID, err)
+		}
+	}
+	max := network.EndpointSpec{ID: "d", Egress: true, Allow: many[:network.MaxListEntries], Deny: many[:network.MaxListEntries]}
+	ep := attach(t, h, max)
+	if err := ep.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.Close(context.Background())
+	assertNothingLeft(t, cfg)
 }

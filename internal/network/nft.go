@@ -72,6 +72,12 @@ func (h *Host) installTable() error {
 		}
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: all})
 	}
+	// The pool's host-side addresses (the DNS forwarders) answer endpoints
+	// only: nothing arriving on another interface reaches them (an outside
+	// host routing to the pool would find an open resolver), bar the host's
+	// own loopback.
+	add(input, ifPrefixNot(unix.NFT_META_IIFNAME, h.vethPrefix()), ifExactNot(unix.NFT_META_IIFNAME, "lo"),
+		isIPv4(), daddrIn(h.cfg.Pool), reject())
 	add(input, iif, ctEstablished(), verdict(expr.VerdictAccept, ""))
 	add(input, iif, verdict(expr.VerdictJump, dns.Name))
 	add(input, iif, reject())
@@ -206,6 +212,15 @@ func ifPrefixNot(key expr.MetaKey, prefix string) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: key, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte(prefix)},
+	}
+}
+
+func ifExactNot(key expr.MetaKey, name string) []expr.Any {
+	b := make([]byte, ifNameSize)
+	copy(b, name)
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: b},
 	}
 }
 

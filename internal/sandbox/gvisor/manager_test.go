@@ -292,9 +292,8 @@ func TestManagerBadInput(t *testing.T) {
 	if _, err := h.m.Exec(ctx, "sb-unknown", guest.ExecRequest{Argv: []string{"true"}}, nil, nil); !errdefs.IsNotFound(err) {
 		t.Errorf("Exec in unknown sandbox = %v, want ErrNotFound", err)
 	}
-	_, err = h.m.Exec(ctx, src.ID, guest.ExecRequest{Argv: []string{"no-such-binary"}}, nil, nil)
-	if !errdefs.IsNotFound(err) {
-		t.Errorf("Exec of a missing binary = %v, want ErrNotFound", err)
+	if st, err := h.m.Exec(ctx, src.ID, guest.ExecRequest{Argv: []string{"no-such-binary"}}, nil, nil); err != nil || st.Code != 127 {
+		t.Errorf("Exec of a missing binary = %+v, %v; want exit status 127", st, err)
 	}
 	if _, err := h.m.Rollback(ctx, src.ID, "cp-unknown"); !errdefs.IsNotFound(err) {
 		t.Errorf("Rollback to unknown checkpoint = %v, want ErrNotFound", err)

@@ -145,9 +145,9 @@ func testExecMissing(t *testing.T, b sandbox.Backend, _ func(*testing.T) sandbox
 	inst := create(t, b, NewSpec())
 	ctx, cancel := context.WithTimeout(ctxT(t), 20*time.Second)
 	defer cancel()
-	_, err := inst.Guest.Exec(ctx, guest.ExecRequest{Argv: []string{"/no/such/binary"}}, nil, nil)
-	if !errdefs.IsNotFound(err) {
-		t.Fatalf("exec of a missing binary = %v, want ErrNotFound", err)
+	st, err := inst.Guest.Exec(ctx, guest.ExecRequest{Argv: []string{"/no/such/binary"}}, nil, nil)
+	if err != nil || st.Code != 127 {
+		t.Fatalf("exec of a missing binary = %+v, %v; want exit status 127, as a shell gives", st, err)
 	}
 	if ctx.Err() != nil {
 		t.Fatalf("exec of a missing binary hung")
