@@ -523,8 +523,9 @@ func (s *Server) generation(w http.ResponseWriter, r *http.Request, sb Sandboxes
 }
 
 func (s *Server) port(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil {
+	raw := r.PathValue("port")
+	port, err := strconv.Atoi(raw)
+	if err != nil || raw != strconv.Itoa(port) || port < 1 || port > 65535 { // "+80", "080": not the canonical form
 		s.fail(w, fmt.Errorf("port %.20q: want a number from 1 to 65535: %w", r.PathValue("port"), errdefs.ErrInvalidArgument))
 		return
 	}

@@ -359,3 +359,21 @@ func TestTrailingJSONRefused(t *testing.T) {
 	err := rawCall(t, c, "POST", sbPath("sb-1", "fork"), strings.NewReader(`{"n":1}{"n":16}`), "application/json")
 	wantAPIError(t, err, http.StatusBadRequest, "after the JSON object")
 }
+
+// TestPortMustBeCanonical: a published port is a plain decimal 1-65535 in
+// the path; "+80", "080" and words are 400s naming the port.
+func TestPortMustBeCanonical(t *testing.T) {
+	c := newTestServer(t, &fakeSandboxes{}, nil)
+	base, _ := serverURLs.Load(c)
+	for _, p := range []string{"+80", "080", "eighty", "-1"} {
+		resp, err := http.Post(base.(string)+"/v1/sandboxes/sb-1/ports/"+p, "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !bytes.Contains(b, []byte("port")) {
+			t.Errorf("port %q: %d %s, want 400 naming the port", p, resp.StatusCode, b)
+		}
+	}
+}
