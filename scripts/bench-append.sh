@@ -4,8 +4,10 @@
 # 24.7 s, three-way fork 11.8-15.1 s, rollback 5.3-5.4 s on another platform).
 set -euo pipefail
 in=$1 out=$2
-ms() { # ms LABEL: the zygo column of a row, in ms
-	awk -v l="$1" 'index($0, l) == 1 { v = $(NF-2); if (v ~ /ms$/) { sub(/ms$/, "", v); print v } else { sub(/s$/, "", v); print v * 1000 } }' "$in"
+ms() { # ms LABEL: the zygo column of a row of the zygo-vs-raw-runsc table (other tables, such as
+	# the network's, have rows of the same label), in ms
+	awk -v l="$1" '/raw runsc/ { t = 1; next } t && NF == 0 { t = 0 }
+		t && index($0, l) == 1 { v = $(NF-2); if (v ~ /ms$/) { sub(/ms$/, "", v); print v } else { sub(/s$/, "", v); print v * 1000 }; exit }' "$in"
 }
 cp=$(ms "checkpoint (source paused)") fork=$(ms "fork 11, until all answer") rb=$(ms "rollback, until it answers")
 if [ -z "$cp" ] || [ -z "$fork" ] || [ -z "$rb" ]; then

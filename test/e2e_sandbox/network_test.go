@@ -2,12 +2,10 @@ package e2esandbox
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/nftables"
 
@@ -176,23 +174,11 @@ func TestSandboxPortPerCopy(t *testing.T) {
 	d.OK("sandbox", "exec", src, "--", "/bin/sh", "-c", "mkdir -p /tmp/www && echo "+src+" >/tmp/www/id")
 	get := func(url string) string {
 		t.Helper()
-		var body string
-		for range 50 { // the service may still be starting
-			resp, err := http.Get(url + "id")
-			if err == nil {
-				b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return strings.TrimSpace(string(b))
-				}
-				body = resp.Status
-			} else {
-				body = err.Error()
-			}
-			time.Sleep(100 * time.Millisecond)
+		body := idAt(url)
+		if strings.HasPrefix(body, "ERR ") {
+			t.Fatalf("GET %sid: %s", url, strings.TrimPrefix(body, "ERR "))
 		}
-		t.Fatalf("GET %sid: %s", url, body)
-		return ""
+		return body
 	}
 	srcURL := d.OK("sandbox", "port", src, "8000")
 	if !strings.HasPrefix(srcURL, "http://127.0.0.1:") {
