@@ -115,5 +115,5 @@ func In(nsPath string, fn func() error) error {
 	return <-errc
 }
 
-// ErrStranded: In's thread could not go back to the caller's namespace.
+// ErrStranded is In's error when its thread could not go back to the caller's namespace.
 var ErrStranded = errors.New("returning to the daemon's network namespace")
