@@ -172,7 +172,7 @@ func itoa(n int) string {
 func TestAllowDenyAndEgressOff(t *testing.T) {
 	needRoot(t)
 	th := nettest.NewHost(t)
-	second := netip.AddrFrom4([4]byte{198, 19, th.IP.As4()[2], 5})
+	second := netip.AddrFrom4([4]byte{198, 19, th.IP.As4()[2], th.IP.As4()[3]}) // unique as the test host's own /30 is
 	th.AddAddr(t, second)
 	h, _ := newHost(t, th)
 	url := func(a netip.Addr) string { return "http://" + a.String() + "/" }

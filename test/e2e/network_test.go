@@ -123,7 +123,7 @@ func TestFunctionEgress(t *testing.T) {
 	th, tag, pool := newNetHost(t)
 	metadata := netip.MustParseAddr("169.254.169.254")
 	th.AddAddr(t, metadata)
-	second := netip.AddrFrom4([4]byte{198, 19, th.IP.As4()[2], 5})
+	second := netip.AddrFrom4([4]byte{198, 19, th.IP.As4()[2], th.IP.As4()[3]}) // unique as the test host's own /30 is
 	th.AddAddr(t, second)
 	d := startNetDaemon(t, th, "", tag, pool, "--listen", "127.0.0.1:0")
 	d.Up(netFunction(t, "neta", "[network]\negress = \"allow\"\n"))

@@ -24,8 +24,8 @@ import (
 // Host is a test host. Its servers answer until the test ends.
 type Host struct {
 	NetNS string     // its namespace's name (`ip netns exec NAME ...`)
-	IP    netip.Addr // its address, 198.18.N.2 (RFC 2544 benchmark range)
-	Peer  netip.Addr // the root namespace's side, 198.18.N.1
+	IP    netip.Addr // its address, in a random /30 of 198.18.0.0/16 (RFC 2544 benchmark range)
+	Peer  netip.Addr // the root namespace's side of that /30
 	// Domain is the zone its DNS server answers: every name under it is IP.
 	Domain string
 	// Body is what its HTTP server (port 80) answers to every request.
@@ -42,11 +42,14 @@ func NewHost(t testing.TB) *Host {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	tok := hex.EncodeToString(b[:])
-	n := int(b[0])
+	// A random /30 of 198.18.0.0/16 (16,384 of them): test hosts of tests
+	// running at once (go test runs packages in parallel) must not share one,
+	// or the host's two routes to it would send one's replies to the other.
+	third, fourth := b[1], b[2]&0xfc
 	h := &Host{
 		NetNS:  "zygotest-" + tok,
-		IP:     netip.AddrFrom4([4]byte{198, 18, byte(n), 2}),
-		Peer:   netip.AddrFrom4([4]byte{198, 18, byte(n), 1}),
+		IP:     netip.AddrFrom4([4]byte{198, 18, third, fourth + 2}),
+		Peer:   netip.AddrFrom4([4]byte{198, 18, third, fourth + 1}),
 		Domain: "zygo-" + tok + ".test",
 		Body:   "hello from test host " + tok,
 	}
@@ -191,7 +194,9 @@ func (h *Host) AddAddr(t testing.TB, a netip.Addr) {
 // the test host, never off this machine. Removed when t ends.
 func (h *Host) RouteFrom(t testing.TB, from netip.Prefix) {
 	t.Helper()
-	table := fmt.Sprint(20000 + int(h.IP.As4()[2])*16 + int(from.Addr().As4()[2])%16)
+	// One table per test host, numbered by its /30 (unique among hosts alive
+	// at once); every pool routed to it shares that table's one route.
+	table := fmt.Sprint(20000 + int(h.IP.As4()[2])*64 + int(h.IP.As4()[3])/4)
 	del := func() {
 		_ = exec.Command("ip", "rule", "del", "from", from.String(), "lookup", table).Run()
 		_ = exec.Command("ip", "rule", "del", "to", from.String(), "lookup", "main").Run()
@@ -199,7 +204,7 @@ func (h *Host) RouteFrom(t testing.TB, from netip.Prefix) {
 	}
 	t.Cleanup(del)
 	for _, args := range [][]string{
-		{"route", "add", "default", "via", h.IP.String(), "table", table},
+		{"route", "replace", "default", "via", h.IP.String(), "table", table},
 		{"rule", "add", "to", from.String(), "lookup", "main", "priority", "99"}, // the host's own replies to the pool
 		{"rule", "add", "from", from.String(), "lookup", table, "priority", "100"},
 	} {
