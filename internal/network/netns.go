@@ -1,7 +1,6 @@
 package network
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -75,45 +74,3 @@ func deleteNetNS(path string) error {
 	}
 	return nil
 }
-
-// In runs fn on an OS thread that has entered the network namespace at
-// nsPath, then returns the thread to the caller's namespace: sockets fn opens
-// and processes it starts (their Pdeathsig follows this thread, which goes
-// back to the pool rather than ending) belong to that namespace. Errors:
-// opening or entering the namespace (fn does not run), fn's, or returning
-// (ErrStranded wrapped: fn ran, and the thread is thrown away with its
-// goroutine; a caller that started a process there should stop it).
-func In(nsPath string, fn func() error) error {
-	target, err := netns.GetFromPath(nsPath)
-	if err != nil {
-		return fmt.Errorf("opening network namespace %s: %w", filepath.Base(nsPath), err)
-	}
-	defer target.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("entering network namespace %s: %w", filepath.Base(nsPath), err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("%w: %w", ErrStranded, err) // the thread stays locked and ends
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
-// ErrStranded is In's error when its thread could not go back to the caller's namespace.
-var ErrStranded = errors.New("returning to the daemon's network namespace")

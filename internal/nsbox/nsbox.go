@@ -20,12 +20,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/seccomp"
 )
 
@@ -192,22 +192,41 @@ func Start(cmd *exec.Cmd, spec Spec) error {
 	if spec.NetNS == "" {
 		return cmd.Start()
 	}
-	started := false
-	err := network.In(spec.NetNS, func() error {
-		if err := cmd.Start(); err != nil {
-			return err
+	target, err := os.Open(spec.NetNS)
+	if err != nil {
+		return fmt.Errorf("opening the function's network namespace: %w", err)
+	}
+	defer target.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
 		}
-		started = true
-		return nil
-	})
-	if err != nil && started { // born in the namespace, but the thread is stranded there
-		_ = cmd.Process.Kill()
-		_, _ = cmd.Process.Wait()
-	}
-	if err != nil && !started {
-		return fmt.Errorf("starting in the function's network namespace: %w", err)
-	}
-	return err
+		defer orig.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("entering the function's network namespace: %w", err)
+			return
+		}
+		// Pdeathsig follows this thread: it must outlive the sandbox, so
+		// it goes back to the pool (not ended) once it is home again.
+		startErr := cmd.Start()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			if startErr == nil {
+				_ = cmd.Process.Kill()
+				_, _ = cmd.Process.Wait()
+			}
+			errc <- fmt.Errorf("returning to the daemon's network namespace: %w", err) // the thread stays locked and ends
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- startErr
+	}()
+	return <-errc
 }
 
 func baseArgs(spec Spec) []string {

@@ -15,10 +15,11 @@ import (
 	"net/http"
 	"net/netip"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 
-	"github.com/zygo-run/zygo/internal/network"
+	"github.com/vishvananda/netns"
 )
 
 // Host is a test host. Its servers answer until the test ends.
@@ -95,8 +96,38 @@ func NewHost(t testing.TB) *Host {
 }
 
 // In runs fn on an OS thread that has joined the network namespace at
-// nsPath (network.In): sockets fn opens belong to that namespace.
-func In(nsPath string, fn func() error) error { return network.In(nsPath, fn) }
+// nsPath: sockets fn opens belong to that namespace (and keep working after
+// In returns). The thread is thrown away if it cannot return.
+func In(nsPath string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromPath(nsPath)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			errc <- err
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			errc <- err // the thread stays locked and ends with this goroutine
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
 
 // serveDNS answers A queries for names under h.Domain with h.IP and
 // everything else with NXDOMAIN, until pc is closed.
