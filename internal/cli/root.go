@@ -1,33 +1,30 @@
 // Package cli holds Zygo's command-line interface (cobra), one file per
 // command. Client commands talk to the daemon over its unix socket, found
-// through --state-dir or $ZYGO_STATE_DIR, or over TCP with --addr, sending
-// the daemon's bearer token from $ZYGO_TOKEN or STATE/api.token.
+// through --state-dir or $ZYGO_STATE_DIR, or over TCP (TLS for a remote
+// daemon) with --addr, $ZYGO_ADDR or the context file (context.go), sending a
+// bearer token from $ZYGO_TOKEN, the context file or STATE/api.token. The
+// daemon's own commands (serve, check) exist on Linux only (daemon_linux.go);
+// the client commands build for any system and depend on the SDK (sdk/go) only
+// among Zygo's packages, besides errdefs and secret's name rules.
+//
+// Conventions every command follows: -o table|json and, on lists, -q
+// (output.go); exit status 2 with the usage for a usage error, 1 for a
+// runtime error (usage.go).
 package cli
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/zygo-run/zygo/internal/errdefs"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/zygo-run/zygo/internal/daemon"
-	"github.com/zygo-run/zygo/sdk/go/zygo"
+	"github.com/zygo-run/zygo/internal/errdefs"
 )
-
-type globals struct {
-	stateDir string
-	addr     string
-	// tokenFrom is where client found the token for --addr: "$ZYGO_TOKEN",
-	// the token file's path, or "" when it found none.
-	tokenFrom string
-}
 
 // Execute runs the CLI on os.Args and returns the process exit status.
 func Execute() int {
@@ -44,22 +41,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	if err := root.ExecuteContext(ctx); err != nil {
-		if zygo.IsUnauthenticated(err) {
-			err = g.explainUnauthenticated(err)
-		}
-		// errdefs.Message: the CLI's own errors (a manifest, a secret name) read as the
-		// daemon's do, the category once and only as a predicate.
-		if msg := errdefs.Message(err); msg != "" { // an exitError may carry only a status
-			fmt.Fprintln(stderr, "zygo: "+msg)
-		}
-		var ee *exitError
-		if errors.As(err, &ee) {
-			return ee.code
-		}
-		return 1
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return 0
 	}
-	return 0
+	err = g.explain(err)
+	// errdefs.Message: the CLI's own errors (a manifest, a secret name) read as the
+	// daemon's do, the category once and only as a predicate.
+	if msg := errdefs.Message(err); msg != "" { // an exitError may carry only a status
+		fmt.Fprintln(stderr, "zygo: "+msg)
+	}
+	if isUsage(err) {
+		fmt.Fprint(stderr, "\n"+cmd.UsageString())
+		return exitUsage
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return exitRuntime
 }
 
 // newRootCmd returns the command tree, its flags bound to g.
@@ -70,10 +70,21 @@ func newRootCmd(g *globals) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "daemon state directory (default $ZYGO_STATE_DIR, else "+daemon.DefaultStateDir()+")")
-	root.PersistentFlags().StringVar(&g.addr, "addr", "", "talk to the daemon over loopback TCP (host:port) instead of its unix socket; "+
-		"the token comes from $ZYGO_TOKEN, else from api.token in the state dir")
-	root.AddCommand(newServeCmd(g), newUpCmd(g), newInvokeCmd(g), newLsCmd(g), newLogsCmd(g), newRmCmd(g), newStatusCmd(g), newSecretCmd(g), newCheckCmd(g), newSandboxCmd(g))
+	g.addFlags(root)
+	// The target is resolved once before any command runs, so that a broken context file or
+	// CA is reported before the command does anything; commands marked local skip it.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if cmd.Annotations[annotationLocal] != "" {
+			return nil
+		}
+		return g.resolve()
+	}
+	root.AddCommand(daemonCommands(g)...) // serve, check: Linux only
+	root.AddCommand(newUpCmd(g), newInvokeCmd(g), newLsCmd(g), newLogsCmd(g), newRmCmd(g), newStatusCmd(g), newSecretCmd(g), newSandboxCmd(g))
+	// root.AddCommand(newTokenCmd(g))
+	root.AddCommand(newVersionCmd(g))
+	root.AddCommand(newCompletionCmd())
+	markUsageErrors(root)
 	return root
 }
 
@@ -85,54 +96,15 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 
-func (g *globals) resolveStateDir() string {
-	if g.stateDir != "" {
-		return g.stateDir
-	}
-	if s := os.Getenv("ZYGO_STATE_DIR"); s != "" {
-		return s
-	}
-	return daemon.DefaultStateDir()
-}
+// annotationLocal marks a command that does not talk to a daemon through the client flags
+// (completion, serve, check): the context file is not read for it.
+const annotationLocal = "zygo.local"
 
-func (g *globals) client() *zygo.Client {
-	if g.addr != "" {
-		return zygo.NewTCPClient(g.addr, g.token())
+// local marks cmd with annotationLocal and returns it.
+func local(cmd *cobra.Command) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
 	}
-	return zygo.NewClient(daemon.SocketPath(g.resolveStateDir()))
-}
-
-// token returns the bearer token for --addr: $ZYGO_TOKEN, else the contents
-// of the token file under the resolved state dir when this user can read it,
-// else "". It records where it found it in g.tokenFrom.
-func (g *globals) token() string {
-	g.tokenFrom = ""
-	if tok := strings.TrimSpace(os.Getenv("ZYGO_TOKEN")); tok != "" {
-		g.tokenFrom = "$ZYGO_TOKEN"
-		return tok
-	}
-	path := daemon.TokenPath(g.resolveStateDir())
-	if b, err := os.ReadFile(path); err == nil {
-		if tok := strings.TrimSpace(string(b)); tok != "" {
-			g.tokenFrom = path
-			return tok
-		}
-	}
-	return ""
-}
-
-// explainUnauthenticated adds to a 401 from --addr what the user can do.
-func (g *globals) explainUnauthenticated(err error) error {
-	switch g.tokenFrom {
-	case "":
-		return fmt.Errorf("%w\nzygo found no token to send (no $ZYGO_TOKEN, no readable %s): set ZYGO_TOKEN to the contents "+
-			"of api.token in the daemon's state dir, or run zygo as the daemon's user with the same --state-dir",
-			err, daemon.TokenPath(g.resolveStateDir()))
-	case "$ZYGO_TOKEN":
-		return fmt.Errorf("%w\nthe daemon at %s refused the token in $ZYGO_TOKEN: set it to the contents of api.token "+
-			"in that daemon's state dir", err, g.addr)
-	default:
-		return fmt.Errorf("%w\nthe daemon at %s refused the token in %s: it serves another state dir; pass its --state-dir, "+
-			"or set ZYGO_TOKEN to the contents of its api.token", err, g.addr, g.tokenFrom)
-	}
+	cmd.Annotations[annotationLocal] = "1"
+	return cmd
 }

@@ -1,14 +1,12 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 	"golang.org/x/term"
 	"mvdan.cc/sh/v3/syntax"
 
-	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
@@ -73,10 +70,7 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for _, sv := range svcs {
-				body.Services = append(body.Services, wire.Service{Name: sv.Name, Argv: sv.Argv, Env: sv.Env,
-					OnFork: string(sv.OnFork), Signal: sv.Signal, Restart: string(sv.Restart)})
-			}
+			body.Services = append(body.Services, svcs...)
 			if body.RootfsDir != "" {
 				abs, err := rootfsDir(body.RootfsDir)
 				if err != nil {
@@ -158,19 +152,32 @@ func isSimpleCommand(command string) bool {
 	return first != "" && !shellBuiltins[first]
 }
 
-func parseServices(services, onFork, restart []string) ([]guest.Service, error) {
-	var out []guest.Service
+// Service policies as the API spells them (wire.Service; the guest enforces them).
+const (
+	onForkRestart    = "restart"
+	onForkSignal     = "signal"
+	onForkKeep       = "keep"
+	restartOnFailure = "on-failure"
+	restartAlways    = "always"
+	restartNo        = "no"
+)
+
+func parseServices(services, onFork, restart []string) ([]wire.Service, error) {
+	var out []wire.Service
 	idx := map[string]int{}
 	for _, s := range services {
 		name, command, ok := strings.Cut(s, "=")
 		if !ok || name == "" || strings.TrimSpace(command) == "" {
 			return nil, fmt.Errorf("--service %q: want NAME=CMD", s)
 		}
+		if strings.ContainsAny(name, "/ \t\n") {
+			return nil, fmt.Errorf("--service %q: the name may not hold slashes or spaces", s)
+		}
 		if _, dup := idx[name]; dup {
 			return nil, fmt.Errorf("--service %s given twice", name)
 		}
 		idx[name] = len(out)
-		out = append(out, guest.Service{Name: name, Argv: serviceArgv(command), OnFork: guest.OnForkKeep})
+		out = append(out, wire.Service{Name: name, Argv: serviceArgv(command), OnFork: onForkKeep})
 	}
 	for _, p := range onFork {
 		name, policy, ok := strings.Cut(p, "=")
@@ -179,12 +186,12 @@ func parseServices(services, onFork, restart []string) ([]guest.Service, error) 
 			return nil, fmt.Errorf("--on-fork %q: want NAME=POLICY for a NAME given with --service", p)
 		}
 		pol, sig, _ := strings.Cut(policy, ":")
-		switch guest.OnFork(pol) {
-		case guest.OnForkRestart, guest.OnForkKeep:
+		switch pol {
+		case onForkRestart, onForkKeep:
 			if sig != "" {
 				return nil, fmt.Errorf("--on-fork %q: only signal takes a :SIGNAL", p)
 			}
-		case guest.OnForkSignal:
+		case onForkSignal:
 			if sig != "" {
 				n, err := parseSignal(sig)
 				if err != nil {
@@ -195,7 +202,7 @@ func parseServices(services, onFork, restart []string) ([]guest.Service, error) 
 		default:
 			return nil, fmt.Errorf("--on-fork %q: policy must be restart, keep or signal[:SIGNAL]", p)
 		}
-		out[i].OnFork = guest.OnFork(pol)
+		out[i].OnFork = pol
 	}
 	for _, p := range restart {
 		name, policy, ok := strings.Cut(p, "=")
@@ -203,25 +210,26 @@ func parseServices(services, onFork, restart []string) ([]guest.Service, error) 
 		if !ok || !known {
 			return nil, fmt.Errorf("--restart %q: want NAME=POLICY for a NAME given with --service", p)
 		}
-		switch guest.Restart(policy) {
-		case guest.RestartOnFailure, guest.RestartAlways, guest.RestartNo:
+		switch policy {
+		case restartOnFailure, restartAlways, restartNo:
 		default:
 			return nil, fmt.Errorf("--restart %q: policy must be on-failure, always or no", p)
 		}
-		out[i].Restart = guest.Restart(policy)
+		out[i].Restart = policy
 	}
-	return out, guest.ValidateServices(out)
+	return out, nil
 }
 
-var signalNames = map[string]syscall.Signal{"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT,
-	"TERM": syscall.SIGTERM, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "KILL": syscall.SIGKILL}
+// signalNames are the signals --on-fork may name, with their numbers on Linux (the sandbox's
+// kernel, whatever system the CLI runs on: SIGUSR1 is 30 on macOS).
+var signalNames = map[string]int{"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12, "TERM": 15}
 
 func parseSignal(s string) (int, error) {
 	if n, err := strconv.Atoi(s); err == nil && n > 0 && n < 65 {
 		return n, nil
 	}
 	if sig, ok := signalNames[strings.TrimPrefix(strings.ToUpper(s), "SIG")]; ok {
-		return int(sig), nil
+		return sig, nil
 	}
 	return 0, fmt.Errorf("unknown signal %q (a number or HUP, INT, QUIT, TERM, USR1, USR2, KILL)", s)
 }
@@ -296,12 +304,6 @@ func newSandboxGenerationCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-}
-
-func printJSON(cmd *cobra.Command, v any) error {
-	enc := json.NewEncoder(cmd.OutOrStdout())
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // shorten returns s cut to at most n runes, ending in "…" when cut.

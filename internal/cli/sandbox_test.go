@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
@@ -15,17 +14,17 @@ func TestParseServices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(svcs) != 2 || svcs[0].Name != "web" || svcs[0].OnFork != guest.OnForkRestart ||
+	if len(svcs) != 2 || svcs[0].Name != "web" || svcs[0].OnFork != onForkRestart ||
 		strings.Join(svcs[0].Argv, " ") != "/bin/sh -c exec python3 -m http.server" {
 		t.Errorf("web: %+v", svcs[0])
 	}
-	if svcs[0].Restart != guest.RestartAlways || svcs[1].Restart != guest.RestartNo {
+	if svcs[0].Restart != restartAlways || svcs[1].Restart != restartNo {
 		t.Errorf("restart policies %q %q, want always and no", svcs[0].Restart, svcs[1].Restart)
 	}
-	if svcs[1].OnFork != guest.OnForkSignal || svcs[1].Signal != 12 {
+	if svcs[1].OnFork != onForkSignal || svcs[1].Signal != 12 {
 		t.Errorf("tick: %+v", svcs[1])
 	}
-	if svcs, _ := parseServices([]string{"a=b"}, nil, nil); svcs[0].OnFork != guest.OnForkKeep || svcs[0].Restart != "" {
+	if svcs, _ := parseServices([]string{"a=b"}, nil, nil); svcs[0].OnFork != onForkKeep || svcs[0].Restart != "" {
 		t.Errorf("default policies %q %q, want keep and \"\" (on-failure)", svcs[0].OnFork, svcs[0].Restart)
 	}
 	for _, bad := range []struct{ svc, pol, restart []string }{

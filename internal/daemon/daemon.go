@@ -90,7 +90,7 @@ func SocketPath(stateDir string) string { return filepath.Join(stateDir, zygo.So
 // TokenPath returns the file inside stateDir holding the bearer token that
 // calls on the --listen TCP address must carry (mode 0600, made by the
 // daemon; see api.LoadToken).
-func TokenPath(stateDir string) string { return filepath.Join(stateDir, "api.token") }
+func TokenPath(stateDir string) string { return filepath.Join(stateDir, zygo.TokenName) }
 
 // DefaultStateDir follows the XDG base directory spec for a user
 // ($XDG_STATE_HOME/zygo, else ~/.local/state/zygo) and uses /var/lib/zygo

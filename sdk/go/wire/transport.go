@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"os"
@@ -34,7 +35,27 @@ func UnixHTTPClient(socketPath string) *http.Client {
 // that sends token as "Authorization: Bearer token" on every request (none when token is "";
 // the daemon then answers 401, CodeUnauthenticated).
 func TCPHTTPClient(token string) *http.Client {
-	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 64}
+	return tcpClient(token, &http.Transport{MaxIdleConnsPerHost: 64})
+}
+
+// TLSHTTPClient is TCPHTTPClient for a listener serving TLS (`zygo serve --listen ADDR
+// --tls-cert F --tls-key F`): URLs are https://, and the daemon's certificate is verified
+// against tc's RootCAs (the system's when nil) for tc's ServerName (the URL's host when
+// empty). tc nil is the default configuration; the client keeps a clone of tc and never
+// modifies the caller's. TLS 1.2 is the least it accepts.
+func TLSHTTPClient(token string, tc *tls.Config) *http.Client {
+	if tc == nil {
+		tc = &tls.Config{}
+	}
+	tc = tc.Clone()
+	if tc.MinVersion < tls.VersionTLS12 {
+		tc.MinVersion = tls.VersionTLS12
+	}
+	return tcpClient(token, &http.Transport{MaxIdleConnsPerHost: 64, TLSClientConfig: tc, ForceAttemptHTTP2: true})
+}
+
+func tcpClient(token string, t *http.Transport) *http.Client {
+	var rt http.RoundTripper = t
 	if token != "" {
 		rt = &bearerTransport{token: token, next: rt}
 	}

@@ -26,6 +26,8 @@ package zygo
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,8 +60,37 @@ func NewTCPClient(addr, token string) *Client {
 	return &Client{base: "http://" + addr, hc: wire.TCPHTTPClient(token), addr: addr}
 }
 
+// NewTLSClient returns a client for a daemon serving TLS on addr (host:port; `zygo serve
+// --listen addr --tls-cert F --tls-key F`), typically another machine's. Each call carries
+// token (one of `zygo token create`, or api.token) as "Authorization: Bearer token". tc holds
+// what to trust: RootCAs (nil: the system's roots), ServerName (empty: addr's host), a client
+// certificate if wanted; nil is the default configuration. The client keeps its own copy of
+// tc. A certificate that does not verify is an *Unreachable whose Err says why.
+func NewTLSClient(addr, token string, tc *tls.Config) *Client {
+	return &Client{base: "https://" + addr, hc: wire.TLSHTTPClient(token, tc), addr: addr}
+}
+
+// LoadCA returns a pool holding the PEM certificates of the file at path (a CA, or a
+// daemon's self-signed certificate), for tls.Config.RootCAs. Errors: the file cannot be read,
+// or holds no PEM certificate.
+func LoadCA(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("the CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
 // SocketName is the name of the daemon's unix socket inside its state directory.
 const SocketName = "zygo.sock"
+
+// TokenName is the name of the file inside the daemon's state directory holding the token
+// named "default" (64 hex digits, mode 0600), made on the daemon's first start with --listen.
+const TokenName = "api.token"
 
 // DefaultStateDir returns the state directory a daemon uses when given none, and so where
 // clients look for it ($ZYGO_STATE_DIR aside): /var/lib/zygo for root, else
