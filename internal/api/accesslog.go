@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -9,15 +10,43 @@ import (
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
+// caller is who made a call: over TCP or the unix socket, and with which token. The first
+// of accessLog and RequireTokens to see the call attaches it to the request's context
+// (withCaller); both fill and read the same one.
+type caller struct {
+	tcp   bool   // the call came over the TCP listener
+	token string // the name of its token; "" before authentication or on the unix socket
+}
+
+type callerKey struct{}
+
+// callerOf returns the caller of the call whose context is ctx: nil when none was attached.
+func callerOf(ctx context.Context) *caller {
+	c, _ := ctx.Value(callerKey{}).(*caller)
+	return c
+}
+
+// withCaller returns r's caller, attaching a new one to (a copy of) r when it has none.
+func withCaller(r *http.Request) (*caller, *http.Request) {
+	if c := callerOf(r.Context()); c != nil {
+		return c, r
+	}
+	c := &caller{}
+	return c, r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+}
+
 // accessLog returns h behind one log record per call: method, route pattern, status,
-// duration, bytes written and request id. Calls that succeed (or that the caller got wrong:
-// 4xx) are logged at debug level, 5xx at info. The request id is the one the handler set
+// duration, bytes written, request id, and for a call over TCP the listener and the name of
+// its token (empty when it had none that the daemon knows). Calls on the unix socket that
+// succeed (or that the caller got wrong: 4xx) are logged at debug level, 5xx at info; every
+// call over TCP is logged at info level, an audit trail of remote use. The request id is the one the handler set
 // (an invoke's X-Zygo-Request-Id, which its log lines carry), else the caller's X-Request-Id,
 // else the trace id of its W3C traceparent, else empty.
 func (s *Server) accessLog(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t0 := time.Now()
 		rec := &recorder{ResponseWriter: w}
+		c, r := withCaller(r)
 		defer func() {
 			// A handler that aborts (http.ErrAbortHandler) is still logged, then re-panics.
 			p := recover()
@@ -29,20 +58,33 @@ func (s *Server) accessLog(h http.Handler) http.Handler {
 				}
 			}
 			level := slog.LevelDebug
-			if status >= 500 || p != nil {
+			if status >= 500 || p != nil || c.tcp {
 				level = slog.LevelInfo
 			}
-			s.log.LogAttrs(r.Context(), level, "api call",
-				slog.String("method", r.Method), slog.String("route", r.Pattern),
+			attrs := []slog.Attr{slog.String("method", r.Method), slog.String("route", route(r)),
 				slog.Int("status", status), slog.Duration("duration", time.Since(t0)),
 				slog.Int64("bytes", rec.bytes), slog.String("request_id", requestID(r, rec)),
-				slog.Bool("aborted", p != nil))
+				slog.Bool("aborted", p != nil)}
+			if c.tcp {
+				attrs = append(attrs, slog.String("listener", "tcp"), slog.String("token", c.token),
+					slog.String("remote", r.RemoteAddr))
+			}
+			s.log.LogAttrs(r.Context(), level, "api call", attrs...)
 			if p != nil {
 				panic(p)
 			}
 		}()
 		h.ServeHTTP(rec, r)
 	})
+}
+
+// route returns the pattern of the route that served r; a call refused before the mux (a
+// 401) has none, and is logged by its path.
+func route(r *http.Request) string {
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	return r.Method + " " + r.URL.Path
 }
 
 // recorder is a ResponseWriter that keeps the status and the bytes written. Unwrap lets

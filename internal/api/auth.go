@@ -15,10 +15,11 @@ import (
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
-// The loopback TCP listener is reachable by every local user, so it demands
-// a bearer token; the unix socket does not (its mode, 0600, lets only the
-// daemon's user connect). The token lives in STATE/api.token (mode 0600),
-// made by LoadToken on the daemon's first start with --listen.
+// The TCP listener is reachable by every local user (and, with TLS, by other machines), so
+// it demands a bearer token; the unix socket does not (its mode, 0600, lets only the daemon's
+// user connect). The tokens are named (tokens.go): "default" lives in STATE/api.token (mode
+// 0600), made by LoadToken on the daemon's first start with --listen; others are made by
+// `zygo token create` and kept in the store as SHA-256 digests.
 
 // tokenBytes is the token's entropy; the file holds it hex-encoded.
 const tokenBytes = 32
@@ -81,28 +82,74 @@ func createToken(path string) (string, error) {
 	return tok, nil
 }
 
-// RequireToken returns h behind a check that every request carries
-// "Authorization: Bearer TOKEN"; any other request is answered 401 with
-// code "unauthenticated" and never reaches h. The token is compared in
-// constant time (through SHA-256 digests, so that its length does not show
-// either). token must not be empty.
+// Authenticator finds the token a bearer secret belongs to. Tokens is the daemon's; safe for
+// concurrent use.
+type Authenticator interface {
+	// Authenticate returns the name of the token whose secret is secret, ok false when
+	// there is none. It compares in constant time (matchDigest).
+	Authenticate(secret string) (name string, ok bool)
+}
+
+// tokenDigest is a token's name and the SHA-256 of its secret.
+type tokenDigest struct {
+	name string
+	sum  [sha256.Size]byte
+}
+
+// matchDigest returns the name of the digest of ds that is SHA-256(secret). Every digest is
+// compared, each with subtle.ConstantTimeCompare, so that the time taken shows neither which
+// token matched nor how much of one did (the digests also hide the secrets' lengths).
+func matchDigest(ds []tokenDigest, secret string) (string, bool) {
+	sum := sha256.Sum256([]byte(secret))
+	found := -1
+	for i := range ds {
+		hit := subtle.ConstantTimeCompare(sum[:], ds[i].sum[:])
+		found = subtle.ConstantTimeSelect(hit, i, found)
+	}
+	if found < 0 {
+		return "", false
+	}
+	return ds[found].name, true
+}
+
+// oneToken is an Authenticator of a single token.
+type oneToken []tokenDigest
+
+func (o oneToken) Authenticate(secret string) (string, bool) { return matchDigest(o, secret) }
+
+// DefaultTokenName is the name of the token kept in STATE/api.token.
+const DefaultTokenName = "default"
+
+// RequireToken is RequireTokens with the single token token, named DefaultTokenName. token
+// must not be empty.
 func RequireToken(token string, h http.Handler) http.Handler {
 	if token == "" {
 		panic("api.RequireToken: empty token")
 	}
-	want := sha256.Sum256([]byte(token))
+	return RequireTokens(oneToken{{DefaultTokenName, sha256.Sum256([]byte(token))}}, h)
+}
+
+// RequireTokens returns h behind a check that every request carries "Authorization: Bearer
+// SECRET" with the secret of one of auth's tokens; any other request is answered 401 with
+// code "unauthenticated" and never reaches h. The call's caller (see callerOf) records that
+// it came over TCP and the token's name, for the access log and the token routes.
+func RequireTokens(auth Authenticator, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, r := withCaller(r)
+		c.tcp = true
 		got, ok := bearer(r)
 		if !ok {
 			unauthenticated(w, "this API listener requires a bearer token: send `Authorization: Bearer TOKEN`, "+
-				"TOKEN being the contents of api.token in the daemon's state directory")
+				"TOKEN being one of `zygo token create` or the contents of api.token in the daemon's state directory")
 			return
 		}
-		sum := sha256.Sum256([]byte(got))
-		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-			unauthenticated(w, "wrong bearer token: it must be the contents of api.token in the daemon's state directory")
+		name, ok := auth.Authenticate(got)
+		if !ok {
+			unauthenticated(w, "wrong bearer token: it is none of this daemon's tokens (`zygo token ls` on its host lists them; "+
+				"api.token in its state directory holds the one named default)")
 			return
 		}
+		c.token = name
 		h.ServeHTTP(w, r)
 	})
 }

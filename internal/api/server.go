@@ -16,6 +16,9 @@
 //	PUT    /v1/secrets/{name}              body: the value (raw bytes)
 //	GET    /v1/secrets                     names and update times only
 //	DELETE /v1/secrets/{name}
+//	POST   /v1/tokens                      body: {"name": NAME}; unix socket only
+//	GET    /v1/tokens                      ?limit=N&cursor=C; names and times only
+//	DELETE /v1/tokens/{name}               unix socket only
 //	/v1/sandboxes/..., /v1/checkpoints/...   see sandboxes.go
 package api
 
@@ -72,6 +75,8 @@ type Server struct {
 	version string
 	// sandboxes serves /v1/sandboxes and /v1/checkpoints (sandboxes.go, set by WithSandboxes).
 	sandboxes sandboxAPI
+	// tokens are the API tokens (tokens.go, set by WithTokens); nil: the token routes answer 503.
+	tokens *Tokens
 }
 
 // NewServer returns a Server; version is the daemon's build version.
@@ -79,8 +84,12 @@ func NewServer(fns Functions, logs Logs, secrets Secrets, log *slog.Logger, vers
 	return &Server{fns: fns, logs: logs, secrets: secrets, log: log, started: time.Now(), version: version}
 }
 
-// Handler returns the HTTP handler with every route.
-func (s *Server) Handler() http.Handler {
+// Handler returns the HTTP handler with every route, for the unix socket (no token; the
+// socket's mode is the access control). TCPHandler is the TCP listener's.
+func (s *Server) Handler() http.Handler { return s.accessLog(s.routes()) }
+
+// routes returns a mux with every route.
+func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", s.status)
 	mux.HandleFunc("POST /v1/functions", s.deploy)
@@ -93,10 +102,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/secrets", s.listSecrets)
 	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
 	s.sandboxRoutes(mux)
+	s.tokenRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})
-	return s.accessLog(mux)
+	return mux
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {

@@ -17,7 +17,7 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var listen, bwrap, uidRange, randGuard, cpuProfile string
+	var listen, tlsCert, tlsKey, bwrap, uidRange, randGuard, cpuProfile string
 	var tmpfsMiB int
 	var readyTimeout time.Duration
 	var debug bool
@@ -41,13 +41,16 @@ func newServeCmd(g *globals) *cobra.Command {
 				defer stop()
 			}
 			return daemon.Run(cmd.Context(), daemon.Config{
-				StateDir: g.resolveStateDir(), Listen: listen, Bwrap: bwrap,
+				StateDir: g.resolveStateDir(), Listen: listen, TLSCert: tlsCert, TLSKey: tlsKey, Bwrap: bwrap,
 				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, Sandbox: sbx, Network: nc, Log: log,
 				RandGuard: randGuard,
 			}, nil)
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this loopback TCP address (127.0.0.1:PORT or localhost:PORT; PORT 0 picks one, logged); calls on it need the token in STATE/api.token")
+	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address: loopback (127.0.0.1:PORT, [::1]:PORT, localhost:PORT) in plain HTTP, "+
+		"or with --tls-cert and --tls-key any (HOST:PORT, :PORT); PORT 0 picks one, logged. Calls on it need a token: STATE/api.token's, or one of zygo token create")
+	cmd.Flags().StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) the --listen address serves TLS with; needs --tls-key")
+	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	cmd.Flags().StringVar(&bwrap, "bwrap", "", "path of bwrap (default: found on PATH)")
 	cmd.Flags().StringVar(&uidRange, "uid-range", "auto", "host uids the daemon owns, START-END or START:COUNT, claimed on the host while it runs; each function runs as one of its own (root only). "+
 		"auto: the first free block of 65536 from "+fmt.Sprint(hostid.Default.First)+" (the last run's first). Refused if another daemon claims it, "+

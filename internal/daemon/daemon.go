@@ -8,6 +8,7 @@ package daemon
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -42,12 +43,19 @@ var Version = "dev"
 // Config is the daemon's configuration, validated by Run.
 type Config struct {
 	StateDir string // holds zygo.db, zygo.sock, versions/, run/, agents/
-	// Listen is an optional loopback TCP address (127.0.0.1:PORT, [::1]:PORT
-	// or localhost:PORT, which means 127.0.0.1) served in addition to the
-	// unix socket; port 0 picks a free one, logged at start. Any local user
-	// can connect to it, so every call on it must carry the bearer token of
-	// TokenPath (created on first use).
+	// Listen is an optional TCP address served in addition to the unix
+	// socket: a loopback one (127.0.0.1:PORT, [::1]:PORT or localhost:PORT,
+	// which means 127.0.0.1) in plain HTTP, or, with TLSCert and TLSKey, any
+	// (HOST:PORT, :PORT for every interface) in TLS; port 0 picks a free one,
+	// logged at start. Every call on it must carry a bearer token: the one of
+	// TokenPath (named "default", created on first use) or one of `zygo token
+	// create` (api.Tokens).
 	Listen string
+	// TLSCert and TLSKey are PEM files of the certificate (chain) and private
+	// key the Listen address serves TLS with; both or neither. They are read
+	// at start (restart the daemon to serve a renewed certificate).
+	TLSCert, TLSKey string
+	tlsConfig       *tls.Config // from TLSCert and TLSKey, made by validate
 	// Bwrap is the bubblewrap binary; "" looks it up on PATH.
 	Bwrap string
 	// UIDRange is the block of host uids (and gids of the same numbers) the
@@ -98,6 +106,41 @@ func TokenPath(stateDir string) string { return filepath.Join(stateDir, zygo.Tok
 // daemon listens.
 func DefaultStateDir() string { return zygo.DefaultStateDir() }
 
+// validateListen checks Listen, TLSCert and TLSKey and loads the key pair: a TCP address
+// beyond loopback is served only with TLS.
+func (c *Config) validateListen() error {
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("--tls-cert and --tls-key go together: give both, or neither")
+	}
+	if c.TLSCert != "" {
+		if c.Listen == "" {
+			return errors.New("--tls-cert: serving TLS needs --listen ADDR")
+		}
+		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", c.TLSCert, c.TLSKey, err)
+		}
+		c.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if c.Listen == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", c.Listen, err)
+	}
+	if strings.EqualFold(host, "localhost") {
+		// Not looked up: /etc/hosts could map the name anywhere.
+		host = "127.0.0.1"
+		c.Listen = net.JoinHostPort(host, port)
+	}
+	if ip := net.ParseIP(host); c.tlsConfig == nil && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--listen %q: an address beyond loopback is served only with TLS: give --tls-cert and --tls-key "+
+			"(or listen on 127.0.0.1:PORT, [::1]:PORT or localhost:PORT)", c.Listen)
+	}
+	return nil
+}
+
 func (c *Config) validate() error {
 	if c.StateDir == "" {
 		return errors.New("state dir is empty")
@@ -114,19 +157,8 @@ func (c *Config) validate() error {
 		}
 		c.Bwrap = p
 	}
-	if c.Listen != "" {
-		host, port, err := net.SplitHostPort(c.Listen)
-		if err != nil {
-			return fmt.Errorf("--listen %q: %w", c.Listen, err)
-		}
-		if strings.EqualFold(host, "localhost") {
-			// Not looked up: /etc/hosts could map the name anywhere.
-			host = "127.0.0.1"
-			c.Listen = net.JoinHostPort(host, port)
-		}
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			return fmt.Errorf("--listen %q: only loopback addresses are allowed (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)", c.Listen)
-		}
+	if err := c.validateListen(); err != nil {
+		return err
 	}
 	if os.Geteuid() == 0 {
 		if c.UIDRange == "" || c.UIDRange == "auto" {
@@ -271,8 +303,12 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	}
 	sbx := openSandboxes(ctx, cfg, st, secrets, netHost, log)
 	defer sbx.close()
-	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err)
-	err = serveAPI(ctx, cfg, apiSrv.Handler(), ready)
+	tokens, err := openTokens(ctx, cfg, st)
+	if err != nil {
+		return err
+	}
+	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithTokens(tokens)
+	err = serveAPI(ctx, cfg, apiSrv, ready)
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")
 	return err
@@ -296,11 +332,24 @@ func functionConfig(cfg Config, st *store.Store, agentDir string) function.Confi
 	return fcfg
 }
 
-// serveAPI serves h on the daemon's listeners (see listen), calls ready, if
+// openTokens returns the API tokens of st; with --listen, the token of
+// TokenPath (loaded, or made on first use) is among them as "default".
+func openTokens(ctx context.Context, cfg Config, st *store.Store) (*api.Tokens, error) {
+	def := ""
+	if cfg.Listen != "" {
+		var err error
+		if def, err = api.LoadToken(TokenPath(cfg.StateDir)); err != nil {
+			return nil, err
+		}
+	}
+	return api.NewTokens(ctx, st, TokenPath(cfg.StateDir), def, cfg.Log)
+}
+
+// serveAPI serves srv on the daemon's listeners (see listen), calls ready, if
 // not nil, once they accept calls, and returns when ctx ends (nil) or a
 // listener fails (its error), after shutting every server down.
-func serveAPI(ctx context.Context, cfg Config, h http.Handler, ready func()) error {
-	eps, err := listen(cfg, h)
+func serveAPI(ctx context.Context, cfg Config, srv *api.Server, ready func()) error {
+	eps, err := listen(cfg, srv)
 	if err != nil {
 		return err
 	}
@@ -317,7 +366,7 @@ func serveAPI(ctx context.Context, cfg Config, h http.Handler, ready func()) err
 	}
 	attrs := []any{"state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir), "version", Version}
 	if len(eps) > 1 {
-		attrs = append(attrs, "listen", eps[1].l.Addr().String(), "token_file", TokenPath(cfg.StateDir))
+		attrs = append(attrs, "listen", eps[1].l.Addr().String(), "tls", cfg.tlsConfig != nil, "token_file", TokenPath(cfg.StateDir))
 	}
 	cfg.Log.Info("zygo daemon serving", attrs...)
 	if ready != nil {
@@ -414,18 +463,11 @@ type endpoint struct {
 }
 
 // listen opens the unix socket (mode 0600: its owner alone may call), served
-// by h, and, with cfg.Listen, the loopback TCP listener, served by h behind
-// the bearer token of TokenPath, which it loads or creates first. On error
+// by srv.Handler, and, with cfg.Listen, the TCP listener (TLS with
+// cfg.tlsConfig), served by srv.TCPHandler: behind the API tokens. On error
 // nothing is left listening.
-func listen(cfg Config, h http.Handler) ([]endpoint, error) {
-	var tcpHandler http.Handler
-	if cfg.Listen != "" {
-		tok, err := api.LoadToken(TokenPath(cfg.StateDir))
-		if err != nil {
-			return nil, err
-		}
-		tcpHandler = api.RequireToken(tok, h)
-	}
+func listen(cfg Config, srv *api.Server) ([]endpoint, error) {
+	h := srv.Handler()
 	newServer := func(h http.Handler) *http.Server {
 		// IdleTimeout: a kept-alive connection with no request for this long is closed.
 		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -447,7 +489,10 @@ func listen(cfg Config, h http.Handler) ([]endpoint, error) {
 			ul.Close()
 			return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 		}
-		eps = append(eps, endpoint{tl, newServer(tcpHandler)})
+		if cfg.tlsConfig != nil {
+			tl = tls.NewListener(tl, cfg.tlsConfig)
+		}
+		eps = append(eps, endpoint{tl, newServer(srv.TCPHandler())})
 	}
 	return eps, nil
 }

@@ -35,6 +35,8 @@ var migrations = []migration{
 		`ALTER TABLE sandboxes ADD COLUMN net_address TEXT NOT NULL DEFAULT ''`)},
 	{7, "sandbox network MAC", addColumn("sandboxes", "net_mac",
 		`ALTER TABLE sandboxes ADD COLUMN net_mac TEXT NOT NULL DEFAULT ''`)},
+	// Branch remote (issue 18): named API tokens (tokens.go).
+	{8, "api tokens", ddl(tokenSchema)},
 }
 
 // SchemaVersion is the user_version of a store this daemon has opened.
