@@ -81,7 +81,7 @@ func newRootCmd(g *globals) *cobra.Command {
 	}
 	root.AddCommand(daemonCommands(g)...) // serve, check: Linux only
 	root.AddCommand(newUpCmd(g), newInvokeCmd(g), newLsCmd(g), newLogsCmd(g), newRmCmd(g), newStatusCmd(g), newSecretCmd(g), newSandboxCmd(g))
-	// root.AddCommand(newTokenCmd(g))
+	root.AddCommand(newTokenCmd(g))
 	root.AddCommand(newVersionCmd(g))
 	root.AddCommand(newCompletionCmd())
 	markUsageErrors(root)

@@ -470,7 +470,9 @@ func listen(cfg Config, srv *api.Server) ([]endpoint, error) {
 	h := srv.Handler()
 	newServer := func(h http.Handler) *http.Server {
 		// IdleTimeout: a kept-alive connection with no request for this long is closed.
-		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		// ErrorLog: the server's own messages (a TLS handshake a client gave up) at debug level.
+		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+			ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug)}
 	}
 	sock := SocketPath(cfg.StateDir)
 	os.Remove(sock) // stale socket from a daemon that died; we hold the lock
