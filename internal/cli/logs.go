@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -14,9 +15,12 @@ import (
 func newLogsCmd(g *globals) *cobra.Command {
 	var follow bool
 	var request string
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "logs NAME",
 		Short: "Print a function's logs (stdout/stderr per request, and Zygo's warm-up reports)",
+		Long: "Print a function's logs (stdout/stderr per request, and Zygo's warm-up reports).\n" +
+			"-o json prints each line as one JSON object (id, function, version, request_id, stream, at, line), also with -f.",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := g.client()
@@ -29,7 +33,9 @@ func newLogsCmd(g *globals) *cobra.Command {
 					}
 					return err
 				}
-				printLogs(cmd.OutOrStdout(), body)
+				if err := printLogs(cmd.OutOrStdout(), body, out.JSON()); err != nil {
+					return err
+				}
 				first := after == 0
 				after = body.Next
 				if !follow {
@@ -53,6 +59,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines")
 	cmd.Flags().StringVar(&request, "request", "", "only lines of this request id")
+	out = addOutput(cmd, singleCmd)
 	return cmd
 }
 
@@ -64,7 +71,17 @@ func noRequestLines(function, request string) error {
 		"or its lines are older than the newest 20,000 the function keeps", request, function, function)
 }
 
-func printLogs(w io.Writer, body wire.LogsBody) {
+// printLogs writes body's lines to w: as text, or with asJSON one JSON object a line.
+func printLogs(w io.Writer, body wire.LogsBody, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, l := range body.Lines {
+			if err := enc.Encode(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, l := range body.Lines {
 		req := l.RequestID
 		if req == "" {
@@ -72,4 +89,5 @@ func printLogs(w io.Writer, body wire.LogsBody) {
 		}
 		fmt.Fprintf(w, "%s %s %-6s %s\n", l.At.Format("15:04:05.000"), req, l.Stream, l.Line)
 	}
+	return nil
 }

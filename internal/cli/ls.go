@@ -2,13 +2,14 @@ package cli
 
 import (
 	"fmt"
-	"text/tabwriter"
+	"io"
 
 	"github.com/spf13/cobra"
 )
 
 func newLsCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var out *Output
+	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List deployed functions",
 		Args:  cobra.NoArgs,
@@ -17,16 +18,24 @@ func newLsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tVERSION\tRUNTIME\tMODE\tSTATE\tIN FLIGHT\tSERVED")
-			for _, f := range fns {
-				mode := string(f.Mode)
-				if f.Fallback != "" {
-					mode += " (fallback: spawn)"
+			return out.print(cmd, fns, func(tw io.Writer) {
+				fmt.Fprintln(tw, "NAME\tVERSION\tRUNTIME\tMODE\tSTATE\tIN FLIGHT\tSERVED")
+				for _, f := range fns {
+					mode := string(f.Mode)
+					if f.Fallback != "" {
+						mode += " (fallback: spawn)"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", f.Name, short(f.Version), f.Runtime, mode, f.State, f.InFlight, f.Served)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", f.Name, short(f.Version), f.Runtime, mode, f.State, f.InFlight, f.Served)
-			}
-			return tw.Flush()
+			}, func() []string {
+				names := make([]string, len(fns))
+				for i, f := range fns {
+					names[i] = f.Name
+				}
+				return names
+			})
 		},
 	}
+	out = addOutput(cmd, listCmd)
+	return cmd
 }

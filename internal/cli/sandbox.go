@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"text/tabwriter"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,7 +29,7 @@ func newSandboxCmd(g *globals) *cobra.Command {
 			"checkpoint and reseal every copy (new generation, identity, tokens) before it can be used.\n" +
 			"ID is a sandbox id or name; CHECKPOINT is a checkpoint id or tag.",
 	}
-	cmd.AddCommand(newSandboxCreateCmd(g), newSandboxLsCmd(g), newSandboxRmCmd(g), newSandboxGenerationCmd(g),
+	cmd.AddCommand(newSandboxCreateCmd(g), newSandboxLsCmd(g), newSandboxGetCmd(g), newSandboxRmCmd(g), newSandboxGenerationCmd(g),
 		newSandboxExecCmd(g), newSandboxRunCodeCmd(g), newSandboxFilesCmd(g),
 		newSandboxCheckpointCmd(g), newSandboxCheckpointsCmd(g), newSandboxForkCmd(g), newSandboxRollbackCmd(g),
 		newSandboxServicesCmd(g), newSandboxPortCmd(g))
@@ -41,6 +41,7 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	var services, onFork, restart []string
 	var memory, netMode string
 	var allow, deny []string
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--restart NAME=POLICY]... [--env KEY=VALUE]... [--secret NAME]... [--memory MIB] [--pids N] [--cpus N] [--network none|egress] [--allow CIDR]... [--deny CIDR]...",
 		Short: "Start a sandbox and print its id",
@@ -85,10 +86,10 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return nameFlags(err, createFlags)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
-			return nil
+			return out.print(cmd, rec, func(w io.Writer) { fmt.Fprintln(w, rec.ID) }, nil)
 		},
 	}
+	out = addOutput(cmd, singleCmd)
 	cmd.Flags().StringVar(&body.Name, "name", "", "a unique name (default: the id)")
 	cmd.Flags().StringVar(&body.RootfsDir, "rootfs", "", "a directory to use, read-only, as the root instead of the host's /usr")
 	cmd.Flags().StringArrayVar(&services, "service", nil, "NAME=CMD: a service started at boot (repeatable)")
@@ -235,7 +236,7 @@ func parseSignal(s string) (int, error) {
 }
 
 func newSandboxLsCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List sandboxes",
@@ -245,23 +246,27 @@ func newSandboxLsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(cmd, recs)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tADDRESS\tPARENT\tCHECKPOINT\tGENERATION\tAGE")
-			for _, r := range recs {
-				state := string(r.State)
-				if r.Error != "" { // the whole cause is in --json; a table cell stays short
-					state += " (" + shorten(r.Error, 48) + ")"
+			return out.print(cmd, recs, func(tw io.Writer) {
+				fmt.Fprintln(tw, "ID\tNAME\tSTATE\tADDRESS\tPARENT\tCHECKPOINT\tGENERATION\tAGE")
+				for _, r := range recs {
+					state := string(r.State)
+					if r.Error != "" { // the whole cause is in -o json; a table cell stays short
+						state += " (" + shorten(r.Error, 48) + ")"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, state, dash(r.Address), dash(r.ParentID),
+						dash(r.CheckpointID), dash(r.Generation), age(r.CreatedAt))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, state, dash(r.Address), dash(r.ParentID),
-					dash(r.CheckpointID), dash(r.Generation), age(r.CreatedAt))
-			}
-			return tw.Flush()
+			}, func() []string {
+				ids := make([]string, len(recs))
+				for i, r := range recs {
+					ids[i] = r.ID
+				}
+				return ids
+			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the records as JSON")
+	out = addOutput(cmd, listCmd)
+	out.addJSONAlias(cmd)
 	return cmd
 }
 
@@ -289,7 +294,8 @@ func newSandboxRmCmd(g *globals) *cobra.Command {
 }
 
 func newSandboxGenerationCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var out *Output
+	cmd := &cobra.Command{
 		Use:   "generation ID",
 		Short: "Print the sandbox's generation: 128 random bits, new on every fork and rollback",
 		Long: "Print the sandbox's generation token (32 hex digits). Every copy made by fork or rollback\n" +
@@ -300,10 +306,11 @@ func newSandboxGenerationCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), gen.Generation)
-			return nil
+			return out.print(cmd, gen, func(w io.Writer) { fmt.Fprintln(w, gen.Generation) }, nil)
 		},
 	}
+	out = addOutput(cmd, singleCmd)
+	return cmd
 }
 
 // shorten returns s cut to at most n runes, ending in "…" when cut.

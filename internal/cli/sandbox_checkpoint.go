@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"text/tabwriter"
+	"io"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -17,6 +17,7 @@ import (
 
 func newSandboxCheckpointCmd(g *globals) *cobra.Command {
 	var tag string
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "checkpoint ID [--tag TAG]",
 		Short: "Save an immutable image of a running sandbox and print its id; the sandbox keeps running",
@@ -28,16 +29,16 @@ func newSandboxCheckpointCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), cp.ID)
-			return nil
+			return out.print(cmd, cp, func(w io.Writer) { fmt.Fprintln(w, cp.ID) }, nil)
 		},
 	}
 	cmd.Flags().StringVar(&tag, "tag", "", "a tag to find the checkpoint by (the newest with a tag wins)")
+	out = addOutput(cmd, singleCmd)
 	return cmd
 }
 
 func newSandboxCheckpointsCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "checkpoints [ID]",
 		Short: "List checkpoints (of one sandbox, or all) with their size and age",
@@ -51,19 +52,23 @@ func newSandboxCheckpointsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(cmd, cps)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTAG\tSANDBOX\tPARENT\tSIZE\tAGE")
-			for _, c := range cps {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, dash(c.Tag), c.SandboxID, dash(c.ParentID),
-					humanize.IBytes(uint64(c.SizeBytes)), age(c.CreatedAt))
-			}
-			return tw.Flush()
+			return out.print(cmd, cps, func(tw io.Writer) {
+				fmt.Fprintln(tw, "ID\tTAG\tSANDBOX\tPARENT\tSIZE\tAGE")
+				for _, c := range cps {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, dash(c.Tag), c.SandboxID, dash(c.ParentID),
+						humanize.IBytes(uint64(c.SizeBytes)), age(c.CreatedAt))
+				}
+			}, func() []string {
+				ids := make([]string, len(cps))
+				for i, c := range cps {
+					ids[i] = c.ID
+				}
+				return ids
+			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the records as JSON")
+	out = addOutput(cmd, listCmd)
+	out.addJSONAlias(cmd)
 	cmd.AddCommand(&cobra.Command{
 		Use:   "rm CHECKPOINT...",
 		Short: "Delete checkpoints; refused while a sandbox was restored from one or a checkpoint descends from it",
@@ -138,6 +143,7 @@ func childrenFirst(refs []string, all []wire.Checkpoint) []string {
 
 func newSandboxForkCmd(g *globals) *cobra.Command {
 	var n int
+	var out *Output
 	var from string
 	cmd := &cobra.Command{
 		Use:   "fork ID -n N [--from CHECKPOINT]",
@@ -156,9 +162,15 @@ func newSandboxForkCmd(g *globals) *cobra.Command {
 			if err != nil && (!errors.As(err, &ae) || len(ans.Children) == 0) {
 				return err
 			}
-			for _, c := range ans.Children {
-				if c.Sandbox != nil {
-					fmt.Fprintln(cmd.OutOrStdout(), c.Sandbox.ID)
+			if out.JSON() {
+				if err := printJSON(cmd, ans); err != nil {
+					return err
+				}
+			} else {
+				for _, c := range ans.Children {
+					if c.Sandbox != nil {
+						fmt.Fprintln(cmd.OutOrStdout(), c.Sandbox.ID)
+					}
 				}
 			}
 			for _, c := range ans.Children {
@@ -176,11 +188,13 @@ func newSandboxForkCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().IntVarP(&n, "n", "n", 1, "how many children (1..16)")
 	cmd.Flags().StringVar(&from, "from", "", "restore this checkpoint (id or tag) instead of taking a new one")
+	out = addOutput(cmd, singleCmd)
 	return cmd
 }
 
 func newSandboxRollbackCmd(g *globals) *cobra.Command {
 	var to string
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "rollback ID --to CHECKPOINT",
 		Short: "Replace a sandbox with a restore of a checkpoint, keeping its id (a new generation)",
@@ -190,7 +204,7 @@ func newSandboxRollbackCmd(g *globals) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if to == "" {
-				return errors.New("rollback needs --to CHECKPOINT")
+				return usagef("rollback needs --to CHECKPOINT")
 			}
 			stop := startProgress(cmd, "rolling "+args[0]+" back to "+to)
 			rec, err := g.client().Rollback(cmd.Context(), args[0], to)
@@ -198,10 +212,12 @@ func newSandboxRollbackCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s rolled back to %s, generation %s\n", rec.ID, rec.CheckpointID, rec.Generation)
-			return nil
+			return out.print(cmd, rec, func(w io.Writer) {
+				fmt.Fprintf(w, "%s rolled back to %s, generation %s\n", rec.ID, rec.CheckpointID, rec.Generation)
+			}, nil)
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "the checkpoint (id or tag)")
+	out = addOutput(cmd, singleCmd)
 	return cmd
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -10,7 +11,8 @@ import (
 // newSandboxPortCmd is `zygo sandbox port ID PORT`: a port inside a sandbox, reachable from
 // the host.
 func newSandboxPortCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var out *Output
+	cmd := &cobra.Command{
 		Use:   "port ID PORT",
 		Short: "Publish a TCP port of the sandbox on the host's loopback and print its URL",
 		Long: "Publish TCP PORT of the sandbox on a loopback address of the daemon's host and print\n" +
@@ -27,8 +29,9 @@ func newSandboxPortCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), p.URL)
-			return nil
+			return out.print(cmd, p, func(w io.Writer) { fmt.Fprintln(w, p.URL) }, nil)
 		},
 	}
+	out = addOutput(cmd, singleCmd)
+	return cmd
 }

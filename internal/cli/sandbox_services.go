@@ -3,7 +3,7 @@ package cli
 import (
 	"fmt"
 	"strconv"
-	"text/tabwriter"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,7 +12,7 @@ import (
 )
 
 func newSandboxServicesCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "services ID",
 		Short: "Show the sandbox's services: running or not, pid, restarts, last exit",
@@ -27,23 +27,30 @@ func newSandboxServicesCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
+			if out.JSON() {
 				return printJSON(cmd, st)
 			}
-			if len(st) == 0 {
+			if len(st) == 0 && !out.quiet {
 				fmt.Fprintf(cmd.ErrOrStderr(), "%s declares no services (zygo sandbox create --service NAME=CMD)\n", args[0])
 				return nil
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tPID\tRESTART\tRESTARTS\tLAST EXIT\tLOG\tNOTE")
-			for _, s := range st {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, serviceState(s), pidText(s.PID),
-					s.Restart, s.Restarts, lastExitText(s), dash(s.Log), serviceNote(s))
-			}
-			return tw.Flush()
+			return out.print(cmd, st, func(tw io.Writer) {
+				fmt.Fprintln(tw, "NAME\tSTATE\tPID\tRESTART\tRESTARTS\tLAST EXIT\tLOG\tNOTE")
+				for _, s := range st {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, serviceState(s), pidText(s.PID),
+						s.Restart, s.Restarts, lastExitText(s), dash(s.Log), serviceNote(s))
+				}
+			}, func() []string {
+				names := make([]string, len(st))
+				for i, s := range st {
+					names[i] = s.Name
+				}
+				return names
+			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the states as JSON")
+	out = addOutput(cmd, listCmd)
+	out.addJSONAlias(cmd)
 	return cmd
 }
 

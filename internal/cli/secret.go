@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -35,23 +34,7 @@ func newSecretCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
-		Use:   "ls",
-		Short: "List secret names and when they were last set",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ms, err := g.client().ListSecrets(cmd.Context())
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tUPDATED")
-			for _, m := range ms {
-				fmt.Fprintf(tw, "%s\t%s\n", m.Name, m.UpdatedAt.UTC().Format("2006-01-02 15:04:05Z"))
-			}
-			return tw.Flush()
-		},
-	})
+	cmd.AddCommand(newSecretLsCmd(g))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "rm NAME",
 		Short: "Delete a secret",
@@ -64,6 +47,35 @@ func newSecretCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	})
+	return cmd
+}
+
+func newSecretLsCmd(g *globals) *cobra.Command {
+	var out *Output
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List secret names and when they were last set",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ms, err := g.client().ListSecrets(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return out.print(cmd, ms, func(tw io.Writer) {
+				fmt.Fprintln(tw, "NAME\tUPDATED")
+				for _, m := range ms {
+					fmt.Fprintf(tw, "%s\t%s\n", m.Name, m.UpdatedAt.UTC().Format(timeFormat))
+				}
+			}, func() []string {
+				names := make([]string, len(ms))
+				for i, m := range ms {
+					names[i] = m.Name
+				}
+				return names
+			})
+		},
+	}
+	out = addOutput(cmd, listCmd)
 	return cmd
 }
 

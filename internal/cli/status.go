@@ -2,13 +2,15 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 )
 
 func newStatusCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var out *Output
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show whether a daemon answers (exit status 1 when none does)",
 		Args:  cobra.NoArgs,
@@ -17,9 +19,12 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "zygo daemon %s: up %s, %d functions\n",
-				st.Version, (time.Duration(st.UptimeMs) * time.Millisecond).Round(time.Second), st.Functions)
-			return nil
+			return out.print(cmd, st, func(w io.Writer) {
+				fmt.Fprintf(w, "zygo daemon %s: up %s, %d functions\n",
+					st.Version, (time.Duration(st.UptimeMs) * time.Millisecond).Round(time.Second), st.Functions)
+			}, nil)
 		},
 	}
+	out = addOutput(cmd, singleCmd)
+	return cmd
 }

@@ -12,7 +12,8 @@ import (
 )
 
 func newUpCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var output *Output
+	cmd := &cobra.Command{
 		Use:   "up [DIR | DIR/zygo.toml]",
 		Short: "Deploy the function in DIR (it holds zygo.toml; default: the current directory)",
 		Args:  cobra.MaximumNArgs(1),
@@ -32,6 +33,9 @@ func newUpCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("%s\n%s", ae.Message, ae.Traceback)
 				}
 				return err
+			}
+			if output.JSON() {
+				return printJSON(cmd, res)
 			}
 			out := cmd.OutOrStdout()
 			if res.Unchanged {
@@ -54,6 +58,8 @@ func newUpCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	output = addOutput(cmd, singleCmd)
+	return cmd
 }
 
 // functionDir returns the function directory that arg names: arg itself, or the directory

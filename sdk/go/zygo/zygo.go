@@ -35,6 +35,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
@@ -161,6 +162,42 @@ func (c *Client) unreachable(err error) *Unreachable {
 
 func (e *Unreachable) Unwrap() error { return e.Err }
 
+// BodyError is a call that failed because its request body could not be read: a local
+// failure (the file given to PutFile or Deploy), not the daemon's.
+type BodyError struct{ Err error }
+
+func (e *BodyError) Error() string { return "reading the request body: " + e.Err.Error() }
+func (e *BodyError) Unwrap() error { return e.Err }
+
+// bodyReader keeps the first error of the request body's Read that is not io.EOF.
+type bodyReader struct {
+	io.ReadCloser
+	mu  sync.Mutex // guards err: Read runs on the transport's goroutine
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+// readErr returns the first error of Read; nil for a nil b.
+func (b *bodyReader) readErr() error {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
 func hasCode(err error, codes ...wire.Code) bool {
 	var e *Error
 	if !errors.As(err, &e) {
@@ -207,12 +244,22 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, ct
 	return c.send(ctx, req)
 }
 
-// send is do with the request made.
+// send is do with the request made. An error reading the request's body (a local file that
+// vanished, a directory given as a file) is returned as the caller's own, wrapped in
+// *BodyError, never as an *Unreachable: the daemon may well have answered.
 func (c *Client) send(ctx context.Context, req *http.Request) (*http.Response, error) {
+	var body *bodyReader
+	if req.Body != nil && req.Body != http.NoBody {
+		body = &bodyReader{ReadCloser: req.Body}
+		req.Body = body
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if berr := body.readErr(); berr != nil {
+			return nil, &BodyError{Err: berr}
 		}
 		return nil, c.unreachable(err)
 	}
