@@ -21,7 +21,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 		Short: "Print a function's logs (stdout/stderr per request, and Zygo's warm-up reports)",
 		Long: "Print a function's logs (stdout/stderr per request, and Zygo's warm-up reports).\n" +
 			"-o json prints each line as one JSON object (id, function, version, request_id, stream, at, line), also with -f.",
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := g.client()
 			var after int64

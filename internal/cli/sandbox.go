@@ -2,12 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"

@@ -3,9 +3,9 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
-	"io"
 	"time"
 
 	"github.com/dustin/go-humanize"

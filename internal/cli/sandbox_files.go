@@ -22,7 +22,7 @@ func newSandboxFilesCmd(g *globals) *cobra.Command {
 		Long: "Copy the local file or directory SRC (- for stdin) to the absolute path DEST in the sandbox.\n" +
 			"A directory is copied file by file (regular files with their modes; links are skipped); when DEST\n" +
 			"is an existing directory, SRC goes inside it under its own name.",
-		Args:  cobra.ExactArgs(3),
+		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			perm, err := strconv.ParseUint(mode, 8, 32)
 			if err != nil || perm > 0o7777 {
@@ -55,7 +55,7 @@ func newSandboxFilesCmd(g *globals) *cobra.Command {
 		Long: "Copy the file or directory at PATH in the sandbox to the local DEST (default stdout, for a file).\n" +
 			"A directory is copied file by file (regular files with their modes; links are skipped); when DEST\n" +
 			"is an existing directory, PATH goes inside it under its own name.",
-		Args:  cobra.RangeArgs(2, 3),
+		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := g.client()
 			if isSandboxDir(cmd.Context(), c, args[0], args[1]) {

@@ -2,8 +2,8 @@ package cli
 
 import (
 	"fmt"
-	"strconv"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
