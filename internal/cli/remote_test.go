@@ -149,7 +149,7 @@ func TestRemoteTLS(t *testing.T) {
 
 	// On a laptop: the context file names the daemon, the token and the CA.
 	empty := tempStateDir(t) // no api.token to fall back on
-	ctxFile := writeContext(t, "address = \"https://"+addr+"\"\ntoken = \""+created.Secret+"\"\nca = \""+certFile+"\"\n")
+	writeContext(t, "address = \"https://"+addr+"\"\ntoken = \""+created.Secret+"\"\nca = \""+certFile+"\"\n")
 	if code, stdout, stderr := runCLI(t, "--state-dir", empty, "status"); code != 0 || !strings.Contains(stdout, "zygo daemon") {
 		t.Fatalf("status through the context file: exit %d, %q, %q", code, stdout, stderr)
 	}
@@ -196,7 +196,7 @@ func TestRemoteTLS(t *testing.T) {
 	if code, _, stderr := runCLI(t, "--state-dir", dir, "token", "revoke", "ci"); code != 0 {
 		t.Fatalf("token revoke: exit %d, %q", code, stderr)
 	}
-	ctxFile = writeContext(t, "address = \"https://"+addr+"\"\ntoken = \""+created.Secret+"\"\nca = \""+certFile+"\"\n")
+	ctxFile := writeContext(t, "address = \"https://"+addr+"\"\ntoken = \""+created.Secret+"\"\nca = \""+certFile+"\"\n")
 	if code, _, stderr := runCLI(t, "--state-dir", empty, "status"); code != 1 || !strings.Contains(stderr, "wrong bearer token") ||
 		!strings.Contains(stderr, ctxFile) {
 		t.Errorf("status with a revoked token: exit %d, %q; want a 401 naming %s", code, stderr, ctxFile)
