@@ -1,5 +1,6 @@
 // Package api is the server of Zygo's HTTP API (JSON over a unix socket and,
-// optionally, loopback TCP). Its bodies are those of the contract package
+// optionally, TCP: loopback in plain HTTP, any address in TLS, every call
+// carrying one of the daemon's named tokens: auth.go, tokens.go). Its bodies are those of the contract package
 // sdk/go/wire, made from the daemon's types at the edge (convert.go); the Go
 // client is sdk/go/zygo. It is the only place where error categories
 // (internal/errdefs) become HTTP status codes and error codes.

@@ -32,7 +32,8 @@ func newCheckCmd(g *globals) *cobra.Command {
 
 func newCheckFunctionsCmd(g *globals) *cobra.Command {
 	var n int
-	var asJSON, useDaemon, noNode bool
+	var useDaemon, noNode bool
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "functions",
 		Short: "Audit warm functions: probe functions in each runtime, invoked N times sequentially and concurrently",
@@ -55,6 +56,7 @@ func newCheckFunctionsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			asJSON := out.JSON()
 			if !asJSON {
 				fmt.Fprintf(cmd.ErrOrStderr(), "zygo check functions: deploying %d probes, invoking each %d times sequentially and %d at once...\n", len(probes), n, n)
 			}
@@ -67,7 +69,8 @@ func newCheckFunctionsCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVarP(&n, "n", "n", 11, "copies per series (2..256)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	out = addOutput(cmd, singleCmd)
+	out.addJSONAlias(cmd)
 	cmd.Flags().BoolVar(&useDaemon, "use-daemon", false, "use the daemon at --state-dir instead of a private one")
 	cmd.Flags().BoolVar(&noNode, "no-node", false, "skip the Node probe")
 	return cmd

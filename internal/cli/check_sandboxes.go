@@ -14,7 +14,8 @@ import (
 
 func newCheckSandboxesCmd(_ *globals) *cobra.Command {
 	var n int
-	var asJSON, control bool
+	var control bool
+	var output *Output
 	var timer time.Duration
 	var engine forkcheck.EngineConfig
 	cmd := &cobra.Command{
@@ -52,7 +53,7 @@ func newCheckSandboxesCmd(_ *globals) *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if asJSON {
+			if output.JSON() {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(rep); err != nil {
@@ -68,7 +69,8 @@ func newCheckSandboxesCmd(_ *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVarP(&n, "n", "n", 11, fmt.Sprintf("copies (2..%d)", forkcheck.MaxSandboxCopies))
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	output = addOutput(cmd, singleCmd)
+	output.addJSONAlias(cmd)
 	cmd.Flags().DurationVar(&timer, "timer", 10*time.Second, "the timer the Python probe arms before the checkpoint; it must still be pending then")
 	cmd.Flags().StringVar(&engine.GuestBinary, "guest-binary", "", "static zygo-guest (default: next to zygo, then PATH)")
 	cmd.Flags().StringVar(&engine.Runsc, "runsc", "", "runsc binary (default /usr/local/bin/runsc, then PATH)")

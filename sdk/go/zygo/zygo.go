@@ -1,8 +1,10 @@
 // Package zygo is the Go client of a Zygo daemon (`zygo serve`): functions (deploy, invoke,
 // logs, list, remove, secrets) and sandboxes (long-lived gVisor sandboxes that can be
 // checkpointed, forked N ways and rolled back, each copy resealed before it is handed out).
-// It talks to the daemon's HTTP API (package wire) over its unix socket, or TCP with the
-// daemon's bearer token, and depends only on the standard library; the zygo CLI uses it.
+// It talks to the daemon's HTTP API (package wire) over its unix socket (NewClient), or TCP
+// with one of the daemon's bearer tokens: plain HTTP on loopback (NewTCPClient) or TLS to a
+// daemon on another machine (NewTLSClient, LoadCA). It depends only on the standard library
+// and builds for Linux, macOS and Windows; the zygo CLI uses it.
 //
 //	c := zygo.NewClient(zygo.DefaultSocket())
 //	res, err := c.DeployDir(ctx, "examples/hello")
