@@ -156,7 +156,10 @@ func TestRemoteTLS(t *testing.T) {
 	code, stdout, stderr = runCLI(t, "--state-dir", empty, "token", "ls", "-o", "json")
 	var toks []wire.Token
 	if err := json.Unmarshal([]byte(stdout), &toks); code != 0 || err != nil || len(toks) != 2 || toks[0].Name != "ci" || toks[1].Name != "default" {
-		t.Errorf("token ls -o json over TLS: exit %d, %q, %q", code, stdout, stderr)
+		t.Fatalf("token ls -o json over TLS: exit %d, %q, %q", code, stdout, stderr)
+	}
+	if toks[0].LastUsedAt == nil || toks[1].LastUsedAt != nil {
+		t.Errorf("last used: ci %v, default %v; want ci's recorded and default never", toks[0].LastUsedAt, toks[1].LastUsedAt)
 	}
 	if strings.Contains(stdout, created.Secret) || strings.Contains(stdout, "secret") {
 		t.Errorf("token ls shows a secret: %s", stdout)

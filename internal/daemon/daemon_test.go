@@ -254,6 +254,21 @@ func TestListenOnlyLoopback(t *testing.T) {
 			}
 		})
 	}
+	// TLS needs both files, and --listen; files that do not hold a key pair are named.
+	for _, c := range []struct {
+		cert, key, listen, want string
+	}{
+		{"cert.pem", "", "0.0.0.0:7777", "--tls-cert and --tls-key go together"},
+		{"", "key.pem", "0.0.0.0:7777", "--tls-cert and --tls-key go together"},
+		{"cert.pem", "key.pem", "", "needs --listen"},
+		{"/nonexistent/cert.pem", "/nonexistent/key.pem", "0.0.0.0:7777", "/nonexistent/cert.pem"},
+	} {
+		cfg := config(t, stateDir(t))
+		cfg.Listen, cfg.TLSCert, cfg.TLSKey = c.listen, c.cert, c.key
+		if err := daemon.Run(context.Background(), cfg, func() { t.Error("the daemon started") }); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Run with --tls-cert %q --tls-key %q --listen %q = %v, want %q", c.cert, c.key, c.listen, err, c.want)
+		}
+	}
 	for _, addr := range []string{"127.0.0.1", "[::1]:x"} {
 		cfg := config(t, stateDir(t))
 		cfg.Listen = addr
