@@ -15,7 +15,7 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var listen, bwrap, uidRange, randGuard, cpuProfile string
+	var listen, bwrap, uidRange, randGuard, cpuProfile, configPath string
 	var tmpfsMiB int
 	var readyTimeout time.Duration
 	var debug bool
@@ -26,6 +26,9 @@ func newServeCmd(g *globals) *cobra.Command {
 		Short: "Run the Zygo daemon in the foreground",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyServeConfig(cmd.Flags(), configPath); err != nil {
+				return err
+			}
 			level := slog.LevelInfo
 			if debug {
 				level = slog.LevelDebug
@@ -45,6 +48,8 @@ func newServeCmd(g *globals) *cobra.Command {
 			}, nil)
 		},
 	}
+	cmd.Flags().StringVar(&configPath, configFlag, "", "the daemon's configuration file: TOML whose keys are these flags' long names (run-tmpfs-mib = 512); "+
+		"flags given here override it; unknown keys and bad values stop the daemon (default "+DefaultConfigFile+" when it exists)")
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this loopback TCP address (127.0.0.1:PORT or localhost:PORT; PORT 0 picks one, logged); calls on it need the token in STATE/api.token")
 	cmd.Flags().StringVar(&bwrap, "bwrap", "", "path of bwrap (default: found on PATH)")
 	cmd.Flags().StringVar(&uidRange, "uid-range", "auto", "host uids the daemon owns, START-END or START:COUNT, claimed on the host while it runs; each function runs as one of its own (root only). "+
