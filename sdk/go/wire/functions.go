@@ -67,6 +67,8 @@ type Manifest struct {
 	PoolSize    *int              `json:"pool_size,omitempty"`
 	Env         map[string]string `json:"env,omitempty"`
 	Limits      FunctionLimits    `json:"limits"`
+	// PythonPath are the bundle's directories put on sys.path after the code (python_path).
+	PythonPath []string `json:"python_path,omitempty"`
 }
 
 // FunctionLimits are a function's per-request limits.
