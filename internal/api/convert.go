@@ -17,7 +17,7 @@ import (
 
 func deployResultOf(r *function.DeployResult) wire.DeployResult {
 	out := wire.DeployResult{Name: r.Name, Version: r.Version, Unchanged: r.Unchanged, Mode: string(r.Mode),
-		Fallback: r.Fallback, ReadyMs: r.ReadyMs}
+		Fallback: r.Fallback, ReadyMs: r.ReadyMs, Warnings: r.Warnings}
 	for _, c := range r.Checks {
 		out.Checks = append(out.Checks, wire.Check{Name: c.Name, Level: c.Level, Detail: c.Detail})
 	}

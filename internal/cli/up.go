@@ -34,6 +34,9 @@ func newUpCmd(g *globals) *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
+			for _, w := range res.Warnings { // on stderr: a script reading stdout still gets its line
+				fmt.Fprintf(cmd.ErrOrStderr(), "zygo: warning: %s\n", w)
+			}
 			if res.Unchanged {
 				fmt.Fprintf(out, "%s: %s is already active\n", res.Name, short(res.Version))
 				return nil

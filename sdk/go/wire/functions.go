@@ -29,6 +29,9 @@ type DeployResult struct {
 	Fallback  string  `json:"fallback,omitempty"`
 	Checks    []Check `json:"checks,omitempty"`
 	ReadyMs   int64   `json:"ready_ms"` // import + warm-up, milliseconds
+	// Warnings are sentences for whoever deploys, such as limits this daemon cannot enforce
+	// (it is not root); the CLI prints each.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Check is one finding of a deploy's warm-up (a fork-safety check).
