@@ -65,24 +65,49 @@ func (m *Manager) checkInterpreter(interp string) error {
 		}
 	}
 	for _, p := range []string{bind, resolved(bind)} {
-		if !inScratch(p) {
-			continue
-		}
-		if err := trusted.Dir(p, os.Geteuid()); err != nil {
-			return bad("would bind %s from a directory anyone may write into, so it must be out of other users' reach: %w", bind, err)
+		if reason := sharedInScratch(p, os.Geteuid()); reason != "" {
+			return bad("would bind %s from inside %s, where anyone may create files, but %s: another user could swap the interpreter; "+
+				"make every directory from there down root's (or the daemon's uid's) and writable by its owner only", bind, scratchOf(p), reason)
 		}
 	}
 	return nil
 }
 
-// inScratch reports whether dir lies inside one of scratchDirs.
-func inScratch(dir string) bool {
+// scratchOf returns the member of scratchDirs dir lies inside, or "".
+func scratchOf(dir string) string {
 	for _, s := range scratchDirs {
 		if dir != s && within(dir, s) {
-			return true
+			return s
 		}
 	}
-	return false
+	return ""
+}
+
+// sharedInScratch says why dir, inside a scratch directory, could be changed by a user other
+// than root and euid: the first directory from dir up to (not including) the scratch
+// directory that another uid owns, that is a symbolic link, or that its group or others may
+// write. "" when there is none, or when dir is not inside a scratch directory.
+func sharedInScratch(dir string, euid int) string {
+	top := scratchOf(dir)
+	if top == "" {
+		return ""
+	}
+	for p := dir; p != top; p = filepath.Dir(p) {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Sprintf("%s cannot be checked", p)
+		}
+		uid, _ := trusted.Owner(fi)
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			return fmt.Sprintf("%s is a symbolic link", p)
+		case uid != 0 && uid != euid:
+			return fmt.Sprintf("%s is owned by uid %d", p, uid)
+		case fi.Mode().Perm()&0o022 != 0:
+			return fmt.Sprintf("%s (mode %o) is writable by its group or others", p, fi.Mode().Perm())
+		}
+	}
+	return ""
 }
 
 // interpreterFailed names zygo.toml's interpreter when a deploy's first start failed with
