@@ -116,8 +116,8 @@ func TestCheckInterpreterInScratch(t *testing.T) {
 	}
 	for py, want := range map[string]string{
 		filepath.Join(base, "link", "bin", "python"): "link is a symbolic link",
-		mk("groupw", 0o775, -1):  "groupw (mode 775) is writable by its group or others",
-		mk("other", 0o755, 4242): "other is owned by uid 4242",
+		mk("groupw", 0o775, -1):                      "groupw (mode 775) is writable by its group or others",
+		mk("other", 0o755, 4242):                     "other is owned by uid 4242",
 	} {
 		err := m.checkInterpreter(py)
 		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "zygo.toml: interpreter: ") ||
