@@ -21,6 +21,10 @@ const DefaultConfigFile = "/etc/zygo/config.toml"
 // configFlag names the flag of `zygo serve` that points at its configuration file.
 const configFlag = "config"
 
+// envOverrides are keys an environment variable sets too, which wins over the file as the
+// flag does: the state dir, which every client command also finds through $ZYGO_STATE_DIR.
+var envOverrides = map[string]string{"state-dir": "ZYGO_STATE_DIR"}
+
 // notConfigKeys are flags of `zygo serve` that a configuration file cannot set: the file's own
 // path, help, and the client-only --addr it inherits from the root command.
 var notConfigKeys = []string{configFlag, "help", "addr"}
@@ -28,7 +32,8 @@ var notConfigKeys = []string{configFlag, "help", "addr"}
 // applyServeConfig sets the flags of fs (zygo serve's, parsed from the command line) from the
 // TOML file at path: each top-level key is a long flag name (`run-tmpfs-mib = 512`,
 // `network-dns = ["1.1.1.1"]`, `debug = true`), so every flag serve has, now or later, is a
-// key without a list kept by hand. A flag given on the command line wins over the file. The
+// key without a list kept by hand. A flag given on the command line wins over the file, and so
+// does $ZYGO_STATE_DIR over state-dir (envOverrides). The
 // value's TOML type must fit the flag: a boolean for a boolean flag, an integer for a number,
 // an array of strings for a list, a string for the rest (a duration as "90s").
 //
@@ -65,8 +70,8 @@ func setFromConfig(flags *pflag.FlagSet, key string, v any) error {
 	if f == nil || slices.Contains(notConfigKeys, key) {
 		return fmt.Errorf("unknown key %q (the keys are zygo serve's long flag names: %s)", key, strings.Join(ConfigKeys(flags), ", "))
 	}
-	if f.Changed {
-		return nil // the command line overrides the file
+	if f.Changed || os.Getenv(envOverrides[key]) != "" {
+		return nil // the command line (or its variable) overrides the file
 	}
 	typ := f.Value.Type()
 	if sv, ok := f.Value.(pflag.SliceValue); ok && strings.HasSuffix(typ, "Slice") {

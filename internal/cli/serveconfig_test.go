@@ -66,6 +66,18 @@ listen = "127.0.0.1:7000"
 	}
 }
 
+// TestServeConfigStateDirEnv: $ZYGO_STATE_DIR wins over the file's state-dir, as --state-dir does.
+func TestServeConfigStateDirEnv(t *testing.T) {
+	t.Setenv("ZYGO_STATE_DIR", "/srv/from-env")
+	serve, g := parsedServe(t)
+	if err := applyServeConfig(serve.Flags(), writeConfig(t, "state-dir = \"/srv/from-file\"\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.resolveStateDir(); got != "/srv/from-env" {
+		t.Errorf("state dir %q, want $ZYGO_STATE_DIR's /srv/from-env", got)
+	}
+}
+
 // TestServeConfigKeysAreServeFlags: the key set is serve's flag set, so a flag added to serve
 // is a key with no other change; --config, --help and the client's --addr are not keys.
 func TestServeConfigKeysAreServeFlags(t *testing.T) {
