@@ -33,9 +33,13 @@ func Restore(dir, stateDir string, force bool) (*Manifest, error) {
 	}
 	for _, f := range m.Files {
 		sum, size, err := hashFile(filepath.Join(dir, filepath.FromSlash(f.Path)))
-		if err != nil || sum != f.SHA256 || size != f.Size {
-			return nil, fmt.Errorf("%w: backup file %s is missing or differs from the backup's manifest (%v): the backup is damaged",
+		if err != nil {
+			return nil, fmt.Errorf("%w: backup file %s is missing or differs from the backup's manifest: the backup is damaged: %w",
 				errdefs.ErrInvalidArgument, f.Path, err)
+		}
+		if sum != f.SHA256 || size != f.Size {
+			return nil, fmt.Errorf("%w: backup file %s is missing or differs from the backup's manifest: the backup is damaged",
+				errdefs.ErrInvalidArgument, f.Path)
 		}
 	}
 	if err := os.MkdirAll(stateDir, 0o711); err != nil {
