@@ -82,8 +82,9 @@ func TestDependencies(t *testing.T) {
 			"node_modules/leftpad-ish/lib.js":       "exports.pad = (s, n) => s.padStart(n, '0');\n",
 		}
 		_, stderr, code := d.CLI("up", writeFunction(t, files))
-		if code == 0 || !strings.Contains(stderr, "leftpad-ish") {
-			t.Errorf("node_modules without !node_modules/ in .zygoignore: exit %d, stderr %q; want the import to fail naming the module", code, stderr)
+		if code == 0 || !strings.Contains(stderr, "leftpad-ish") ||
+			!strings.Contains(stderr, "note: node_modules was not uploaded (left out by default): add !node_modules/ to .zygoignore") {
+			t.Errorf("node_modules without !node_modules/ in .zygoignore: exit %d, stderr %q; want the import to fail naming the module, and a note", code, stderr)
 		}
 		files[".zygoignore"] = "!node_modules/\n"
 		d.Up(writeFunction(t, files))

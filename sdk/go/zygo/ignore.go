@@ -145,3 +145,15 @@ func matchParts(pat, name []string) bool {
 	ok, _ := path.Match(pat[0], name[0])
 	return ok && matchParts(pat[1:], name[1:])
 }
+
+// Packed reports whether PackDir would put the entry rel (slash-separated, relative to the
+// function directory dir) in the bundle, going by DefaultIgnores and dir's IgnoreFile only
+// (not by whether rel exists, nor by a directory above it being left out). Errors are
+// loadIgnore's: an IgnoreFile that cannot be read or holds a bad pattern.
+func Packed(dir, rel string, isDir bool) (bool, error) {
+	rules, err := loadIgnore(dir)
+	if err != nil {
+		return false, err
+	}
+	return !rules.ignored(rel, isDir), nil
+}
