@@ -70,7 +70,7 @@ type Manifest struct {
 	Format      int       `json:"format"`
 	CreatedAt   time.Time `json:"created_at"`
 	ZygoVersion string    `json:"zygo_version"`
-	StateDir    string    `json:"state_dir"` // the state dir backed up, for the operator
+	StateDir    string    `json:"state_dir"` // the state dir backed up (absolute), for the operator
 	// Includes says which parts are in the backup.
 	Includes Includes `json:"includes"`
 	Files    []File   `json:"files"` // every file, sorted by path
@@ -114,7 +114,11 @@ func Create(ctx context.Context, stateDir, dir string, opts Options) (_ *Manifes
 		return nil, fmt.Errorf("opening the state dir: %w", err)
 	}
 	defer src.Close()
-	m := &Manifest{Format: Format, CreatedAt: time.Now().UTC(), ZygoVersion: opts.ZygoVersion, StateDir: stateDir}
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manifest{Format: Format, CreatedAt: time.Now().UTC(), ZygoVersion: opts.ZygoVersion, StateDir: abs}
 	if err := store.Snapshot(ctx, filepath.Join(stateDir, dbFile), filepath.Join(dir, dbFile)); err != nil {
 		return nil, err
 	}

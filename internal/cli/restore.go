@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +23,10 @@ func newRestoreCmd(g *globals) *cobra.Command {
 			m, err := backup.Restore(args[0], state, force)
 			if err != nil {
 				return fmt.Errorf("restoring: %w", err)
+			}
+			if abs, _ := filepath.Abs(state); m.Includes.Checkpoints && abs != m.StateDir {
+				fmt.Fprintf(cmd.ErrOrStderr(), "zygo: warning: the checkpoint images were backed up from %s and their records name paths there: "+
+					"restored into %s, they are not found, and the daemon removes them at start; restore into %s to keep them\n", m.StateDir, abs, m.StateDir)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "restored the backup of %s (made %s) into %s: %d versions, %d files; start zygo serve --state-dir %s\n",
 				m.StateDir, m.CreatedAt.Format("2006-01-02 15:04:05Z"), state, m.Includes.Versions, len(m.Files), state)
