@@ -5,7 +5,7 @@ BIN     := bin
 PY      := /usr/bin/python3
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test tidy-check lint demo bench clean
+.PHONY: all build deps test tidy-check lint demo bench clean install
 
 all: build
 
@@ -23,6 +23,22 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/zygo-guest ./cmd/zygo-guest
 	@command -v $(CC) >/dev/null 2>&1 || { echo "build: $(CC) not found: the native-randomness guard (bin/zygo_rand.so) needs a C compiler: apt-get install gcc (or run make deps)" >&2; exit 1; }
 	$(CC) $(RAND_CFLAGS) -o $(BIN)/zygo_rand.so agents/native/zygo_rand.c -ldl
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the three binaries side by side in PREFIX/bin
+# (the daemon finds zygo-guest and zygo_rand.so next to zygo; the language agents are embedded
+# in it) and the systemd unit in PREFIX/lib/systemd/system (systemd reads /usr/local/lib/...
+# too). DESTDIR is prepended to every path written, for packagers; the unit names PREFIX
+# only. docs/operations.md: install, configure, upgrade, back up.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR)
+	install -m 0755 $(BIN)/zygo $(BIN)/zygo-guest $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 $(BIN)/zygo_rand.so $(DESTDIR)$(PREFIX)/bin/
+	sed 's|@PREFIX@|$(PREFIX)|g' packaging/zygo.service > $(DESTDIR)$(UNITDIR)/zygo.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/zygo.service
 
 # go.mod and go.sum must be what `go mod tidy` writes (direct dependencies not `// indirect`, no
 # stale sums); -diff prints the change and fails instead of writing it.

@@ -56,6 +56,10 @@ type Spec struct {
 	Handler string     // "module:function"
 	Mode    Mode
 	Env     []string // the function's environment, KEY=VALUE
+	// PythonPath are directories of the code (relative to nsbox.CodeDir, checked by the
+	// caller) the Python agent puts on sys.path right after it, in order (zygo.toml's
+	// python_path). Python only.
+	PythonPath []string
 	// RunDir is a host directory private to this zygote; Start creates
 	// RunDir/req (bound at /run/zygo/req), RunDir/scratch/tmp (bound at
 	// /tmp) and RunDir/scratch/shm (bound at /dev/shm).
@@ -362,6 +366,9 @@ func (z *Process) command(remote, statusW, blockR *os.File) (*exec.Cmd, error) {
 		bootstrap := fmt.Sprintf("import sys; sys.path.insert(0, %q); from zygo_agent.__main__ import main; main()",
 			nsbox.AgentDir+"/python")
 		box.Args = []string{"-I", "-c", bootstrap, "--code", nsbox.CodeDir, "--handler", z.spec.Handler, "--mode", string(z.spec.Mode)}
+		for _, p := range z.spec.PythonPath {
+			box.Args = append(box.Args, "--path", p)
+		}
 	}
 	box.Env = append([]string{
 		"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "TMPDIR=/tmp", "LANG=C.UTF-8",

@@ -17,7 +17,7 @@ import (
 
 func deployResultOf(r *function.DeployResult) wire.DeployResult {
 	out := wire.DeployResult{Name: r.Name, Version: r.Version, Unchanged: r.Unchanged, Mode: string(r.Mode),
-		Fallback: r.Fallback, ReadyMs: r.ReadyMs}
+		Fallback: r.Fallback, ReadyMs: r.ReadyMs, Warnings: r.Warnings}
 	for _, c := range r.Checks {
 		out.Checks = append(out.Checks, wire.Check{Name: c.Name, Level: c.Level, Detail: c.Detail})
 	}
@@ -32,7 +32,7 @@ func functionOf(st function.Status) wire.Function {
 		l := m.Limits
 		out.Manifest = &wire.Manifest{Name: m.Name, Runtime: string(m.Runtime), Handler: m.Handler, Mode: string(m.Mode),
 			Interpreter: m.Interpreter, Secrets: m.Secrets, Strict: m.Strict, Concurrency: m.Concurrency,
-			PreFork: m.PreFork, PoolSize: m.PoolSize, Env: m.Env,
+			PreFork: m.PreFork, PoolSize: m.PoolSize, Env: m.Env, PythonPath: m.PythonPath,
 			Limits: wire.FunctionLimits{TimeoutMs: l.TimeoutMs, MemoryMiB: l.MemoryMiB, PIDs: l.PIDs, CPUMs: l.CPUMs,
 				MaxRequestKiB: l.MaxRequestKiB, MaxResponseKiB: l.MaxResponseKiB}}
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 func newServeCmd(g *globals) *cobra.Command {
-	var listen, tlsCert, tlsKey, bwrap, uidRange, randGuard, cpuProfile string
+	var listen, tlsCert, tlsKey, bwrap, uidRange, randGuard, cpuProfile, configPath string
 	var tmpfsMiB int
 	var readyTimeout time.Duration
 	var debug bool
@@ -28,6 +28,9 @@ func newServeCmd(g *globals) *cobra.Command {
 		Short: "Run the Zygo daemon in the foreground",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyServeConfig(cmd.Flags(), configPath); err != nil {
+				return err
+			}
 			level := slog.LevelInfo
 			if debug {
 				level = slog.LevelDebug
@@ -47,6 +50,8 @@ func newServeCmd(g *globals) *cobra.Command {
 			}, nil)
 		},
 	}
+	cmd.Flags().StringVar(&configPath, configFlag, "", "the daemon's configuration file: TOML whose keys are these flags' long names (run-tmpfs-mib = 512); "+
+		"flags given here override it; unknown keys and bad values stop the daemon (default "+DefaultConfigFile+" when it exists)")
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address: loopback (127.0.0.1:PORT, [::1]:PORT, localhost:PORT) in plain HTTP, "+
 		"or with --tls-cert and --tls-key any (HOST:PORT, :PORT); PORT 0 picks one, logged. Calls on it need a token: STATE/api.token's, or one of zygo token create")
 	cmd.Flags().StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) the --listen address serves TLS with; needs --tls-key")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -30,7 +31,7 @@ func newUpCmd(g *globals) *cobra.Command {
 			if err != nil {
 				var ae *zygo.Error
 				if errors.As(err, &ae) && ae.Code == "import_failed" {
-					return fmt.Errorf("%s\n%s", ae.Message, ae.Traceback)
+					return fmt.Errorf("%s\n%s%s", ae.Message, ae.Traceback, leftOutHint(dir))
 				}
 				return err
 			}
@@ -38,6 +39,9 @@ func newUpCmd(g *globals) *cobra.Command {
 				return printJSON(cmd, res)
 			}
 			out := cmd.OutOrStdout()
+			for _, w := range res.Warnings { // on stderr: a script reading stdout still gets its line
+				fmt.Fprintf(cmd.ErrOrStderr(), "zygo: warning: %s\n", w)
+			}
 			if res.Unchanged {
 				fmt.Fprintf(out, "%s: %s is already active\n", res.Name, short(res.Version))
 				return nil
@@ -88,4 +92,24 @@ func short(version string) string {
 		return version[:19]
 	}
 	return version
+}
+
+// leftOutHint returns, for a deploy whose import failed, a note on the directories of dir that
+// hold dependencies and that PackDir left out by default (zygo.DefaultIgnores), with what to do
+// instead; "" when there are none.
+func leftOutHint(dir string) string {
+	var out strings.Builder
+	for _, c := range []struct{ name, hint string }{
+		{"node_modules", "add !node_modules/ to .zygoignore to ship it"},
+		{".venv", "ship the packages in the function (pip install --target vendor, then python_path = [\"vendor\"] in zygo.toml), " +
+			"or name a virtual environment outside the function as its interpreter"},
+	} {
+		if st, err := os.Stat(filepath.Join(dir, c.name)); err != nil || !st.IsDir() {
+			continue
+		}
+		if packed, err := zygo.Packed(dir, c.name, true); err == nil && !packed {
+			fmt.Fprintf(&out, "\nnote: %s was not uploaded (left out by default): %s", c.name, c.hint)
+		}
+	}
+	return out.String()
 }

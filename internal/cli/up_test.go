@@ -37,3 +37,27 @@ func TestFunctionDir(t *testing.T) {
 		t.Errorf("zygo up in a function directory: exit %d, %q", code, stderr)
 	}
 }
+
+// TestLeftOutHint: after a failed import, zygo up notes the dependency directories it left out
+// by default, unless .zygoignore takes them back.
+func TestLeftOutHint(t *testing.T) {
+	dir := t.TempDir()
+	if got := leftOutHint(dir); got != "" {
+		t.Errorf("no such directories: %q", got)
+	}
+	for _, d := range []string{"node_modules", ".venv"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := leftOutHint(dir)
+	if !strings.Contains(got, "note: node_modules was not uploaded") || !strings.Contains(got, "note: .venv was not uploaded") {
+		t.Errorf("hint %q, want notes on node_modules and .venv", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".zygoignore"), []byte("!node_modules/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := leftOutHint(dir); strings.Contains(got, "node_modules") || !strings.Contains(got, ".venv") {
+		t.Errorf("with !node_modules/: hint %q, want .venv only", got)
+	}
+}

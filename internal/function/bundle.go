@@ -134,6 +134,12 @@ func ReadBundle(r io.Reader) (*Unpacked, error) {
 	if u.Manifest == nil {
 		return nil, fmt.Errorf("%w: bundle has no %s at its top level", errdefs.ErrInvalidArgument, ManifestFile)
 	}
+	for i, p := range u.Manifest.PythonPath {
+		if !dirs[p] { // checkFileDirClash added every file's parents
+			return nil, fmt.Errorf("%w: zygo.toml: python_path[%d]: %q is not a directory of the bundle (was it left out by .zygoignore?)",
+				errdefs.ErrInvalidArgument, i, p)
+		}
+	}
 	return u, nil
 }
 

@@ -326,6 +326,10 @@ func TestReadBundleRejects(t *testing.T) {
 		{"directory entry and a file", tarGz(t, manifest, withType("lib/", tar.TypeDir), reg("lib", "x")), `"lib" is both a file and a directory`},
 		{"over-long path", tarGz(t, manifest, reg(strings.Repeat("d/", function.MaxPathBytes/2)+"x.py", "x")), "over the limit of 1024"},
 		{"over-long name", tarGz(t, manifest, reg(strings.Repeat("n", function.MaxNameBytes+1), "x")), "a name is 256 bytes, over the limit of 255"},
+		{"python_path not in the bundle", tarGz(t, reg("zygo.toml", pythonPathManifest), reg("main.py", "x")),
+			`python_path[0]: "vendor" is not a directory of the bundle`},
+		{"python_path a file", tarGz(t, reg("zygo.toml", pythonPathManifest), reg("vendor", "x")),
+			`python_path[0]: "vendor" is not a directory of the bundle`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			u, err := function.ReadBundle(bytes.NewReader(c.bundle))
@@ -339,6 +343,26 @@ func TestReadBundleRejects(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// pythonPathManifest ships its dependencies in vendor/.
+const pythonPathManifest = "name = \"hello\"\nruntime = \"python\"\nhandler = \"main:handler\"\npython_path = [\"vendor\"]\n"
+
+// TestReadBundlePythonPath: a python_path entry is a directory of the bundle, as a directory
+// entry or as the parent of a file.
+func TestReadBundlePythonPath(t *testing.T) {
+	for _, b := range [][]byte{
+		tarGz(t, reg("zygo.toml", pythonPathManifest), reg("vendor/dep/__init__.py", "x")),
+		tarGz(t, reg("zygo.toml", pythonPathManifest), entry{tar.Header{Typeflag: tar.TypeDir, Name: "vendor/", Mode: 0o755}, ""}),
+	} {
+		u, err := function.ReadBundle(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := u.Manifest.PythonPath; len(got) != 1 || got[0] != "vendor" {
+			t.Errorf("python_path = %q, want [vendor]", got)
+		}
 	}
 }
 

@@ -12,26 +12,35 @@ import (
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/nsbox"
+	"github.com/zygo-run/zygo/internal/trusted"
 )
 
 // Host directories an interpreter's bind (nsbox.InterpreterBind) may not
 // be, contain, or lie inside: host configuration and credentials, kernel
 // and device filesystems, runtime state and world-writable scratch space.
-var noBindTree = []string{"/etc", "/root", "/proc", "/sys", "/dev", "/run", "/boot", "/tmp", "/var/tmp", "/lost+found"}
+var noBindTree = []string{"/etc", "/root", "/proc", "/sys", "/dev", "/run", "/boot", "/lost+found"}
 
 // Host directories an interpreter's bind may lie inside but not be or
 // contain (each holds other users' and services' data as a whole).
 var noBindWhole = []string{"/home", "/var", "/srv", "/mnt", "/media"}
 
+// Host scratch directories anyone may write: an interpreter's bind may lie
+// inside one (a virtual environment made under /tmp) but not be or contain
+// it, and then the bind and each of its ancestors must be owned by root or
+// the daemon's uid and writable by no one else (trusted.Dir), so that no
+// other user can swap the interpreter a function runs on.
+var scratchDirs = []string{"/tmp", "/var/tmp"}
+
 // checkInterpreter fails (errdefs.ErrInvalidArgument, naming
 // zygo.toml's interpreter key) unless interp is an executable ELF regular
 // file whose bind into the sandbox exposes nothing sensitive: none of
-// noBindTree, noBindWhole or the daemon's state directory (after resolving
-// symbolic links, as bwrap does). The interpreter is never run here.
+// noBindTree, noBindWhole, scratchDirs or the daemon's state directory (after
+// resolving symbolic links, as bwrap does); a bind inside a scratch directory
+// must be one no other user can change. The interpreter is never run here.
 // Messages name only interp and the directory derived from it.
 func (m *Manager) checkInterpreter(interp string) error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: zygo.toml: interpreter: %q %s", errdefs.ErrInvalidArgument, interp, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: zygo.toml: interpreter: %q %w", errdefs.ErrInvalidArgument, interp, fmt.Errorf(format, a...))
 	}
 	st, err := os.Stat(interp)
 	switch {
@@ -55,7 +64,50 @@ func (m *Manager) checkInterpreter(interp string) error {
 			return bad("would bind %s into the sandbox, which %s; install the interpreter under /usr or its own directory (for example /opt/python3.12/bin/python3)", bind, reason)
 		}
 	}
+	for _, p := range []string{bind, resolved(bind)} {
+		if reason := sharedInScratch(p, os.Geteuid()); reason != "" {
+			return bad("would bind %s from inside %s, where anyone may create files, but %s: another user could swap the interpreter; "+
+				"make every directory from there down root's (or the daemon's uid's) and writable by its owner only", bind, scratchOf(p), reason)
+		}
+	}
 	return nil
+}
+
+// scratchOf returns the member of scratchDirs dir lies inside, or "".
+func scratchOf(dir string) string {
+	for _, s := range scratchDirs {
+		if dir != s && within(dir, s) {
+			return s
+		}
+	}
+	return ""
+}
+
+// sharedInScratch says why dir, inside a scratch directory, could be changed by a user other
+// than root and euid: the first directory from dir up to (not including) the scratch
+// directory that another uid owns, that is a symbolic link, or that its group or others may
+// write. "" when there is none, or when dir is not inside a scratch directory.
+func sharedInScratch(dir string, euid int) string {
+	top := scratchOf(dir)
+	if top == "" {
+		return ""
+	}
+	for p := dir; p != top; p = filepath.Dir(p) {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Sprintf("%s cannot be checked", p)
+		}
+		uid, _ := trusted.Owner(fi)
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			return fmt.Sprintf("%s is a symbolic link", p)
+		case uid != 0 && uid != euid:
+			return fmt.Sprintf("%s is owned by uid %d", p, uid)
+		case fi.Mode().Perm()&0o022 != 0:
+			return fmt.Sprintf("%s (mode %o) is writable by its group or others", p, fi.Mode().Perm())
+		}
+	}
+	return ""
 }
 
 // interpreterFailed names zygo.toml's interpreter when a deploy's first start failed with
@@ -97,6 +149,11 @@ func (m *Manager) forbiddenBinds() func(dir string) string {
 		for _, s := range noBindWhole {
 			if within(s, dir) {
 				return "holds other users' or services' data"
+			}
+		}
+		for _, s := range scratchDirs {
+			if within(s, dir) {
+				return "holds scratch space anyone may write"
 			}
 		}
 		return ""

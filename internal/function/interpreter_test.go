@@ -20,7 +20,10 @@ func TestForbiddenBinds(t *testing.T) {
 		"/etc/ssl":           "host configuration",
 		"/proc/1/root":       "host configuration",
 		"/run":               "host configuration",
-		"/tmp/py":            "scratch space",
+		"/tmp":               "scratch space",
+		"/var/tmp":           "scratch space",
+		"/tmp/py":            "", // inside scratch space: checkInterpreter's trusted check
+		"/var/tmp/venv":      "",
 		"/home":              "other users",
 		"/var":               "daemon's state", // an ancestor of the state dir
 		"/var/lib":           "daemon's state",
@@ -70,5 +73,56 @@ func TestCheckInterpreter(t *testing.T) {
 	}
 	if err := m.checkInterpreter("/usr/bin/python3"); err != nil {
 		t.Errorf("/usr/bin/python3: %v", err)
+	}
+}
+
+// TestCheckInterpreterInScratch: an interpreter under /tmp (a virtual environment) is
+// accepted when its bound directory and every ancestor below /tmp are root's (or the
+// daemon's) and writable by no one else; otherwise the 400 says why.
+func TestCheckInterpreterInScratch(t *testing.T) {
+	m := testManager(0)
+	m.cfg.StateDir = t.TempDir()
+	elf, err := os.ReadFile("/usr/bin/python3")
+	if err != nil {
+		t.Fatal("/usr/bin/python3 is needed: apt-get install -y python3")
+	}
+	base, err := os.MkdirTemp("/tmp", "zygo-interp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	os.Chmod(base, 0o755)
+	mk := func(venv string, mode os.FileMode, uid int) string {
+		py := filepath.Join(base, venv, "bin", "python")
+		if err := os.MkdirAll(filepath.Dir(py), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(py, elf, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(base, venv), mode)
+		if uid >= 0 {
+			if err := os.Chown(filepath.Join(base, venv), uid, uid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return py
+	}
+	if err := m.checkInterpreter(mk("good", 0o755, -1)); err != nil {
+		t.Errorf("a venv under /tmp of the daemon's own: %v", err)
+	}
+	if err := os.Symlink(filepath.Join(base, "good"), filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for py, want := range map[string]string{
+		filepath.Join(base, "link", "bin", "python"): "link is a symbolic link",
+		mk("groupw", 0o775, -1):                      "groupw (mode 775) is writable by its group or others",
+		mk("other", 0o755, 4242):                     "other is owned by uid 4242",
+	} {
+		err := m.checkInterpreter(py)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "zygo.toml: interpreter: ") ||
+			!strings.Contains(err.Error(), "from inside /tmp, where anyone may create files") || !strings.Contains(err.Error(), want) {
+			t.Errorf("checkInterpreter(%s) = %v, want %q", py, err, want)
+		}
 	}
 }

@@ -211,6 +211,9 @@ type DeployResult struct {
 	Fallback  string            `json:"fallback,omitempty"` // why fork mode fell back to spawn
 	Checks    []agentproc.Check `json:"checks,omitempty"`
 	ReadyMs   int64             `json:"ready_ms"` // import + warm-up, milliseconds
+	// Warnings are sentences for whoever deploys: limits of the manifest this daemon cannot
+	// enforce (limitWarnings).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ImportFailed is returned by Deploy when the new version fails to import;
@@ -258,7 +261,9 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 
 	old := m.get(name)
 	if old != nil && old.version == u.Hash {
-		return old.result(true), nil
+		res := old.result(true)
+		res.Warnings = m.limitWarnings(u.Manifest)
+		return res, nil
 	}
 	uid, err := m.hostID(ctx, name)
 	if err != nil {
@@ -295,7 +300,9 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 		m.goTracked(func() { m.retire(old) })
 	}
 	m.collectVersionsLocked(ctx, name)
-	return d.result(false), nil
+	res := d.result(false)
+	res.Warnings = m.limitWarnings(u.Manifest)
+	return res, nil
 }
 
 // activate starts d's zygote and records its version as the active one.

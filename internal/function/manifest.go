@@ -103,6 +103,11 @@ type Manifest struct {
 	// interpreter per request, as when threads are alive.
 	OnNativeRandom string  `toml:"on_native_random" json:"on_native_random,omitempty"`
 	Network        Network `toml:"network" json:"network"`
+	// PythonPath lists directories of the bundle (relative, clean, inside it) that a Python
+	// function's agent puts on sys.path right after the code directory, before the import:
+	// dependencies shipped with the function (python_path = ["vendor"]). Then come the
+	// entries of [env] PYTHONPATH. ReadBundle checks that each is a directory of the bundle.
+	PythonPath []string `toml:"python_path" json:"python_path,omitempty"`
 }
 
 // Network is the [network] table: what a function's sandboxes may reach.
@@ -203,6 +208,7 @@ const (
 	MaxPoolSize        = 64
 	MaxEnvValueBytes   = 32 << 10  // one [env] value, bytes
 	MaxEnvBytes        = 128 << 10 // all [env] keys and values together, bytes
+	MaxPythonPath      = 32        // entries of python_path
 )
 
 var (
@@ -388,6 +394,9 @@ func (m *Manifest) Validate() error {
 	if err := m.validateEnv(bad); err != nil {
 		return err
 	}
+	if err := m.validatePythonPath(bad); err != nil {
+		return err
+	}
 	if err := m.Limits.validate(bad); err != nil {
 		return err
 	}
@@ -398,6 +407,39 @@ func (m *Manifest) Validate() error {
 	if m.PreFork != nil && m.Limits.ZygotePIDs < *m.PreFork+zygoteOwnPIDs {
 		return bad("limits.zygote_pids", "%d leaves no room for prefork = %d (bwrap, the zygote and each idle pre-forked child count: want at least %d)",
 			m.Limits.ZygotePIDs, *m.PreFork, *m.PreFork+zygoteOwnPIDs)
+	}
+	return nil
+}
+
+// validatePythonPath checks python_path: Python only, at most MaxPythonPath entries, each a
+// clean relative path that stays inside the function (no "..", not absolute, not "."),
+// listed once. That each is a directory of the bundle is ReadBundle's check.
+func (m *Manifest) validatePythonPath(bad func(key, format string, a ...any) error) error {
+	if len(m.PythonPath) == 0 {
+		return nil
+	}
+	if m.Runtime != RuntimePython {
+		return bad("python_path", "applies only to runtime = \"python\" (Node resolves node_modules inside the function by itself)")
+	}
+	if len(m.PythonPath) > MaxPythonPath {
+		return bad("python_path", "has %d entries, over the limit of %d", len(m.PythonPath), MaxPythonPath)
+	}
+	seen := map[string]bool{}
+	for i, p := range m.PythonPath {
+		key := fmt.Sprintf("python_path[%d]", i)
+		switch {
+		case p == "" || p == ".":
+			return bad(key, "%q must name a directory inside the function (the function's own directory is on sys.path already)", p)
+		case path.IsAbs(p):
+			return bad(key, "%q must be a relative path inside the function (for example \"vendor\")", p)
+		case path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../"):
+			return bad(key, "%q must be a clean path that stays inside the function (no \"..\", \"./\" or trailing \"/\")", p)
+		case len(p) > MaxPathBytes || strings.ContainsAny(p, "\x00:"):
+			return bad(key, "%q is not a usable path (a NUL or \":\", or longer than %d bytes)", p, MaxPathBytes)
+		case seen[p]:
+			return bad(key, "%q is listed twice", p)
+		}
+		seen[p] = true
 	}
 	return nil
 }

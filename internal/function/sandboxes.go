@@ -82,6 +82,7 @@ func (l *sandboxLauncher) spec(opts RunnerOptions, mode agentproc.Mode) agentpro
 		Handler:      man.Handler,
 		Mode:         mode,
 		Env:          man.SortedEnv(),
+		PythonPath:   man.PythonPath,
 		RunDir:       filepath.Join(l.cfg.StateDir, "run", id),
 		RunTmpfsMiB:  l.cfg.RunTmpfsMiB,
 		ReadyTimeout: l.cfg.ReadyTimeout,

@@ -267,15 +267,18 @@ func baseArgs(spec Spec) []string {
 	if spec.ResolvConf != "" {
 		a = append(a, "--ro-bind-data", fmt.Sprint(resolvFD), "/etc/resolv.conf")
 	}
-	if prefix := interpreterPrefix(spec.Interpreter); prefix != "" {
-		a = append(a, "--ro-bind", prefix, prefix)
-	}
 	a = append(a,
 		"--ro-bind", spec.CodeDir, CodeDir,
 		"--ro-bind", spec.AgentDir, AgentDir,
 		"--bind", spec.TmpDir, "/tmp",
 		"--bind", spec.ReqDir, ReqDir,
 	)
+	// After /tmp: an interpreter of a virtual environment under the host's /tmp
+	// (/tmp/x/venv/bin/python) is bound over the sandbox's private /tmp, at the
+	// same path, so that Python finds its pyvenv.cfg next to it.
+	if prefix := interpreterPrefix(spec.Interpreter); prefix != "" {
+		a = append(a, "--ro-bind", prefix, prefix)
+	}
 	if spec.SecretsDir != "" {
 		a = append(a, "--ro-bind", spec.SecretsDir, SecretsDir)
 	}

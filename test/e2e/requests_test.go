@@ -401,6 +401,18 @@ func TestBadInputIs400(t *testing.T) {
 		if err := os.WriteFile(python, elf, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		// A venv in a directory of /tmp its group may write: another user could swap it.
+		shared, err := os.MkdirTemp("/tmp", "zygo-e2e-shared-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(shared) })
+		sharedPy := filepath.Join(shared, "venv", "bin", "python")
+		os.MkdirAll(filepath.Dir(sharedPy), 0o755)
+		if err := os.WriteFile(sharedPy, elf, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(shared, 0o775)
 		base := "name = \"manbad\"\nruntime = \"python\"\nhandler = \"main:handler\"\n"
 		for what, c := range map[string]struct{ extra, field string }{
 			"env NUL":                      {"[env]\nA = \"x\\u0000y\"\n", "env.A"},
@@ -410,6 +422,11 @@ func TestBadInputIs400(t *testing.T) {
 			"interpreter a script":         {"interpreter = \"/usr/bin/ldd\"\n", "interpreter"},
 			"interpreter in the state dir": {"interpreter = \"" + python + "\"\n", "interpreter"},
 			"interpreter not python":       {"interpreter = \"/bin/sh\"\n", "interpreter"},
+			"interpreter in /tmp, shared":  {"interpreter = \"" + sharedPy + "\"\n", "interpreter"},
+			"interpreter missing in /tmp":  {"interpreter = \"/tmp/python3\"\n", "interpreter"},
+			"python_path outside":          {"python_path = [\"../lib\"]\n", "python_path[0]"},
+			"python_path not in bundle":    {"python_path = [\"vendor\"]\n", "python_path[0]"},
+			"PYTHONPATH has NUL":           {"[env]\nPYTHONPATH = \"a\\u0000b\"\n", "env.PYTHONPATH"},
 		} {
 			manifest := base + c.extra
 			var buf bytes.Buffer

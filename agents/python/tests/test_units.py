@@ -22,7 +22,7 @@ except ImportError as exc:  # fail loudly, never skip
     raise ImportError("python3-numpy is needed by these tests: apt-get install python3-numpy") \
         from exc
 
-from zygo_agent import child, errors, libc, recorder, reseed, warmup, wire  # noqa: E402
+from zygo_agent import child, errors, libc, loader, recorder, reseed, warmup, wire  # noqa: E402
 
 
 class ReseedTest(unittest.TestCase):
@@ -338,3 +338,29 @@ class EventDecodeTest(unittest.TestCase):
     def test_ordinary_events_decode(self):
         self.assertEqual(child.decode_event(b'{"n": [1, 2.5, "x"]}'), {"n": [1, 2.5, "x"]})
         self.assertEqual(child.decode_event(b"9" * 4300), int("9" * 4300))
+
+
+class SearchPathTest(unittest.TestCase):
+    """What the loader puts in front of sys.path: the code, python_path, then PYTHONPATH."""
+
+    def test_order(self):
+        self.assertEqual(loader.search_path("/code", ["vendor", "lib/deps"], "extra::/opt/x"),
+                         ["/code", "/code/vendor", "/code/lib/deps", "/code/extra", "/opt/x"])
+
+    def test_code_only(self):
+        self.assertEqual(loader.search_path("/code"), ["/code"])
+
+    def test_load_handler_imports_from_python_path(self):
+        with tempfile.TemporaryDirectory() as code:
+            os.makedirs(os.path.join(code, "vendor"))
+            with open(os.path.join(code, "vendor", "zygo_vendored_dep.py"), "w") as f:
+                f.write("VALUE = 41\n")
+            with open(os.path.join(code, "zygo_vendored_main.py"), "w") as f:
+                f.write("import zygo_vendored_dep\ndef handler(e, c):\n    return zygo_vendored_dep.VALUE + 1\n")
+            saved = list(sys.path)
+            try:
+                handler = loader.load_handler(code, "zygo_vendored_main:handler", ["vendor"])
+                self.assertEqual(handler(None, None), 42)
+                self.assertEqual(sys.path[:2], [code, os.path.join(code, "vendor")])
+            finally:
+                sys.path[:] = saved

@@ -4,7 +4,7 @@ The supervisor starts::
 
     /usr/bin/python3 -I -c "import sys; sys.path.insert(0, '/opt/zygo/agents/python'); \
         from zygo_agent.__main__ import main; main()" \
-        --code /code --handler main:handler --mode fork
+        --code /code --handler main:handler --mode fork [--path vendor ...]
 
 with the zygote end of the control socket as fd 3 (``python -c`` leaves the options in
 ``sys.argv[1:]``). Start-up order: native thread pools to one thread; the intent recorder;
@@ -34,12 +34,14 @@ _NATIVE_POOL_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    """Return the parsed ``--code``, ``--handler`` and ``--mode``; exits with status 2 on a
+    """Return the parsed ``--code``, ``--handler``, ``--mode`` and ``--path``s; exits with status 2 on a
     usage error (argparse)."""
     parser = argparse.ArgumentParser(prog="zygo_agent", description="Zygo Python agent")
     parser.add_argument("--code", required=True, help="directory holding the user's code")
     parser.add_argument("--handler", required=True, help="MODULE:FUNCTION")
     parser.add_argument("--mode", choices=("fork", "spawn"), default="fork")
+    parser.add_argument("--path", action="append", default=[],
+                        help="a directory of the code put on sys.path after it (python_path)")
     return parser.parse_args(argv)
 
 
@@ -59,7 +61,7 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
     libc.set_dumpable(False)
     recorder.install()  # step 2
     try:
-        handler = loader.load_handler(code_dir, args.handler)  # step 3
+        handler = loader.load_handler(code_dir, args.handler, args.path)  # step 3
     except loader.ImportFailure as failure:
         zygote.flush_stdio()
         _send_or_exit(control, {"type": "import_error", "error": failure.error})

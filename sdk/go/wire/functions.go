@@ -29,6 +29,9 @@ type DeployResult struct {
 	Fallback  string  `json:"fallback,omitempty"`
 	Checks    []Check `json:"checks,omitempty"`
 	ReadyMs   int64   `json:"ready_ms"` // import + warm-up, milliseconds
+	// Warnings are sentences for whoever deploys, such as limits this daemon cannot enforce
+	// (it is not root); the CLI prints each.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Check is one finding of a deploy's warm-up (a fork-safety check).
@@ -67,6 +70,8 @@ type Manifest struct {
 	PoolSize    *int              `json:"pool_size,omitempty"`
 	Env         map[string]string `json:"env,omitempty"`
 	Limits      FunctionLimits    `json:"limits"`
+	// PythonPath are the bundle's directories put on sys.path after the code (python_path).
+	PythonPath []string `json:"python_path,omitempty"`
 }
 
 // FunctionLimits are a function's per-request limits.

@@ -17,18 +17,23 @@ var ErrSpecialFile = errors.New("not a regular file or directory (links are not 
 
 // PackDir writes the function directory dir as the bundle Deploy uploads: a gzip'd tar of its
 // regular files (mode 0755 when executable, else 0644) and directories, paths relative to dir;
-// directories named .git are skipped. A special file is an error wrapping ErrSpecialFile and
-// naming its path relative to dir; so is a dir that is not a directory (a zygo.toml given for
-// its directory, say).
+// directories named .git are skipped, and so is what DefaultIgnores and dir's IgnoreFile
+// (.zygoignore) leave out. A special file is an error wrapping ErrSpecialFile and naming its
+// path relative to dir (unless ignored); so is a dir that is not a directory (a zygo.toml
+// given for its directory, say), and an IgnoreFile line that is not a valid pattern.
 func PackDir(dir string, w io.Writer) error {
 	if st, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("packing %s: %w", dir, err)
 	} else if !st.IsDir() {
 		return fmt.Errorf("packing %s: not a directory: a function is the directory holding zygo.toml", dir)
 	}
+	ignore, err := loadIgnore(dir)
+	if err != nil {
+		return fmt.Errorf("packing %s: %w", dir, err)
+	}
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -38,6 +43,12 @@ func PackDir(dir string, w io.Writer) error {
 		}
 		if d.IsDir() && d.Name() == ".git" {
 			return filepath.SkipDir
+		}
+		if ignore.ignored(filepath.ToSlash(rel), d.IsDir()) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		info, err := d.Info()
 		if err != nil {

@@ -1,0 +1,151 @@
+//go:build linux
+
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// parsedServe returns `zygo serve` with args parsed (the root's persistent flags merged in),
+// and the globals its flags are bound to.
+func parsedServe(t *testing.T, args ...string) (*cobra.Command, *globals) {
+	t.Helper()
+	g := &globals{}
+	root := newRootCmd(g)
+	serve, _, err := root.Find([]string{"serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	return serve, g
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestServeConfigSetsFlags: each key sets the flag of its name, whatever its type; a flag on
+// the command line wins over the file.
+func TestServeConfigSetsFlags(t *testing.T) {
+	p := writeConfig(t, `
+state-dir = "/srv/zygo-test"
+run-tmpfs-mib = 512
+ready-timeout = "90s"
+debug = true
+network-dns = ["192.0.2.1", "192.0.2.2"]
+listen = "127.0.0.1:7000"
+`)
+	serve, g := parsedServe(t, "--listen", "127.0.0.1:8000")
+	if err := applyServeConfig(serve.Flags(), p); err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string) string { return serve.Flags().Lookup(name).Value.String() }
+	if g.stateDir != "/srv/zygo-test" {
+		t.Errorf("state-dir = %q, want the file's /srv/zygo-test", g.stateDir)
+	}
+	for name, want := range map[string]string{
+		"run-tmpfs-mib": "512", "ready-timeout": (90 * time.Second).String(), "debug": "true",
+		"network-dns": "[192.0.2.1,192.0.2.2]",
+		"listen":      "127.0.0.1:8000", // the command line's, not the file's
+	} {
+		if got := get(name); got != want {
+			t.Errorf("--%s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestServeConfigStateDirEnv: $ZYGO_STATE_DIR wins over the file's state-dir, as --state-dir does.
+func TestServeConfigStateDirEnv(t *testing.T) {
+	t.Setenv("ZYGO_STATE_DIR", "/srv/from-env")
+	serve, g := parsedServe(t)
+	if err := applyServeConfig(serve.Flags(), writeConfig(t, "state-dir = \"/srv/from-file\"\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.resolveStateDir(); got != "/srv/from-env" {
+		t.Errorf("state dir %q, want $ZYGO_STATE_DIR's /srv/from-env", got)
+	}
+}
+
+// TestServeConfigKeysAreServeFlags: the key set is serve's flag set, so a flag added to serve
+// is a key with no other change; --config, --help and the client's --addr are not keys.
+func TestServeConfigKeysAreServeFlags(t *testing.T) {
+	serve, _ := parsedServe(t)
+	keys := ConfigKeys(serve.Flags())
+	for _, want := range []string{"state-dir", "listen", "run-tmpfs-mib", "no-sandboxes", "network-forbid"} {
+		if !slices.Contains(keys, want) {
+			t.Errorf("keys %v lack %q", keys, want)
+		}
+	}
+	for _, not := range []string{"config", "help", "addr"} {
+		if slices.Contains(keys, not) {
+			t.Errorf("keys %v hold %q", keys, not)
+		}
+	}
+	var later int
+	serve.Flags().IntVar(&later, "added-later", 1, "a flag another change adds")
+	if err := applyServeConfig(serve.Flags(), writeConfig(t, "added-later = 7\n")); err != nil || later != 7 {
+		t.Errorf("a new flag as a key: err %v, value %d; want nil, 7", err, later)
+	}
+}
+
+// TestServeConfigBadInput: every bad file is refused, naming the file and the key.
+func TestServeConfigBadInput(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"no-such-flag = 1\n", `unknown key "no-such-flag"`},
+		{"addr = \"127.0.0.1:1\"\n", `unknown key "addr"`},
+		{"config = \"/x\"\n", `unknown key "config"`},
+		{"run-tmpfs-mib = \"big\"\n", "run-tmpfs-mib: must be an integer"},
+		{"debug = \"yes\"\n", "debug: must be true or false"},
+		{"ready-timeout = 60\n", "ready-timeout: must be a duration as a string"},
+		{"ready-timeout = \"soon\"\n", `ready-timeout: "soon" is not a valid value`},
+		{"network-dns = \"192.0.2.1\"\n", "network-dns: must be an array of strings"},
+		{"network-dns = [1]\n", "network-dns: must be an array of strings"},
+		{"listen = 7000\n", "listen: must be a string"},
+		{"[network]\npool = \"10.0.0.0/16\"\n", `unknown key "network"`},
+		{"run-tmpfs-mib = 1\nrun-tmpfs-mib = 2\n", "has already been defined"},
+		{"listen = \n", "line 1"},
+	} {
+		p := writeConfig(t, tc.body)
+		serve, _ := parsedServe(t)
+		err := applyServeConfig(serve.Flags(), p)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%q: err %v, want one naming %s and saying %q", tc.body, err, p, tc.want)
+		}
+	}
+	serve, _ := parsedServe(t)
+	missing := filepath.Join(t.TempDir(), "none.toml")
+	if err := applyServeConfig(serve.Flags(), missing); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("--config naming a missing file: err %v, want no such file", err)
+	}
+}
+
+// TestServeConfigStopsTheDaemon runs `zygo serve --config` for real: a bad key stops it
+// before it starts, and a value from the file reaches the daemon's own checks, which name it.
+func TestServeConfigStopsTheDaemon(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	code, _, stderr := runCLI(t, "serve", "--state-dir", state, "--config", writeConfig(t, "run-tmpfs = 5\n"))
+	if code != 1 || !strings.Contains(stderr, `unknown key "run-tmpfs"`) {
+		t.Errorf("unknown key: exit %d, stderr %q; want 1 naming the key", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "serve", "--state-dir", state, "--config", writeConfig(t, "run-tmpfs-mib = -5\n"))
+	if code != 1 || !strings.Contains(stderr, "--run-tmpfs-mib -5") {
+		t.Errorf("bad value: exit %d, stderr %q; want 1 naming run-tmpfs-mib", code, stderr)
+	}
+	if _, err := os.Stat(state); err == nil {
+		t.Errorf("a refused daemon made its state dir %s", state)
+	}
+}
