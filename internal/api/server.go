@@ -16,6 +16,7 @@
 //	PUT    /v1/secrets/{name}              body: the value (raw bytes)
 //	GET    /v1/secrets                     names and update times only
 //	DELETE /v1/secrets/{name}
+//	GET    /metrics                        Prometheus text format (internal/metrics)
 //	/v1/sandboxes/..., /v1/checkpoints/...   see sandboxes.go
 package api
 
@@ -72,6 +73,15 @@ type Server struct {
 	version string
 	// sandboxes serves /v1/sandboxes and /v1/checkpoints (sandboxes.go, set by WithSandboxes).
 	sandboxes sandboxAPI
+	// metrics serves GET /metrics (set by WithMetrics); nil: the route answers 404.
+	metrics http.Handler
+}
+
+// WithMetrics gives the server the handler of GET /metrics (the Prometheus exposition of
+// internal/metrics) and returns the server.
+func (s *Server) WithMetrics(h http.Handler) *Server {
+	s.metrics = h
+	return s
 }
 
 // NewServer returns a Server; version is the daemon's build version.
@@ -93,6 +103,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/secrets", s.listSecrets)
 	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
 	s.sandboxRoutes(mux)
+	if s.metrics != nil {
+		mux.Handle("GET /metrics", s.metrics)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})

@@ -28,6 +28,7 @@ import (
 	"github.com/zygo-run/zygo/internal/cgroup"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/hostid"
+	"github.com/zygo-run/zygo/internal/metrics"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
@@ -241,8 +242,9 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 			}
 		}()
 	}
+	reg := metrics.New()
 	fcfg := functionConfig(cfg, st, agentDir)
-	fcfg.Network = netHost
+	fcfg.Network, fcfg.Metrics = netHost, reg
 	if fcfg.RandGuard, err = installRandGuard(cfg.RandGuard, agentDir, log); err != nil {
 		return err
 	}
@@ -269,9 +271,10 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err := mgr.Restore(ctx); err != nil {
 		return err
 	}
-	sbx := openSandboxes(ctx, cfg, st, secrets, netHost, log)
+	watchFunctions(reg, mgr)
+	sbx := openSandboxes(ctx, cfg, st, secrets, netHost, reg, log)
 	defer sbx.close()
-	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err)
+	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithMetrics(reg.Handler())
 	err = serveAPI(ctx, cfg, apiSrv.Handler(), ready)
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")

@@ -39,11 +39,14 @@ type Invocation struct {
 // (no zygote came up in time, or the daemon is stopping). What happens to
 // a request that ran — including handler errors, timeouts, crashes and an
 // event the runtime's parser refused — is in the Invocation.
-func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size int64) (*Invocation, error) {
+func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size int64) (_ *Invocation, err error) {
+	t0 := time.Now()
 	d := m.get(name)
 	if d == nil {
 		return nil, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
 	}
+	var inv *Invocation
+	defer func() { d.obs.Request(outcome(inv, err), time.Since(t0)) }()
 	event, release, err := m.readEvent(ctx, body, size, d.manifest.Limits.MaxRequestKiB)
 	defer release()
 	if err != nil {
@@ -55,9 +58,10 @@ func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size 
 	if depth := jsonDepth(event); depth > MaxEventDepth {
 		// Valid JSON no runtime's parser would take: refused as a runtime refuses an event
 		// (bad_event), before any runs it.
-		return &Invocation{RequestID: newID("r"), Version: d.version, Failure: agentproc.FailBadEvent,
+		inv = &Invocation{RequestID: newID("r"), Version: d.version, Failure: agentproc.FailBadEvent,
 			Error: &agentproc.HandlerError{Type: "EventRejected", Message: fmt.Sprintf(
-				"event: nests %d levels deep (arrays and objects inside one another): at most %d", depth, MaxEventDepth)}}, nil
+				"event: nests %d levels deep (arrays and objects inside one another): at most %d", depth, MaxEventDepth)}}
+		return inv, nil
 	}
 	if err := checkEvent(event); err != nil {
 		return nil, err
@@ -66,10 +70,11 @@ func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size 
 		if max := d.manifest.Limits.MaxRequestKiB << 10; len(event) > max {
 			return nil, fmt.Errorf("%w: event: exceeds max_request_kib=%d", errdefs.ErrTooLarge, d.manifest.Limits.MaxRequestKiB)
 		}
-		inv, err := m.invokeOn(ctx, d, event)
+		inv, err = m.invokeOn(ctx, d, event)
 		if !errors.Is(err, errRetired) {
 			return inv, err
 		}
+		inv = nil
 		next := m.get(name)
 		switch {
 		case next == nil:
