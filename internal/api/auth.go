@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -83,10 +84,11 @@ func createToken(path string) (string, error) {
 
 // RequireToken returns h behind a check that every request carries
 // "Authorization: Bearer TOKEN"; any other request is answered 401 with
-// code "unauthenticated" and never reaches h. The token is compared in
-// constant time (through SHA-256 digests, so that its length does not show
-// either). token must not be empty.
-func RequireToken(token string, h http.Handler) http.Handler {
+// code "unauthenticated", logged at warn level on log (with the remote
+// address, method and path; never what the caller sent as a token) and never
+// reaches h. The token is compared in constant time (through SHA-256
+// digests, so that its length does not show either). token must not be empty.
+func RequireToken(token string, log *slog.Logger, h http.Handler) http.Handler {
 	if token == "" {
 		panic("api.RequireToken: empty token")
 	}
@@ -94,12 +96,14 @@ func RequireToken(token string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := bearer(r)
 		if !ok {
+			authFailed(log, r, "no bearer token")
 			unauthenticated(w, "this API listener requires a bearer token: send `Authorization: Bearer TOKEN`, "+
 				"TOKEN being the contents of api.token in the daemon's state directory")
 			return
 		}
 		sum := sha256.Sum256([]byte(got))
 		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			authFailed(log, r, "wrong bearer token")
 			unauthenticated(w, "wrong bearer token: it must be the contents of api.token in the daemon's state directory")
 			return
 		}
@@ -116,6 +120,12 @@ func bearer(r *http.Request) (string, bool) {
 	}
 	cred = strings.TrimSpace(cred)
 	return cred, cred != ""
+}
+
+// authFailed logs a call refused for its credentials.
+func authFailed(log *slog.Logger, r *http.Request, reason string) {
+	log.LogAttrs(r.Context(), slog.LevelWarn, "authentication failed", slog.String("reason", reason),
+		slog.String("remote_addr", r.RemoteAddr), slog.String("method", r.Method), slog.String("path", r.URL.Path))
 }
 
 func unauthenticated(w http.ResponseWriter, msg string) {

@@ -107,6 +107,13 @@ type fakeLogs struct {
 	err   error
 	lines []store.LogLine
 	q     *store.LogQuery
+	tail  int   // TailLogs' n; -1 until it is called
+	end   int64 // what TailLogs answers as the end
+}
+
+func (l *fakeLogs) TailLogs(ctx context.Context, q store.LogQuery, n int) ([]store.LogLine, int64, error) {
+	l.q, l.tail = &q, n
+	return l.lines, l.end, l.err
 }
 
 func (l *fakeLogs) Logs(ctx context.Context, q store.LogQuery) ([]store.LogLine, error) {
@@ -155,7 +162,7 @@ func newFixture() *fixture {
 			{Name: "hello", Version: "sha256:abc", Runtime: function.RuntimePython, State: "ready"},
 			{Name: "other", Version: "sha256:def", Runtime: function.RuntimeNode, State: "starting"},
 		}},
-		logs:    &fakeLogs{},
+		logs:    &fakeLogs{tail: -1},
 		secrets: &fakeSecrets{},
 		logBuf:  &buf,
 	}

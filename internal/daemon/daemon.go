@@ -82,7 +82,10 @@ type Config struct {
 	Sandbox SandboxConfig
 	// Network configures networking (network.go).
 	Network NetworkConfig
-	Log     *slog.Logger
+	// LogRetentionLines is how many log lines each function keeps, its newest
+	// (1..store.MaxLogRetentionLines); 0 is store.DefaultLogRetentionLines.
+	LogRetentionLines int
+	Log               *slog.Logger
 }
 
 // SocketPath returns the daemon's unix socket inside stateDir.
@@ -158,6 +161,12 @@ func (c *Config) validate() error {
 	case c.Sandbox.SecretImagesMiB < 0:
 		return fmt.Errorf("--secret-images-mib %d: must be a positive number of MiB", c.Sandbox.SecretImagesMiB)
 	}
+	switch {
+	case c.LogRetentionLines == 0:
+		c.LogRetentionLines = store.DefaultLogRetentionLines
+	case c.LogRetentionLines < 0 || c.LogRetentionLines > store.MaxLogRetentionLines:
+		return fmt.Errorf("--log-retention-lines %d: must be 1..%d", c.LogRetentionLines, store.MaxLogRetentionLines)
+	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
@@ -186,6 +195,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	defer st.Close()
+	st.SetLogRetention(cfg.LogRetentionLines)
 	if os.Geteuid() == 0 {
 		claim, err := claimUIDRange(ctx, &cfg, st)
 		if err != nil {
@@ -427,7 +437,7 @@ func listen(cfg Config, h http.Handler) ([]endpoint, error) {
 		if err != nil {
 			return nil, err
 		}
-		tcpHandler = api.RequireToken(tok, h)
+		tcpHandler = api.RequireToken(tok, cfg.Log, h)
 	}
 	newServer := func(h http.Handler) *http.Server {
 		// IdleTimeout: a kept-alive connection with no request for this long is closed.

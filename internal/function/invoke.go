@@ -132,24 +132,29 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 	inv.Value, inv.Failure, inv.Error, inv.Elapsed, inv.Child = res.Value, res.Failure, res.Error, res.Elapsed, res.Child
 	inv.Spawned = res.Child == agentproc.ChildSpawned
 	inv.Phases = res.Phases
-	m.appendLogs(ctx, requestLines(d, req.ID, res))
+	m.appendLogs(ctx, requestLines(d, req.ID, CallerID(ctx), res))
 	return inv, nil
 }
 
-func requestLines(d *deployment, id string, res *agentproc.Result) []store.LogLine {
+// requestLines returns the request's output and Zygo's status line of it as log lines; each
+// carries the caller's id (caller, may be ""), which the status line also names.
+func requestLines(d *deployment, id, caller string, res *agentproc.Result) []store.LogLine {
 	now := time.Now()
 	out := make([]store.LogLine, 0, len(res.Stdout)+len(res.Stderr)+1)
 	for _, l := range res.Stdout {
-		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "stdout", At: now, Line: l})
+		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, CallerID: caller, Stream: "stdout", At: now, Line: l})
 	}
 	for _, l := range res.Stderr {
-		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "stderr", At: now, Line: l})
+		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, CallerID: caller, Stream: "stderr", At: now, Line: l})
 	}
 	status := fmt.Sprintf("request %s done in %.1f ms", id, float64(res.Elapsed.Microseconds())/1000)
 	if res.Failure != agentproc.FailNone && res.Error != nil {
 		status = fmt.Sprintf("request %s failed (%s) in %.1f ms: %s: %s", id, res.Failure,
 			float64(res.Elapsed.Microseconds())/1000, res.Error.Type, res.Error.Message)
 	}
-	out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "zygo", At: now, Line: status})
+	if caller != "" {
+		status += " (caller id " + caller + ")"
+	}
+	out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, CallerID: caller, Stream: "zygo", At: now, Line: status})
 	return out
 }

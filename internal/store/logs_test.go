@@ -17,7 +17,7 @@ import (
 func TestAppendLogsInsertsNoMoreThanTheRetention(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
-	const n = store.MaxLogLinesPerFunction + 5000
+	const n = store.DefaultLogRetentionLines + 5000
 	lines := append(logLines("flood", "v", "r1", n, time.Now()), logLines("quiet", "v", "r2", 3, time.Now())...)
 	if err := st.AppendLogs(ctx, lines); err != nil {
 		t.Fatal(err)
@@ -26,7 +26,7 @@ func TestAppendLogsInsertsNoMoreThanTheRetention(t *testing.T) {
 	if err := st.DB().QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0), COUNT(*) FROM logs`).Scan(&maxID, &rows); err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(store.MaxLogLinesPerFunction + 3); maxID != want || rows != want {
+	if want := int64(store.DefaultLogRetentionLines + 3); maxID != want || rows != want {
 		t.Fatalf("max id %d, %d rows: want %d inserted (the retention of flood, and quiet's 3)", maxID, rows, want)
 	}
 	got, err := st.Logs(ctx, store.LogQuery{Function: "flood", Limit: 1})
@@ -44,7 +44,7 @@ func TestWALGivesDiskBack(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "zygo.db")
 	st := openStore(t, path)
-	big := logLines("f", "v", "r", store.MaxLogLinesPerFunction, time.Now())
+	big := logLines("f", "v", "r", store.DefaultLogRetentionLines, time.Now())
 	for i := range big {
 		big[i].Line = strings.Repeat("x", 1000)
 	}
