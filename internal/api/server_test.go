@@ -40,6 +40,7 @@ type fakeFunctions struct {
 	statuses []function.Status
 
 	// recorded calls
+	caller     string   // the caller id of the last Invoke's context
 	invoked    []string // names
 	events     [][]byte
 	removed    []string
@@ -66,6 +67,9 @@ func (f *fakeFunctions) Deploy(ctx context.Context, bundle io.Reader) (*function
 }
 
 func (f *fakeFunctions) Invoke(ctx context.Context, name string, body io.Reader, size int64) (*function.Invocation, error) {
+	f.mu.Lock()
+	f.caller = function.CallerID(ctx)
+	f.mu.Unlock()
 	if f.invoke != nil {
 		return f.invoke(body, size)
 	}
