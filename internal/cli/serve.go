@@ -22,7 +22,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	var tmpfsMiB, logRetention int
 	var readyTimeout time.Duration
 	var debug bool
-	var logFormat, logLevel string
+	var logFormat, logLevel, metricsListen string
 	var sbx daemon.SandboxConfig
 	var nc daemon.NetworkConfig
 	cmd := &cobra.Command{
@@ -50,11 +50,12 @@ func newServeCmd(g *globals) *cobra.Command {
 			return daemon.Run(cmd.Context(), daemon.Config{
 				StateDir: g.resolveStateDir(), Listen: listen, Bwrap: bwrap,
 				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, Sandbox: sbx, Network: nc, Log: log,
-				RandGuard: randGuard, LogRetentionLines: logRetention,
+				RandGuard: randGuard, LogRetentionLines: logRetention, MetricsListen: metricsListen,
 			}, nil)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this loopback TCP address (127.0.0.1:PORT or localhost:PORT; PORT 0 picks one, logged); calls on it need the token in STATE/api.token")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "also serve GET /metrics (Prometheus) alone on this loopback TCP address, without a token (any local user can read it: function names and counts)")
 	cmd.Flags().StringVar(&bwrap, "bwrap", "", "path of bwrap (default: found on PATH)")
 	cmd.Flags().StringVar(&uidRange, "uid-range", "auto", "host uids the daemon owns, START-END or START:COUNT, claimed on the host while it runs; each function runs as one of its own (root only). "+
 		"auto: the first free block of 65536 from "+fmt.Sprint(hostid.Default.First)+" (the last run's first). Refused if another daemon claims it, "+

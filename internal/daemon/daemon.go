@@ -82,6 +82,11 @@ type Config struct {
 	Sandbox SandboxConfig
 	// Network configures networking (network.go).
 	Network NetworkConfig
+	// MetricsListen is an optional loopback TCP address (as Listen) serving
+	// only GET /metrics, without a token: for a Prometheus on this host that
+	// should not hold the API's token. Every local user can read it (function
+	// names and counts, never code, events or secrets).
+	MetricsListen string
 	// LogRetentionLines is how many log lines each function keeps, its newest
 	// (1..store.MaxLogRetentionLines); 0 is store.DefaultLogRetentionLines.
 	LogRetentionLines int
@@ -118,19 +123,11 @@ func (c *Config) validate() error {
 		}
 		c.Bwrap = p
 	}
-	if c.Listen != "" {
-		host, port, err := net.SplitHostPort(c.Listen)
-		if err != nil {
-			return fmt.Errorf("--listen %q: %w", c.Listen, err)
-		}
-		if strings.EqualFold(host, "localhost") {
-			// Not looked up: /etc/hosts could map the name anywhere.
-			host = "127.0.0.1"
-			c.Listen = net.JoinHostPort(host, port)
-		}
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			return fmt.Errorf("--listen %q: only loopback addresses are allowed (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)", c.Listen)
-		}
+	if c.Listen, err = loopbackAddr("--listen", c.Listen); err != nil {
+		return err
+	}
+	if c.MetricsListen, err = loopbackAddr("--metrics-listen", c.MetricsListen); err != nil {
+		return err
 	}
 	if os.Geteuid() == 0 {
 		if c.UIDRange == "" || c.UIDRange == "auto" {
@@ -171,6 +168,26 @@ func (c *Config) validate() error {
 		c.Log = slog.Default()
 	}
 	return nil
+}
+
+// loopbackAddr checks addr ("" is fine) of flag: a loopback host and a port, localhost
+// meaning 127.0.0.1 (never looked up: /etc/hosts could map the name anywhere).
+func loopbackAddr(flag, addr string) (string, error) {
+	if addr == "" {
+		return "", nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	if strings.EqualFold(host, "localhost") {
+		host = "127.0.0.1"
+		addr = net.JoinHostPort(host, port)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return "", fmt.Errorf("%s %q: only loopback addresses are allowed (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)", flag, addr)
+	}
+	return addr, nil
 }
 
 // Run starts the daemon and serves until ctx is cancelled, then shuts down:
@@ -285,7 +302,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	sbx := openSandboxes(ctx, cfg, st, secrets, netHost, reg, log)
 	defer sbx.close()
 	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithMetrics(reg.Handler())
-	err = serveAPI(ctx, cfg, apiSrv.Handler(), ready)
+	err = serveAPI(ctx, cfg, apiSrv.Handler(), reg.Handler(), ready)
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")
 	return err
@@ -309,11 +326,12 @@ func functionConfig(cfg Config, st *store.Store, agentDir string) function.Confi
 	return fcfg
 }
 
-// serveAPI serves h on the daemon's listeners (see listen), calls ready, if
-// not nil, once they accept calls, and returns when ctx ends (nil) or a
-// listener fails (its error), after shutting every server down.
-func serveAPI(ctx context.Context, cfg Config, h http.Handler, ready func()) error {
-	eps, err := listen(cfg, h)
+// serveAPI serves h on the daemon's listeners and metrics on the
+// --metrics-listen one (see listen), calls ready, if not nil, once they
+// accept calls, and returns when ctx ends (nil) or a listener fails (its
+// error), after shutting every server down.
+func serveAPI(ctx context.Context, cfg Config, h, metrics http.Handler, ready func()) error {
+	eps, err := listen(cfg, h, metrics)
 	if err != nil {
 		return err
 	}
@@ -329,8 +347,12 @@ func serveAPI(ctx context.Context, cfg Config, h http.Handler, ready func()) err
 		}()
 	}
 	attrs := []any{"state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir), "version", Version}
-	if len(eps) > 1 {
-		attrs = append(attrs, "listen", eps[1].l.Addr().String(), "token_file", TokenPath(cfg.StateDir))
+	for _, ep := range eps[1:] {
+		if ep.metricsOnly {
+			attrs = append(attrs, "metrics_listen", ep.l.Addr().String())
+		} else {
+			attrs = append(attrs, "listen", ep.l.Addr().String(), "token_file", TokenPath(cfg.StateDir))
+		}
 	}
 	cfg.Log.Info("zygo daemon serving", attrs...)
 	if ready != nil {
@@ -422,15 +444,17 @@ func lockStateDir(dir string) (func(), error) {
 
 // endpoint is one listener and the server answering on it.
 type endpoint struct {
-	l   net.Listener
-	srv *http.Server
+	l           net.Listener
+	srv         *http.Server
+	metricsOnly bool // the --metrics-listen listener
 }
 
 // listen opens the unix socket (mode 0600: its owner alone may call), served
-// by h, and, with cfg.Listen, the loopback TCP listener, served by h behind
-// the bearer token of TokenPath, which it loads or creates first. On error
-// nothing is left listening.
-func listen(cfg Config, h http.Handler) ([]endpoint, error) {
+// by h, with cfg.Listen the loopback TCP listener, served by h behind the
+// bearer token of TokenPath, which it loads or creates first, and with
+// cfg.MetricsListen a loopback TCP listener answering GET /metrics with
+// metrics (and 404 to anything else). On error nothing is left listening.
+func listen(cfg Config, h, metrics http.Handler) ([]endpoint, error) {
 	var tcpHandler http.Handler
 	if cfg.Listen != "" {
 		tok, err := api.LoadToken(TokenPath(cfg.StateDir))
@@ -453,14 +477,26 @@ func listen(cfg Config, h http.Handler) ([]endpoint, error) {
 		ul.Close()
 		return nil, err
 	}
-	eps := []endpoint{{guardAgainstRunsc(ul, gvisor.ResolveRunsc(cfg.Sandbox.Runsc), cfg.Log), newServer(h)}}
+	eps := []endpoint{{l: guardAgainstRunsc(ul, gvisor.ResolveRunsc(cfg.Sandbox.Runsc), cfg.Log), srv: newServer(h)}}
 	if cfg.Listen != "" {
 		tl, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			ul.Close()
 			return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 		}
-		eps = append(eps, endpoint{tl, newServer(tcpHandler)})
+		eps = append(eps, endpoint{l: tl, srv: newServer(tcpHandler)})
+	}
+	if cfg.MetricsListen != "" {
+		ml, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			for _, ep := range eps {
+				ep.l.Close()
+			}
+			return nil, fmt.Errorf("listening on %s (--metrics-listen): %w", cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics)
+		eps = append(eps, endpoint{l: ml, srv: newServer(mux), metricsOnly: true})
 	}
 	return eps, nil
 }

@@ -235,27 +235,35 @@ func TestRunLifecycle(t *testing.T) {
 
 func TestListenOnlyLoopback(t *testing.T) {
 	requireBwrap(t)
-	for _, addr := range []string{"0.0.0.0:7777", ":7777", "[::]:7777", "192.0.2.1:7777", "example.com:80", "localhost.example.com:7777"} {
-		t.Run(addr, func(t *testing.T) {
-			dir := stateDir(t)
-			cfg := config(t, dir)
-			cfg.Listen = addr
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			err := daemon.Run(ctx, cfg, func() { t.Error("the daemon started") })
-			if err == nil || !strings.Contains(err.Error(), "only loopback") || !strings.Contains(err.Error(), addr) {
-				t.Errorf("Run with --listen %s = %v, want a refusal naming it", addr, err)
-			}
-			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
-				t.Errorf("the refused daemon wrote to its state dir: %d entries", len(entries))
-			}
-		})
+	// Both TCP listeners: the API's and the metrics-only one.
+	set := map[string]func(*daemon.Config, string){
+		"--listen":         func(c *daemon.Config, a string) { c.Listen = a },
+		"--metrics-listen": func(c *daemon.Config, a string) { c.MetricsListen = a },
 	}
-	for _, addr := range []string{"127.0.0.1", "[::1]:x"} {
-		cfg := config(t, stateDir(t))
-		cfg.Listen = addr
-		if err := daemon.Run(context.Background(), cfg, nil); err == nil {
-			t.Errorf("Run with --listen %q succeeded", addr)
+	for flag, setAddr := range set {
+		for _, addr := range []string{"0.0.0.0:7777", ":7777", "[::]:7777", "192.0.2.1:7777", "example.com:80", "localhost.example.com:7777"} {
+			t.Run(flag+"="+addr, func(t *testing.T) {
+				dir := stateDir(t)
+				cfg := config(t, dir)
+				setAddr(&cfg, addr)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				err := daemon.Run(ctx, cfg, func() { t.Error("the daemon started") })
+				if err == nil || !strings.Contains(err.Error(), "only loopback") || !strings.Contains(err.Error(), flag+" ") ||
+					!strings.Contains(err.Error(), addr) {
+					t.Errorf("Run with %s %s = %v, want a refusal naming both", flag, addr, err)
+				}
+				if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+					t.Errorf("the refused daemon wrote to its state dir: %d entries", len(entries))
+				}
+			})
+		}
+		for _, addr := range []string{"127.0.0.1", "[::1]:x"} {
+			cfg := config(t, stateDir(t))
+			setAddr(&cfg, addr)
+			if err := daemon.Run(context.Background(), cfg, nil); err == nil {
+				t.Errorf("Run with %s %q succeeded", flag, addr)
+			}
 		}
 	}
 }

@@ -70,7 +70,10 @@ func sample(fams map[string]*dto.MetricFamily, name string, want map[string]stri
 	return 0, false
 }
 
-var listenRE = regexp.MustCompile(`"listen":"(127\.0\.0\.1:\d+)"`)
+var (
+	listenRE        = regexp.MustCompile(`"listen":"(127\.0\.0\.1:\d+)"`)
+	metricsListenRE = regexp.MustCompile(`"metrics_listen":"(127\.0\.0\.1:\d+)"`)
+)
 
 // TestMetricsAfterTraffic: after N requests of a function (one failing) /metrics counts them
 // by outcome, has N latency samples, its gauges are back at 0, the zygote's memory is read,
@@ -78,7 +81,7 @@ var listenRE = regexp.MustCompile(`"listen":"(127\.0\.0\.1:\d+)"`)
 // listener serves it behind the token (a call without one is logged with its address), and
 // zygo rm removes the function's series.
 func TestMetricsAfterTraffic(t *testing.T) {
-	d := startDaemonArgs(t, "--log-format", "json", "--log-level", "debug", "--listen", "127.0.0.1:0")
+	d := startDaemonArgs(t, "--log-format", "json", "--log-level", "debug", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	d.Up(writeFunction(t, map[string]string{
 		"zygo.toml": "name = \"obs\"\nruntime = \"python\"\nhandler = \"main:handler\"\nprefork = 1\n",
 		"main.py": `
@@ -172,6 +175,21 @@ def handler(event, context):
 	if got, _ := sample(scrapeMetrics(t, http.DefaultClient, "http://"+m[1]+"/metrics", strings.TrimSpace(string(tok))),
 		"zygo_function_requests_total", map[string]string{"function": "obs", "outcome": "ok"}); got != n {
 		t.Errorf("ok requests on TCP %v, want %d", got, n)
+	}
+
+	// --metrics-listen serves /metrics alone, without a token.
+	mm := metricsListenRE.FindStringSubmatch(d.Log.String())
+	if mm == nil {
+		t.Fatalf("no metrics_listen address in the log:\n%s", d.Log)
+	}
+	if got, _ := sample(scrapeMetrics(t, http.DefaultClient, "http://"+mm[1]+"/metrics", ""),
+		"zygo_function_requests_total", map[string]string{"function": "obs", "outcome": "handler_error"}); got != 1 {
+		t.Errorf("handler errors on --metrics-listen %v, want 1", got)
+	}
+	if resp, err := http.Get("http://" + mm[1] + "/v1/status"); err != nil || resp.StatusCode != 404 {
+		t.Errorf("GET /v1/status on --metrics-listen: %v %v, want 404", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	if _, errOut, code := d.CLI("rm", "obs"); code != 0 {
@@ -299,11 +317,12 @@ def handler(event, context):
 	}
 }
 
-// TestServeRefusesBadLogFlags: a bad --log-format, --log-level or --log-retention-lines stops
-// the daemon at start, naming the flag.
-func TestServeRefusesBadLogFlags(t *testing.T) {
+// TestServeRefusesBadObservabilityFlags: a bad --log-format, --log-level,
+// --log-retention-lines or --metrics-listen stops the daemon at start, naming the flag.
+func TestServeRefusesBadObservabilityFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--log-format", "xml"}, {"--log-level", "loud"}, {"--log-retention-lines", "0"}, {"--log-retention-lines", "99999999999"},
+		{"--metrics-listen", "0.0.0.0:9100"}, {"--metrics-listen", "nonsense"},
 	} {
 		cmd := execZygo(append([]string{"serve", "--state-dir", t.TempDir()}, args...)...)
 		out, err := cmd.CombinedOutput()
