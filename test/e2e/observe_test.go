@@ -291,7 +291,10 @@ def handler(event, context):
 		t.Fatal(err)
 	}
 	defer follow.Wait()
-	for strings.Count(d.Log.String(), `"route":"GET /v1/functions/{name}/logs"`) == calls {
+	for deadline := time.Now().Add(time.Minute); strings.Count(d.Log.String(), `"route":"GET /v1/functions/{name}/logs"`) == calls; {
+		if time.Now().After(deadline) {
+			t.Fatalf("zygo logs -f made no call in a minute; daemon log:\n%s", d.Log)
+		}
 		time.Sleep(20 * time.Millisecond) // until its first call (from the end) was answered
 	}
 	d.Invoke("tail", map[string]any{"tag": "new-one"}, nil)
