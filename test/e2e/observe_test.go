@@ -298,6 +298,8 @@ def handler(event, context):
 		time.Sleep(20 * time.Millisecond) // until its first call (from the end) was answered
 	}
 	d.Invoke("tail", map[string]any{"tag": "new-one"}, nil)
+	stop := time.AfterFunc(time.Minute, cancel) // a follower that never prints it ends the scan
+	defer stop.Stop()
 	sc := bufio.NewScanner(stdout)
 	var seen []string
 	for sc.Scan() {
