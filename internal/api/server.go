@@ -77,8 +77,17 @@ type Server struct {
 	version string
 	// sandboxes serves /v1/sandboxes and /v1/checkpoints (sandboxes.go, set by WithSandboxes).
 	sandboxes sandboxAPI
-	// metrics serves GET /metrics (set by WithMetrics); nil: the route answers 404.
+	// metrics serves GET /metrics (set by WithMetrics; serveMetrics); nil: the route answers 404.
 	metrics http.Handler
+}
+
+// serveMetrics answers GET /metrics with the handler WithMetrics gave, or 404 without one.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.metrics == nil {
+		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "this daemon serves no metrics"})
+		return
+	}
+	s.metrics.ServeHTTP(w, r)
 }
 
 // WithMetrics gives the server the handler of GET /metrics (the Prometheus exposition of
@@ -107,9 +116,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/secrets", s.listSecrets)
 	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
 	s.sandboxRoutes(mux)
-	if s.metrics != nil {
-		mux.Handle("GET /metrics", s.metrics)
-	}
+	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})
