@@ -193,3 +193,14 @@ func parseText(r io.Reader) (map[string]*dto.MetricFamily, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	return p.TextToMetricFamilies(r)
 }
+
+// BenchmarkFunctionRequest is the request path's cost: one counter and one histogram.
+func BenchmarkFunctionRequest(b *testing.B) {
+	f := New().Function("bench")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			f.Request("ok", 3*time.Millisecond)
+		}
+	})
+}
