@@ -169,6 +169,7 @@ def handler(event, context):
 	if resp.StatusCode != 401 {
 		t.Errorf("GET /metrics on TCP without the token: %d, want 401", resp.StatusCode)
 	}
+	waitLog(t, d, `"msg":"authentication failed"`)
 	if !regexp.MustCompile(`"msg":"authentication failed".*"remote_addr":"127\.0\.0\.1:\d+"`).MatchString(d.Log.String()) {
 		t.Errorf("the refused call is not logged with its address:\n%s", d.Log)
 	}
@@ -205,11 +206,8 @@ def handler(event, context):
 			}
 		}
 	}
-	for _, msg := range []string{`"msg":"function deployed","function":"obs"`, `"msg":"function removed","function":"obs"`} {
-		if !strings.Contains(d.Log.String(), msg) {
-			t.Errorf("the daemon's log has no %s", msg)
-		}
-	}
+	waitLog(t, d, `"msg":"function deployed","function":"obs"`)
+	waitLog(t, d, `"msg":"function removed","function":"obs"`)
 }
 
 var logLineRE = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z r-[0-9a-f-]+ (stdout|stderr|zygo) `)
@@ -244,9 +242,7 @@ def handler(event, context):
 		t.Fatalf("invoke with caller ids: %d %v", resp.StatusCode, resp.Header)
 	}
 	ours := resp.Header.Get("X-Zygo-Request-Id")
-	if !strings.Contains(d.Log.String(), `"request_id":"`+ours+`","caller_id":"e2e-caller-7"`) {
-		t.Errorf("no debug record of the call with both ids:\n%s", d.Log)
-	}
+	waitLog(t, d, `"request_id":"`+ours+`","caller_id":"e2e-caller-7"`) // the debug record of the call
 	out, errOut, code := d.CLI("logs", "tail", "--request", "e2e-caller-7")
 	if code != 0 || !strings.Contains(out, "line of traced") || !strings.Contains(out, "(caller id e2e-caller-7)") || strings.Contains(out, "old-") {
 		t.Errorf("zygo logs --request CALLER-ID: %d\n%s%s", code, out, errOut)
@@ -286,6 +282,7 @@ def handler(event, context):
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitLog(t, d, `"route":"GET /v1/functions/{name}/logs","status":400`) // the last call before is logged
 	calls := strings.Count(d.Log.String(), `"route":"GET /v1/functions/{name}/logs"`)
 	if err := follow.Start(); err != nil {
 		t.Fatal(err)
@@ -317,8 +314,9 @@ def handler(event, context):
 	if code != 0 {
 		t.Fatalf("zygo secret set: %s %s", out, errOut)
 	}
-	if !strings.Contains(d.Log.String(), `"msg":"secret set","secret":"OBS_KEY"`) || strings.Contains(d.Log.String(), "value-never-logged-7f3") {
-		t.Errorf("secret change record:\n%s", d.Log)
+	waitLog(t, d, `"msg":"secret set","secret":"OBS_KEY"`)
+	if strings.Contains(d.Log.String(), "value-never-logged-7f3") {
+		t.Errorf("the secret's value is in the daemon's log:\n%s", d.Log)
 	}
 }
 
@@ -333,6 +331,17 @@ func TestServeRefusesBadObservabilityFlags(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), args[0]+" ") {
 			t.Errorf("zygo serve %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// waitLog waits (at most 10 s) until the daemon's log holds s: a record written after the
+// answer it is about may reach the log after the caller has the answer.
+func waitLog(t *testing.T, d *Daemon, s string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(d.Log.String(), s); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon's log has no %s:\n%s", s, d.Log)
 		}
 	}
 }
