@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/zygo-run/zygo/sdk/go/wire"
@@ -36,17 +35,20 @@ func withCaller(r *http.Request) (*caller, *http.Request) {
 }
 
 // accessLog returns h behind one log record per call: method, route pattern, status,
-// duration, bytes written, request id, and for a call over TCP the listener and the name of
-// its token (empty when it had none that the daemon knows). Calls on the unix socket that
-// succeed (or that the caller got wrong: 4xx) are logged at debug level, 5xx at info; every
-// call over TCP is logged at info level, an audit trail of remote use. The request id is the one the handler set
-// (an invoke's X-Zygo-Request-Id, which its log lines carry), else the caller's X-Request-Id,
-// else the trace id of its W3C traceparent, else empty.
+// duration, bytes written, request id, the caller's ids (read, checked and echoed as
+// caller.go says: a bad X-Request-Id is answered 400 here), and for a call over TCP the
+// listener and the name of its token (empty when it had none that the daemon knows). Calls on
+// the unix socket that succeed (or that the caller got wrong: 4xx) are logged at debug level,
+// 5xx at info; every call over TCP is logged at info level, an audit trail of remote use. The
+// request id is the one the handler set (an invoke's X-Zygo-Request-Id, which its log lines
+// carry), else the caller id; caller_id is the caller's X-Request-Id, else the trace id of
+// its W3C traceparent, and traceparent the whole header (each only when valid: caller.go).
 func (s *Server) accessLog(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t0 := time.Now()
 		rec := &recorder{ResponseWriter: w}
 		c, r := withCaller(r)
+		callerID, tp, bad := callerIDs(r)
 		defer func() {
 			// A handler that aborts (http.ErrAbortHandler) is still logged, then re-panics.
 			p := recover()
@@ -61,19 +63,18 @@ func (s *Server) accessLog(h http.Handler) http.Handler {
 			if status >= 500 || p != nil || c.tcp {
 				level = slog.LevelInfo
 			}
-			attrs := []slog.Attr{slog.String("method", r.Method), slog.String("route", route(r)),
-				slog.Int("status", status), slog.Duration("duration", time.Since(t0)),
-				slog.Int64("bytes", rec.bytes), slog.String("request_id", requestID(r, rec)),
-				slog.Bool("aborted", p != nil)}
-			if c.tcp {
-				attrs = append(attrs, slog.String("listener", "tcp"), slog.String("token", c.token),
-					slog.String("remote", r.RemoteAddr))
+			if s.log.Enabled(r.Context(), level) {
+				s.logCall(r, rec, level, status, time.Since(t0), p != nil, c, callerID, tp)
 			}
-			s.log.LogAttrs(r.Context(), level, "api call", attrs...)
 			if p != nil {
 				panic(p)
 			}
 		}()
+		if bad != "" {
+			badRequest(rec, bad)
+			return
+		}
+		r = withCallerIDs(rec, r, callerID, tp)
 		h.ServeHTTP(rec, r)
 	})
 }
@@ -85,6 +86,24 @@ func route(r *http.Request) string {
 		return r.Pattern
 	}
 	return r.Method + " " + r.URL.Path
+}
+
+// logCall writes the access record of one call.
+func (s *Server) logCall(r *http.Request, rec *recorder, level slog.Level, status int, took time.Duration, aborted bool, c *caller, callerID, tp string) {
+	id := rec.Header().Get(wire.RequestIDHeader)
+	if id == "" {
+		id = callerID
+	}
+	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("route", route(r)),
+		slog.Int("status", status), slog.Duration("duration", took),
+		slog.Int64("bytes", rec.bytes), slog.String("request_id", id),
+		slog.String("caller_id", callerID), slog.String("traceparent", tp),
+		slog.Bool("aborted", aborted)}
+	if c.tcp {
+		attrs = append(attrs, slog.String("listener", "tcp"), slog.String("token", c.token),
+			slog.String("remote", r.RemoteAddr))
+	}
+	s.log.LogAttrs(r.Context(), level, "api call", attrs...)
 }
 
 // recorder is a ResponseWriter that keeps the status and the bytes written. Unwrap lets
@@ -113,27 +132,9 @@ func (r *recorder) Write(p []byte) (int, error) {
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// maxCallerIDBytes bounds a request id taken from the caller.
-const maxCallerIDBytes = 128
-
-// requestID returns the id of the call for the access log (see accessLog).
-func requestID(r *http.Request, rec *recorder) string {
-	if id := rec.Header().Get(wire.RequestIDHeader); id != "" {
-		return id
-	}
-	if id := r.Header.Get(wire.CallerRequestIDHeader); id != "" && printable(id) {
-		return id
-	}
-	// traceparent: version "-" trace-id (32 hex) "-" parent-id "-" flags.
-	if parts := strings.Split(r.Header.Get("Traceparent"), "-"); len(parts) == 4 && len(parts[1]) == 32 && printable(parts[1]) {
-		return parts[1]
-	}
-	return ""
-}
-
 // printable reports whether a caller's id is short and plain ASCII without spaces.
 func printable(s string) bool {
-	if len(s) > maxCallerIDBytes {
+	if len(s) > wire.MaxCallerIDBytes {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

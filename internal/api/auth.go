@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -122,29 +123,32 @@ const DefaultTokenName = "default"
 
 // RequireToken is RequireTokens with the single token token, named DefaultTokenName. token
 // must not be empty.
-func RequireToken(token string, h http.Handler) http.Handler {
+func RequireToken(token string, log *slog.Logger, h http.Handler) http.Handler {
 	if token == "" {
 		panic("api.RequireToken: empty token")
 	}
-	return RequireTokens(oneToken{{DefaultTokenName, sha256.Sum256([]byte(token))}}, h)
+	return RequireTokens(oneToken{{DefaultTokenName, sha256.Sum256([]byte(token))}}, log, h)
 }
 
 // RequireTokens returns h behind a check that every request carries "Authorization: Bearer
 // SECRET" with the secret of one of auth's tokens; any other request is answered 401 with
-// code "unauthenticated" and never reaches h. The call's caller (see callerOf) records that
+// code "unauthenticated", logged at warn level on log (remote address, method, path; never
+// what was sent as a token) and never reaches h. The call's caller (see callerOf) records that
 // it came over TCP and the token's name, for the access log and the token routes.
-func RequireTokens(auth Authenticator, h http.Handler) http.Handler {
+func RequireTokens(auth Authenticator, log *slog.Logger, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, r := withCaller(r)
 		c.tcp = true
 		got, ok := bearer(r)
 		if !ok {
+			authFailed(log, r, "no bearer token")
 			unauthenticated(w, "this API listener requires a bearer token: send `Authorization: Bearer TOKEN`, "+
 				"TOKEN being one of `zygo token create` or the contents of api.token in the daemon's state directory")
 			return
 		}
 		name, ok := auth.Authenticate(got)
 		if !ok {
+			authFailed(log, r, "wrong bearer token")
 			unauthenticated(w, "wrong bearer token: it is none of this daemon's tokens (`zygo token ls` on its host lists them; "+
 				"api.token in its state directory holds the one named default)")
 			return
@@ -163,6 +167,12 @@ func bearer(r *http.Request) (string, bool) {
 	}
 	cred = strings.TrimSpace(cred)
 	return cred, cred != ""
+}
+
+// authFailed logs a call refused for its credentials.
+func authFailed(log *slog.Logger, r *http.Request, reason string) {
+	log.LogAttrs(r.Context(), slog.LevelWarn, "authentication failed", slog.String("reason", reason),
+		slog.String("remote_addr", r.RemoteAddr), slog.String("method", r.Method), slog.String("path", r.URL.Path))
 }
 
 func unauthenticated(w http.ResponseWriter, msg string) {

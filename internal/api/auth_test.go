@@ -7,6 +7,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -45,7 +46,7 @@ func TestRequireToken(t *testing.T) {
 				req.Header.Set("Authorization", c.header)
 			}
 			rec := httptest.NewRecorder()
-			api.RequireToken(testToken, f.h).ServeHTTP(rec, req)
+			api.RequireToken(testToken, slog.New(slog.DiscardHandler), f.h).ServeHTTP(rec, req)
 			if rec.Code != c.want {
 				t.Fatalf("status %d, want %d: %s", rec.Code, c.want, rec.Body)
 			}
@@ -74,7 +75,7 @@ func TestRequireToken(t *testing.T) {
 func TestTCPClientToken(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture()
-	ts := httptest.NewServer(api.RequireToken(testToken, f.h))
+	ts := httptest.NewServer(api.RequireToken(testToken, slog.New(slog.DiscardHandler), f.h))
 	t.Cleanup(ts.Close)
 	addr := strings.TrimPrefix(ts.URL, "http://")
 

@@ -51,7 +51,7 @@ func logLinesOf(lines []store.LogLine) []wire.LogLine {
 	out := make([]wire.LogLine, 0, len(lines))
 	for _, l := range lines {
 		out = append(out, wire.LogLine{ID: l.ID, Function: l.Function, Version: l.Version, RequestID: l.RequestID,
-			Stream: l.Stream, At: l.At, Line: l.Line})
+			CallerID: l.CallerID, Stream: l.Stream, At: l.At, Line: l.Line})
 	}
 	return out
 }

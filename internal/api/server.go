@@ -13,13 +13,14 @@
 //	GET    /v1/functions/{name}
 //	DELETE /v1/functions/{name}
 //	POST   /v1/functions/{name}/invoke     body: the event (JSON)
-//	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N
+//	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N&since=T&tail=N
 //	PUT    /v1/secrets/{name}              body: the value (raw bytes)
 //	GET    /v1/secrets                     names and update times only
 //	DELETE /v1/secrets/{name}
 //	POST   /v1/tokens                      body: {"name": NAME}; unix socket only
 //	GET    /v1/tokens                      ?limit=N&cursor=C; names and times only
 //	DELETE /v1/tokens/{name}               unix socket only
+//	GET    /metrics                        Prometheus text format (internal/metrics)
 //	/v1/sandboxes/..., /v1/checkpoints/...   see sandboxes.go
 package api
 
@@ -31,6 +32,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +59,9 @@ type Functions interface {
 // Logs is what the server needs from the store for `zygo logs`.
 type Logs interface {
 	Logs(ctx context.Context, q store.LogQuery) ([]store.LogLine, error)
+	// TailLogs returns the newest n lines matching q and the id of the function's newest
+	// line (see store.Store.TailLogs).
+	TailLogs(ctx context.Context, q store.LogQuery, n int) ([]store.LogLine, int64, error)
 }
 
 // Secrets is what the server needs from the secret store.
@@ -78,6 +83,24 @@ type Server struct {
 	sandboxes sandboxAPI
 	// tokens are the API tokens (tokens.go, set by WithTokens); nil: the token routes answer 503.
 	tokens *Tokens
+	// metrics serves GET /metrics (set by WithMetrics; serveMetrics); nil: the route answers 404.
+	metrics http.Handler
+}
+
+// serveMetrics answers GET /metrics with the handler WithMetrics gave, or 404 without one.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.metrics == nil {
+		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "this daemon serves no metrics"})
+		return
+	}
+	s.metrics.ServeHTTP(w, r)
+}
+
+// WithMetrics gives the server the handler of GET /metrics (the Prometheus exposition of
+// internal/metrics) and returns the server.
+func (s *Server) WithMetrics(h http.Handler) *Server {
+	s.metrics = h
+	return s
 }
 
 // NewServer returns a Server; version is the daemon's build version.
@@ -104,6 +127,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
 	s.sandboxRoutes(mux)
 	s.tokenRoutes(mux)
+	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})
@@ -120,6 +144,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	body := http.MaxBytesReader(w, r.Body, function.MaxBundleBytes+1)
 	res, err := s.fns.Deploy(r.Context(), body)
 	if err != nil {
+		s.log.Info("deploy failed", "err", err)
 		var ife *function.ImportFailed
 		if errors.As(err, &ife) {
 			writeError(w, wire.ErrorBody{Code: wire.CodeImportFailed, Type: ife.Type,
@@ -130,6 +155,8 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	s.log.Info("function deployed", "function", res.Name, "version", res.Version, "unchanged", res.Unchanged,
+		"mode", res.Mode, "ready_ms", res.ReadyMs)
 	code := http.StatusCreated
 	if res.Unchanged {
 		code = http.StatusOK
@@ -151,10 +178,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
-	if err := s.fns.Remove(r.Context(), r.PathValue("name")); err != nil {
+	name := r.PathValue("name")
+	if err := s.fns.Remove(r.Context(), name); err != nil {
 		s.fail(w, err)
 		return
 	}
+	s.log.Info("function removed", "function", name)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -193,41 +222,72 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("\n"))
 }
 
+// getLogs answers a page of a function's log lines (?request, ?after, ?limit, ?since), or
+// with ?tail=N the newest N of them and a next at the function's newest line.
 func (s *Server) getLogs(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if _, err := s.fns.Get(name); err != nil {
 		s.fail(w, err)
 		return
 	}
-	q := store.LogQuery{Function: name, RequestID: r.URL.Query().Get("request")}
-	var err error
-	if v := r.URL.Query().Get("after"); v != "" {
-		if q.AfterID, err = strconv.ParseInt(v, 10, 64); err != nil {
-			badRequest(w, "after: not an integer")
-			return
-		}
-	}
-	if v := r.URL.Query().Get("limit"); v != "" {
-		if q.Limit, err = strconv.Atoi(v); err != nil || q.Limit < 1 || q.Limit > wire.MaxLogsLimit {
-			badRequest(w, fmt.Sprintf("limit: must be 1..%d", wire.MaxLogsLimit))
-			return
-		}
+	q, tail, msg := logQueryOf(name, r.URL.Query(), time.Now())
+	if msg != "" {
+		badRequest(w, msg)
+		return
 	}
 	// Lines are stored off the request path; wait for those already produced
 	// so that a caller sees its own request's output.
 	if f, ok := s.fns.(interface{ FlushLogs(context.Context) }); ok {
 		f.FlushLogs(r.Context())
 	}
-	lines, err := s.logs.Logs(r.Context(), q)
+	var lines []store.LogLine
+	var err error
+	next := q.AfterID
+	if tail >= 0 {
+		lines, next, err = s.logs.TailLogs(r.Context(), q, tail)
+	} else {
+		lines, err = s.logs.Logs(r.Context(), q)
+		if len(lines) > 0 {
+			next = lines[len(lines)-1].ID
+		}
+	}
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	next := q.AfterID
-	if len(lines) > 0 {
-		next = lines[len(lines)-1].ID
-	}
 	writeJSON(w, http.StatusOK, wire.LogsBody{Lines: logLinesOf(lines), Next: next})
+}
+
+// logQueryOf reads the query parameters of the logs route: the store query, tail (-1 when
+// not asked) and, for a bad parameter, a message naming it.
+func logQueryOf(name string, v url.Values, now time.Time) (q store.LogQuery, tail int, msg string) {
+	q = store.LogQuery{Function: name, RequestID: v.Get("request")}
+	tail = -1
+	var err error
+	if s := v.Get("after"); s != "" {
+		if q.AfterID, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return q, tail, "after: not an integer"
+		}
+	}
+	if s := v.Get("limit"); s != "" {
+		if q.Limit, err = strconv.Atoi(s); err != nil || q.Limit < 1 || q.Limit > wire.MaxLogsLimit {
+			return q, tail, fmt.Sprintf("limit: must be 1..%d", wire.MaxLogsLimit)
+		}
+	}
+	if s := v.Get("since"); s != "" {
+		if q.Since, err = wire.ParseSince(s, now); err != nil {
+			return q, tail, "since: " + err.Error()
+		}
+	}
+	if s := v.Get("tail"); s != "" {
+		if tail, err = strconv.Atoi(s); err != nil || tail < 0 || tail > wire.MaxLogsLimit {
+			return q, -1, fmt.Sprintf("tail: must be 0..%d", wire.MaxLogsLimit)
+		}
+		if q.AfterID != 0 {
+			return q, -1, "tail: cannot be combined with after (tail starts from the newest line)"
+		}
+	}
+	return q, tail, ""
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -245,10 +305,12 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("secret value exceeds %d KiB", secret.MaxValueBytes>>10)})
 		return
 	}
-	if err := s.secrets.Set(r.Context(), r.PathValue("name"), v); err != nil {
+	name := r.PathValue("name")
+	if err := s.secrets.Set(r.Context(), name, v); err != nil {
 		s.fail(w, err)
 		return
 	}
+	s.log.Info("secret set", "secret", name) // the name only, never the value
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -291,5 +353,6 @@ func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	s.log.Info("secret removed", "secret", name)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -40,6 +40,7 @@ type fakeFunctions struct {
 	statuses []function.Status
 
 	// recorded calls
+	caller     string   // the caller id of the last Invoke's context
 	invoked    []string // names
 	events     [][]byte
 	removed    []string
@@ -66,6 +67,9 @@ func (f *fakeFunctions) Deploy(ctx context.Context, bundle io.Reader) (*function
 }
 
 func (f *fakeFunctions) Invoke(ctx context.Context, name string, body io.Reader, size int64) (*function.Invocation, error) {
+	f.mu.Lock()
+	f.caller = function.CallerID(ctx)
+	f.mu.Unlock()
 	if f.invoke != nil {
 		return f.invoke(body, size)
 	}
@@ -107,6 +111,13 @@ type fakeLogs struct {
 	err   error
 	lines []store.LogLine
 	q     *store.LogQuery
+	tail  int   // TailLogs' n; -1 until it is called
+	end   int64 // what TailLogs answers as the end
+}
+
+func (l *fakeLogs) TailLogs(ctx context.Context, q store.LogQuery, n int) ([]store.LogLine, int64, error) {
+	l.q, l.tail = &q, n
+	return l.lines, l.end, l.err
 }
 
 func (l *fakeLogs) Logs(ctx context.Context, q store.LogQuery) ([]store.LogLine, error) {
@@ -155,7 +166,7 @@ func newFixture() *fixture {
 			{Name: "hello", Version: "sha256:abc", Runtime: function.RuntimePython, State: "ready"},
 			{Name: "other", Version: "sha256:def", Runtime: function.RuntimeNode, State: "starting"},
 		}},
-		logs:    &fakeLogs{},
+		logs:    &fakeLogs{tail: -1},
 		secrets: &fakeSecrets{},
 		logBuf:  &buf,
 	}

@@ -186,7 +186,7 @@ func (s *Server) TCPHandler() http.Handler {
 	if s.tokens == nil {
 		panic("api: TCPHandler without WithTokens")
 	}
-	return s.accessLog(RequireTokens(s.tokens, s.routes()))
+	return s.accessLog(RequireTokens(s.tokens, s.log, s.routes()))
 }
 
 func (s *Server) tokenRoutes(mux *http.ServeMux) {

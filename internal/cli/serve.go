@@ -4,9 +4,11 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,13 +16,15 @@ import (
 	"github.com/zygo-run/zygo/internal/daemon"
 	"github.com/zygo-run/zygo/internal/hostid"
 	"github.com/zygo-run/zygo/internal/network"
+	"github.com/zygo-run/zygo/internal/store"
 )
 
 func newServeCmd(g *globals) *cobra.Command {
 	var listen, tlsCert, tlsKey, bwrap, uidRange, randGuard, cpuProfile, configPath string
-	var tmpfsMiB int
+	var tmpfsMiB, logRetention int
 	var readyTimeout time.Duration
 	var debug bool
+	var logFormat, logLevel, metricsListen string
 	var sbx daemon.SandboxConfig
 	var nc daemon.NetworkConfig
 	cmd := &cobra.Command{
@@ -31,11 +35,16 @@ func newServeCmd(g *globals) *cobra.Command {
 			if err := applyServeConfig(cmd.Flags(), configPath); err != nil {
 				return err
 			}
-			level := slog.LevelInfo
 			if debug {
-				level = slog.LevelDebug
+				logLevel = "debug"
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			log, err := newDaemonLogger(cmd.ErrOrStderr(), logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			if logRetention < 1 { // 0 would mean the default to daemon.Config
+				return fmt.Errorf("--log-retention-lines %d: must be 1..%d", logRetention, store.MaxLogRetentionLines)
+			}
 			if cpuProfile != "" {
 				stop, err := startCPUProfile(cpuProfile)
 				if err != nil {
@@ -46,7 +55,7 @@ func newServeCmd(g *globals) *cobra.Command {
 			return daemon.Run(cmd.Context(), daemon.Config{
 				StateDir: g.resolveStateDir(), Listen: listen, TLSCert: tlsCert, TLSKey: tlsKey, Bwrap: bwrap,
 				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, Sandbox: sbx, Network: nc, Log: log,
-				RandGuard: randGuard,
+				RandGuard: randGuard, LogRetentionLines: logRetention, MetricsListen: metricsListen,
 			}, nil)
 		},
 	}
@@ -56,13 +65,17 @@ func newServeCmd(g *globals) *cobra.Command {
 		"or with --tls-cert and --tls-key any (HOST:PORT, :PORT); PORT 0 picks one, logged. Calls on it need a token: STATE/api.token's, or one of zygo token create")
 	cmd.Flags().StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) the --listen address serves TLS with; needs --tls-key")
 	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "also serve GET /metrics (Prometheus) alone on this loopback TCP address, without a token (any local user can read it: function names and counts)")
 	cmd.Flags().StringVar(&bwrap, "bwrap", "", "path of bwrap (default: found on PATH)")
 	cmd.Flags().StringVar(&uidRange, "uid-range", "auto", "host uids the daemon owns, START-END or START:COUNT, claimed on the host while it runs; each function runs as one of its own (root only). "+
 		"auto: the first free block of 65536 from "+fmt.Sprint(hostid.Default.First)+" (the last run's first). Refused if another daemon claims it, "+
 		"if /etc/passwd, /etc/group, /etc/subuid or /etc/subgid use any, or if a host process runs as one")
 	cmd.Flags().IntVar(&tmpfsMiB, "run-tmpfs-mib", 256, "size cap of each of a zygote's two tmpfs, one for its request files and secrets, one for its /tmp and /dev/shm (MiB)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")
-	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level")
+	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level (--log-level debug)")
+	cmd.Flags().StringVar(&logFormat, "log-format", "text", "format of the daemon's log on stderr: text (key=value) or json (one object a line)")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "the least severe records logged: debug (every API call, with its request id and duration), info, warn or error")
+	cmd.Flags().IntVar(&logRetention, "log-retention-lines", store.DefaultLogRetentionLines, fmt.Sprintf("log lines each function keeps (its newest; 1..%d, each at most 16 KiB)", store.MaxLogRetentionLines))
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file until it stops (read it with go tool pprof)")
 	cmd.Flags().StringVar(&randGuard, "rand-guard", "", "native-randomness guard preloaded into fork-mode Python zygotes (default: "+daemon.RandGuardName+" next to zygo; built by make build)")
 	cmd.Flags().StringVar(&sbx.GuestBinary, "guest-binary", "", "static zygo-guest for gVisor sandboxes (default: next to zygo, then PATH)")
@@ -76,6 +89,32 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringSliceVar(&nc.Forbidden, "network-forbid", nil, "extra IPv4 CIDRs no function or sandbox may reach, on top of the host, each other and link-local/metadata ranges")
 	cmd.Flags().StringVar(&nc.Tag, "network-tag", "", "0-4 lowercase letters added to the names of the nftables table, veths and namespaces, for several daemons on one machine")
 	return cmd
+}
+
+// newDaemonLogger returns the daemon's logger writing to w in format (text or json) from
+// level on (debug, info, warn or error); an error names the flag that is wrong.
+func newDaemonLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	switch strings.ToLower(level) {
+	case "debug":
+		lv = slog.LevelDebug
+	case "info":
+		lv = slog.LevelInfo
+	case "warn", "warning":
+		lv = slog.LevelWarn
+	case "error":
+		lv = slog.LevelError
+	default:
+		return nil, fmt.Errorf("--log-level %q: must be debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: must be text or json", format)
 }
 
 // startCPUProfile starts the Go CPU profiler writing to path (created or

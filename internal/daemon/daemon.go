@@ -29,6 +29,7 @@ import (
 	"github.com/zygo-run/zygo/internal/cgroup"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/hostid"
+	"github.com/zygo-run/zygo/internal/metrics"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
@@ -89,7 +90,15 @@ type Config struct {
 	Sandbox SandboxConfig
 	// Network configures networking (network.go).
 	Network NetworkConfig
-	Log     *slog.Logger
+	// MetricsListen is an optional loopback TCP address (as Listen) serving
+	// only GET /metrics, without a token: for a Prometheus on this host that
+	// should not hold the API's token. Every local user can read it (function
+	// names and counts, never code, events or secrets).
+	MetricsListen string
+	// LogRetentionLines is how many log lines each function keeps, its newest
+	// (1..store.MaxLogRetentionLines); 0 is store.DefaultLogRetentionLines.
+	LogRetentionLines int
+	Log               *slog.Logger
 }
 
 // SocketPath returns the daemon's unix socket inside stateDir.
@@ -108,6 +117,13 @@ func DefaultStateDir() string { return zygo.DefaultStateDir() }
 
 // validateListen checks Listen, TLSCert and TLSKey and loads the key pair: a TCP address
 // beyond loopback is served only with TLS.
+// validateMetricsListen checks --metrics-listen: loopback only (it serves without a token).
+func (c *Config) validateMetricsListen() error {
+	addr, err := loopbackAddr("--metrics-listen", c.MetricsListen)
+	c.MetricsListen = addr
+	return err
+}
+
 func (c *Config) validateListen() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("--tls-cert and --tls-key go together: give both, or neither")
@@ -160,6 +176,9 @@ func (c *Config) validate() error {
 	if err := c.validateListen(); err != nil {
 		return err
 	}
+	if err := c.validateMetricsListen(); err != nil {
+		return err
+	}
 	if os.Geteuid() == 0 {
 		if c.UIDRange == "" || c.UIDRange == "auto" {
 			c.uidAuto = true
@@ -189,10 +208,36 @@ func (c *Config) validate() error {
 	case c.Sandbox.SecretImagesMiB < 0:
 		return fmt.Errorf("--secret-images-mib %d: must be a positive number of MiB", c.Sandbox.SecretImagesMiB)
 	}
+	switch {
+	case c.LogRetentionLines == 0:
+		c.LogRetentionLines = store.DefaultLogRetentionLines
+	case c.LogRetentionLines < 0 || c.LogRetentionLines > store.MaxLogRetentionLines:
+		return fmt.Errorf("--log-retention-lines %d: must be 1..%d", c.LogRetentionLines, store.MaxLogRetentionLines)
+	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
 	return nil
+}
+
+// loopbackAddr checks addr ("" is fine) of flag: a loopback host and a port, localhost
+// meaning 127.0.0.1 (never looked up: /etc/hosts could map the name anywhere).
+func loopbackAddr(flag, addr string) (string, error) {
+	if addr == "" {
+		return "", nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	if strings.EqualFold(host, "localhost") {
+		host = "127.0.0.1"
+		addr = net.JoinHostPort(host, port)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return "", fmt.Errorf("%s %q: only loopback addresses are allowed (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)", flag, addr)
+	}
+	return addr, nil
 }
 
 // Run starts the daemon and serves until ctx is cancelled, then shuts down:
@@ -217,6 +262,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	defer st.Close()
+	st.SetLogRetention(cfg.LogRetentionLines)
 	if os.Geteuid() == 0 {
 		claim, err := claimUIDRange(ctx, &cfg, st)
 		if err != nil {
@@ -273,8 +319,9 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 			}
 		}()
 	}
+	reg := metrics.New()
 	fcfg := functionConfig(cfg, st, agentDir)
-	fcfg.Network = netHost
+	fcfg.Network, fcfg.Metrics = netHost, reg
 	if fcfg.RandGuard, err = installRandGuard(cfg.RandGuard, agentDir, log); err != nil {
 		return err
 	}
@@ -301,14 +348,15 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	if err := mgr.Restore(ctx); err != nil {
 		return err
 	}
-	sbx := openSandboxes(ctx, cfg, st, secrets, netHost, log)
+	watchFunctions(reg, mgr)
+	sbx := openSandboxes(ctx, cfg, st, secrets, netHost, reg, log)
 	defer sbx.close()
 	tokens, err := openTokens(ctx, cfg, st)
 	if err != nil {
 		return err
 	}
-	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithTokens(tokens)
-	err = serveAPI(ctx, cfg, apiSrv, ready)
+	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithTokens(tokens).WithMetrics(reg.Handler())
+	err = serveAPI(ctx, cfg, apiSrv, reg.Handler(), ready)
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")
 	return err
@@ -345,11 +393,11 @@ func openTokens(ctx context.Context, cfg Config, st *store.Store) (*api.Tokens, 
 	return api.NewTokens(ctx, st, TokenPath(cfg.StateDir), def, cfg.Log)
 }
 
-// serveAPI serves srv on the daemon's listeners (see listen), calls ready, if
-// not nil, once they accept calls, and returns when ctx ends (nil) or a
+// serveAPI serves srv on the daemon's listeners and metrics on the
+// --metrics-listen one (see listen), calls ready, if not nil, once they accept calls, and returns when ctx ends (nil) or a
 // listener fails (its error), after shutting every server down.
-func serveAPI(ctx context.Context, cfg Config, srv *api.Server, ready func()) error {
-	eps, err := listen(cfg, srv)
+func serveAPI(ctx context.Context, cfg Config, srv *api.Server, metrics http.Handler, ready func()) error {
+	eps, err := listen(cfg, srv, metrics)
 	if err != nil {
 		return err
 	}
@@ -365,8 +413,12 @@ func serveAPI(ctx context.Context, cfg Config, srv *api.Server, ready func()) er
 		}()
 	}
 	attrs := []any{"state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir), "version", Version}
-	if len(eps) > 1 {
-		attrs = append(attrs, "listen", eps[1].l.Addr().String(), "tls", cfg.tlsConfig != nil, "token_file", TokenPath(cfg.StateDir))
+	for _, ep := range eps[1:] {
+		if ep.metricsOnly {
+			attrs = append(attrs, "metrics_listen", ep.l.Addr().String())
+		} else {
+			attrs = append(attrs, "listen", ep.l.Addr().String(), "tls", cfg.tlsConfig != nil, "token_file", TokenPath(cfg.StateDir))
+		}
 	}
 	cfg.Log.Info("zygo daemon serving", attrs...)
 	if ready != nil {
@@ -458,15 +510,17 @@ func lockStateDir(dir string) (func(), error) {
 
 // endpoint is one listener and the server answering on it.
 type endpoint struct {
-	l   net.Listener
-	srv *http.Server
+	l           net.Listener
+	srv         *http.Server
+	metricsOnly bool // the --metrics-listen listener
 }
 
 // listen opens the unix socket (mode 0600: its owner alone may call), served
-// by srv.Handler, and, with cfg.Listen, the TCP listener (TLS with
-// cfg.tlsConfig), served by srv.TCPHandler: behind the API tokens. On error
-// nothing is left listening.
-func listen(cfg Config, srv *api.Server) ([]endpoint, error) {
+// by srv.Handler, with cfg.Listen the TCP listener (TLS with cfg.tlsConfig),
+// served by srv.TCPHandler: behind the API tokens, and with cfg.MetricsListen a
+// loopback TCP listener answering GET /metrics with metrics (and 404 to
+// anything else). On error nothing is left listening.
+func listen(cfg Config, srv *api.Server, metrics http.Handler) ([]endpoint, error) {
 	h := srv.Handler()
 	newServer := func(h http.Handler) *http.Server {
 		// IdleTimeout: a kept-alive connection with no request for this long is closed.
@@ -484,7 +538,7 @@ func listen(cfg Config, srv *api.Server) ([]endpoint, error) {
 		ul.Close()
 		return nil, err
 	}
-	eps := []endpoint{{guardAgainstRunsc(ul, gvisor.ResolveRunsc(cfg.Sandbox.Runsc), cfg.Log), newServer(h)}}
+	eps := []endpoint{{l: guardAgainstRunsc(ul, gvisor.ResolveRunsc(cfg.Sandbox.Runsc), cfg.Log), srv: newServer(h)}}
 	if cfg.Listen != "" {
 		tl, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
@@ -494,7 +548,19 @@ func listen(cfg Config, srv *api.Server) ([]endpoint, error) {
 		if cfg.tlsConfig != nil {
 			tl = tls.NewListener(tl, cfg.tlsConfig)
 		}
-		eps = append(eps, endpoint{tl, newServer(srv.TCPHandler())})
+		eps = append(eps, endpoint{l: tl, srv: newServer(srv.TCPHandler())})
+	}
+	if cfg.MetricsListen != "" {
+		ml, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			for _, ep := range eps {
+				ep.l.Close()
+			}
+			return nil, fmt.Errorf("listening on %s (--metrics-listen): %w", cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics)
+		eps = append(eps, endpoint{l: ml, srv: newServer(mux), metricsOnly: true})
 	}
 	return eps, nil
 }

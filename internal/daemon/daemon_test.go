@@ -276,6 +276,31 @@ func TestListenOnlyLoopback(t *testing.T) {
 			t.Errorf("Run with --listen %q succeeded", addr)
 		}
 	}
+	// The metrics-only listener serves without a token: loopback only, TLS or not.
+	for _, addr := range []string{"0.0.0.0:7777", ":7777", "[::]:7777", "192.0.2.1:7777", "example.com:80", "localhost.example.com:7777"} {
+		t.Run("--metrics-listen="+addr, func(t *testing.T) {
+			dir := stateDir(t)
+			cfg := config(t, dir)
+			cfg.MetricsListen = addr
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := daemon.Run(ctx, cfg, func() { t.Error("the daemon started") })
+			if err == nil || !strings.Contains(err.Error(), "only loopback") || !strings.Contains(err.Error(), "--metrics-listen ") ||
+				!strings.Contains(err.Error(), addr) {
+				t.Errorf("Run with --metrics-listen %s = %v, want a refusal naming both", addr, err)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("the refused daemon wrote to its state dir: %d entries", len(entries))
+			}
+		})
+	}
+	for _, addr := range []string{"127.0.0.1", "[::1]:x"} {
+		cfg := config(t, stateDir(t))
+		cfg.MetricsListen = addr
+		if err := daemon.Run(context.Background(), cfg, nil); err == nil {
+			t.Errorf("Run with --metrics-listen %q succeeded", addr)
+		}
+	}
 }
 
 func TestRunNeedsBwrap(t *testing.T) {

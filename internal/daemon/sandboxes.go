@@ -16,6 +16,7 @@ import (
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/guest"
 	"github.com/zygo-run/zygo/internal/hostid"
+	"github.com/zygo-run/zygo/internal/metrics"
 	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/engine"
@@ -59,6 +60,7 @@ const MaxEngineDir = 107 - len("/instances/") - len("sb-0123456789abcdef-012345"
 type sandboxes struct {
 	mgr *sandbox.Manager
 	be  engine.Engine
+	reg *metrics.Registry // the daemon's metrics
 	// memImages is the tmpfs of the images of sandboxes with secrets (secretimages.go).
 	memImages string
 	net       *network.Host // nil: sandboxes run without network
@@ -71,14 +73,14 @@ type sandboxes struct {
 // API serves meanwhile, and a sandbox not re-attached yet shows as recovering and answers 503
 // (retry). It never fails the daemon: a missing runsc or guest binary leaves sandboxes
 // unavailable, with the reason logged and kept for the API's 503 answers.
-func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, nh *network.Host, log *slog.Logger) *sandboxes {
-	s := &sandboxes{log: log}
+func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, nh *network.Host, reg *metrics.Registry, log *slog.Logger) *sandboxes {
+	s := &sandboxes{log: log, reg: reg}
 	if nh != nil && !cfg.Sandbox.Network.Disabled {
 		s.net = nh // the daemon's, closed by Run after the sandboxes
 	} else {
 		log.Info("sandbox network off (--no-sandbox-network, --no-network or not root): sandboxes get loopback only")
 	}
-	mgr, be, err := newSandboxManager(ctx, cfg, st, secrets, s.net, log)
+	mgr, be, err := newSandboxManager(ctx, cfg, st, secrets, s.net, reg, log)
 	if err != nil {
 		s.err = fmt.Errorf("sandboxes are unavailable on this daemon: %w", err)
 		log.Warn("sandboxes unavailable; functions are served as usual", "err", err)
@@ -102,10 +104,11 @@ func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *se
 		}
 	}()
 	s.mgr, s.be, s.memImages = mgr, be, secretImageDir(cfg.StateDir)
+	watchSandboxes(reg, mgr)
 	return s
 }
 
-func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, nh *network.Host, log *slog.Logger) (*sandbox.Manager, engine.Engine, error) {
+func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets *secret.Store, nh *network.Host, mreg *metrics.Registry, log *slog.Logger) (*sandbox.Manager, engine.Engine, error) {
 	sc := cfg.Sandbox
 	if sc.Disabled {
 		return nil, nil, errors.New("disabled by configuration (zygo serve --no-sandboxes)")
@@ -143,7 +146,8 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 	mcfg := sandbox.ManagerConfig{Backend: be, Registry: reg,
 		ProtectedDirs: []string{cfg.StateDir, engineDir},
 		ImageDir:      filepath.Join(cfg.StateDir, "images"), SecretImageDir: memImages, Log: log.With("component", "sandbox"),
-		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets), HostIDs: hostid.NewAllocator(st, cfg.uidRange)}
+		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets), HostIDs: hostid.NewAllocator(st, cfg.uidRange),
+		Reseal: meteredReseal(mreg, sandbox.DefaultReseal)}
 	if nh != nil {
 		mcfg.Network = sandbox.HostNetwork{Host: nh}
 	}
@@ -174,12 +178,13 @@ func sandboxSecrets(st *secret.Store) sandbox.SecretsFunc {
 	}
 }
 
-// api returns the Manager for the API server, or nil (a nil interface) when unavailable.
+// api returns the Manager for the API server (its operations timed into the daemon's
+// metrics), or nil (a nil interface) when unavailable.
 func (s *sandboxes) api() api.Sandboxes {
 	if s.mgr == nil {
 		return nil
 	}
-	return s.mgr
+	return meteredSandboxes{Manager: s.mgr, reg: s.reg}
 }
 
 // close lets go of the sandboxes without stopping them: they keep running and the next daemon

@@ -13,6 +13,7 @@ import (
 	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/metrics"
 	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/store"
 )
@@ -31,6 +32,8 @@ type deployment struct {
 	released sync.Once     // the code directory's in-use count, given back once fully stopped
 	served   atomic.Int64
 	inflight atomic.Int64
+	waiting  atomic.Int64      // requests waiting for a slot (zygo_function_requests_waiting)
+	obs      *metrics.Function // the function's request series; nil: none kept
 
 	mu       sync.Mutex // guards the fields below
 	state    State
@@ -46,6 +49,7 @@ type deployment struct {
 
 func newDeployment(m *Manager, name, version string, man *Manifest, codeDir string, uid uint32) *deployment {
 	return &deployment{m: m, name: name, version: version, manifest: man, codeDir: codeDir, uid: uid,
+		obs: m.cfg.Metrics.Function(name),
 		sem: make(chan struct{}, man.Concurrency), retired: make(chan struct{}), state: StateStarting, changed: make(chan struct{})}
 }
 
@@ -152,6 +156,7 @@ func (d *deployment) supervise(rt Runner) {
 	}
 	d.mu.Unlock()
 	rt.Stop() // it has exited: this only gives back its run directory and /tmp
+	d.obs.ZygoteRestarted()
 	msg := fmt.Sprintf("zygote died (%v); restarting", rt.Err())
 	d.m.log.Warn(msg, "function", d.name)
 	d.m.appendLogs(d.m.ctx, d.zygoLines(msg))
@@ -216,21 +221,35 @@ func (d *deployment) current(ctx context.Context) (Runner, error) {
 // function's current deployment.
 var errRetired = errors.New("deployment retired")
 
-// acquireSlot waits for one of d's concurrency slots; errRetired when d is
-// halted first (or by the time the slot is free).
+// acquireSlot waits for one of d's concurrency slots (counted in d.waiting
+// meanwhile); errRetired when d is halted first (or by the time the slot is
+// free).
 func (d *deployment) acquireSlot(ctx context.Context) error {
 	select {
+	case d.sem <- struct{}{}: // a free slot: no wait
+		return d.checkSlot()
+	default:
+	}
+	d.waiting.Add(1)
+	defer d.waiting.Add(-1)
+	select {
 	case d.sem <- struct{}{}:
-		if d.isStopped() {
-			<-d.sem
-			return errRetired
-		}
-		return nil
+		return d.checkSlot()
 	case <-d.retired:
 		return errRetired
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// checkSlot gives back the slot just taken and returns errRetired when d was
+// halted meanwhile.
+func (d *deployment) checkSlot() error {
+	if d.isStopped() {
+		<-d.sem
+		return errRetired
+	}
+	return nil
 }
 
 func (d *deployment) releaseSlot() { <-d.sem }
@@ -295,7 +314,7 @@ func (d *deployment) status() Status {
 		State: d.state.String(), Fallback: d.warm.Fallback, InFlight: int(d.inflight.Load()), Served: d.served.Load(), Manifest: d.manifest}
 	if d.rt != nil {
 		rs := d.rt.Status()
-		s.ZygotePID, s.IdleWorkers = rs.HostPID, rs.IdleWorkers
+		s.ZygotePID, s.IdleWorkers, s.idleChildren = rs.HostPID, rs.IdleWorkers, rs.IdleChildren
 	}
 	return s
 }

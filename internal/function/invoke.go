@@ -39,11 +39,14 @@ type Invocation struct {
 // (no zygote came up in time, or the daemon is stopping). What happens to
 // a request that ran — including handler errors, timeouts, crashes and an
 // event the runtime's parser refused — is in the Invocation.
-func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size int64) (*Invocation, error) {
+func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size int64) (_ *Invocation, err error) {
+	t0 := time.Now()
 	d := m.get(name)
 	if d == nil {
 		return nil, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
 	}
+	var inv *Invocation
+	defer func() { d.obs.Request(outcome(inv, err), time.Since(t0)) }()
 	event, release, err := m.readEvent(ctx, body, size, d.manifest.Limits.MaxRequestKiB)
 	defer release()
 	if err != nil {
@@ -55,9 +58,10 @@ func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size 
 	if depth := jsonDepth(event); depth > MaxEventDepth {
 		// Valid JSON no runtime's parser would take: refused as a runtime refuses an event
 		// (bad_event), before any runs it.
-		return &Invocation{RequestID: newID("r"), Version: d.version, Failure: agentproc.FailBadEvent,
+		inv = &Invocation{RequestID: newID("r"), Version: d.version, Failure: agentproc.FailBadEvent,
 			Error: &agentproc.HandlerError{Type: "EventRejected", Message: fmt.Sprintf(
-				"event: nests %d levels deep (arrays and objects inside one another): at most %d", depth, MaxEventDepth)}}, nil
+				"event: nests %d levels deep (arrays and objects inside one another): at most %d", depth, MaxEventDepth)}}
+		return inv, nil
 	}
 	if err := checkEvent(event); err != nil {
 		return nil, err
@@ -66,10 +70,11 @@ func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size 
 		if max := d.manifest.Limits.MaxRequestKiB << 10; len(event) > max {
 			return nil, fmt.Errorf("%w: event: exceeds max_request_kib=%d", errdefs.ErrTooLarge, d.manifest.Limits.MaxRequestKiB)
 		}
-		inv, err := m.invokeOn(ctx, d, event)
+		inv, err = m.invokeOn(ctx, d, event)
 		if !errors.Is(err, errRetired) {
 			return inv, err
 		}
+		inv = nil
 		next := m.get(name)
 		switch {
 		case next == nil:
@@ -127,24 +132,29 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 	inv.Value, inv.Failure, inv.Error, inv.Elapsed, inv.Child = res.Value, res.Failure, res.Error, res.Elapsed, res.Child
 	inv.Spawned = res.Child == agentproc.ChildSpawned
 	inv.Phases = res.Phases
-	m.appendLogs(ctx, requestLines(d, req.ID, res))
+	m.appendLogs(ctx, requestLines(d, req.ID, CallerID(ctx), res))
 	return inv, nil
 }
 
-func requestLines(d *deployment, id string, res *agentproc.Result) []store.LogLine {
+// requestLines returns the request's output and Zygo's status line of it as log lines; each
+// carries the caller's id (caller, may be ""), which the status line also names.
+func requestLines(d *deployment, id, caller string, res *agentproc.Result) []store.LogLine {
 	now := time.Now()
 	out := make([]store.LogLine, 0, len(res.Stdout)+len(res.Stderr)+1)
 	for _, l := range res.Stdout {
-		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "stdout", At: now, Line: l})
+		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, CallerID: caller, Stream: "stdout", At: now, Line: l})
 	}
 	for _, l := range res.Stderr {
-		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "stderr", At: now, Line: l})
+		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, CallerID: caller, Stream: "stderr", At: now, Line: l})
 	}
 	status := fmt.Sprintf("request %s done in %.1f ms", id, float64(res.Elapsed.Microseconds())/1000)
 	if res.Failure != agentproc.FailNone && res.Error != nil {
 		status = fmt.Sprintf("request %s failed (%s) in %.1f ms: %s: %s", id, res.Failure,
 			float64(res.Elapsed.Microseconds())/1000, res.Error.Type, res.Error.Message)
 	}
-	out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, Stream: "zygo", At: now, Line: status})
+	if caller != "" {
+		status += " (caller id " + caller + ")"
+	}
+	out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, CallerID: caller, Stream: "zygo", At: now, Line: status})
 	return out
 }

@@ -43,7 +43,7 @@ type droppedLogs struct {
 
 // The queue's bounds.
 const (
-	maxPendingLines = store.MaxLogLinesPerFunction
+	maxPendingLines = store.DefaultLogRetentionLines
 	maxPendingBytes = 16 << 20
 )
 

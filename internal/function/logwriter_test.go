@@ -111,7 +111,7 @@ func TestLogWriterNeverWaitsForTheStore(t *testing.T) {
 	w.close()
 	mu.Lock()
 	defer mu.Unlock()
-	if biggest > store.MaxLogLinesPerFunction+1 {
+	if biggest > store.DefaultLogRetentionLines+1 {
 		t.Errorf("a batch of %d lines: more than the retention", biggest)
 	}
 	var note string

@@ -18,6 +18,7 @@ import (
 	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/cleanup"
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/metrics"
 	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/seccomp"
 	"github.com/zygo-run/zygo/internal/store"
@@ -86,6 +87,9 @@ type Config struct {
 	// endpoint per deployment, netns.go); nil when the daemon has no
 	// networking: deploying such a function is then refused.
 	Network *network.Host
+	// Metrics receives each function's request counts and zygote restarts
+	// (metrics.go); nil keeps none.
+	Metrics *metrics.Registry
 	Log     *slog.Logger
 }
 
@@ -452,6 +456,7 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 			m.log.Warn("releasing the function's uid", "function", name, "err", err)
 		}
 	}
+	m.cfg.Metrics.Forget(name)
 	return nil
 }
 
@@ -495,6 +500,8 @@ type Status struct {
 	IdleWorkers int       `json:"idle_workers,omitempty"`
 	Served      int64     `json:"served"`
 	Manifest    *Manifest `json:"manifest"`
+	// idleChildren counts the zygote's pre-forked children waiting (MetricSamples).
+	idleChildren int
 }
 
 // List returns every loaded function, sorted by name.

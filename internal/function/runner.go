@@ -68,6 +68,8 @@ type Warmup struct {
 type RunnerStatus struct {
 	HostPID     int // the fork zygote's host pid; 0 for runtimes without a long-lived process
 	IdleWorkers int // ready Node workers (the worker pool only)
+	// IdleChildren counts the fork zygote's pre-forked children waiting for a request.
+	IdleChildren int
 }
 
 // Call is one request for Runner.Run.

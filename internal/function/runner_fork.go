@@ -123,7 +123,7 @@ func (r *forkRunner) Err() error {
 // Status implements Runner.
 func (r *forkRunner) Status() RunnerStatus {
 	if z, _, _ := r.current(); z != nil {
-		return RunnerStatus{HostPID: z.Ready().HostPID}
+		return RunnerStatus{HostPID: z.Ready().HostPID, IdleChildren: z.Idle()}
 	}
 	return RunnerStatus{}
 }

@@ -2,33 +2,57 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 )
 
 // LogLine is one line a function printed. RequestID is empty for lines the
 // zygote printed at import or warm-up, and for Zygo's own warm-up reports
-// (Stream "zygo").
+// (Stream "zygo"). CallerID is the id the caller gave the request
+// (X-Request-Id, or the trace id of its traceparent), on the lines the daemon
+// wrote for it; empty otherwise.
 type LogLine struct {
 	ID        int64     `json:"id"`
 	Function  string    `json:"function"`
 	Version   string    `json:"version"`
 	RequestID string    `json:"request_id,omitempty"`
+	CallerID  string    `json:"caller_id,omitempty"`
 	Stream    string    `json:"stream"` // "stdout", "stderr" or "zygo"
 	At        time.Time `json:"at"`
 	Line      string    `json:"line"`
 }
 
-// MaxLogLinesPerFunction bounds the logs kept per function; older lines are
-// pruned as new ones arrive.
-const MaxLogLinesPerFunction = 20_000
+// DefaultLogRetentionLines is how many lines each function keeps unless
+// SetLogRetention says otherwise (zygo serve --log-retention-lines); older
+// lines are pruned as new ones arrive.
+const DefaultLogRetentionLines = 20_000
+
+// MaxLogRetentionLines is the largest retention SetLogRetention takes: a line
+// is at most 16 KiB, so a function's logs stay within about 160 GiB even of
+// the longest lines.
+const MaxLogRetentionLines = 10_000_000
+
+// SetLogRetention makes each function keep its newest lines lines (1..MaxLogRetentionLines;
+// the daemon validates its flag), from the next AppendLogs on. Safe for concurrent use.
+func (s *Store) SetLogRetention(lines int) { s.logRetention.Store(int64(lines)) }
+
+// LogRetention returns how many lines each function keeps.
+func (s *Store) LogRetention() int {
+	if n := s.logRetention.Load(); n > 0 {
+		return int(n)
+	}
+	return DefaultLogRetentionLines
+}
 
 // AppendLogs stores lines in one transaction and, in it, prunes each
-// function's logs to the newest MaxLogLinesPerFunction. Of more lines of one
-// function than that, only the newest are inserted: one call never writes
-// more rows than the retention keeps.
+// function's logs to the newest LogRetention. Of more lines of one function
+// than that, only the newest are inserted: one call never writes more rows
+// than the retention keeps.
 func (s *Store) AppendLogs(ctx context.Context, lines []LogLine) error {
-	lines = newestPerFunction(lines, MaxLogLinesPerFunction)
+	keep := s.LogRetention()
+	lines = newestPerFunction(lines, keep)
 	if len(lines) == 0 {
 		return nil
 	}
@@ -37,14 +61,14 @@ func (s *Store) AppendLogs(ctx context.Context, lines []LogLine) error {
 		return fmt.Errorf("appending logs: %w", err)
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO logs (function, version, request_id, stream, at, line) VALUES (?, ?, ?, ?, ?, ?)`)
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO logs (function, version, request_id, caller_id, stream, at, line) VALUES (?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return fmt.Errorf("appending logs: %w", err)
 	}
 	defer stmt.Close()
 	fns := map[string]bool{}
 	for _, l := range lines {
-		if _, err := stmt.ExecContext(ctx, l.Function, l.Version, l.RequestID, l.Stream, l.At.UnixMilli(), l.Line); err != nil {
+		if _, err := stmt.ExecContext(ctx, l.Function, l.Version, l.RequestID, l.CallerID, l.Stream, l.At.UnixMilli(), l.Line); err != nil {
 			return fmt.Errorf("appending logs: %w", err)
 		}
 		fns[l.Function] = true
@@ -52,7 +76,7 @@ func (s *Store) AppendLogs(ctx context.Context, lines []LogLine) error {
 	for fn := range fns {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM logs WHERE function = ? AND id <= (
 			SELECT id FROM logs WHERE function = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
-			fn, fn, MaxLogLinesPerFunction); err != nil {
+			fn, fn, keep); err != nil {
 			return fmt.Errorf("pruning logs: %w", err)
 		}
 	}
@@ -84,10 +108,30 @@ func newestPerFunction(lines []LogLine, keep int) []LogLine {
 
 // LogQuery selects log lines.
 type LogQuery struct {
-	Function  string
-	RequestID string // optional
-	AfterID   int64  // only lines with ID > AfterID
-	Limit     int    // at most this many, oldest first; 0 means 1000
+	Function string
+	// RequestID, when set, selects one request's lines: those of the request with this id,
+	// or of the requests whose caller gave this id (LogLine.CallerID).
+	RequestID string
+	AfterID   int64     // only lines with ID > AfterID
+	Since     time.Time // when set, only lines stored at or after it (millisecond precision)
+	Limit     int       // at most this many, oldest first; 0 means 1000
+}
+
+// where returns the WHERE clause of q (without the id bound) and its arguments.
+func (q LogQuery) where() (string, []any) {
+	var b strings.Builder
+	b.WriteString(`function = ?`)
+	args := []any{q.Function}
+	if q.RequestID != "" {
+		b.WriteString(` AND (request_id = ? OR request_id IN (SELECT request_id FROM logs
+			WHERE function = ? AND caller_id = ? AND caller_id != '' AND request_id != ''))`)
+		args = append(args, q.RequestID, q.Function, q.RequestID)
+	}
+	if !q.Since.IsZero() {
+		b.WriteString(` AND at >= ?`)
+		args = append(args, q.Since.UnixMilli())
+	}
+	return b.String(), args
 }
 
 // Logs returns the lines matching q, oldest first.
@@ -95,15 +139,46 @@ func (s *Store) Logs(ctx context.Context, q LogQuery) ([]LogLine, error) {
 	if q.Limit <= 0 {
 		q.Limit = 1000
 	}
-	query := `SELECT id, function, version, request_id, stream, at, line FROM logs WHERE function = ? AND id > ?`
-	args := []any{q.Function, q.AfterID}
-	if q.RequestID != "" {
-		query += ` AND request_id = ?`
-		args = append(args, q.RequestID)
+	where, args := q.where()
+	return s.logRows(ctx, `SELECT id, function, version, request_id, caller_id, stream, at, line FROM logs
+		WHERE `+where+` AND id > ? ORDER BY id LIMIT ?`, append(args, q.AfterID, q.Limit)...)
+}
+
+// TailLogs returns the newest n lines matching q (q.AfterID and q.Limit are ignored), oldest
+// first, and the id of the function's newest line when it ran (0 when it has none): passed as
+// AfterID of the next Logs, it continues right after what TailLogs saw. n may be 0 (only the
+// position of the end).
+func (s *Store) TailLogs(ctx context.Context, q LogQuery, n int) ([]LogLine, int64, error) {
+	tx, err := s.db.BeginTx(ctx, nil) // one snapshot: the end and the lines agree
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading logs: %w", err)
 	}
-	query += ` ORDER BY id LIMIT ?`
-	args = append(args, q.Limit)
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	defer tx.Rollback()
+	var end int64
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM logs WHERE function = ?`, q.Function).Scan(&end); err != nil {
+		return nil, 0, fmt.Errorf("reading logs: %w", err)
+	}
+	if n <= 0 {
+		return nil, end, nil
+	}
+	where, args := q.where()
+	lines, err := scanLogs(tx.QueryContext(ctx, `SELECT id, function, version, request_id, caller_id, stream, at, line FROM logs
+		WHERE `+where+` AND id <= ? ORDER BY id DESC LIMIT ?`, append(args, end, n)...))
+	if err != nil {
+		return nil, 0, err
+	}
+	for i, j := 0, len(lines)-1; i < j; i, j = i+1, j-1 {
+		lines[i], lines[j] = lines[j], lines[i]
+	}
+	return lines, end, nil
+}
+
+func (s *Store) logRows(ctx context.Context, query string, args ...any) ([]LogLine, error) {
+	return scanLogs(s.db.QueryContext(ctx, query, args...))
+}
+
+// scanLogs reads the log lines of a query's rows (err: the query's), closing them.
+func scanLogs(rows *sql.Rows, err error) ([]LogLine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading logs: %w", err)
 	}
@@ -112,8 +187,8 @@ func (s *Store) Logs(ctx context.Context, q LogQuery) ([]LogLine, error) {
 	for rows.Next() {
 		var l LogLine
 		var at int64
-		if err := rows.Scan(&l.ID, &l.Function, &l.Version, &l.RequestID, &l.Stream, &at, &l.Line); err != nil {
-			return nil, err
+		if err := rows.Scan(&l.ID, &l.Function, &l.Version, &l.RequestID, &l.CallerID, &l.Stream, &at, &l.Line); err != nil {
+			return nil, fmt.Errorf("reading logs: %w", err)
 		}
 		l.At = time.UnixMilli(at)
 		out = append(out, l)

@@ -17,7 +17,7 @@ import (
 func TestAppendLogsInsertsNoMoreThanTheRetention(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
-	const n = store.MaxLogLinesPerFunction + 5000
+	const n = store.DefaultLogRetentionLines + 5000
 	lines := append(logLines("flood", "v", "r1", n, time.Now()), logLines("quiet", "v", "r2", 3, time.Now())...)
 	if err := st.AppendLogs(ctx, lines); err != nil {
 		t.Fatal(err)
@@ -26,7 +26,7 @@ func TestAppendLogsInsertsNoMoreThanTheRetention(t *testing.T) {
 	if err := st.DB().QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0), COUNT(*) FROM logs`).Scan(&maxID, &rows); err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(store.MaxLogLinesPerFunction + 3); maxID != want || rows != want {
+	if want := int64(store.DefaultLogRetentionLines + 3); maxID != want || rows != want {
 		t.Fatalf("max id %d, %d rows: want %d inserted (the retention of flood, and quiet's 3)", maxID, rows, want)
 	}
 	got, err := st.Logs(ctx, store.LogQuery{Function: "flood", Limit: 1})
@@ -44,7 +44,7 @@ func TestWALGivesDiskBack(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "zygo.db")
 	st := openStore(t, path)
-	big := logLines("f", "v", "r", store.MaxLogLinesPerFunction, time.Now())
+	big := logLines("f", "v", "r", store.DefaultLogRetentionLines, time.Now())
 	for i := range big {
 		big[i].Line = strings.Repeat("x", 1000)
 	}
@@ -62,5 +62,75 @@ func TestWALGivesDiskBack(t *testing.T) {
 	}
 	if fi.Size() > 8<<20 {
 		t.Fatalf("zygo.db-wal is %d bytes after the burst was checkpointed: its disk is not given back", fi.Size())
+	}
+}
+
+// SetLogRetention changes how many lines each function keeps from the next append on.
+func TestLogRetentionSetting(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	if st.LogRetention() != store.DefaultLogRetentionLines {
+		t.Fatalf("default retention %d", st.LogRetention())
+	}
+	st.SetLogRetention(10)
+	if err := st.AppendLogs(ctx, logLines("f", "v", "r", 25, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Logs(ctx, store.LogQuery{Function: "f"})
+	if err != nil || len(got) != 10 || got[0].Line != "f r line 15" {
+		t.Fatalf("kept %d lines (first %+v), %v; want the newest 10", len(got), got, err)
+	}
+}
+
+// Since selects lines by time; TailLogs answers the newest n lines matching, oldest first,
+// and the end of the function's lines, also for n = 0 and past lines of other requests.
+func TestLogsSinceAndTail(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	t0 := time.Date(2026, 1, 2, 15, 0, 0, 0, time.UTC)
+	lines := append(logLines("f", "v", "r1", 5, t0), logLines("f", "v", "r2", 5, t0.Add(time.Minute))...)
+	lines = append(lines, logLines("other", "v", "r3", 3, t0)...)
+	if err := st.AppendLogs(ctx, lines); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Logs(ctx, store.LogQuery{Function: "f", Since: t0.Add(time.Minute + 2*time.Millisecond)})
+	if err != nil || len(got) != 3 || got[0].Line != "f r2 line 2" {
+		t.Fatalf("since: %+v %v", got, err)
+	}
+	got, end, err := st.TailLogs(ctx, store.LogQuery{Function: "f"}, 3)
+	if err != nil || len(got) != 3 || got[0].Line != "f r2 line 2" || got[2].Line != "f r2 line 4" || end != 10 {
+		t.Fatalf("tail 3: %+v end %d %v", got, end, err)
+	}
+	got, end, err = st.TailLogs(ctx, store.LogQuery{Function: "f", RequestID: "r1"}, 2)
+	if err != nil || len(got) != 2 || got[1].Line != "f r1 line 4" || end != 10 {
+		t.Fatalf("tail 2 of r1: %+v end %d %v", got, end, err)
+	}
+	if got, end, err = st.TailLogs(ctx, store.LogQuery{Function: "f"}, 0); err != nil || len(got) != 0 || end != 10 {
+		t.Fatalf("tail 0: %+v end %d %v", got, end, err)
+	}
+	if _, end, err = st.TailLogs(ctx, store.LogQuery{Function: "none"}, 5); err != nil || end != 0 {
+		t.Fatalf("tail of a function without lines: end %d %v", end, err)
+	}
+}
+
+// A request is found by the caller's id its Zygo lines carry: all its lines, including
+// those written without it (a Node worker's own output), and no other request's.
+func TestLogsByCallerID(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	now := time.Now()
+	lines := logLines("f", "v", "r1", 2, now) // the worker's output: no caller id
+	lines = append(lines, store.LogLine{Function: "f", Version: "v", RequestID: "r1", CallerID: "trace-abc", Stream: "zygo", At: now, Line: "request r1 done"})
+	lines = append(lines, logLines("f", "v", "r2", 2, now)...)
+	lines = append(lines, store.LogLine{Function: "g", Version: "v", RequestID: "r9", CallerID: "trace-abc", Stream: "zygo", At: now, Line: "other function"})
+	if err := st.AppendLogs(ctx, lines); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Logs(ctx, store.LogQuery{Function: "f", RequestID: "trace-abc"})
+	if err != nil || len(got) != 3 || got[2].CallerID != "trace-abc" || got[0].RequestID != "r1" {
+		t.Fatalf("by caller id: %+v %v", got, err)
+	}
+	if got, _ := st.Logs(ctx, store.LogQuery{Function: "f", RequestID: "r1"}); len(got) != 3 {
+		t.Fatalf("by request id: %+v", got)
 	}
 }

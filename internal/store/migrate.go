@@ -37,6 +37,15 @@ var migrations = []migration{
 		`ALTER TABLE sandboxes ADD COLUMN net_mac TEXT NOT NULL DEFAULT ''`)},
 	// Branch remote (issue 18): named API tokens (tokens.go).
 	{8, "api tokens", ddl(tokenSchema)},
+	// Branch obs: the caller's X-Request-Id or traceparent trace id of a request's lines,
+	// indexed only where set (a request found by it: Store.Logs).
+	{9, "log lines' caller id", func(ctx context.Context, tx *sql.Tx) error {
+		if err := addColumn("logs", "caller_id", `ALTER TABLE logs ADD COLUMN caller_id TEXT NOT NULL DEFAULT ''`)(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS logs_caller ON logs (function, caller_id) WHERE caller_id != ''`)
+		return err
+	}},
 }
 
 // SchemaVersion is the user_version of a store this daemon has opened.

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -26,6 +27,9 @@ import (
 type Store struct {
 	db   *sql.DB
 	idMu sync.Mutex // serialises AcquireHostID and ReleaseHostID
+	// logRetention is how many lines each function keeps (SetLogRetention); 0 is
+	// DefaultLogRetentionLines.
+	logRetention atomic.Int64
 }
 
 // schema is step 1 of migrate.go: the first daemon's tables.

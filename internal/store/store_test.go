@@ -301,7 +301,7 @@ func TestLogsArePruned(t *testing.T) {
 	const extra = 50
 	now := time.Now()
 	// The limit plus extra lines of f in one call, and a few of g mixed in.
-	lines := logLines("f", "v", "r", store.MaxLogLinesPerFunction+extra, now)
+	lines := logLines("f", "v", "r", store.DefaultLogRetentionLines+extra, now)
 	lines = slices.Insert(lines, 10, logLines("g", "v", "r", 5, now)...)
 	t0 := time.Now()
 	if err := st.AppendLogs(ctx, lines); err != nil {
@@ -309,8 +309,8 @@ func TestLogsArePruned(t *testing.T) {
 	}
 	t.Logf("appending %d lines took %v", len(lines), time.Since(t0))
 
-	if n := rowCount(t, st, "logs", "f"); n != store.MaxLogLinesPerFunction {
-		t.Fatalf("f keeps %d lines, want %d", n, store.MaxLogLinesPerFunction)
+	if n := rowCount(t, st, "logs", "f"); n != store.DefaultLogRetentionLines {
+		t.Fatalf("f keeps %d lines, want %d", n, store.DefaultLogRetentionLines)
 	}
 	if n := rowCount(t, st, "logs", "g"); n != 5 {
 		t.Errorf("g keeps %d lines, want its 5 (pruning is per function)", n)
@@ -327,8 +327,8 @@ func TestLogsArePruned(t *testing.T) {
 	if err := st.AppendLogs(ctx, logLines("f", "v", "later", 3, now)); err != nil {
 		t.Fatal(err)
 	}
-	if n := rowCount(t, st, "logs", "f"); n != store.MaxLogLinesPerFunction {
-		t.Errorf("after another append f keeps %d lines, want %d", n, store.MaxLogLinesPerFunction)
+	if n := rowCount(t, st, "logs", "f"); n != store.DefaultLogRetentionLines {
+		t.Errorf("after another append f keeps %d lines, want %d", n, store.DefaultLogRetentionLines)
 	}
 	first, _ = st.Logs(ctx, store.LogQuery{Function: "f", Limit: 1})
 	if want := fmt.Sprintf("f r line %d", extra+3); first[0].Line != want {

@@ -9,7 +9,7 @@ import "time"
 //	GET    /v1/functions/{name}            Function
 //	DELETE /v1/functions/{name}            204
 //	POST   /v1/functions/{name}/invoke     body: the event (JSON) → the handler's value; headers RequestIDHeader...
-//	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N → LogsBody
+//	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N&since=T&tail=N → LogsBody
 //	PUT    /v1/secrets/{name}              body: the value (raw bytes) → 204
 //	GET    /v1/secrets                     []SecretMeta
 //	DELETE /v1/secrets/{name}              204
@@ -90,7 +90,8 @@ type LogLine struct {
 	Function  string    `json:"function"`
 	Version   string    `json:"version"`
 	RequestID string    `json:"request_id,omitempty"`
-	Stream    string    `json:"stream"` // "stdout", "stderr" or "zygo"
+	CallerID  string    `json:"caller_id,omitempty"` // the caller's X-Request-Id or trace id (Zygo's lines of the request)
+	Stream    string    `json:"stream"`              // "stdout", "stderr" or "zygo"
 	At        time.Time `json:"at"`
 	Line      string    `json:"line"`
 }

@@ -109,18 +109,26 @@ type ErrorAnswer struct {
 	Error ErrorBody `json:"error"`
 }
 
+// MaxCallerIDBytes bounds an X-Request-Id.
+const MaxCallerIDBytes = 200
+
 // Headers of the API.
 const (
 	// RequestIDHeader carries an invoke's request id on its answer: the id its log lines
 	// carry (GET /v1/functions/{name}/logs?request=ID).
 	RequestIDHeader = "X-Zygo-Request-Id"
-	// CallerRequestIDHeader is the conventional header a proxy or caller sets; the daemon's
-	// access log records it (or a traceparent's trace id) for calls that have no id of their
-	// own.
+	// CallerRequestIDHeader is the conventional header a proxy or caller sets: at most
+	// MaxCallerIDBytes printable ASCII characters without spaces (another value is refused,
+	// 400 naming the header). The daemon echoes it on the answer, logs it with the call, and
+	// keeps it with an invoke's log lines (LogLine.CallerID; ?request= finds them by it).
 	CallerRequestIDHeader = "X-Request-Id"
-	VersionHeader         = "X-Zygo-Version"     // invoke: the function version that served it
-	ChildHeader           = "X-Zygo-Child"       // invoke: preforked, forked, spawned or worker
-	DurationHeader        = "X-Zygo-Duration-Ms" // invoke: the daemon's time, milliseconds
+	// TraceparentHeader is the W3C Trace Context header. A valid one is echoed on the answer
+	// and logged with the call; without an X-Request-Id its trace id (32 hex digits) is the
+	// caller id. A malformed one is ignored, as the W3C recommendation says.
+	TraceparentHeader = "Traceparent"
+	VersionHeader     = "X-Zygo-Version"     // invoke: the function version that served it
+	ChildHeader       = "X-Zygo-Child"       // invoke: preforked, forked, spawned or worker
+	DurationHeader    = "X-Zygo-Duration-Ms" // invoke: the daemon's time, milliseconds
 	// ServerTimingHeader (invoke) lists the daemon's timed steps of the request in
 	// order, W3C Server Timing syntax: "dir;dur=0.041, fork+hello;dur=0.012, ..."
 	// (milliseconds). FormatServerTiming and ParseServerTiming write and read it.

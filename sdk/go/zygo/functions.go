@@ -87,9 +87,14 @@ func (c *Client) Invoke(ctx context.Context, name string, event []byte) (*Invoke
 
 // LogsQuery selects log lines; the zero value asks for the first page of every request's.
 type LogsQuery struct {
-	RequestID string // only this request's lines
-	After     int64  // lines after this id (LogsBody.Next of the previous page)
-	Limit     int    // at most this many (1..wire.MaxLogsLimit); 0: the daemon's default
+	RequestID string    // only this request's lines (its X-Zygo-Request-Id, or the X-Request-Id its caller gave)
+	After     int64     // lines after this id (LogsBody.Next of the previous page)
+	Limit     int       // at most this many (1..wire.MaxLogsLimit); 0: the daemon's default
+	Since     time.Time // when set, only lines stored at or after it
+	// FromEnd asks for the newest Tail lines (0..wire.MaxLogsLimit; 0: none) instead of a page
+	// after After, and a Next at the function's newest line: where following starts.
+	FromEnd bool
+	Tail    int
 }
 
 // Logs returns a page of a function's log lines, oldest first.
@@ -98,7 +103,14 @@ func (c *Client) Logs(ctx context.Context, name string, q LogsQuery) (wire.LogsB
 	if q.RequestID != "" {
 		v.Set("request", q.RequestID)
 	}
-	v.Set("after", strconv.FormatInt(q.After, 10))
+	if q.FromEnd {
+		v.Set("tail", strconv.Itoa(q.Tail))
+	} else {
+		v.Set("after", strconv.FormatInt(q.After, 10))
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
+	}
 	if q.Limit != 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}
