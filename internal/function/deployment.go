@@ -31,6 +31,15 @@ type deployment struct {
 	released sync.Once     // the code directory's in-use count, given back once fully stopped
 	served   atomic.Int64
 	inflight atomic.Int64
+	queued   atomic.Int64 // requests waiting for a slot (queue.go)
+	// meanRunNs is the recent mean of requests' run time, nanoseconds (Retry-After's estimate).
+	meanRunNs atomic.Int64
+	// firstDeploy: d is its function's first version, published (listed as
+	// "deploying", invokes wait for it) while it starts; set before d is
+	// published, then only read. deployFailed: that start failed and d was
+	// withdrawn; invokes that waited for it are told so.
+	firstDeploy  bool
+	deployFailed atomic.Bool
 
 	mu       sync.Mutex // guards the fields below
 	state    State
@@ -189,7 +198,7 @@ func (d *deployment) restartLoop() {
 // current waits until the deployment can take a request and returns its
 // runtime.
 func (d *deployment) current(ctx context.Context) (Runner, error) {
-	limit := time.NewTimer(d.m.cfg.ReadyTimeout)
+	limit := time.NewTimer(d.m.importTimeout(d.manifest))
 	defer limit.Stop()
 	for {
 		d.mu.Lock()
@@ -292,7 +301,11 @@ func (d *deployment) status() Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := Status{Name: d.name, Version: d.version, Runtime: d.manifest.Runtime, Mode: d.manifest.Mode,
-		State: d.state.String(), Fallback: d.warm.Fallback, InFlight: int(d.inflight.Load()), Served: d.served.Load(), Manifest: d.manifest}
+		State: d.state.String(), Fallback: d.warm.Fallback, InFlight: int(d.inflight.Load()), Queued: int(d.queued.Load()),
+		Served: d.served.Load(), Manifest: d.manifest}
+	if d.firstDeploy && d.state == StateStarting {
+		s.State = StateDeploying
+	}
 	if d.rt != nil {
 		rs := d.rt.Status()
 		s.ZygotePID, s.IdleWorkers = rs.HostPID, rs.IdleWorkers

@@ -70,10 +70,12 @@ type Config struct {
 	// nil when the daemon cannot manage cgroups (not root): those limits are
 	// then not enforced, and the daemon says so at start.
 	Limiter Limiter
-	// RetainVersions is how many superseded versions of a function are kept
-	// (in the store and on disk) besides the active one, for a quick
-	// redeploy; older ones are collected after each deploy. Default 2.
-	RetainVersions int
+	// KeepVersions is how many versions of a function are kept (in the
+	// store and on disk), the active one included, for `zygo rollback` and a
+	// quick redeploy; older ones are collected after each deploy or
+	// rollback, once no runtime uses them (a draining version is collected
+	// when its drain ends). Default 10; 1 keeps only the active version.
+	KeepVersions int
 	// BodyBudgetBytes bounds the memory all events being read or held by
 	// in-flight requests take together, bytes; a request waits for room
 	// before its event is read. Default (and minimum) 4 × MaxBodyKiB.
@@ -127,6 +129,10 @@ type Manager struct {
 	shutdown sync.Once
 }
 
+// DefaultKeepVersions is Config.KeepVersions' default (zygo serve
+// --keep-versions).
+const DefaultKeepVersions = 10
+
 // NewManager returns a Manager with no functions loaded; call Restore to
 // start the ones in the registry. secrets may be nil.
 func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
@@ -136,8 +142,8 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
-	if cfg.RetainVersions <= 0 {
-		cfg.RetainVersions = 2
+	if cfg.KeepVersions <= 0 {
+		cfg.KeepVersions = DefaultKeepVersions
 	}
 	cfg.BodyBudgetBytes = max(cfg.BodyBudgetBytes, 4*MaxBodyKiB<<10)
 	strict, err := seccomp.Strict()
@@ -232,24 +238,23 @@ func (e *ImportFailed) Outcome() string {
 // Deploy reads a bundle (see ReadBundle), stores it as an immutable version,
 // starts its zygote, waits for READY, switches traffic to it and drains the
 // old version in the background; then it collects superseded versions
-// beyond Config.RetainVersions. Only deploys and removals of the same name
-// wait for each other. Errors: errdefs.ErrInvalidArgument (bad bundle,
-// manifest or interpreter, naming the key), *ImportFailed (wraps
-// errdefs.ErrFailedPrecondition; carries the traceback),
-// errdefs.ErrUnavailable (sandbox could not start). A failed deploy leaves
-// no version directory it made behind.
+// beyond Config.KeepVersions. A function's first version is listed as
+// "deploying" while it starts, and invokes wait for it. Steps are reported
+// to ctx's progress function (WithProgress). Only deploys, rollbacks and
+// removals of the same name wait for each other. Errors:
+// errdefs.ErrInvalidArgument (bad bundle, manifest or interpreter, naming
+// the key), *ImportFailed (wraps errdefs.ErrFailedPrecondition; carries the
+// traceback, or the import_timeout_ms exceeded), errdefs.ErrUnavailable
+// (sandbox could not start), ctx's error when ctx ends first (the new
+// runtime is stopped). A failed deploy leaves no version directory it made
+// behind, and the previous version keeps serving.
 func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, error) {
+	report(ctx, Progress{Step: StepUploading})
 	u, err := ReadBundle(bundle)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.checkInterpreter(u.Manifest.Interpreter); err != nil {
-		return nil, err
-	}
-	if err := m.checkSecrets(ctx, u.Manifest.Secrets); err != nil {
-		return nil, err
-	}
-	if err := m.checkNetwork(u.Manifest); err != nil {
+	if err := m.checkDeployable(ctx, u.Manifest); err != nil {
 		return nil, err
 	}
 	name := u.Manifest.Name
@@ -266,6 +271,7 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 	}
 	var undo cleanup.Stack // run newest first when the deploy fails
 	defer func() { _ = undo.Run(ctx, 0) }()
+	report(ctx, Progress{Step: StepUnpacking, Version: u.Hash})
 	codeDir := m.versionDir(name, u.Hash)
 	created, err := storeVersionDir(u, codeDir)
 	if err != nil {
@@ -277,37 +283,121 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 	if err := secureCodeDir(filepath.Dir(codeDir), gidOf(uid)); err != nil {
 		return nil, err
 	}
-	d := m.newDeployment(name, u.Hash, u.Manifest, codeDir, uid)
-	undo.Add(func(context.Context) error { d.stop(); return nil })
-	if err := m.activate(ctx, d, u); err != nil {
-		var ie *agentproc.ImportError
-		if errors.As(err, &ie) {
-			m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Type+": "+ie.Message+"\n"+ie.Traceback))
-			return nil, &ImportFailed{ImportError: ie, HadPrevious: old != nil}
-		}
-		return nil, interpreterFailed(u.Manifest, err)
+	res, err := m.rollout(ctx, &undo, old, m.newDeployment(name, u.Hash, u.Manifest, codeDir, uid))
+	if err != nil {
+		return nil, err
 	}
 	undo.Release()
+	return res, nil
+}
+
+// checkDeployable refuses (errdefs.ErrInvalidArgument, naming the key) a
+// manifest this daemon cannot serve now: its interpreter, secrets or
+// network.
+func (m *Manager) checkDeployable(ctx context.Context, man *Manifest) error {
+	if err := m.checkInterpreter(man.Interpreter); err != nil {
+		return err
+	}
+	if err := m.checkSecrets(ctx, man.Secrets); err != nil {
+		return err
+	}
+	return m.checkNetwork(man)
+}
+
+// rollout puts d (a new deployment of its function, not started) in
+// service in place of old (nil for a first deploy): it starts d's runtime,
+// records d's version as the active one, moves traffic, retires old in the
+// background and collects superseded versions. A first deploy publishes d
+// before it starts (listed as deploying; invokes wait for it). On failure
+// it returns with its undo entries on undo (stopping d, withdrawing it),
+// which the caller runs; the error is what startFailed makes of it. The
+// caller holds the name's lock.
+func (m *Manager) rollout(ctx context.Context, undo *cleanup.Stack, old, d *deployment) (*DeployResult, error) {
+	undo.Add(func(context.Context) error { d.stop(); return nil })
+	if old == nil {
+		d.firstDeploy = true
+		m.mu.Lock()
+		m.fns[d.name] = d
+		m.mu.Unlock()
+		undo.Add(func(context.Context) error { // before d.stop: waiters then find it withdrawn
+			d.deployFailed.Store(true)
+			m.mu.Lock()
+			if m.fns[d.name] == d {
+				delete(m.fns, d.name)
+			}
+			m.mu.Unlock()
+			return nil
+		})
+	}
+	report(ctx, Progress{Step: StepImporting, Version: d.version})
+	if err := m.activate(ctx, d); err != nil {
+		return nil, m.startFailed(ctx, d, err, old != nil)
+	}
+	res := d.result(false)
+	report(ctx, Progress{Step: StepWarmup, Version: d.version, Checks: res.Checks})
 	m.mu.Lock()
-	m.fns[name] = d
+	m.fns[d.name] = d
 	m.mu.Unlock()
 	if old != nil {
 		m.goTracked(func() { m.retire(old) })
 	}
-	m.collectVersionsLocked(ctx, name)
-	return d.result(false), nil
+	m.collectVersionsLocked(context.WithoutCancel(ctx), d.name)
+	m.log.Info("deployed", "function", d.name, "version", d.version, "ready_ms", res.ReadyMs)
+	report(ctx, Progress{Step: StepReady, Version: d.version})
+	return res, nil
+}
+
+// startFailed is the error a deploy or rollback of d returns when its
+// start failed with err: ctx's own end as it is (logged: the caller went
+// away), an import error or an import over its time as *ImportFailed (with
+// the lines logged), an interpreter that did not start as its manifest
+// error; hadPrevious says whether a previous version keeps serving.
+func (m *Manager) startFailed(ctx context.Context, d *deployment, err error, hadPrevious bool) error {
+	if ctx.Err() != nil {
+		m.log.Info("deploy cancelled", "function", d.name, "version", d.version)
+		m.appendLogs(ctx, d.zygoLines("deploy of "+d.version+" cancelled by the caller"))
+		return fmt.Errorf("deploying %q: %w", d.name, ctx.Err())
+	}
+	var ie *agentproc.ImportError
+	if errors.As(err, &ie) {
+		m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Type+": "+ie.Message+"\n"+ie.Traceback))
+		return &ImportFailed{ImportError: ie, HadPrevious: hadPrevious}
+	}
+	if errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		ie := &agentproc.ImportError{Type: "ImportTimeout", Message: m.importTimeoutMessage(d.manifest)}
+		m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Message))
+		return &ImportFailed{ImportError: ie, HadPrevious: hadPrevious}
+	}
+	return interpreterFailed(d.manifest, err)
+}
+
+// importTimeout is how long each start of man's sandboxes may take:
+// limits.import_timeout_ms, else Config.ReadyTimeout.
+func (m *Manager) importTimeout(man *Manifest) time.Duration {
+	if man.Limits.ImportTimeoutMs > 0 {
+		return time.Duration(man.Limits.ImportTimeoutMs) * time.Millisecond
+	}
+	return m.cfg.ReadyTimeout
+}
+
+func (m *Manager) importTimeoutMessage(man *Manifest) string {
+	if man.Limits.ImportTimeoutMs > 0 {
+		return fmt.Sprintf("the import and warm-up took longer than limits.import_timeout_ms=%d", man.Limits.ImportTimeoutMs)
+	}
+	return fmt.Sprintf("the import and warm-up took longer than the daemon's --ready-timeout (%s); set limits.import_timeout_ms in zygo.toml to allow more",
+		m.cfg.ReadyTimeout)
 }
 
 // activate starts d's zygote and records its version as the active one.
-func (m *Manager) activate(ctx context.Context, d *deployment, u *Unpacked) error {
+func (m *Manager) activate(ctx context.Context, d *deployment) error {
 	if err := d.start(ctx); err != nil {
 		return err
 	}
-	mj, _ := json.Marshal(u.Manifest)
-	if err := m.reg.PutVersion(ctx, store.Version{Function: d.name, Hash: u.Hash, Manifest: mj}); err != nil {
+	mj, _ := json.Marshal(d.manifest)
+	if err := m.reg.PutVersion(ctx, store.Version{Function: d.name, Hash: d.version, Manifest: mj}); err != nil {
 		return err
 	}
-	return m.reg.SetActive(ctx, d.name, u.Hash)
+	return m.reg.SetActive(ctx, d.name, d.version)
 }
 
 // retire drains a superseded deployment (in-flight requests finish, queued
@@ -480,14 +570,30 @@ type Status struct {
 	Version   string  `json:"version"`
 	Runtime   Runtime `json:"runtime"`
 	Mode      Mode    `json:"mode"`
-	State     string  `json:"state"` // starting, ready, restarting, failed, spawn
+	State     string  `json:"state"` // deploying, starting, ready, restarting, failed
 	Fallback  string  `json:"fallback,omitempty"`
 	ZygotePID int     `json:"zygote_pid,omitempty"` // host pid
 	InFlight  int     `json:"in_flight"`
+	// Queued counts requests waiting for a concurrency slot (at most the
+	// manifest's queue).
+	Queued int `json:"queued"`
 	// IdleWorkers counts ready Node workers (runtime "node" only).
 	IdleWorkers int       `json:"idle_workers,omitempty"`
 	Served      int64     `json:"served"`
 	Manifest    *Manifest `json:"manifest"`
+}
+
+// StateDeploying is the Status.State of a function whose first version is
+// still starting (its import and warm-up): invokes wait for it.
+const StateDeploying = "deploying"
+
+// Queued returns how many requests wait for a concurrency slot of
+// function name's active version; 0 for an unknown function.
+func (m *Manager) Queued(name string) int {
+	if d := m.get(name); d != nil {
+		return int(d.queued.Load())
+	}
+	return 0
 }
 
 // List returns every loaded function, sorted by name.

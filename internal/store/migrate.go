@@ -35,6 +35,10 @@ var migrations = []migration{
 		`ALTER TABLE sandboxes ADD COLUMN net_address TEXT NOT NULL DEFAULT ''`)},
 	{7, "sandbox network MAC", addColumn("sandboxes", "net_mac",
 		`ALTER TABLE sandboxes ADD COLUMN net_mac TEXT NOT NULL DEFAULT ''`)},
+	// Branch deployops: when each version was last made active (rollback's
+	// default target, `zygo versions`' order); 0 for rows from before.
+	{8, "version activation time", addColumn("versions", "activated_at",
+		`ALTER TABLE versions ADD COLUMN activated_at INTEGER NOT NULL DEFAULT 0`)},
 }
 
 // SchemaVersion is the user_version of a store this daemon has opened.
