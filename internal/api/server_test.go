@@ -38,6 +38,8 @@ type fakeFunctions struct {
 	invoke   func(io.Reader, int64) (*function.Invocation, error) // overrides Invoke
 	inv      *function.Invocation
 	statuses []function.Status
+	versions []function.VersionInfo                                               // Versions' answer (err aside)
+	rollback func(ctx context.Context, to string) (*function.DeployResult, error) // Rollback's answer
 
 	// recorded calls
 	invoked    []string // names
@@ -95,6 +97,17 @@ func (f *fakeFunctions) Get(name string) (function.Status, error) {
 		}
 	}
 	return function.Status{}, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
+}
+
+func (f *fakeFunctions) Versions(ctx context.Context, name string) ([]function.VersionInfo, error) {
+	return f.versions, f.err
+}
+
+func (f *fakeFunctions) Rollback(ctx context.Context, name, to string) (*function.DeployResult, error) {
+	if f.rollback != nil {
+		return f.rollback(ctx, to)
+	}
+	return nil, f.err
 }
 
 func (f *fakeFunctions) Remove(ctx context.Context, name string) error {
