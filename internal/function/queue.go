@@ -63,7 +63,7 @@ func (d *deployment) retryAfter() time.Duration {
 	mean := time.Duration(d.meanRunNs.Load())
 	est := mean * time.Duration(d.queued.Load()+1) / time.Duration(d.manifest.Concurrency)
 	est = min(est, time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond)
-	return max(time.Second, (est+time.Second-1).Truncate(time.Second))
+	return max(time.Second, (est + time.Second - 1).Truncate(time.Second))
 }
 
 // observeRun folds one request's run time into d's mean (an exponentially

@@ -139,4 +139,3 @@ func pickVersion(name, active, to string, vs []store.Version) (store.Version, er
 	return store.Version{}, fmt.Errorf("%w: to: %q matches %d versions of function %q; give more of the hash",
 		errdefs.ErrInvalidArgument, to, len(found), name)
 }
-

@@ -100,7 +100,7 @@ type Function struct {
 	Fallback    string    `json:"fallback,omitempty"`
 	ZygotePID   int       `json:"zygote_pid,omitempty"` // host pid
 	InFlight    int       `json:"in_flight"`
-	Queued      int       `json:"queued"` // requests waiting for a concurrency slot
+	Queued      int       `json:"queued"`                 // requests waiting for a concurrency slot
 	IdleWorkers int       `json:"idle_workers,omitempty"` // ready Node workers
 	Served      int64     `json:"served"`
 	Manifest    *Manifest `json:"manifest"`
