@@ -53,7 +53,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		"if /etc/passwd, /etc/group, /etc/subuid or /etc/subgid use any, or if a host process runs as one")
 	cmd.Flags().IntVar(&tmpfsMiB, "run-tmpfs-mib", 256, "size cap of each of a zygote's two tmpfs, one for its request files and secrets, one for its /tmp and /dev/shm (MiB)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")
-	cmd.Flags().IntVar(&keepVersions, "keep-versions", function.DefaultKeepVersions, fmt.Sprintf("versions of each function kept for `zygo rollback`, the active one included (1..%d); older ones are deleted once no zygote runs them", daemon.MaxKeepVersions))
+	cmd.Flags().IntVar(&keepVersions, "keep-versions", function.DefaultKeepVersions, fmt.Sprintf("versions of each function kept for zygo rollback, the active one included (1..%d); older ones are deleted once no zygote runs them", daemon.MaxKeepVersions))
 	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file until it stops (read it with go tool pprof)")
 	cmd.Flags().StringVar(&randGuard, "rand-guard", "", "native-randomness guard preloaded into fork-mode Python zygotes (default: "+daemon.RandGuardName+" next to zygo; built by make build)")
