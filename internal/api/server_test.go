@@ -32,14 +32,16 @@ import (
 // fakeFunctions is a hand-written api.Functions. err, when set, is what
 // every method returns; the other fields are the successful answers.
 type fakeFunctions struct {
-	mu       sync.Mutex
-	err      error
-	deploy   func(io.Reader) (*function.DeployResult, error)      // overrides err and res
-	invoke   func(io.Reader, int64) (*function.Invocation, error) // overrides Invoke
-	inv      *function.Invocation
-	statuses []function.Status
-	versions []function.VersionInfo                                               // Versions' answer (err aside)
-	rollback func(ctx context.Context, to string) (*function.DeployResult, error) // Rollback's answer
+	mu     sync.Mutex
+	err    error
+	deploy func(io.Reader) (*function.DeployResult, error) // overrides err and res
+	// deployCtx overrides deploy, with the call's context (its progress function).
+	deployCtx func(context.Context, io.Reader) (*function.DeployResult, error)
+	invoke    func(io.Reader, int64) (*function.Invocation, error) // overrides Invoke
+	inv       *function.Invocation
+	statuses  []function.Status
+	versions  []function.VersionInfo                                               // Versions' answer (err aside)
+	rollback  func(ctx context.Context, to string) (*function.DeployResult, error) // Rollback's answer
 
 	// recorded calls
 	invoked    []string // names
@@ -51,6 +53,9 @@ type fakeFunctions struct {
 var _ api.Functions = (*fakeFunctions)(nil)
 
 func (f *fakeFunctions) Deploy(ctx context.Context, bundle io.Reader) (*function.DeployResult, error) {
+	if f.deployCtx != nil {
+		return f.deployCtx(ctx, bundle)
+	}
 	if f.deploy != nil {
 		return f.deploy(bundle)
 	}

@@ -249,7 +249,7 @@ func (e *ImportFailed) Outcome() string {
 // runtime is stopped). A failed deploy leaves no version directory it made
 // behind, and the previous version keeps serving.
 func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, error) {
-	report(ctx, Progress{Step: StepUploading})
+	ReportProgress(ctx, Progress{Step: StepUploading})
 	u, err := ReadBundle(bundle)
 	if err != nil {
 		return nil, err
@@ -271,7 +271,7 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 	}
 	var undo cleanup.Stack // run newest first when the deploy fails
 	defer func() { _ = undo.Run(ctx, 0) }()
-	report(ctx, Progress{Step: StepUnpacking, Version: u.Hash})
+	ReportProgress(ctx, Progress{Step: StepUnpacking, Version: u.Hash})
 	codeDir := m.versionDir(name, u.Hash)
 	created, err := storeVersionDir(u, codeDir)
 	if err != nil {
@@ -329,12 +329,12 @@ func (m *Manager) rollout(ctx context.Context, undo *cleanup.Stack, old, d *depl
 			return nil
 		})
 	}
-	report(ctx, Progress{Step: StepImporting, Version: d.version})
+	ReportProgress(ctx, Progress{Step: StepImporting, Version: d.version})
 	if err := m.activate(ctx, d); err != nil {
 		return nil, m.startFailed(ctx, d, err, old != nil)
 	}
 	res := d.result(false)
-	report(ctx, Progress{Step: StepWarmup, Version: d.version, Checks: res.Checks})
+	ReportProgress(ctx, Progress{Step: StepWarmup, Version: d.version, Checks: res.Checks})
 	m.mu.Lock()
 	m.fns[d.name] = d
 	m.mu.Unlock()
@@ -343,7 +343,7 @@ func (m *Manager) rollout(ctx context.Context, undo *cleanup.Stack, old, d *depl
 	}
 	m.collectVersionsLocked(context.WithoutCancel(ctx), d.name)
 	m.log.Info("deployed", "function", d.name, "version", d.version, "ready_ms", res.ReadyMs)
-	report(ctx, Progress{Step: StepReady, Version: d.version})
+	ReportProgress(ctx, Progress{Step: StepReady, Version: d.version})
 	return res, nil
 }
 

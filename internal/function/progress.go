@@ -40,8 +40,8 @@ func WithProgress(ctx context.Context, fn func(Progress)) context.Context {
 	return context.WithValue(ctx, progressKey{}, fn)
 }
 
-// report calls ctx's progress function, if any, with p.
-func report(ctx context.Context, p Progress) {
+// ReportProgress calls ctx's progress function (WithProgress), if any, with p.
+func ReportProgress(ctx context.Context, p Progress) {
 	if fn, ok := ctx.Value(progressKey{}).(func(Progress)); ok && fn != nil {
 		fn(p)
 	}
