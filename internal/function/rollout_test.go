@@ -386,7 +386,9 @@ func TestKeepVersions(t *testing.T) {
 		vs = append(vs, res.Version)
 		time.Sleep(2 * time.Millisecond)
 	}
-	dirOf := func(h string) string { return filepath.Join(state, "versions", "f", strings.TrimPrefix(h, "sha256:")[:32]) }
+	dirOf := func(h string) string {
+		return filepath.Join(state, "versions", "f", strings.TrimPrefix(h, "sha256:")[:32])
+	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		stored, _ := st.Versions(context.Background(), "f")
 		_, statErr := os.Stat(dirOf(vs[0]))
