@@ -26,7 +26,7 @@ func deployResultOf(r *function.DeployResult) wire.DeployResult {
 
 func functionOf(st function.Status) wire.Function {
 	out := wire.Function{Name: st.Name, Version: st.Version, Runtime: string(st.Runtime), Mode: string(st.Mode),
-		State: st.State, Fallback: st.Fallback, ZygotePID: st.ZygotePID, InFlight: st.InFlight, Queued: st.Queued,
+		State: st.State, Fallback: st.Fallback, ZygotePID: st.ZygotePID, InFlight: st.InFlight, Queued: st.Queued, Deploying: st.Deploying,
 		IdleWorkers: st.IdleWorkers, Served: st.Served}
 	if m := st.Manifest; m != nil {
 		l := m.Limits

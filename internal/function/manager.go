@@ -103,9 +103,12 @@ type Manager struct {
 	names  nameLocks   // one lock per function name: serialises its Deploy, Remove and version GC
 	bodies *byteBudget // memory of events being read or held
 
-	mu    sync.Mutex // guards fns and inUse
+	mu    sync.Mutex // guards fns, inUse and pending
 	fns   map[string]*deployment
 	inUse map[string]int // version dir → deployments not yet fully stopped that run it
+	// pending maps a function to the version a deploy or rollback is
+	// starting in place of its serving one (Status.Deploying).
+	pending map[string]string
 
 	logs *logWriter // stores log lines off the request path
 
@@ -157,7 +160,7 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, reg: reg, secrets: secrets, limiter: cfg.Limiter, log: cfg.Log,
-		fns: map[string]*deployment{}, inUse: map[string]int{}, bodies: newByteBudget(cfg.BodyBudgetBytes),
+		fns: map[string]*deployment{}, inUse: map[string]int{}, pending: map[string]string{}, bodies: newByteBudget(cfg.BodyBudgetBytes),
 		logs: newLogWriter(reg.AppendLogs, cfg.Log), runtimes: cfg.Runtimes, stopRunner: Runner.Stop,
 		restartBackoff: [2]time.Duration{restartBackoffMin, restartBackoffMax},
 		ctx:            ctx, cancel: cancel}, nil
@@ -314,6 +317,14 @@ func (m *Manager) checkDeployable(ctx context.Context, man *Manifest) error {
 // caller holds the name's lock.
 func (m *Manager) rollout(ctx context.Context, undo *cleanup.Stack, old, d *deployment) (*DeployResult, error) {
 	undo.Add(func(context.Context) error { d.stop(); return nil })
+	m.mu.Lock()
+	m.pending[d.name] = d.version
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.pending, d.name)
+		m.mu.Unlock()
+	}()
 	if old == nil {
 		d.firstDeploy = true
 		m.mu.Lock()
@@ -577,10 +588,25 @@ type Status struct {
 	// Queued counts requests waiting for a concurrency slot (at most the
 	// manifest's queue).
 	Queued int `json:"queued"`
+	// Deploying is the version a deploy or rollback is starting in place of
+	// this one ("" when none; a first deploy is State "deploying" instead).
+	Deploying string `json:"deploying,omitempty"`
 	// IdleWorkers counts ready Node workers (runtime "node" only).
 	IdleWorkers int       `json:"idle_workers,omitempty"`
 	Served      int64     `json:"served"`
 	Manifest    *Manifest `json:"manifest"`
+}
+
+// statusOf is d's status with the version being deployed in its place,
+// if any.
+func (m *Manager) statusOf(d *deployment) Status {
+	s := d.status()
+	m.mu.Lock()
+	if v := m.pending[d.name]; v != d.version {
+		s.Deploying = v
+	}
+	m.mu.Unlock()
+	return s
 }
 
 // StateDeploying is the Status.State of a function whose first version is
@@ -606,7 +632,7 @@ func (m *Manager) List() []Status {
 	m.mu.Unlock()
 	out := make([]Status, 0, len(ds))
 	for _, d := range ds {
-		out = append(out, d.status())
+		out = append(out, m.statusOf(d))
 	}
 	sortStatus(out)
 	return out
@@ -618,7 +644,7 @@ func (m *Manager) Get(name string) (Status, error) {
 	if d == nil {
 		return Status{}, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
 	}
-	return d.status(), nil
+	return m.statusOf(d), nil
 }
 
 func (m *Manager) appendLogs(_ context.Context, lines []store.LogLine) {

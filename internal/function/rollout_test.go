@@ -212,9 +212,16 @@ func TestCancelledDeployKeepsThePrevious(t *testing.T) {
 	l.startBlock, l.starting = make(chan struct{}), make(chan struct{}, 1)
 	l.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-l.starting; cancel() }()
+	var during function.Status
+	go func() { <-l.starting; during, _ = m.Get("f"); cancel() }()
 	if _, err := deploy(ctx, "f", "# v2\n"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled deploy: %v, want context.Canceled", err)
+	}
+	if during.Version != v1.Version || !strings.HasPrefix(during.Deploying, "sha256:") || during.Deploying == v1.Version || during.State != "ready" {
+		t.Errorf("status during the second deploy: %+v, want v1 ready, deploying the new version", during)
+	}
+	if after, _ := m.Get("f"); after.Deploying != "" {
+		t.Errorf("status after the cancelled deploy still says deploying %s", after.Deploying)
 	}
 	if inv := invoke(t, m, "f", `{}`); inv.Version != v1.Version || !strings.Contains(string(inv.Value), `"runner":0`) {
 		t.Errorf("after the cancelled deploy: served by %s (%s), want v1's runner", inv.Value, inv.Version)

@@ -92,15 +92,18 @@ type Check struct {
 
 // Function is one deployed function, as GET /v1/functions lists it.
 type Function struct {
-	Name        string    `json:"name"`
-	Version     string    `json:"version"`
-	Runtime     string    `json:"runtime"` // python or node
-	Mode        string    `json:"mode"`    // fork, spawn or worker
-	State       string    `json:"state"`   // deploying (first version starting), starting, ready, restarting, failed
-	Fallback    string    `json:"fallback,omitempty"`
-	ZygotePID   int       `json:"zygote_pid,omitempty"` // host pid
-	InFlight    int       `json:"in_flight"`
-	Queued      int       `json:"queued"`                 // requests waiting for a concurrency slot
+	Name      string `json:"name"`
+	Version   string `json:"version"`
+	Runtime   string `json:"runtime"` // python or node
+	Mode      string `json:"mode"`    // fork, spawn or worker
+	State     string `json:"state"`   // deploying (first version starting), starting, ready, restarting, failed
+	Fallback  string `json:"fallback,omitempty"`
+	ZygotePID int    `json:"zygote_pid,omitempty"` // host pid
+	InFlight  int    `json:"in_flight"`
+	Queued    int    `json:"queued"` // requests waiting for a concurrency slot
+	// Deploying is the version a deploy or rollback is starting in place of Version; "" when
+	// none (a first deploy is State "deploying" instead).
+	Deploying   string    `json:"deploying,omitempty"`
 	IdleWorkers int       `json:"idle_workers,omitempty"` // ready Node workers
 	Served      int64     `json:"served"`
 	Manifest    *Manifest `json:"manifest"`
