@@ -2,12 +2,11 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
-	"strconv"
 	"sync"
 
 	"github.com/zygo-run/zygo/internal/function"
@@ -131,7 +130,7 @@ func (s *Server) rollbackFunction(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
-	limit, offset, ok := pageParams(w, r)
+	q, ok := pageQueryOf(w, r)
 	if !ok {
 		return
 	}
@@ -140,61 +139,15 @@ func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	page := wire.VersionsPage{Items: []wire.Version{}}
-	for _, v := range vs[min(offset, len(vs)):min(offset+limit, len(vs))] {
-		page.Items = append(page.Items, wire.Version{Hash: v.Hash, CreatedAt: v.CreatedAt, DeployedAt: v.DeployedAt, Active: v.Active})
+	items := make([]wire.Version, 0, len(vs))
+	for _, v := range vs {
+		items = append(items, wire.Version{Hash: v.Hash, CreatedAt: v.CreatedAt, DeployedAt: v.DeployedAt, Active: v.Active})
 	}
-	if offset+limit < len(vs) {
-		page.NextCursor = encodeCursor(offset + limit)
-	}
-	writePage(w, page)
+	writePage(w, q, items, newestFirstKey)
 }
 
-// Bounds of a list's ?limit= (docs/protocol.md, Lists).
-const (
-	defaultPageLimit = 100
-	maxPageLimit     = 1000
-)
-
-// pageParams reads ?limit= and ?cursor= (an offset into the list, opaque to clients); on a
-// bad one it has answered 400 naming it.
-func pageParams(w http.ResponseWriter, r *http.Request) (limit, offset int, ok bool) {
-	limit = defaultPageLimit
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPageLimit {
-			badRequest(w, fmt.Sprintf("limit: %q is not an integer in 1..%d", v, maxPageLimit))
-			return 0, 0, false
-		}
-		limit = n
-	}
-	if c := r.URL.Query().Get("cursor"); c != "" {
-		n, err := decodeCursor(c)
-		if err != nil {
-			badRequest(w, fmt.Sprintf("cursor: %q is not a cursor this list gave (pass next_cursor as it is)", c))
-			return 0, 0, false
-		}
-		offset = n
-	}
-	return limit, offset, true
+// newestFirstKey orders versions by DeployedAt, the most recent first (then by hash): the
+// time's nanoseconds subtracted from the largest int64, zero-padded.
+func newestFirstKey(v wire.Version) string {
+	return fmt.Sprintf("%019d %s", math.MaxInt64-v.DeployedAt.UnixNano(), v.Hash)
 }
-
-func encodeCursor(offset int) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("o" + strconv.Itoa(offset)))
-}
-
-func decodeCursor(c string) (int, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || len(b) < 2 || b[0] != 'o' {
-		return 0, errors.New("malformed cursor")
-	}
-	n, err := strconv.Atoi(string(b[1:]))
-	if err != nil || n < 0 {
-		return 0, errors.New("malformed cursor")
-	}
-	return n, nil
-}
-
-// writePage answers a page of a list (wire.VersionsPage and its kind: {"items": [...],
-// "next_cursor": "..."}). Branch apispec has the shared helper; this one is merged into it.
-func writePage(w http.ResponseWriter, page any) { writeJSON(w, http.StatusOK, page) }

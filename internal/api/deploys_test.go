@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -105,14 +106,15 @@ func TestDeployStream(t *testing.T) {
 func TestVersionsPages(t *testing.T) {
 	f := newFixture()
 	now := time.Now()
-	for i := range 5 {
-		f.fns.versions = append(f.fns.versions, function.VersionInfo{Hash: fmt.Sprintf("sha256:%d", i), DeployedAt: now, Active: i == 0})
+	for i := range 5 { // most recently deployed first, as the Manager lists them
+		f.fns.versions = append(f.fns.versions, function.VersionInfo{Hash: fmt.Sprintf("sha256:%d", i),
+			DeployedAt: now.Add(-time.Duration(i) * time.Second), Active: i == 0})
 	}
 	var got []string
 	next := ""
 	for pages := 0; ; pages++ {
-		rec := f.do("GET", "/v1/functions/hello/versions?limit=2&cursor="+next, nil)
-		var page wire.VersionsPage
+		rec := f.do("GET", "/v1/functions/hello/versions?limit=2&cursor="+url.QueryEscape(next), nil)
+		var page wire.Page[wire.Version]
 		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &page) != nil || pages > 3 {
 			t.Fatalf("page %d: %d %s", pages, rec.Code, rec.Body)
 		}

@@ -9,7 +9,7 @@ import "time"
 //	GET    /v1/functions                   []Function, by name
 //	GET    /v1/functions/{name}            Function
 //	DELETE /v1/functions/{name}            204
-//	GET    /v1/functions/{name}/versions   ?limit=N&cursor=C → VersionsPage, most recently deployed first
+//	GET    /v1/functions/{name}/versions   ?limit=N&cursor=C → Page[Version], most recently deployed first
 //	POST   /v1/functions/{name}/rollback   body: RollbackFunctionBody → as POST /v1/functions (also streamed)
 //	POST   /v1/functions/{name}/invoke     body: the event (JSON) → the handler's value; headers RequestIDHeader...
 //	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N → LogsBody
@@ -74,13 +74,6 @@ type Version struct {
 	CreatedAt  time.Time `json:"created_at"`  // first stored
 	DeployedAt time.Time `json:"deployed_at"` // last made active
 	Active     bool      `json:"active"`
-}
-
-// VersionsPage is the answer of GET /v1/functions/{name}/versions: a page of Items and the
-// cursor of the next (empty on the last page).
-type VersionsPage struct {
-	Items      []Version `json:"items"`
-	NextCursor string    `json:"next_cursor,omitempty"`
 }
 
 // Check is one finding of a deploy's warm-up (a fork-safety check).

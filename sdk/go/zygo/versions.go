@@ -40,7 +40,7 @@ func (c *Client) FunctionVersions(ctx context.Context, name string) ([]wire.Vers
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		var page wire.VersionsPage
+		var page wire.Page[wire.Version]
 		if err := c.call(ctx, "GET", fnPath(name, "versions")+"?"+q.Encode(), nil, &page); err != nil {
 			return nil, err
 		}
