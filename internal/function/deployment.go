@@ -215,6 +215,9 @@ func (d *deployment) current(ctx context.Context) (Runner, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-limit.C:
+			if d.firstDeploy && state == StateStarting {
+				return nil, fmt.Errorf("%w: function %q is still deploying", errdefs.ErrUnavailable, d.name)
+			}
 			return nil, fmt.Errorf("%w: function %q is %s: %v", errdefs.ErrUnavailable, d.name, state, lastErr) //nolint:errorlint // one cause on purpose: lastErr (maybe nil) is the last start's, the call's category is unavailable
 		}
 	}
