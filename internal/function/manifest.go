@@ -5,9 +5,12 @@
 //
 // Deploy walk-through: Manager.Deploy parses and validates the manifest,
 // stores the bundle under its content hash, starts a zygote for it and waits
-// for READY, then switches traffic to it and drains the old version. Invoke
-// picks the active version of a function and runs one request on a fresh
-// child of its zygote (or a fresh interpreter in spawn mode).
+// for READY, then switches traffic to it and drains the old version
+// (reporting each step to a WithProgress context); Rollback does the same
+// from a stored version. Invoke picks the active version of a function,
+// takes one of its concurrency slots (waiting in its bounded queue, or
+// refused with a QueueFullError), and runs one request on a fresh child of
+// its zygote (or a fresh interpreter in spawn mode).
 package function
 
 import (
