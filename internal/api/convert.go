@@ -26,15 +26,15 @@ func deployResultOf(r *function.DeployResult) wire.DeployResult {
 
 func functionOf(st function.Status) wire.Function {
 	out := wire.Function{Name: st.Name, Version: st.Version, Runtime: string(st.Runtime), Mode: string(st.Mode),
-		State: st.State, Fallback: st.Fallback, ZygotePID: st.ZygotePID, InFlight: st.InFlight,
+		State: st.State, Fallback: st.Fallback, ZygotePID: st.ZygotePID, InFlight: st.InFlight, Queued: st.Queued, Deploying: st.Deploying,
 		IdleWorkers: st.IdleWorkers, Served: st.Served}
 	if m := st.Manifest; m != nil {
 		l := m.Limits
 		out.Manifest = &wire.Manifest{Name: m.Name, Runtime: string(m.Runtime), Handler: m.Handler, Mode: string(m.Mode),
-			Interpreter: m.Interpreter, Secrets: m.Secrets, Strict: m.Strict, Concurrency: m.Concurrency,
+			Interpreter: m.Interpreter, Secrets: m.Secrets, Strict: m.Strict, Concurrency: m.Concurrency, Queue: m.QueueLen(),
 			PreFork: m.PreFork, PoolSize: m.PoolSize, Env: m.Env, PythonPath: m.PythonPath,
 			Limits: wire.FunctionLimits{TimeoutMs: l.TimeoutMs, MemoryMiB: l.MemoryMiB, PIDs: l.PIDs, CPUMs: l.CPUMs,
-				MaxRequestKiB: l.MaxRequestKiB, MaxResponseKiB: l.MaxResponseKiB}}
+				MaxRequestKiB: l.MaxRequestKiB, MaxResponseKiB: l.MaxResponseKiB, ImportTimeoutMs: l.ImportTimeoutMs}}
 	}
 	return out
 }

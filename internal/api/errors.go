@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/sdk/go/wire"
@@ -26,6 +28,7 @@ var categoryCodes = []struct {
 	{errdefs.ErrFailedPrecondition, wire.CodeFailedPrecondition},
 	{errdefs.ErrUnavailable, wire.CodeUnavailable},
 	{errdefs.ErrDeadlineExceeded, wire.CodeDeadlineExceeded},
+	{errdefs.ErrTooManyRequests, wire.CodeTooManyRequests},
 	{context.DeadlineExceeded, wire.CodeDeadlineExceeded},
 	{context.Canceled, wire.CodeCancelled},
 }
@@ -49,9 +52,20 @@ func (s *Server) errorBody(err error) *wire.ErrorBody {
 	return &wire.ErrorBody{Code: code, Message: userMessage(err)}
 }
 
-// fail answers err with the status and code of its category (errorCode).
+// fail answers err with the status and code of its category (errorCode). An error that
+// says when to retry (a RetryAfter() time.Duration method, such as a full queue's) also sets
+// Retry-After, in whole seconds rounded up (at least 1).
 func (s *Server) fail(w http.ResponseWriter, err error) {
+	var ra interface{ RetryAfter() time.Duration }
+	if errors.As(err, &ra) {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(ra.RetryAfter())))
+	}
 	writeError(w, *s.errorBody(err))
+}
+
+// retryAfterSeconds is d in whole seconds, rounded up, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
 }
 
 // writeError answers e with the HTTP status of its code (wire.StatusOf): the status is never

@@ -12,6 +12,8 @@
 //	GET    /v1/functions
 //	GET    /v1/functions/{name}
 //	DELETE /v1/functions/{name}
+//	GET    /v1/functions/{name}/versions   ?limit=N&cursor=C
+//	POST   /v1/functions/{name}/rollback   body: {"to": "sha256:..."}
 //	POST   /v1/functions/{name}/invoke     body: the event (JSON)
 //	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N&since=T&tail=N
 //	PUT    /v1/secrets/{name}              body: the value (raw bytes)
@@ -27,7 +29,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,6 +55,9 @@ type Functions interface {
 	List() []function.Status
 	Get(name string) (function.Status, error)
 	Remove(ctx context.Context, name string) error
+	// Versions and Rollback: see function.Manager's.
+	Versions(ctx context.Context, name string) ([]function.VersionInfo, error)
+	Rollback(ctx context.Context, name, to string) (*function.DeployResult, error)
 }
 
 // Logs is what the server needs from the store for `zygo logs`.
@@ -121,6 +125,8 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/functions/{name}", s.get)
 	mux.HandleFunc("DELETE /v1/functions/{name}", s.remove)
 	mux.HandleFunc("POST /v1/functions/{name}/invoke", s.invoke)
+	mux.HandleFunc("GET /v1/functions/{name}/versions", s.versions)
+	mux.HandleFunc("POST /v1/functions/{name}/rollback", s.rollbackFunction)
 	mux.HandleFunc("GET /v1/functions/{name}/logs", s.getLogs)
 	mux.HandleFunc("PUT /v1/secrets/{name}", s.setSecret)
 	mux.HandleFunc("GET /v1/secrets", s.listSecrets)
@@ -142,26 +148,9 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	// One byte over the bundle limit, so that ReadBundle's own limit trips
 	// first and the error is errdefs.ErrTooLarge (413), not a read error.
 	body := http.MaxBytesReader(w, r.Body, function.MaxBundleBytes+1)
-	res, err := s.fns.Deploy(r.Context(), body)
-	if err != nil {
-		s.log.Info("deploy failed", "err", err)
-		var ife *function.ImportFailed
-		if errors.As(err, &ife) {
-			writeError(w, wire.ErrorBody{Code: wire.CodeImportFailed, Type: ife.Type,
-				Message:   ife.Outcome() + ": " + ife.Type + ": " + ife.Message,
-				Traceback: ife.Traceback})
-			return
-		}
-		s.fail(w, err)
-		return
-	}
-	s.log.Info("function deployed", "function", res.Name, "version", res.Version, "unchanged", res.Unchanged,
-		"mode", res.Mode, "ready_ms", res.ReadyMs)
-	code := http.StatusCreated
-	if res.Unchanged {
-		code = http.StatusOK
-	}
-	writeJSON(w, code, deployResultOf(res))
+	s.answerDeploy(w, r, func(ctx context.Context) (*function.DeployResult, error) {
+		return s.fns.Deploy(ctx, body)
+	})
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {

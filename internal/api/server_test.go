@@ -32,12 +32,16 @@ import (
 // fakeFunctions is a hand-written api.Functions. err, when set, is what
 // every method returns; the other fields are the successful answers.
 type fakeFunctions struct {
-	mu       sync.Mutex
-	err      error
-	deploy   func(io.Reader) (*function.DeployResult, error)      // overrides err and res
-	invoke   func(io.Reader, int64) (*function.Invocation, error) // overrides Invoke
-	inv      *function.Invocation
-	statuses []function.Status
+	mu     sync.Mutex
+	err    error
+	deploy func(io.Reader) (*function.DeployResult, error) // overrides err and res
+	// deployCtx overrides deploy, with the call's context (its progress function).
+	deployCtx func(context.Context, io.Reader) (*function.DeployResult, error)
+	invoke    func(io.Reader, int64) (*function.Invocation, error) // overrides Invoke
+	inv       *function.Invocation
+	statuses  []function.Status
+	versions  []function.VersionInfo                                               // Versions' answer (err aside)
+	rollback  func(ctx context.Context, to string) (*function.DeployResult, error) // Rollback's answer
 
 	// recorded calls
 	caller     string   // the caller id of the last Invoke's context
@@ -50,6 +54,9 @@ type fakeFunctions struct {
 var _ api.Functions = (*fakeFunctions)(nil)
 
 func (f *fakeFunctions) Deploy(ctx context.Context, bundle io.Reader) (*function.DeployResult, error) {
+	if f.deployCtx != nil {
+		return f.deployCtx(ctx, bundle)
+	}
 	if f.deploy != nil {
 		return f.deploy(bundle)
 	}
@@ -99,6 +106,17 @@ func (f *fakeFunctions) Get(name string) (function.Status, error) {
 		}
 	}
 	return function.Status{}, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
+}
+
+func (f *fakeFunctions) Versions(ctx context.Context, name string) ([]function.VersionInfo, error) {
+	return f.versions, f.err
+}
+
+func (f *fakeFunctions) Rollback(ctx context.Context, name, to string) (*function.DeployResult, error) {
+	if f.rollback != nil {
+		return f.rollback(ctx, to)
+	}
+	return nil, f.err
 }
 
 func (f *fakeFunctions) Remove(ctx context.Context, name string) error {

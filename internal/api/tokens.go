@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"regexp"
-	"strconv"
 	"sync"
 	"time"
 
@@ -237,7 +235,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
-	limit, after, ok := pageQuery(w, r)
+	q, ok := pageQueryOf(w, r)
 	if !ok {
 		return
 	}
@@ -246,18 +244,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	page := wire.TokensPage{Items: []wire.Token{}}
-	for _, t := range all {
-		if t.Name <= after {
-			continue
-		}
-		if len(page.Items) == limit {
-			page.NextCursor = encodeCursor(page.Items[len(page.Items)-1].Name)
-			break
-		}
-		page.Items = append(page.Items, t)
-	}
-	writePage(w, page)
+	writePage(w, q, all, func(t wire.Token) string { return t.Name })
 }
 
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
@@ -267,40 +254,3 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
-
-// Pagination of lists (COMMON contract): ?limit=N (1..1000, default 100) and ?cursor=C, an
-// opaque string (here the base64url of the last key of the page before).
-const (
-	defaultPageLimit = 100
-	maxPageLimit     = 1000
-)
-
-// pageQuery reads ?limit and ?cursor, answering 400 naming the field and returning ok false
-// when one is malformed. after is the key the page starts after ("" for the first page).
-func pageQuery(w http.ResponseWriter, r *http.Request) (limit int, after string, ok bool) {
-	limit = defaultPageLimit
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPageLimit {
-			badRequest(w, fmt.Sprintf("limit %q: want an integer in 1..%d", v, maxPageLimit))
-			return 0, "", false
-		}
-		limit = n
-	}
-	if v := r.URL.Query().Get("cursor"); v != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(v)
-		if err != nil || len(raw) == 0 {
-			badRequest(w, fmt.Sprintf("cursor %q: not a cursor this server gave (pass next_cursor as it came)", v))
-			return 0, "", false
-		}
-		after = string(raw)
-	}
-	return limit, after, true
-}
-
-// encodeCursor returns the cursor of a page that ends at key.
-func encodeCursor(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
-
-// writePage answers 200 with a page (an {"items": [...], "next_cursor": "..."} envelope).
-// Branch apispec has a shared helper; the lead dedups at merge.
-func writePage(w http.ResponseWriter, page any) { writeJSON(w, http.StatusOK, page) }

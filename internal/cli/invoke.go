@@ -87,9 +87,10 @@ func describeInvokeError(err error) error {
 
 func invokeMany(cmd *cobra.Command, c *zygo.Client, name string, event []byte, n, conc int) error {
 	type out struct {
-		value string
-		err   error
-		took  time.Duration
+		value   string
+		err     error
+		refused bool // 429: the function was at its concurrency with its queue full
+		took    time.Duration
 	}
 	if _, err := c.Status(cmd.Context()); err != nil {
 		return err
@@ -105,7 +106,7 @@ func invokeMany(cmd *cobra.Command, c *zygo.Client, name string, event []byte, n
 			for i := range next {
 				res, err := c.Invoke(cmd.Context(), name, event)
 				if err != nil {
-					results[i] = out{err: describeInvokeError(err)}
+					results[i] = out{err: describeInvokeError(err), refused: zygo.IsTooManyRequests(err)}
 					continue
 				}
 				results[i] = out{value: string(res.Value), took: res.Elapsed}
@@ -119,9 +120,15 @@ func invokeMany(cmd *cobra.Command, c *zygo.Client, name string, event []byte, n
 	wg.Wait()
 	wall := time.Since(t0)
 	var lat []time.Duration
-	failed := 0
+	failed, refused := 0, 0
+	var lastRefusal error
 	for _, r := range results {
-		if r.err != nil {
+		switch {
+		case r.refused:
+			refused++
+			lastRefusal = r.err
+			continue
+		case r.err != nil:
 			failed++
 			fmt.Fprintln(cmd.ErrOrStderr(), "error:", r.err)
 			continue
@@ -129,13 +136,18 @@ func invokeMany(cmd *cobra.Command, c *zygo.Client, name string, event []byte, n
 		fmt.Fprintln(cmd.OutOrStdout(), r.value)
 		lat = append(lat, r.took)
 	}
+	if refused > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "refused (429) %d times: %v\n", refused, lastRefusal)
+	}
+	summary := fmt.Sprintf("%d requests, %d failed, %d refused (429), concurrency %d", n, failed, refused, conc)
 	if len(lat) > 0 {
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		fmt.Fprintf(cmd.ErrOrStderr(), "%d requests, %d failed, concurrency %d: p50 %.2f ms, p99 %.2f ms, %.1f req/s\n",
-			n, failed, conc, ms(percentile(lat, 50)), ms(percentile(lat, 99)), float64(len(lat))/wall.Seconds())
+		summary += fmt.Sprintf(": p50 %.2f ms, p99 %.2f ms, %.1f req/s",
+			ms(percentile(lat, 50)), ms(percentile(lat, 99)), float64(len(lat))/wall.Seconds())
 	}
-	if failed > 0 {
-		return fmt.Errorf("%d of %d requests failed", failed, n)
+	fmt.Fprintln(cmd.ErrOrStderr(), summary)
+	if failed+refused > 0 {
+		return fmt.Errorf("%d of %d requests failed and %d were refused (429)", failed, n, refused)
 	}
 	return nil
 }

@@ -19,13 +19,17 @@ func newLsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return out.print(cmd, fns, func(tw io.Writer) {
-				fmt.Fprintln(tw, "NAME\tVERSION\tRUNTIME\tMODE\tSTATE\tIN FLIGHT\tSERVED")
+				fmt.Fprintln(tw, "NAME\tVERSION\tRUNTIME\tMODE\tSTATE\tIN FLIGHT\tQUEUED\tSERVED")
 				for _, f := range fns {
+					state := f.State
+					if f.Deploying != "" {
+						state += " (deploying " + short(f.Deploying) + ")"
+					}
 					mode := string(f.Mode)
 					if f.Fallback != "" {
 						mode += " (fallback: spawn)"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", f.Name, short(f.Version), f.Runtime, mode, f.State, f.InFlight, f.Served)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", f.Name, short(f.Version), f.Runtime, mode, state, f.InFlight, f.Queued, f.Served)
 				}
 			}, func() []string {
 				names := make([]string, len(fns))

@@ -85,6 +85,7 @@ func newRootCmd(g *globals) *cobra.Command {
 	root.AddCommand(newVersionCmd(g))
 	root.AddCommand(newCompletionCmd())
 	markUsageErrors(root)
+	root.AddCommand(newVersionsCmd(g), newRollbackCmd(g))
 	return root
 }
 

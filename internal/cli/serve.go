@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/zygo-run/zygo/internal/daemon"
+	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/hostid"
 	"github.com/zygo-run/zygo/internal/network"
 	"github.com/zygo-run/zygo/internal/store"
@@ -21,7 +22,7 @@ import (
 
 func newServeCmd(g *globals) *cobra.Command {
 	var listen, tlsCert, tlsKey, bwrap, uidRange, randGuard, cpuProfile, configPath string
-	var tmpfsMiB, logRetention int
+	var tmpfsMiB, logRetention, keepVersions int
 	var readyTimeout time.Duration
 	var debug bool
 	var logFormat, logLevel, metricsListen string
@@ -54,7 +55,7 @@ func newServeCmd(g *globals) *cobra.Command {
 			}
 			return daemon.Run(cmd.Context(), daemon.Config{
 				StateDir: g.resolveStateDir(), Listen: listen, TLSCert: tlsCert, TLSKey: tlsKey, Bwrap: bwrap,
-				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, Sandbox: sbx, Network: nc, Log: log,
+				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, KeepVersions: keepVersions, Sandbox: sbx, Network: nc, Log: log,
 				RandGuard: randGuard, LogRetentionLines: logRetention, MetricsListen: metricsListen,
 			}, nil)
 		},
@@ -72,6 +73,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		"if /etc/passwd, /etc/group, /etc/subuid or /etc/subgid use any, or if a host process runs as one")
 	cmd.Flags().IntVar(&tmpfsMiB, "run-tmpfs-mib", 256, "size cap of each of a zygote's two tmpfs, one for its request files and secrets, one for its /tmp and /dev/shm (MiB)")
 	cmd.Flags().DurationVar(&readyTimeout, "ready-timeout", 60*time.Second, "how long a zygote may take to import and warm up")
+	cmd.Flags().IntVar(&keepVersions, "keep-versions", function.DefaultKeepVersions, fmt.Sprintf("versions of each function kept for zygo rollback, the active one included (1..%d); older ones are deleted once no zygote runs them", daemon.MaxKeepVersions))
 	cmd.Flags().BoolVar(&debug, "debug", false, "log at debug level (--log-level debug)")
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "format of the daemon's log on stderr: text (key=value) or json (one object a line)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "the least severe records logged: debug (every API call, with its request id and duration), info, warn or error")

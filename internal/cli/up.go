@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/BurntSushi/toml"
+	"github.com/zygo-run/zygo/sdk/go/wire"
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
@@ -17,7 +21,11 @@ func newUpCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up [DIR | DIR/zygo.toml]",
 		Short: "Deploy the function in DIR (it holds zygo.toml; default: the current directory)",
-		Args:  cobra.MaximumNArgs(1),
+		Long: "Deploy the function in DIR: upload it, import it in a new sandbox, run the warm-up checks, then\n" +
+			"move traffic to it (the previous version drains). The steps are shown as they happen (a spinner\n" +
+			"on a terminal, one line each on stderr otherwise). Ctrl-C cancels the deploy: the new version is\n" +
+			"stopped on the daemon and the previous one keeps serving.",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			arg := "."
 			if len(args) == 1 {
@@ -27,43 +35,89 @@ func newUpCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := g.client().DeployDir(cmd.Context(), dir)
+			name := filepath.Base(dir)
+			if n := manifestName(dir); n != "" { // the daemon says what is wrong with the manifest
+				name = n
+			}
+			p := newDeployProgress(cmd, name)
+			res, err := g.client().DeployDirStream(cmd.Context(), dir, p.update)
+			p.stop()
 			if err != nil {
-				var ae *zygo.Error
-				if errors.As(err, &ae) && ae.Code == "import_failed" {
-					return fmt.Errorf("%s\n%s%s", ae.Message, ae.Traceback, leftOutHint(dir))
-				}
-				return err
+				return deployFailed(cmd, g.client(), name, err, leftOutHint(dir))
 			}
 			if output.JSON() {
 				return printJSON(cmd, res)
 			}
-			out := cmd.OutOrStdout()
-			for _, w := range res.Warnings { // on stderr: a script reading stdout still gets its line
-				fmt.Fprintf(cmd.ErrOrStderr(), "zygo: warning: %s\n", w)
-			}
-			if res.Unchanged {
-				fmt.Fprintf(out, "%s: %s is already active\n", res.Name, short(res.Version))
-				return nil
-			}
-			mode := res.Mode + " mode"
-			if res.Fallback != "" { // the mode it is served in, not the one asked for
-				mode = res.Mode + " → spawn fallback"
-			}
-			fmt.Fprintf(out, "%s: deployed %s (%s, ready in %d ms)\n", res.Name, short(res.Version), mode, res.ReadyMs)
-			if res.Fallback != "" {
-				fmt.Fprintf(out, "  fallback: %s\n", res.Fallback)
-			}
-			for _, c := range res.Checks {
-				if c.Level == "warn" {
-					fmt.Fprintf(out, "  warning: %s: %s\n", c.Name, c.Detail)
-				}
-			}
+			printDeployed(cmd, res, "deployed")
 			return nil
 		},
 	}
 	output = addOutput(cmd, singleCmd)
 	return cmd
+}
+
+// stateDeploying is the state the daemon lists a function in while its first version starts
+// (function.StateDeploying; the CLI does not import the daemon's packages, so that it builds
+// for darwin and windows).
+const stateDeploying = "deploying"
+
+// manifestName returns the name dir's zygo.toml gives, "" when it cannot be read (the deploy
+// then fails with the daemon's own words about it).
+func manifestName(dir string) string {
+	var m struct {
+		Name string `toml:"name"`
+	}
+	if _, err := toml.DecodeFile(filepath.Join(dir, "zygo.toml"), &m); err != nil {
+		return ""
+	}
+	return m.Name
+}
+
+// deployFailed explains a failed deploy or rollback of name: an import failure with its
+// traceback, and a cancelled one (Ctrl-C) with what still serves.
+func deployFailed(cmd *cobra.Command, c *zygo.Client, name string, err error, hint string) error {
+	var ae *zygo.Error
+	if errors.As(err, &ae) && ae.Code == wire.CodeImportFailed {
+		return fmt.Errorf("%s\n%s%s", ae.Message, ae.Traceback, hint)
+	}
+	if !errors.Is(err, context.Canceled) || cmd.Context().Err() == nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	f, ferr := c.Function(ctx, name)
+	switch {
+	case ferr == nil && f.State != stateDeploying:
+		return fmt.Errorf("deploy cancelled; %q still serves version %s", name, short(f.Version))
+	case ferr == nil || zygo.IsNotFound(ferr):
+		return fmt.Errorf("deploy cancelled; %q had no earlier version, so nothing serves it", name)
+	}
+	return fmt.Errorf("deploy cancelled; %q: %w", name, ferr)
+}
+
+// printDeployed prints the result of a deploy or rollback (done: "deployed", "rolled back to").
+func printDeployed(cmd *cobra.Command, res wire.DeployResult, done string) {
+	out := cmd.OutOrStdout()
+	for _, w := range res.Warnings { // on stderr: a script reading stdout still gets its line
+		fmt.Fprintf(cmd.ErrOrStderr(), "zygo: warning: %s\n", w)
+	}
+	if res.Unchanged {
+		fmt.Fprintf(out, "%s: %s is already active\n", res.Name, short(res.Version))
+		return
+	}
+	mode := res.Mode + " mode"
+	if res.Fallback != "" { // the mode it is served in, not the one asked for
+		mode = res.Mode + " → spawn fallback"
+	}
+	fmt.Fprintf(out, "%s: %s %s (%s, ready in %d ms)\n", res.Name, done, short(res.Version), mode, res.ReadyMs)
+	if res.Fallback != "" {
+		fmt.Fprintf(out, "  fallback: %s\n", res.Fallback)
+	}
+	for _, c := range res.Checks {
+		if c.Level == "warn" {
+			fmt.Fprintf(out, "  warning: %s: %s\n", c.Name, c.Detail)
+		}
+	}
 }
 
 // functionDir returns the function directory that arg names: arg itself, or the directory

@@ -81,6 +81,10 @@ type Config struct {
 	// it, its /tmp and /dev/shm; 0 is 256 MiB.
 	RunTmpfsMiB  int
 	ReadyTimeout time.Duration // per zygote import + warm-up; default 60 s
+	// KeepVersions is how many versions of each function are kept, the
+	// active one included (function.Config.KeepVersions); 0 is
+	// function.DefaultKeepVersions, else 1..MaxKeepVersions.
+	KeepVersions int
 	uidRange     store.IDRange // UIDRange parsed by validate (root only), then the claimed one
 	uidAuto      bool          // UIDRange is "" or "auto"
 	// RandGuard is the native-randomness guard (bin/zygo_rand.so, built by
@@ -100,6 +104,9 @@ type Config struct {
 	LogRetentionLines int
 	Log               *slog.Logger
 }
+
+// MaxKeepVersions bounds --keep-versions.
+const MaxKeepVersions = 1000
 
 // SocketPath returns the daemon's unix socket inside stateDir.
 func SocketPath(stateDir string) string { return filepath.Join(stateDir, zygo.SocketName) }
@@ -201,6 +208,12 @@ func (c *Config) validate() error {
 		c.RunTmpfsMiB = 256
 	case c.RunTmpfsMiB < 0:
 		return fmt.Errorf("--run-tmpfs-mib %d: must be a positive number of MiB", c.RunTmpfsMiB)
+	}
+	switch {
+	case c.KeepVersions == 0:
+		c.KeepVersions = function.DefaultKeepVersions
+	case c.KeepVersions < 1 || c.KeepVersions > MaxKeepVersions:
+		return fmt.Errorf("--keep-versions %d: must be 1..%d (1 keeps only the active version: no rollback)", c.KeepVersions, MaxKeepVersions)
 	}
 	switch {
 	case c.Sandbox.SecretImagesMiB == 0:
@@ -368,7 +381,7 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 func functionConfig(cfg Config, st *store.Store, agentDir string) function.Config {
 	fcfg := function.Config{
 		StateDir: cfg.StateDir, AgentDir: agentDir, Bwrap: cfg.Bwrap,
-		ReadyTimeout: cfg.ReadyTimeout, RunTmpfsMiB: cfg.RunTmpfsMiB, Log: cfg.Log,
+		ReadyTimeout: cfg.ReadyTimeout, RunTmpfsMiB: cfg.RunTmpfsMiB, Log: cfg.Log, KeepVersions: cfg.KeepVersions,
 	}
 	if os.Geteuid() == 0 {
 		fcfg.HostIDs = hostid.NewAllocator(st, cfg.uidRange)

@@ -30,6 +30,9 @@ var (
 	// ErrPermissionDenied: the caller may not do this to that object (a read-only or
 	// root-only file in a sandbox). HTTP 403.
 	ErrPermissionDenied = errors.New("permission denied")
+	// ErrTooManyRequests: the target is at its capacity and its queue is full; the caller
+	// should retry later (an error carrying a RetryAfter() time.Duration says when). HTTP 429.
+	ErrTooManyRequests = errors.New("too many requests")
 )
 
 // IsNotFound reports whether err is, or wraps, ErrNotFound.
@@ -52,5 +55,5 @@ func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgumen
 // each call.
 func All() []error {
 	return []error{ErrNotFound, ErrInvalidArgument, ErrTooLarge, ErrPermissionDenied, ErrExists,
-		ErrFailedPrecondition, ErrUnavailable, ErrDeadlineExceeded}
+		ErrFailedPrecondition, ErrUnavailable, ErrDeadlineExceeded, ErrTooManyRequests}
 }

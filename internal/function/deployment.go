@@ -32,8 +32,16 @@ type deployment struct {
 	released sync.Once     // the code directory's in-use count, given back once fully stopped
 	served   atomic.Int64
 	inflight atomic.Int64
-	waiting  atomic.Int64      // requests waiting for a slot (zygo_function_requests_waiting)
+	queued   atomic.Int64      // requests waiting for a slot (queue.go; zygo_function_requests_waiting)
 	obs      *metrics.Function // the function's request series; nil: none kept
+	// meanRunNs is the recent mean of requests' run time, nanoseconds (Retry-After's estimate).
+	meanRunNs atomic.Int64
+	// firstDeploy: d is its function's first version, published (listed as
+	// "deploying", invokes wait for it) while it starts; set before d is
+	// published, then only read. deployFailed: that start failed and d was
+	// withdrawn; invokes that waited for it are told so.
+	firstDeploy  bool
+	deployFailed atomic.Bool
 
 	mu       sync.Mutex // guards the fields below
 	state    State
@@ -194,7 +202,7 @@ func (d *deployment) restartLoop() {
 // current waits until the deployment can take a request and returns its
 // runtime.
 func (d *deployment) current(ctx context.Context) (Runner, error) {
-	limit := time.NewTimer(d.m.cfg.ReadyTimeout)
+	limit := time.NewTimer(d.m.importTimeout(d.manifest))
 	defer limit.Stop()
 	for {
 		d.mu.Lock()
@@ -211,6 +219,9 @@ func (d *deployment) current(ctx context.Context) (Runner, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-limit.C:
+			if d.firstDeploy && state == StateStarting {
+				return nil, fmt.Errorf("%w: function %q is still deploying", errdefs.ErrUnavailable, d.name)
+			}
 			return nil, fmt.Errorf("%w: function %q is %s: %v", errdefs.ErrUnavailable, d.name, state, lastErr) //nolint:errorlint // one cause on purpose: lastErr (maybe nil) is the last start's, the call's category is unavailable
 		}
 	}
@@ -221,17 +232,9 @@ func (d *deployment) current(ctx context.Context) (Runner, error) {
 // function's current deployment.
 var errRetired = errors.New("deployment retired")
 
-// acquireSlot waits for one of d's concurrency slots (counted in d.waiting
-// meanwhile); errRetired when d is halted first (or by the time the slot is
-// free).
+// acquireSlot waits for one of d's concurrency slots (admit counts the wait in d.queued);
+// errRetired when d is halted first (or by the time the slot is free).
 func (d *deployment) acquireSlot(ctx context.Context) error {
-	select {
-	case d.sem <- struct{}{}: // a free slot: no wait
-		return d.checkSlot()
-	default:
-	}
-	d.waiting.Add(1)
-	defer d.waiting.Add(-1)
 	select {
 	case d.sem <- struct{}{}:
 		return d.checkSlot()
@@ -311,7 +314,11 @@ func (d *deployment) status() Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := Status{Name: d.name, Version: d.version, Runtime: d.manifest.Runtime, Mode: d.manifest.Mode,
-		State: d.state.String(), Fallback: d.warm.Fallback, InFlight: int(d.inflight.Load()), Served: d.served.Load(), Manifest: d.manifest}
+		State: d.state.String(), Fallback: d.warm.Fallback, InFlight: int(d.inflight.Load()), Queued: int(d.queued.Load()),
+		Served: d.served.Load(), Manifest: d.manifest}
+	if d.firstDeploy && d.state == StateStarting {
+		s.State = StateDeploying
+	}
 	if d.rt != nil {
 		rs := d.rt.Status()
 		s.ZygotePID, s.IdleWorkers, s.idleChildren = rs.HostPID, rs.IdleWorkers, rs.IdleChildren

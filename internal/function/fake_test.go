@@ -27,6 +27,11 @@ type fakeLauncher struct {
 	startErr func(n int) error
 	// block, when set, is a channel each Run waits on before answering.
 	block chan struct{}
+	// startBlock, when set, is a channel each Start waits on (or its ctx,
+	// whose error it then returns, leaving nothing running) before it
+	// answers; starting gets one value per Start that began.
+	startBlock chan struct{}
+	starting   chan struct{}
 }
 
 func (l *fakeLauncher) NewRunner(opts function.RunnerOptions) (function.Runner, error) {
@@ -72,8 +77,18 @@ func (r *fakeRunner) history() string {
 	return strings.Join(r.calls, " ")
 }
 
-func (r *fakeRunner) Start(context.Context) (function.Warmup, error) {
+func (r *fakeRunner) Start(ctx context.Context) (function.Warmup, error) {
 	r.record("start")
+	if r.l.startBlock != nil {
+		if r.l.starting != nil {
+			r.l.starting <- struct{}{}
+		}
+		select {
+		case <-r.l.startBlock:
+		case <-ctx.Done():
+			return function.Warmup{}, ctx.Err()
+		}
+	}
 	if r.l.startErr != nil {
 		if err := r.l.startErr(r.n); err != nil {
 			return function.Warmup{}, err

@@ -40,13 +40,13 @@ type Invocation struct {
 // a request that ran — including handler errors, timeouts, crashes and an
 // event the runtime's parser refused — is in the Invocation.
 func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size int64) (_ *Invocation, err error) {
-	t0 := time.Now()
+	arrived := time.Now()
 	d := m.get(name)
 	if d == nil {
 		return nil, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
 	}
 	var inv *Invocation
-	defer func() { d.obs.Request(outcome(inv, err), time.Since(t0)) }()
+	defer func() { d.obs.Request(outcome(inv, err), time.Since(arrived)) }()
 	event, release, err := m.readEvent(ctx, body, size, d.manifest.Limits.MaxRequestKiB)
 	defer release()
 	if err != nil {
@@ -70,13 +70,15 @@ func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size 
 		if max := d.manifest.Limits.MaxRequestKiB << 10; len(event) > max {
 			return nil, fmt.Errorf("%w: event: exceeds max_request_kib=%d", errdefs.ErrTooLarge, d.manifest.Limits.MaxRequestKiB)
 		}
-		inv, err = m.invokeOn(ctx, d, event)
+		inv, err = m.invokeOn(ctx, d, event, arrived)
 		if !errors.Is(err, errRetired) {
 			return inv, err
 		}
 		inv = nil
 		next := m.get(name)
 		switch {
+		case next == nil && d.deployFailed.Load():
+			return nil, fmt.Errorf("%w: function %q failed to deploy while the request waited for it", errdefs.ErrUnavailable, name)
 		case next == nil:
 			return nil, fmt.Errorf("function %q was removed: %w", name, errdefs.ErrNotFound)
 		case next == d:
@@ -87,22 +89,31 @@ func (m *Manager) Invoke(ctx context.Context, name string, body io.Reader, size 
 }
 
 // invokeOn runs the request on deployment d, holding one of its slots;
-// errRetired when d was halted before the request started on it.
-func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*Invocation, error) {
-	if err := d.acquireSlot(ctx); err != nil {
-		return nil, err
+// errRetired when d was halted before the request started on it. The
+// request's timeout_ms runs from arrived: time waiting in the queue or for
+// a deploying version counts against it.
+func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte, arrived time.Time) (*Invocation, error) {
+	deadline := arrived.Add(time.Duration(d.manifest.Limits.TimeoutMs) * time.Millisecond)
+	wait, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if err := d.admit(wait); err != nil {
+		return nil, d.waitFailed(ctx, err)
 	}
 	defer d.releaseSlot()
 	d.inflight.Add(1)
 	defer d.inflight.Add(-1)
 
-	rt, err := d.current(ctx)
+	rt, err := d.current(wait)
 	if err != nil {
-		return nil, err
+		return nil, d.waitFailed(ctx, err)
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		return nil, d.waitFailed(ctx, context.DeadlineExceeded)
 	}
 	req := agentproc.Request{
 		ID: newID("r"), Event: event, Function: d.name, Version: d.version, Strict: d.manifest.Strict,
-		Timeout:          time.Duration(d.manifest.Limits.TimeoutMs) * time.Millisecond,
+		Timeout:          left,
 		MaxResponseBytes: int64(d.manifest.Limits.MaxResponseKiB) << 10,
 	}
 	values, err := m.secretValues(ctx, d.manifest.Secrets)
@@ -125,7 +136,12 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte) (*I
 		return nil, err
 	}
 	redactResult(res, req.Redact)
+	if waited := req.Timeout - time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond; res.Failure == agentproc.FailTimeout && res.Error != nil && waited < -time.Millisecond {
+		res.Error.Message = fmt.Sprintf("timeout: request exceeded timeout_ms=%d (%d ms of it waiting for a concurrency slot) and was killed",
+			d.manifest.Limits.TimeoutMs, (-waited).Milliseconds())
+	}
 	d.served.Add(1)
+	d.observeRun(res.Elapsed)
 	if m.log.Enabled(ctx, slog.LevelDebug) {
 		m.log.Debug("request done", "function", d.name, "request_id", req.ID, "failure", res.Failure, "phases", res.Phases)
 	}

@@ -71,10 +71,12 @@ type Config struct {
 	// nil when the daemon cannot manage cgroups (not root): those limits are
 	// then not enforced, and the daemon says so at start.
 	Limiter Limiter
-	// RetainVersions is how many superseded versions of a function are kept
-	// (in the store and on disk) besides the active one, for a quick
-	// redeploy; older ones are collected after each deploy. Default 2.
-	RetainVersions int
+	// KeepVersions is how many versions of a function are kept (in the
+	// store and on disk), the active one included, for `zygo rollback` and a
+	// quick redeploy; older ones are collected after each deploy or
+	// rollback, once no runtime uses them (a draining version is collected
+	// when its drain ends). Default 10; 1 keeps only the active version.
+	KeepVersions int
 	// BodyBudgetBytes bounds the memory all events being read or held by
 	// in-flight requests take together, bytes; a request waits for room
 	// before its event is read. Default (and minimum) 4 × MaxBodyKiB.
@@ -105,9 +107,12 @@ type Manager struct {
 	names  nameLocks   // one lock per function name: serialises its Deploy, Remove and version GC
 	bodies *byteBudget // memory of events being read or held
 
-	mu    sync.Mutex // guards fns and inUse
+	mu    sync.Mutex // guards fns, inUse and pending
 	fns   map[string]*deployment
 	inUse map[string]int // version dir → deployments not yet fully stopped that run it
+	// pending maps a function to the version a deploy or rollback is
+	// starting in place of its serving one (Status.Deploying).
+	pending map[string]string
 
 	logs *logWriter // stores log lines off the request path
 
@@ -131,6 +136,10 @@ type Manager struct {
 	shutdown sync.Once
 }
 
+// DefaultKeepVersions is Config.KeepVersions' default (zygo serve
+// --keep-versions).
+const DefaultKeepVersions = 10
+
 // NewManager returns a Manager with no functions loaded; call Restore to
 // start the ones in the registry. secrets may be nil.
 func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
@@ -140,8 +149,8 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
-	if cfg.RetainVersions <= 0 {
-		cfg.RetainVersions = 2
+	if cfg.KeepVersions <= 0 {
+		cfg.KeepVersions = DefaultKeepVersions
 	}
 	cfg.BodyBudgetBytes = max(cfg.BodyBudgetBytes, 4*MaxBodyKiB<<10)
 	strict, err := seccomp.Strict()
@@ -155,7 +164,7 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, reg: reg, secrets: secrets, limiter: cfg.Limiter, log: cfg.Log,
-		fns: map[string]*deployment{}, inUse: map[string]int{}, bodies: newByteBudget(cfg.BodyBudgetBytes),
+		fns: map[string]*deployment{}, inUse: map[string]int{}, pending: map[string]string{}, bodies: newByteBudget(cfg.BodyBudgetBytes),
 		logs: newLogWriter(reg.AppendLogs, cfg.Log), runtimes: cfg.Runtimes, stopRunner: Runner.Stop,
 		restartBackoff: [2]time.Duration{restartBackoffMin, restartBackoffMax},
 		ctx:            ctx, cancel: cancel}, nil
@@ -239,24 +248,23 @@ func (e *ImportFailed) Outcome() string {
 // Deploy reads a bundle (see ReadBundle), stores it as an immutable version,
 // starts its zygote, waits for READY, switches traffic to it and drains the
 // old version in the background; then it collects superseded versions
-// beyond Config.RetainVersions. Only deploys and removals of the same name
-// wait for each other. Errors: errdefs.ErrInvalidArgument (bad bundle,
-// manifest or interpreter, naming the key), *ImportFailed (wraps
-// errdefs.ErrFailedPrecondition; carries the traceback),
-// errdefs.ErrUnavailable (sandbox could not start). A failed deploy leaves
-// no version directory it made behind.
+// beyond Config.KeepVersions. A function's first version is listed as
+// "deploying" while it starts, and invokes wait for it. Steps are reported
+// to ctx's progress function (WithProgress). Only deploys, rollbacks and
+// removals of the same name wait for each other. Errors:
+// errdefs.ErrInvalidArgument (bad bundle, manifest or interpreter, naming
+// the key), *ImportFailed (wraps errdefs.ErrFailedPrecondition; carries the
+// traceback, or the import_timeout_ms exceeded), errdefs.ErrUnavailable
+// (sandbox could not start), ctx's error when ctx ends first (the new
+// runtime is stopped). A failed deploy leaves no version directory it made
+// behind, and the previous version keeps serving.
 func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, error) {
+	ReportProgress(ctx, Progress{Step: StepUploading})
 	u, err := ReadBundle(bundle)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.checkInterpreter(u.Manifest.Interpreter); err != nil {
-		return nil, err
-	}
-	if err := m.checkSecrets(ctx, u.Manifest.Secrets); err != nil {
-		return nil, err
-	}
-	if err := m.checkNetwork(u.Manifest); err != nil {
+	if err := m.checkDeployable(ctx, u.Manifest); err != nil {
 		return nil, err
 	}
 	name := u.Manifest.Name
@@ -275,6 +283,7 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 	}
 	var undo cleanup.Stack // run newest first when the deploy fails
 	defer func() { _ = undo.Run(ctx, 0) }()
+	ReportProgress(ctx, Progress{Step: StepUnpacking, Version: u.Hash})
 	codeDir := m.versionDir(name, u.Hash)
 	created, err := storeVersionDir(u, codeDir)
 	if err != nil {
@@ -286,39 +295,130 @@ func (m *Manager) Deploy(ctx context.Context, bundle io.Reader) (*DeployResult, 
 	if err := secureCodeDir(filepath.Dir(codeDir), gidOf(uid)); err != nil {
 		return nil, err
 	}
-	d := m.newDeployment(name, u.Hash, u.Manifest, codeDir, uid)
-	undo.Add(func(context.Context) error { d.stop(); return nil })
-	if err := m.activate(ctx, d, u); err != nil {
-		var ie *agentproc.ImportError
-		if errors.As(err, &ie) {
-			m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Type+": "+ie.Message+"\n"+ie.Traceback))
-			return nil, &ImportFailed{ImportError: ie, HadPrevious: old != nil}
-		}
-		return nil, interpreterFailed(u.Manifest, err)
+	res, err := m.rollout(ctx, &undo, old, m.newDeployment(name, u.Hash, u.Manifest, codeDir, uid))
+	if err != nil {
+		return nil, err
 	}
 	undo.Release()
+	return res, nil
+}
+
+// checkDeployable refuses (errdefs.ErrInvalidArgument, naming the key) a
+// manifest this daemon cannot serve now: its interpreter, secrets or
+// network.
+func (m *Manager) checkDeployable(ctx context.Context, man *Manifest) error {
+	if err := m.checkInterpreter(man.Interpreter); err != nil {
+		return err
+	}
+	if err := m.checkSecrets(ctx, man.Secrets); err != nil {
+		return err
+	}
+	return m.checkNetwork(man)
+}
+
+// rollout puts d (a new deployment of its function, not started) in
+// service in place of old (nil for a first deploy): it starts d's runtime,
+// records d's version as the active one, moves traffic, retires old in the
+// background and collects superseded versions. A first deploy publishes d
+// before it starts (listed as deploying; invokes wait for it). On failure
+// it returns with its undo entries on undo (stopping d, withdrawing it),
+// which the caller runs; the error is what startFailed makes of it. The
+// caller holds the name's lock.
+func (m *Manager) rollout(ctx context.Context, undo *cleanup.Stack, old, d *deployment) (*DeployResult, error) {
+	undo.Add(func(context.Context) error { d.stop(); return nil })
 	m.mu.Lock()
-	m.fns[name] = d
+	m.pending[d.name] = d.version
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.pending, d.name)
+		m.mu.Unlock()
+	}()
+	if old == nil {
+		d.firstDeploy = true
+		m.mu.Lock()
+		m.fns[d.name] = d
+		m.mu.Unlock()
+		undo.Add(func(context.Context) error { // before d.stop: waiters then find it withdrawn
+			d.deployFailed.Store(true)
+			m.mu.Lock()
+			if m.fns[d.name] == d {
+				delete(m.fns, d.name)
+			}
+			m.mu.Unlock()
+			return nil
+		})
+	}
+	ReportProgress(ctx, Progress{Step: StepImporting, Version: d.version})
+	if err := m.activate(ctx, d); err != nil {
+		return nil, m.startFailed(ctx, d, err, old != nil)
+	}
+	res := d.result(false)
+	ReportProgress(ctx, Progress{Step: StepWarmup, Version: d.version, Checks: res.Checks})
+	m.mu.Lock()
+	m.fns[d.name] = d
 	m.mu.Unlock()
 	if old != nil {
 		m.goTracked(func() { m.retire(old) })
 	}
-	m.collectVersionsLocked(ctx, name)
-	res := d.result(false)
-	res.Warnings = m.limitWarnings(u.Manifest)
+	m.collectVersionsLocked(context.WithoutCancel(ctx), d.name)
+	m.log.Info("function deployed", "function", d.name, "version", d.version, "mode", res.Mode, "ready_ms", res.ReadyMs)
+	res.Warnings = m.limitWarnings(d.manifest)
+	ReportProgress(ctx, Progress{Step: StepReady, Version: d.version})
 	return res, nil
 }
 
+// startFailed is the error a deploy or rollback of d returns when its
+// start failed with err: ctx's own end as it is (logged: the caller went
+// away), an import error or an import over its time as *ImportFailed (with
+// the lines logged), an interpreter that did not start as its manifest
+// error; hadPrevious says whether a previous version keeps serving.
+func (m *Manager) startFailed(ctx context.Context, d *deployment, err error, hadPrevious bool) error {
+	if ctx.Err() != nil {
+		m.log.Info("deploy cancelled", "function", d.name, "version", d.version)
+		m.appendLogs(ctx, d.zygoLines("deploy of "+d.version+" cancelled by the caller"))
+		return fmt.Errorf("deploying %q: %w", d.name, ctx.Err())
+	}
+	var ie *agentproc.ImportError
+	if errors.As(err, &ie) {
+		m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Type+": "+ie.Message+"\n"+ie.Traceback))
+		return &ImportFailed{ImportError: ie, HadPrevious: hadPrevious}
+	}
+	if errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		ie := &agentproc.ImportError{Type: "ImportTimeout", Message: m.importTimeoutMessage(d.manifest)}
+		m.appendLogs(ctx, d.zygoLines("import failed: "+ie.Message))
+		return &ImportFailed{ImportError: ie, HadPrevious: hadPrevious}
+	}
+	return interpreterFailed(d.manifest, err)
+}
+
+// importTimeout is how long each start of man's sandboxes may take:
+// limits.import_timeout_ms, else Config.ReadyTimeout.
+func (m *Manager) importTimeout(man *Manifest) time.Duration {
+	if man.Limits.ImportTimeoutMs > 0 {
+		return time.Duration(man.Limits.ImportTimeoutMs) * time.Millisecond
+	}
+	return m.cfg.ReadyTimeout
+}
+
+func (m *Manager) importTimeoutMessage(man *Manifest) string {
+	if man.Limits.ImportTimeoutMs > 0 {
+		return fmt.Sprintf("the import and warm-up took longer than limits.import_timeout_ms=%d", man.Limits.ImportTimeoutMs)
+	}
+	return fmt.Sprintf("the import and warm-up took longer than the daemon's --ready-timeout (%s); set limits.import_timeout_ms in zygo.toml to allow more",
+		m.cfg.ReadyTimeout)
+}
+
 // activate starts d's zygote and records its version as the active one.
-func (m *Manager) activate(ctx context.Context, d *deployment, u *Unpacked) error {
+func (m *Manager) activate(ctx context.Context, d *deployment) error {
 	if err := d.start(ctx); err != nil {
 		return err
 	}
-	mj, _ := json.Marshal(u.Manifest)
-	if err := m.reg.PutVersion(ctx, store.Version{Function: d.name, Hash: u.Hash, Manifest: mj}); err != nil {
+	mj, _ := json.Marshal(d.manifest)
+	if err := m.reg.PutVersion(ctx, store.Version{Function: d.name, Hash: d.version, Manifest: mj}); err != nil {
 		return err
 	}
-	return m.reg.SetActive(ctx, d.name, u.Hash)
+	return m.reg.SetActive(ctx, d.name, d.version)
 }
 
 // retire drains a superseded deployment (in-flight requests finish, queued
@@ -492,16 +592,47 @@ type Status struct {
 	Version   string  `json:"version"`
 	Runtime   Runtime `json:"runtime"`
 	Mode      Mode    `json:"mode"`
-	State     string  `json:"state"` // starting, ready, restarting, failed, spawn
+	State     string  `json:"state"` // deploying, starting, ready, restarting, failed
 	Fallback  string  `json:"fallback,omitempty"`
 	ZygotePID int     `json:"zygote_pid,omitempty"` // host pid
 	InFlight  int     `json:"in_flight"`
+	// Queued counts requests waiting for a concurrency slot (at most the
+	// manifest's queue).
+	Queued int `json:"queued"`
+	// Deploying is the version a deploy or rollback is starting in place of
+	// this one ("" when none; a first deploy is State "deploying" instead).
+	Deploying string `json:"deploying,omitempty"`
 	// IdleWorkers counts ready Node workers (runtime "node" only).
 	IdleWorkers int       `json:"idle_workers,omitempty"`
 	Served      int64     `json:"served"`
 	Manifest    *Manifest `json:"manifest"`
 	// idleChildren counts the zygote's pre-forked children waiting (MetricSamples).
 	idleChildren int
+}
+
+// statusOf is d's status with the version being deployed in its place,
+// if any.
+func (m *Manager) statusOf(d *deployment) Status {
+	s := d.status()
+	m.mu.Lock()
+	if v := m.pending[d.name]; v != d.version {
+		s.Deploying = v
+	}
+	m.mu.Unlock()
+	return s
+}
+
+// StateDeploying is the Status.State of a function whose first version is
+// still starting (its import and warm-up): invokes wait for it.
+const StateDeploying = "deploying"
+
+// Queued returns how many requests wait for a concurrency slot of
+// function name's active version; 0 for an unknown function.
+func (m *Manager) Queued(name string) int {
+	if d := m.get(name); d != nil {
+		return int(d.queued.Load())
+	}
+	return 0
 }
 
 // List returns every loaded function, sorted by name.
@@ -514,7 +645,7 @@ func (m *Manager) List() []Status {
 	m.mu.Unlock()
 	out := make([]Status, 0, len(ds))
 	for _, d := range ds {
-		out = append(out, d.status())
+		out = append(out, m.statusOf(d))
 	}
 	sortStatus(out)
 	return out
@@ -526,7 +657,7 @@ func (m *Manager) Get(name string) (Status, error) {
 	if d == nil {
 		return Status{}, fmt.Errorf("function %q: %w", name, errdefs.ErrNotFound)
 	}
-	return d.status(), nil
+	return m.statusOf(d), nil
 }
 
 func (m *Manager) appendLogs(_ context.Context, lines []store.LogLine) {

@@ -5,9 +5,12 @@
 //
 // Deploy walk-through: Manager.Deploy parses and validates the manifest,
 // stores the bundle under its content hash, starts a zygote for it and waits
-// for READY, then switches traffic to it and drains the old version. Invoke
-// picks the active version of a function and runs one request on a fresh
-// child of its zygote (or a fresh interpreter in spawn mode).
+// for READY, then switches traffic to it and drains the old version
+// (reporting each step to a WithProgress context); Rollback does the same
+// from a stored version. Invoke picks the active version of a function,
+// takes one of its concurrency slots (waiting in its bounded queue, or
+// refused with a QueueFullError), and runs one request on a fresh child of
+// its zygote (or a fresh interpreter in spawn mode).
 package function
 
 import (
@@ -73,6 +76,11 @@ type Limits struct {
 	// ZygotePIDs bounds the processes and threads of that same group,
 	// bwrap's own process included.
 	ZygotePIDs int `toml:"zygote_pids" json:"zygote_pids"`
+	// ImportTimeoutMs bounds each start of one of the function's sandboxes
+	// (the import and the warm-up checks), milliseconds; 0 (unset) is the
+	// daemon's --ready-timeout. A deploy or rollback whose import takes
+	// longer fails naming it, and the previous version keeps serving.
+	ImportTimeoutMs int `toml:"import_timeout_ms" json:"import_timeout_ms,omitempty"`
 }
 
 // Manifest is a parsed and validated zygo.toml.
@@ -88,6 +96,11 @@ type Manifest struct {
 	Secrets     []string `toml:"secrets" json:"secrets,omitempty"`
 	Strict      bool     `toml:"strict" json:"strict"`
 	Concurrency int      `toml:"concurrency" json:"concurrency"` // requests in flight at once
+	// Queue is how many requests beyond Concurrency wait for a slot (0..
+	// MaxQueue; default 2 × Concurrency); a request beyond that is refused
+	// at once (errdefs.ErrTooManyRequests, HTTP 429 with Retry-After). 0
+	// queues none. Time in the queue counts against limits.timeout_ms.
+	Queue *int `toml:"queue" json:"queue,omitempty"`
 	// PreFork is the ceiling of children a Python zygote keeps forked ahead
 	// of demand (0 turns pre-forking off).
 	PreFork *int `toml:"prefork" json:"prefork,omitempty"`
@@ -202,6 +215,11 @@ const (
 	MaxBodyKiB         = 64 * 1024
 	DefaultConcurrency = 8
 	MaxConcurrency     = 256
+	MaxQueue           = 10_000
+	// MinImportTimeoutMs and MaxImportTimeoutMs bound limits.import_timeout_ms
+	// when set (0 is the daemon's --ready-timeout).
+	MinImportTimeoutMs = 100
+	MaxImportTimeoutMs = 30 * 60_000
 	DefaultPoolSize    = 2
 	DefaultPreFork     = 2
 	MaxPreFork         = 64
@@ -286,6 +304,10 @@ func (m *Manifest) applyDefaults() {
 	if m.Concurrency == 0 {
 		m.Concurrency = DefaultConcurrency
 	}
+	if m.Queue == nil {
+		n := 2 * m.Concurrency
+		m.Queue = &n
+	}
 	if m.Network.Egress == "" {
 		m.Network.Egress = EgressNone
 	}
@@ -359,6 +381,9 @@ func (m *Manifest) Validate() error {
 	}
 	if m.Concurrency < 1 || m.Concurrency > MaxConcurrency {
 		return bad("concurrency", "%d is outside 1..%d", m.Concurrency, MaxConcurrency)
+	}
+	if m.Queue != nil && (*m.Queue < 0 || *m.Queue > MaxQueue) {
+		return bad("queue", "%d is outside 0..%d (0: no queue, a request beyond concurrency is refused at once)", *m.Queue, MaxQueue)
 	}
 	if m.PreFork != nil && (*m.PreFork < 0 || *m.PreFork > MaxPreFork) {
 		return bad("prefork", "%d is outside 0..%d", *m.PreFork, MaxPreFork)
@@ -498,6 +523,9 @@ func (l *Limits) validate(bad func(key, format string, a ...any) error) error {
 			return bad(r.key, "%d is outside %d..%d", r.v, r.lo, r.hi)
 		}
 	}
+	if t := l.ImportTimeoutMs; t != 0 && (t < MinImportTimeoutMs || t > MaxImportTimeoutMs) {
+		return bad("limits.import_timeout_ms", "%d is outside %d..%d (leave it out for the daemon's --ready-timeout)", t, MinImportTimeoutMs, MaxImportTimeoutMs)
+	}
 	return nil
 }
 
@@ -509,6 +537,16 @@ func reservedEnv(k string) bool {
 		return true
 	}
 	return strings.HasPrefix(k, "ZYGO_") || strings.HasPrefix(k, "LD_")
+}
+
+// QueueLen returns how many requests may wait for a concurrency slot:
+// queue, or its default (2 × concurrency) for a manifest stored before the
+// key existed.
+func (m *Manifest) QueueLen() int {
+	if m.Queue == nil {
+		return 2 * m.Concurrency
+	}
+	return *m.Queue
 }
 
 // SortedEnv returns the manifest's environment as sorted KEY=VALUE pairs.

@@ -134,6 +134,16 @@ func TestParseManifestRejects(t *testing.T) {
 		badManifest{"negative", pyBase + "concurrency = -1\n", "zygo.toml: concurrency:"},
 		badManifest{"above max", pyBase + "concurrency = 257\n", "zygo.toml: concurrency:"},
 	)
+	add("queue",
+		badManifest{"negative", pyBase + "queue = -1\n", "zygo.toml: queue: -1 is outside 0..10000"},
+		badManifest{"above max", pyBase + "queue = 10001\n", "zygo.toml: queue: 10001 is outside 0..10000"},
+		badManifest{"string", pyBase + "queue = \"16\"\n", "queue"},
+	)
+	add("limits.import_timeout_ms",
+		badManifest{"too small", pyBase + "[limits]\nimport_timeout_ms = 99\n", "zygo.toml: limits.import_timeout_ms: 99 is outside 100..1800000"},
+		badManifest{"above max", pyBase + "[limits]\nimport_timeout_ms = 1800001\n", "zygo.toml: limits.import_timeout_ms:"},
+		badManifest{"negative", pyBase + "[limits]\nimport_timeout_ms = -5\n", "zygo.toml: limits.import_timeout_ms:"},
+	)
 	add("prefork",
 		badManifest{"node", nodeBase + "prefork = 1\n", "zygo.toml: prefork:"},
 		badManifest{"negative", pyBase + "prefork = -1\n", "zygo.toml: prefork:"},
@@ -189,6 +199,10 @@ func TestParseManifestAcceptsBounds(t *testing.T) {
 		{"limits high", pyBase + "[limits]\ntimeout_ms = 900000\nmemory_mib = 65536\npids = 65536\ncpu_ms = 900000\nmax_request_kib = 65536\nmax_response_kib = 65536\nzygote_memory_mib = 65536\nzygote_pids = 65536\n"},
 		{"zygote_pids just fits prefork", pyBase + "prefork = 10\n[limits]\nzygote_pids = 13\n"},
 		{"concurrency bounds", pyBase + "concurrency = 256\n"},
+		{"queue 0 (none)", pyBase + "queue = 0\n"},
+		{"queue max", pyBase + "queue = 10000\n"},
+		{"import_timeout_ms bounds", pyBase + "[limits]\nimport_timeout_ms = 100\n"},
+		{"import_timeout_ms max", pyBase + "[limits]\nimport_timeout_ms = 1800000\n"},
 		{"pool_size 0 (a fresh worker per request)", nodeBase + "pool_size = 0\n"},
 		{"pool_size 1", nodeBase + "pool_size = 1\n"},
 		{"prefork 0", pyBase + "prefork = 0\n"},
@@ -215,7 +229,7 @@ func TestParseManifestDefaults(t *testing.T) {
 	}
 	want := function.Manifest{
 		Name: "hello", Runtime: function.RuntimePython, Handler: "main:handler", Mode: function.ModeFork,
-		Interpreter: "/usr/bin/python3", Concurrency: 8, PoolSize: nil, PreFork: intp(2),
+		Interpreter: "/usr/bin/python3", Concurrency: 8, Queue: intp(16), PoolSize: nil, PreFork: intp(2),
 		Limits: function.Limits{TimeoutMs: 30000, MemoryMiB: 256, MaxRequestKiB: 6 * 1024, MaxResponseKiB: 6 * 1024,
 			ZygoteMemoryMiB: 1024, ZygotePIDs: 256},
 	}
@@ -228,6 +242,15 @@ func TestParseManifestDefaults(t *testing.T) {
 	want.Runtime, want.Handler, want.Interpreter, want.PoolSize, want.PreFork = function.RuntimeNode, "index.js:handler", "/usr/bin/node", intp(2), nil
 	want.Mode = function.ModeWorker
 	checkManifest(t, "node", node, &want)
+
+	// queue defaults to twice concurrency; queue = 0 is kept (no queue).
+	q, err := function.ParseManifest([]byte(pyBase + "concurrency = 3\n"))
+	if err != nil || q.QueueLen() != 6 {
+		t.Errorf("queue of concurrency = 3: %v, %v; want 6", q.QueueLen(), err)
+	}
+	if q, err := function.ParseManifest([]byte(pyBase + "queue = 0\n")); err != nil || q.QueueLen() != 0 {
+		t.Errorf("queue = 0: %v, %v", q, err)
+	}
 
 	// Zero values of optional keys mean "default", set values are kept.
 	set, err := function.ParseManifest([]byte(nodeBase + `interpreter = "/opt/node/bin/node"
@@ -245,16 +268,17 @@ max_request_kib = 10
 max_response_kib = 20
 zygote_memory_mib = 512
 zygote_pids = 40
+import_timeout_ms = 20000
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = function.Manifest{
 		Name: "hello", Runtime: function.RuntimeNode, Handler: "index.js:handler", Mode: function.ModeWorker,
-		Interpreter: "/opt/node/bin/node", Concurrency: 3, PoolSize: intp(5), Secrets: []string{"B", "A"},
+		Interpreter: "/opt/node/bin/node", Concurrency: 3, Queue: intp(6), PoolSize: intp(5), Secrets: []string{"B", "A"},
 		Env: map[string]string{"GREETING": "hi"},
 		Limits: function.Limits{TimeoutMs: 1500, MemoryMiB: 64, PIDs: 32, CPUMs: 700, MaxRequestKiB: 10, MaxResponseKiB: 20,
-			ZygoteMemoryMiB: 512, ZygotePIDs: 40},
+			ZygoteMemoryMiB: 512, ZygotePIDs: 40, ImportTimeoutMs: 20000},
 	}
 	checkManifest(t, "explicit", set, &want)
 }
@@ -262,7 +286,7 @@ zygote_pids = 40
 func checkManifest(t *testing.T, what string, got, want *function.Manifest) {
 	t.Helper()
 	if got.Name != want.Name || got.Runtime != want.Runtime || got.Handler != want.Handler || got.Mode != want.Mode ||
-		got.Interpreter != want.Interpreter || got.Concurrency != want.Concurrency || !eqIntp(got.PoolSize, want.PoolSize) || !eqIntp(got.PreFork, want.PreFork) ||
+		got.Interpreter != want.Interpreter || got.Concurrency != want.Concurrency || !eqIntp(got.Queue, want.Queue) || !eqIntp(got.PoolSize, want.PoolSize) || !eqIntp(got.PreFork, want.PreFork) ||
 		got.Strict != want.Strict || got.Limits != want.Limits || !slices.Equal(got.Secrets, want.Secrets) ||
 		len(got.Env) != len(want.Env) {
 		t.Errorf("%s manifest:\n got %+v\nwant %+v", what, *got, *want)

@@ -40,7 +40,7 @@ func (m *Manager) MetricSamples() []metrics.FunctionSample {
 		if d == nil {
 			continue // removed since List
 		}
-		out = append(out, metrics.FunctionSample{Name: s.Name, InFlight: s.InFlight, Waiting: int(d.waiting.Load()),
+		out = append(out, metrics.FunctionSample{Name: s.Name, InFlight: s.InFlight, Waiting: int(d.queued.Load()),
 			PoolIdle: s.IdleWorkers + s.idleChildren, ZygoteHostPID: s.ZygotePID})
 	}
 	return out

@@ -85,7 +85,7 @@ func (l *sandboxLauncher) spec(opts RunnerOptions, mode agentproc.Mode) agentpro
 		PythonPath:   man.PythonPath,
 		RunDir:       filepath.Join(l.cfg.StateDir, "run", id),
 		RunTmpfsMiB:  l.cfg.RunTmpfsMiB,
-		ReadyTimeout: l.cfg.ReadyTimeout,
+		ReadyTimeout: l.readyTimeout(man),
 		Secrets:      len(man.Secrets) > 0,
 		PreFork:      preFork(man),
 		StrictFilter: l.cfg.StrictFilter,
@@ -96,6 +96,15 @@ func (l *sandboxLauncher) spec(opts RunnerOptions, mode agentproc.Mode) agentpro
 		spec.Cgroup = l.sandboxCgroup(opts, id)
 	}
 	return spec
+}
+
+// readyTimeout bounds the import and warm-up of a sandbox of man:
+// limits.import_timeout_ms when set, else the launcher's ReadyTimeout.
+func (l *sandboxLauncher) readyTimeout(man *Manifest) time.Duration {
+	if man.Limits.ImportTimeoutMs > 0 {
+		return time.Duration(man.Limits.ImportTimeoutMs) * time.Millisecond
+	}
+	return l.cfg.ReadyTimeout
 }
 
 // sandboxCgroup returns agentproc.Spec.Cgroup for sandbox id of opts: a group

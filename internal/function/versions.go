@@ -100,8 +100,8 @@ func (m *Manager) removeVersionDir(name, codeDir string) {
 }
 
 // collectVersionsLocked deletes the stored versions of name that are
-// neither active, nor among the Config.RetainVersions newest superseded
-// ones, nor run by a deployment that has not fully stopped (a draining
+// neither active, nor among the Config.KeepVersions - 1 most recently
+// deployed superseded ones, nor run by a deployment that has not fully stopped (a draining
 // version is collected by the retire that ends it). The caller holds the
 // name's lock. Failures are logged: collection is retried after the next
 // deploy.
@@ -120,7 +120,7 @@ func (m *Manager) collectVersionsLocked(ctx context.Context, name string) {
 		if v.Hash == active {
 			continue
 		}
-		if kept < m.cfg.RetainVersions {
+		if kept < m.cfg.KeepVersions-1 {
 			kept++
 			continue
 		}

@@ -37,7 +37,7 @@ func TestCollectVersions(t *testing.T) {
 	}
 	defer st.Close()
 	m := testManager(0)
-	m.reg, m.cfg.StateDir, m.cfg.RetainVersions = st, state, 2
+	m.reg, m.cfg.StateDir, m.cfg.KeepVersions = st, state, 3
 	hashes := []string{}
 	for i := range 6 {
 		h := "sha256:" + string(rune('a'+i)) + "0000000000000000000000000000000000000000000000000000000000000000"[:63]

@@ -46,6 +46,10 @@ var migrations = []migration{
 		_, err := tx.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS logs_caller ON logs (function, caller_id) WHERE caller_id != ''`)
 		return err
 	}},
+	// Branch deployops: when each version was last made active (rollback's
+	// default target, `zygo versions`' order); 0 for rows from before.
+	{10, "version activation time", addColumn("versions", "activated_at",
+		`ALTER TABLE versions ADD COLUMN activated_at INTEGER NOT NULL DEFAULT 0`)},
 }
 
 // SchemaVersion is the user_version of a store this daemon has opened.

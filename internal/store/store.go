@@ -102,6 +102,10 @@ type Version struct {
 	Hash      string // "sha256:<hex>"
 	Manifest  []byte // the validated manifest as JSON
 	CreatedAt time.Time
+	// DeployedAt is when the version was last made active (SetActive); its
+	// CreatedAt when that is not recorded (stored by an older daemon, or
+	// never made active: a deploy stores a version only once it has started).
+	DeployedAt time.Time
 }
 
 // FunctionRecord is a deployed function and its active version.
@@ -125,14 +129,29 @@ func (s *Store) PutVersion(ctx context.Context, v Version) error {
 }
 
 // SetActive points function at version hash (which must have been stored
-// with PutVersion), creating the function record if needed.
+// with PutVersion), creating the function record if needed, and records
+// now as the version's DeployedAt.
 func (s *Store) SetActive(ctx context.Context, function, hash string) error {
 	now := time.Now().UnixMilli()
-	_, err := s.db.ExecContext(ctx, `
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("activating %s of %s: %w", hash, function, err)
+	}
+	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
+	if _, err := tx.ExecContext(ctx, `
 		INSERT INTO functions (name, active_version, created_at, updated_at) VALUES (?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET active_version = excluded.active_version, updated_at = excluded.updated_at`,
-		function, hash, now, now)
-	if err != nil {
+		function, hash, now, now); err != nil {
+		return fmt.Errorf("activating %s of %s: %w", hash, function, err)
+	}
+	// Strictly increasing per function, so that two activations in one
+	// millisecond keep their order.
+	if _, err := tx.ExecContext(ctx, `
+		UPDATE versions SET activated_at = max(?, (SELECT coalesce(max(activated_at), 0) + 1 FROM versions WHERE function = ?))
+		WHERE function = ? AND hash = ?`, now, function, function, hash); err != nil {
+		return fmt.Errorf("activating %s of %s: %w", hash, function, err)
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("activating %s of %s: %w", hash, function, err)
 	}
 	return nil
@@ -187,11 +206,13 @@ func scanFunction(sc scanner) (FunctionRecord, error) {
 	return r, nil
 }
 
-// Versions lists the stored versions of function, newest first (by when
-// each was first stored); none is not an error.
+// Versions lists the stored versions of function, the most recently
+// deployed first (DeployedAt; a version stored but never made active by
+// when it was stored); none is not an error.
 func (s *Store) Versions(ctx context.Context, function string) ([]Version, error) {
-	rows, err := s.db.QueryContext(ctx,
-		`SELECT hash, manifest, created_at FROM versions WHERE function = ? ORDER BY created_at DESC, rowid DESC`, function)
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT hash, manifest, created_at, activated_at FROM versions WHERE function = ?
+		ORDER BY CASE WHEN activated_at > 0 THEN activated_at ELSE created_at END DESC, rowid DESC`, function)
 	if err != nil {
 		return nil, fmt.Errorf("listing versions of %s: %w", function, err)
 	}
@@ -200,11 +221,14 @@ func (s *Store) Versions(ctx context.Context, function string) ([]Version, error
 	for rows.Next() {
 		v := Version{Function: function}
 		var manifest string
-		var created int64
-		if err := rows.Scan(&v.Hash, &manifest, &created); err != nil {
+		var created, activated int64
+		if err := rows.Scan(&v.Hash, &manifest, &created, &activated); err != nil {
 			return nil, fmt.Errorf("listing versions of %s: %w", function, err)
 		}
-		v.Manifest, v.CreatedAt = []byte(manifest), time.UnixMilli(created)
+		v.Manifest, v.CreatedAt, v.DeployedAt = []byte(manifest), time.UnixMilli(created), time.UnixMilli(created)
+		if activated > 0 {
+			v.DeployedAt = time.UnixMilli(activated)
+		}
 		out = append(out, v)
 	}
 	return out, rows.Err()

@@ -25,6 +25,8 @@ func TestDeployValidatesManifest(t *testing.T) {
 		{"name = \"a\"\nruntime = \"python\"\nhandler = \"main:handler\"\n[limits]\ntimeout_ms = -1\n", "limits.timeout_ms"},
 		{"name = \"a\"\nruntime = \"python\"\nhandler = \"main:handler\"\n[limits]\ntimeout_ms = \"soon\"\n", "timeout_ms"},
 		{"name = \"a\"\nruntime = \"python\"\nhandler = \"main:handler\"\n[env]\nTMPDIR = \"/x\"\n", "env.TMPDIR"},
+		{"name = \"a\"\nruntime = \"python\"\nhandler = \"main:handler\"\nqueue = 10001\n", "queue: 10001 is outside 0..10000"},
+		{"name = \"a\"\nruntime = \"python\"\nhandler = \"main:handler\"\n[limits]\nimport_timeout_ms = 5\n", "limits.import_timeout_ms: 5 is outside"},
 	}
 	for _, c := range cases {
 		dir := writeFunction(t, map[string]string{"zygo.toml": c.manifest, "main.py": "def handler(e, c): return 1\n"})

@@ -4,10 +4,13 @@ import "time"
 
 // The function routes:
 //
-//	POST   /v1/functions                   body: gzip'd tar of a function dir → 201 DeployResult (200 when unchanged)
+//	POST   /v1/functions                   body: gzip'd tar of a function dir → 201 DeployResult (200 when unchanged);
+//	                                       with Accept: DeployStreamType, DeployEvents (steps, then the answer)
 //	GET    /v1/functions                   []Function, by name
 //	GET    /v1/functions/{name}            Function
 //	DELETE /v1/functions/{name}            204
+//	GET    /v1/functions/{name}/versions   ?limit=N&cursor=C → Page[Version], most recently deployed first
+//	POST   /v1/functions/{name}/rollback   body: RollbackFunctionBody → as POST /v1/functions (also streamed)
 //	POST   /v1/functions/{name}/invoke     body: the event (JSON) → the handler's value; headers RequestIDHeader...
 //	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N&since=T&tail=N → LogsBody
 //	PUT    /v1/secrets/{name}              body: the value (raw bytes) → 204
@@ -34,6 +37,48 @@ type DeployResult struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
+// DeployStreamType is the media type a client sends in Accept to have a deploy or a function
+// rollback answer with DeployEvents, one JSON object a line.
+const DeployStreamType = "application/x-ndjson"
+
+// Deploy steps, in order (DeployEvent.Step). A rollback has no uploading or unpacking.
+const (
+	StepUploading = "uploading" // the bundle is being received and checked
+	StepUnpacking = "unpacking" // the version's files are being stored
+	StepImporting = "importing" // its sandbox is starting and importing the code
+	StepWarmup    = "warmup"    // imported; Checks has the warm-up findings; traffic not moved yet
+	StepReady     = "ready"     // traffic has moved; the previous version drains
+)
+
+// DeployEvent is one line of a streamed deploy or rollback (Accept: DeployStreamType): a
+// Step line for each step reached, then one line with Result (success) or Error (failure)
+// and the HTTP status the plain call would have had. A deploy refused before its bundle is
+// checked (a bad archive or manifest) is a plain error answer instead, with its status.
+type DeployEvent struct {
+	Step    string        `json:"step,omitempty"`
+	Version string        `json:"version,omitempty"` // the version being deployed; "" while uploading
+	Checks  []Check       `json:"checks,omitempty"`  // StepWarmup
+	Result  *DeployResult `json:"result,omitempty"`
+	Error   *ErrorBody    `json:"error,omitempty"`
+	Status  int           `json:"status,omitempty"` // with Result or Error
+}
+
+// RollbackFunctionBody is the body of POST /v1/functions/{name}/rollback; an empty body is
+// {} (the version active before the current one).
+type RollbackFunctionBody struct {
+	// To is the version's hash or a unique prefix of it, with or without "sha256:"; "" is the
+	// version that was active before the current one.
+	To string `json:"to,omitempty"`
+}
+
+// Version is one stored version of a function.
+type Version struct {
+	Hash       string    `json:"hash"`        // "sha256:<hex>"
+	CreatedAt  time.Time `json:"created_at"`  // first stored
+	DeployedAt time.Time `json:"deployed_at"` // last made active
+	Active     bool      `json:"active"`
+}
+
 // Check is one finding of a deploy's warm-up (a fork-safety check).
 type Check struct {
 	Name   string `json:"name"`
@@ -43,14 +88,18 @@ type Check struct {
 
 // Function is one deployed function, as GET /v1/functions lists it.
 type Function struct {
-	Name        string    `json:"name"`
-	Version     string    `json:"version"`
-	Runtime     string    `json:"runtime"` // python or node
-	Mode        string    `json:"mode"`    // fork, spawn or worker
-	State       string    `json:"state"`   // starting, ready, restarting, failed, spawn
-	Fallback    string    `json:"fallback,omitempty"`
-	ZygotePID   int       `json:"zygote_pid,omitempty"` // host pid
-	InFlight    int       `json:"in_flight"`
+	Name      string `json:"name"`
+	Version   string `json:"version"`
+	Runtime   string `json:"runtime"` // python or node
+	Mode      string `json:"mode"`    // fork, spawn or worker
+	State     string `json:"state"`   // deploying (first version starting), starting, ready, restarting, failed
+	Fallback  string `json:"fallback,omitempty"`
+	ZygotePID int    `json:"zygote_pid,omitempty"` // host pid
+	InFlight  int    `json:"in_flight"`
+	Queued    int    `json:"queued"` // requests waiting for a concurrency slot
+	// Deploying is the version a deploy or rollback is starting in place of Version; "" when
+	// none (a first deploy is State "deploying" instead).
+	Deploying   string    `json:"deploying,omitempty"`
 	IdleWorkers int       `json:"idle_workers,omitempty"` // ready Node workers
 	Served      int64     `json:"served"`
 	Manifest    *Manifest `json:"manifest"`
@@ -66,6 +115,7 @@ type Manifest struct {
 	Secrets     []string          `json:"secrets,omitempty"`
 	Strict      bool              `json:"strict"`
 	Concurrency int               `json:"concurrency"`
+	Queue       int               `json:"queue"` // requests that may wait beyond concurrency
 	PreFork     *int              `json:"prefork,omitempty"`
 	PoolSize    *int              `json:"pool_size,omitempty"`
 	Env         map[string]string `json:"env,omitempty"`
@@ -82,6 +132,9 @@ type FunctionLimits struct {
 	CPUMs          int `json:"cpu_ms,omitempty"` // CPU time, milliseconds
 	MaxRequestKiB  int `json:"max_request_kib"`
 	MaxResponseKiB int `json:"max_response_kib"`
+	// ImportTimeoutMs bounds each sandbox start (import + warm-up), milliseconds; 0: the
+	// daemon's --ready-timeout.
+	ImportTimeoutMs int `json:"import_timeout_ms,omitempty"`
 }
 
 // LogLine is one line a function's request printed, or one of Zygo's reports about it.

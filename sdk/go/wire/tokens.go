@@ -26,9 +26,5 @@ type TokenCreated struct {
 	Secret string `json:"secret"`
 }
 
-// TokensPage is a page of GET /v1/tokens (?limit=N, 1..1000, default 100; ?cursor=C), by
-// name; NextCursor is empty on the last page.
-type TokensPage struct {
-	Items      []Token `json:"items"`
-	NextCursor string  `json:"next_cursor,omitempty"`
-}
+// TokensPage is a page of GET /v1/tokens (wire.Page), by name.
+type TokensPage = Page[Token]

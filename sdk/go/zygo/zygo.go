@@ -37,7 +37,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
@@ -127,6 +129,9 @@ func defaultSocket(euid int) string {
 type Error struct {
 	Status int
 	wire.ErrorBody
+	// RetryAfter is the answer's Retry-After (a 429 of a function whose queue is full); 0
+	// when it had none.
+	RetryAfter time.Duration
 }
 
 // Error returns the daemon's message as it sent it (ErrorBody.Text: `function "x" not
@@ -229,6 +234,10 @@ func IsConflict(err error) bool { return hasCode(err, wire.CodeFailedPreconditio
 // a wrong one (TCP only; see NewTCPClient).
 func IsUnauthenticated(err error) bool { return hasCode(err, wire.CodeUnauthenticated) }
 
+// IsTooManyRequests reports whether err says the function is at its concurrency with its
+// queue full (429); Error.RetryAfter says when to retry.
+func IsTooManyRequests(err error) bool { return hasCode(err, wire.CodeTooManyRequests) }
+
 // IsUnavailable reports whether err says sandboxes (or the engine, or a guest) are not
 // available on this daemon; the message says why.
 func IsUnavailable(err error) bool { return hasCode(err, wire.CodeUnavailable) }
@@ -276,7 +285,11 @@ func (c *Client) send(ctx context.Context, req *http.Request) (*http.Response, e
 // wire.CodeHTTP and the start of what the body held.
 func readError(resp *http.Response) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return decodeError(resp.StatusCode, raw)
+	e := decodeError(resp.StatusCode, raw)
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
 }
 
 func decodeError(status int, raw []byte) *Error {
