@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/sdk/go/wire"
@@ -26,6 +28,7 @@ var categoryCodes = []struct {
 	{errdefs.ErrFailedPrecondition, wire.CodeFailedPrecondition},
 	{errdefs.ErrUnavailable, wire.CodeUnavailable},
 	{errdefs.ErrDeadlineExceeded, wire.CodeDeadlineExceeded},
+	{errdefs.ErrTooManyRequests, wire.CodeTooManyRequests},
 	{context.DeadlineExceeded, wire.CodeDeadlineExceeded},
 	{context.Canceled, wire.CodeCancelled},
 }
@@ -51,6 +54,10 @@ func (s *Server) errorBody(err error) *wire.ErrorBody {
 
 // fail answers err with the status and code of its category (errorCode).
 func (s *Server) fail(w http.ResponseWriter, err error) {
+	var ra interface{ RetryAfter() time.Duration }
+	if errors.As(err, &ra) {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(ra.RetryAfter().Round(time.Second)/time.Second))))
+	}
 	writeError(w, *s.errorBody(err))
 }
 

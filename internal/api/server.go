@@ -17,6 +17,7 @@
 //	GET    /v1/secrets                     names and update times only
 //	DELETE /v1/secrets/{name}
 //	/v1/sandboxes/..., /v1/checkpoints/...   see sandboxes.go
+//	/v1/pools/...                            see pools.go
 package api
 
 import (
@@ -72,6 +73,8 @@ type Server struct {
 	version string
 	// sandboxes serves /v1/sandboxes and /v1/checkpoints (sandboxes.go, set by WithSandboxes).
 	sandboxes sandboxAPI
+	// pools serves /v1/pools (pools.go, set by WithPools); nil: 503.
+	pools Pools
 }
 
 // NewServer returns a Server; version is the daemon's build version.
@@ -93,6 +96,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/secrets", s.listSecrets)
 	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
 	s.sandboxRoutes(mux)
+	s.poolRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})

@@ -74,6 +74,7 @@ func newRootCmd(g *globals) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.addr, "addr", "", "talk to the daemon over loopback TCP (host:port) instead of its unix socket; "+
 		"the token comes from $ZYGO_TOKEN, else from api.token in the state dir")
 	root.AddCommand(newServeCmd(g), newUpCmd(g), newInvokeCmd(g), newLsCmd(g), newLogsCmd(g), newRmCmd(g), newStatusCmd(g), newSecretCmd(g), newCheckCmd(g), newSandboxCmd(g))
+	root.AddCommand(newPoolCmd(g))
 	return root
 }
 

@@ -271,7 +271,12 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	}
 	sbx := openSandboxes(ctx, cfg, st, secrets, netHost, log)
 	defer sbx.close()
-	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err)
+	pools, err := openPools(ctx, cfg, fcfg, st, secrets)
+	if err != nil {
+		return err
+	}
+	defer pools.Shutdown()
+	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithPools(pools)
 	err = serveAPI(ctx, cfg, apiSrv.Handler(), ready)
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")

@@ -30,6 +30,10 @@ var (
 	// ErrPermissionDenied: the caller may not do this to that object (a read-only or
 	// root-only file in a sandbox). HTTP 403.
 	ErrPermissionDenied = errors.New("permission denied")
+	// ErrTooManyRequests: the caller holds all the slots and queue places it may (a pool
+	// tenant's concurrency and queue); retry later. HTTP 429, with Retry-After when the
+	// error says how long (a RetryAfter() time.Duration method).
+	ErrTooManyRequests = errors.New("too many requests")
 )
 
 // IsNotFound reports whether err is, or wraps, ErrNotFound.
@@ -52,5 +56,5 @@ func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgumen
 // each call.
 func All() []error {
 	return []error{ErrNotFound, ErrInvalidArgument, ErrTooLarge, ErrPermissionDenied, ErrExists,
-		ErrFailedPrecondition, ErrUnavailable, ErrDeadlineExceeded}
+		ErrFailedPrecondition, ErrUnavailable, ErrDeadlineExceeded, ErrTooManyRequests}
 }

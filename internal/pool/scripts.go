@@ -275,4 +275,3 @@ func (st scriptStore) count(tenant string) int {
 	}
 	return n
 }
-

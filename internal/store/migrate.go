@@ -35,6 +35,8 @@ var migrations = []migration{
 		`ALTER TABLE sandboxes ADD COLUMN net_address TEXT NOT NULL DEFAULT ''`)},
 	{7, "sandbox network MAC", addColumn("sandboxes", "net_mac",
 		`ALTER TABLE sandboxes ADD COLUMN net_mac TEXT NOT NULL DEFAULT ''`)},
+	// Branch pools: runtime pools (pools.go).
+	{8, "runtime pools", ddl(poolSchema)},
 }
 
 // SchemaVersion is the user_version of a store this daemon has opened.

@@ -26,6 +26,7 @@ const (
 	CodeInternal           Code = "internal"            // 500
 	CodeUnauthenticated    Code = "unauthenticated"     // 401: no or a wrong bearer token (TCP listener)
 	CodeImportFailed       Code = "import_failed"       // 422: a deploy whose new version failed to import
+	CodeTooManyRequests    Code = "too_many_requests"   // 429: over a concurrency and queue bound; Retry-After says when to retry
 	// CodeHTTP is never sent by the daemon: a client gives it to an answer that carried no
 	// error body (a proxy's page, say).
 	CodeHTTP Code = "http"
@@ -52,7 +53,7 @@ var codeStatus = map[Code]int{
 	CodeHandlerError: http.StatusInternalServerError, CodeTimeout: http.StatusGatewayTimeout,
 	CodeCrashed: http.StatusBadGateway, CodeZygoteDied: http.StatusServiceUnavailable,
 	CodeResponseTooLarge: http.StatusBadGateway, CodeLimitExceeded: http.StatusBadGateway,
-	CodeBadEvent: http.StatusBadRequest,
+	CodeBadEvent: http.StatusBadRequest, CodeTooManyRequests: http.StatusTooManyRequests,
 }
 
 // categoryText is the phrase of each code that names a category of failure rather than an
@@ -64,6 +65,7 @@ var categoryText = map[Code]string{
 	CodeExists: "already exists", CodeFailedPrecondition: "failed precondition",
 	CodePermissionDenied: "permission denied", CodeUnavailable: "unavailable",
 	CodeDeadlineExceeded: "deadline exceeded", CodeCancelled: "cancelled",
+	CodeTooManyRequests: "too many requests",
 }
 
 // Text returns the short lowercase phrase of a category code ("not found" for
