@@ -49,7 +49,7 @@ func (p *pool) laneFor(ctx context.Context, tenant string, own bool) (*lane, err
 	}
 	if p.removed {
 		p.mu.Unlock()
-		return nil, fmt.Errorf("%w: pool %q was removed", errdefs.ErrNotFound, p.name)
+		return nil, fmt.Errorf("pool %q (removed or replaced while the request waited): %w", p.name, errdefs.ErrNotFound)
 	}
 	if l == nil {
 		var err error

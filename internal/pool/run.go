@@ -292,7 +292,6 @@ func newRequestID() string {
 	return "pr-" + hex.EncodeToString(b[:])
 }
 
-
 func callOf(req agentproc.Request, secrets map[string][]byte, place func(context.Context, int) (func(*agentproc.Result), error)) function.Call {
 	return function.Call{Request: req, Secrets: secrets, Place: place}
 }

@@ -239,7 +239,7 @@ func (st scriptStore) put(tenant string, s Script) (string, error) {
 // errdefs.ErrNotFound naming the field.
 func (st scriptStore) has(tenant, hash string) error {
 	if _, err := os.Stat(st.dir(tenant, hash)); err != nil {
-		return fmt.Errorf("%w: script: %s of tenant %q", errdefs.ErrNotFound, hash, tenant)
+		return fmt.Errorf("script %s of tenant %q: %w", hash, tenant, errdefs.ErrNotFound)
 	}
 	return nil
 }
