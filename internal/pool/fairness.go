@@ -59,6 +59,9 @@ func (e *TooManyRequestsError) RetryAfter() time.Duration { return e.After }
 // and then a slot of the pool; the returned release gives both back (call
 // it once). Errors: *TooManyRequestsError, or ctx's.
 func (a *admission) acquire(ctx context.Context, tenant string) (release func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	a.mu.Lock()
 	ts := a.tenants[tenant]
 	if ts == nil {
