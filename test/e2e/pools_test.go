@@ -419,3 +419,19 @@ func TestPoolZygotePerTenant(t *testing.T) {
 		t.Errorf("per-tenant pool: lanes %s %s, id(json) %s %s; want own lanes and different layouts", r1.Lane, r2.Lane, r1.Value, r2.Value)
 	}
 }
+
+// TestCheckPools runs the pools auditor on a private daemon: every isolation row passes, the
+// shared layout and timing rows are documented, and the exit status is 0.
+func TestCheckPools(t *testing.T) {
+	requireTools(t)
+	out, err := execZygo("check", "pools", "-n", "2").CombinedOutput()
+	if err != nil {
+		t.Fatalf("zygo check pools: %v\n%s", err, out)
+	}
+	for _, want := range []string{"secret files of another tenant", "processes it can signal",
+		"address layout shared with another tenant (zygote-per-tenant)", "10 pass, 0 fail, 2 documented, 0 missing"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
