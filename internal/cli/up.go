@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/zygo-run/zygo/internal/pool"
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
@@ -24,6 +25,9 @@ func newUpCmd(g *globals) *cobra.Command {
 			dir, err := functionDir(arg)
 			if err != nil {
 				return err
+			}
+			if raw, err := os.ReadFile(filepath.Join(dir, "zygo.toml")); err == nil && pool.IsPool(raw) {
+				return fmt.Errorf("%s/zygo.toml is a runtime pool (kind = \"pool\"): deploy it with zygo pool up %s", dir, arg)
 			}
 			res, err := g.client().DeployDir(cmd.Context(), dir)
 			if err != nil {

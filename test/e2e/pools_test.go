@@ -435,3 +435,33 @@ func TestCheckPools(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolRestart: a pool and its tenants' scripts survive a daemon restart (its shared
+// zygote comes back warm), `zygo up` of a pool directory says to use `zygo pool up`, and
+// `zygo pool rm` removes it.
+func TestPoolRestart(t *testing.T) {
+	d := startDaemon(t, "")
+	d.poolUp("keep", `preload = ["json"]`)
+	res := d.mustRunScript("keep", "t", "def handler(e, c):\n    return 7\n", nil, nil)
+	d.Stop()
+	d = startDaemon(t, d.StateDir)
+	ctx := context.Background()
+	again, err := d.Client.RunScript(ctx, "keep", wire.PoolRunRequest{Tenant: "t", Script: res.Script})
+	if err != nil || string(again.Value) != "7" {
+		t.Fatalf("after a restart: %v %s\n%s", err, again.Value, d.Log)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "zygo.toml"), []byte("kind = \"pool\"\nname = \"x\"\n"), 0o644)
+	if _, errOut, code := d.CLI("up", dir); code == 0 || !strings.Contains(errOut, "zygo pool up") {
+		t.Errorf("zygo up of a pool: exit %d, %s", code, errOut)
+	}
+	if out, errOut, code := d.CLI("pool", "rm", "keep"); code != 0 {
+		t.Fatalf("pool rm: %s%s", out, errOut)
+	}
+	if _, err := d.Client.Pool(ctx, "keep"); !zygo.IsNotFound(err) {
+		t.Errorf("after rm: %v; want 404", err)
+	}
+	if _, err := os.Stat(filepath.Join(d.StateDir, "pools", "keep")); !os.IsNotExist(err) {
+		t.Errorf("the pool's files are left after rm: %v", err)
+	}
+}
