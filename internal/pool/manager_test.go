@@ -180,4 +180,3 @@ func TestAdmission(t *testing.T) {
 		t.Errorf("stats running %d waiting %d tenants %d; want 0 0 0 (idle tenants dropped)", r, w, n)
 	}
 }
-
