@@ -84,7 +84,10 @@ func (m *Manager) Run(ctx context.Context, name string, rr RunRequest) (*RunResu
 	}
 	defer p.leave(l)
 	res := &RunResult{RequestID: newRequestID(), Hash: rr.Hash, Lane: laneName(l.key)}
-	script, closeScript, why := p.script(rr)
+	script, closeScript, why, err := p.script(rr)
+	if err != nil {
+		return nil, err
+	}
 	defer closeScript()
 	res.Mounted = script.Mount != nil
 	req := agentproc.Request{ID: res.RequestID, Event: rr.Event, Timeout: time.Duration(p.man.Limits.TimeoutMs) * time.Millisecond,
@@ -177,20 +180,21 @@ func (m *Manager) tenantSecrets(ctx context.Context, tenant string, names []stri
 
 // script returns the request's agentproc.Script: a read-only mount of the
 // script's directory, or (when none can be made) its files, with why, for
-// the request's log. The returned close releases the mount.
-func (p *pool) script(rr RunRequest) (s *agentproc.Script, closeIt func(), why string) {
+// the request's log. The returned close releases the mount. Errors: the
+// files could not be read either (ErrUnavailable).
+func (p *pool) script(rr RunRequest) (s *agentproc.Script, closeIt func(), why string, err error) {
 	s = &agentproc.Script{Tenant: rr.Tenant, Hash: rr.Hash, Entry: rr.Entry}
-	f, err := p.m.cfg.Mount(p.scripts.dir(rr.Tenant, rr.Hash))
-	if err == nil {
+	f, merr := p.m.cfg.Mount(p.scripts.dir(rr.Tenant, rr.Hash))
+	if merr == nil {
 		s.Mount = f
-		return s, func() { f.Close() }, ""
+		return s, func() { f.Close() }, "", nil
 	}
-	files, rerr := p.scripts.read(rr.Tenant, rr.Hash)
-	if rerr != nil {
-		files = nil
+	files, err := p.scripts.read(rr.Tenant, rr.Hash)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("%w: script %s of tenant %q could be neither mounted (%v) nor read: %w", errdefs.ErrUnavailable, rr.Hash, rr.Tenant, merr, err)
 	}
 	s.Files = files
-	return s, func() {}, err.Error()
+	return s, func() {}, merr.Error(), nil
 }
 
 // place returns the request's cgroup placement (nil without a Limiter):

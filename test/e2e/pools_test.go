@@ -465,3 +465,51 @@ func TestPoolRestart(t *testing.T) {
 		t.Errorf("the pool's files are left after rm: %v", err)
 	}
 }
+
+// TestPoolList pages through GET /v1/pools with limit and cursor, refuses a bad limit or
+// cursor naming it, and runs a script in a strict pool (no exec, no fork).
+func TestPoolList(t *testing.T) {
+	d := startDaemon(t, "")
+	d.poolUp("a1", "")
+	d.poolUp("b2", "strict = true")
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", daemon.SocketPath(d.StateDir))
+	}}}
+	get := func(q string) (int, wire.PoolPage, string) {
+		resp, err := hc.Get("http://zygo/v1/pools" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var page wire.PoolPage
+		var raw json.RawMessage
+		json.NewDecoder(resp.Body).Decode(&raw)
+		json.Unmarshal(raw, &page)
+		return resp.StatusCode, page, string(raw)
+	}
+	st, p1, _ := get("?limit=1")
+	if st != 200 || len(p1.Items) != 1 || p1.Items[0].Name != "a1" || p1.NextCursor == "" {
+		t.Fatalf("first page: %d %+v", st, p1)
+	}
+	st, p2, _ := get("?limit=1&cursor=" + p1.NextCursor)
+	if st != 200 || len(p2.Items) != 1 || p2.Items[0].Name != "b2" || p2.NextCursor != "" || !p2.Items[0].Strict {
+		t.Fatalf("second page: %d %+v", st, p2)
+	}
+	for q, field := range map[string]string{"?limit=0": "limit", "?limit=1001": "limit", "?cursor=not!base64": "cursor"} {
+		if st, _, raw := get(q); st != 400 || !strings.Contains(raw, field) {
+			t.Errorf("GET /v1/pools%s: %d %s; want 400 naming %s", q, st, raw, field)
+		}
+	}
+	var out map[string]any
+	d.mustRunScript("b2", "t", `import os, subprocess
+def handler(e, c):
+    try:
+        subprocess.run(["/bin/true"])
+        return {"exec": True}
+    except OSError as err:
+        return {"exec": err.errno}
+`, nil, &out)
+	if out["exec"] == true {
+		t.Errorf("a strict pool's script ran a program: %v", out)
+	}
+}
