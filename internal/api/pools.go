@@ -241,6 +241,13 @@ func (s *Server) poolRun(w http.ResponseWriter, r *http.Request, p Pools) {
 	w.Header().Set(wire.MountedHeader, strconv.FormatBool(res.Mounted))
 	w.Header().Set(wire.ChildHeader, string(res.Child))
 	w.Header().Set(wire.DurationHeader, strconv.FormatFloat(float64(res.Elapsed.Microseconds())/1000, 'f', 2, 64))
+	if len(res.Phases) > 0 {
+		steps := make([]wire.Timing, len(res.Phases))
+		for i, p := range res.Phases {
+			steps[i] = wire.Timing{Name: p.Name, Dur: p.Took}
+		}
+		w.Header().Set(wire.ServerTimingHeader, wire.FormatServerTiming(steps))
+	}
 	if res.Failure != agentproc.FailNone {
 		e := wire.ErrorBody{Code: wire.Code(res.Failure), RequestID: res.RequestID}
 		if res.Error != nil {

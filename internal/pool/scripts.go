@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
@@ -32,6 +33,12 @@ const (
 	ScriptFile = "main.py"
 	// DefaultEntry is the entry point when a run names none.
 	DefaultEntry = "main:handler"
+	// MaxScriptsPerTenant bounds the scripts a tenant keeps in one pool;
+	// storing one more evicts the least recently used (scriptStore.put).
+	MaxScriptsPerTenant = 1000
+	// evictAfter is how long a script must have gone unused before it may
+	// be evicted (a request in flight may still be opening its files).
+	evictAfter = 10 * time.Minute
 )
 
 var (
@@ -210,6 +217,9 @@ func (st scriptStore) put(tenant string, s Script) (string, error) {
 	if err := os.MkdirAll(filepath.Join(st.root, tenant), 0o711); err != nil {
 		return "", fmt.Errorf("storing script: %w", err)
 	}
+	if err := st.evict(tenant, MaxScriptsPerTenant-1); err != nil {
+		return "", err
+	}
 	tmp, err := os.MkdirTemp(filepath.Join(st.root, tenant), ".partial-")
 	if err != nil {
 		return "", fmt.Errorf("storing script: %w", err)
@@ -235,11 +245,47 @@ func (st scriptStore) put(tenant string, s Script) (string, error) {
 	return hash, nil
 }
 
-// has reports whether tenant has script hash; errors wrap
-// errdefs.ErrNotFound naming the field.
+// has reports whether tenant has script hash, and marks it used now (its
+// directory's mtime: the eviction order); errors wrap errdefs.ErrNotFound.
 func (st scriptStore) has(tenant, hash string) error {
-	if _, err := os.Stat(st.dir(tenant, hash)); err != nil {
+	dir := st.dir(tenant, hash)
+	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("script %s of tenant %q: %w", hash, tenant, errdefs.ErrNotFound)
+	}
+	now := time.Now()
+	_ = os.Chtimes(dir, now, now)
+	return nil
+}
+
+// evict removes tenant's least recently used scripts until at most keep
+// remain, never one used within evictAfter. Errors: ErrTooManyRequests
+// when that many are all in recent use.
+func (st scriptStore) evict(tenant string, keep int) error {
+	es, err := os.ReadDir(filepath.Join(st.root, tenant))
+	if err != nil {
+		return nil
+	}
+	type script struct {
+		name string
+		used time.Time
+	}
+	var all []script
+	for _, e := range es {
+		if info, err := e.Info(); err == nil && hashRE.MatchString(e.Name()) {
+			all = append(all, script{e.Name(), info.ModTime()})
+		}
+	}
+	if len(all) <= keep {
+		return nil
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].used.Before(all[j].used) })
+	for _, s := range all[:len(all)-keep] {
+		if time.Since(s.used) < evictAfter {
+			return fmt.Errorf("%w: tenant %q has %d scripts in this pool, all used within %v: retry later", errdefs.ErrTooManyRequests, tenant, len(all), evictAfter)
+		}
+		if err := os.RemoveAll(filepath.Join(st.root, tenant, s.name)); err != nil {
+			return fmt.Errorf("evicting script %s: %w", s.name, err)
+		}
 	}
 	return nil
 }

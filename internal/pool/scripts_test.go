@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 )
@@ -68,5 +70,28 @@ func TestReadScript(t *testing.T) {
 	}
 	if TenantSecretName("a-b", "DB") != "tenant_a_b__DB" {
 		t.Error(TenantSecretName("a-b", "DB"))
+	}
+}
+
+// TestScriptEviction: storing a script past MaxScriptsPerTenant evicts the least recently
+// used one not used within evictAfter, and refuses (429) when all are recent.
+func TestScriptEviction(t *testing.T) {
+	st := scriptStore{root: t.TempDir(), gid: -1}
+	old, err := st.put("t", Script{"main.py": []byte("old")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recent, _ := st.put("t", Script{"main.py": []byte("recent")})
+	long := time.Now().Add(-2 * evictAfter)
+	os.Chtimes(st.dir("t", old), long, long)
+	if err := st.evict("t", 1); err != nil {
+		t.Fatal(err)
+	}
+	if st.has("t", old) == nil || st.has("t", recent) != nil {
+		t.Error("eviction removed the wrong script")
+	}
+	st.put("t", Script{"main.py": []byte("another")})
+	if err := st.evict("t", 1); !errors.Is(err, errdefs.ErrTooManyRequests) {
+		t.Errorf("evicting recent scripts: %v; want ErrTooManyRequests", err)
 	}
 }
