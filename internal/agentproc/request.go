@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -37,6 +38,27 @@ type Request struct {
 	// whole stream before it is cut into lines or pieces (output.go); nil
 	// redacts nothing.
 	Redact *redact.Redactor
+	// Script, when set, is a pool request's script (internal/pool): the
+	// child loads Script.Entry from it after GO instead of calling the
+	// zygote's handler. Nil for functions.
+	Script *Script
+}
+
+// Script is the script of a pool request. Exactly one of Mount and Files
+// is set.
+type Script struct {
+	Tenant string // the tenant the script belongs to
+	Hash   string // its content hash
+	Entry  string // MODULE:FUNCTION
+	// Mount is a detached read-only mount of the script's directory (the
+	// caller owns it and closes it after Run returns); it is attached to
+	// the go message (SCM_RIGHTS), so the script's text never passes
+	// through the zygote or the request directory.
+	Mount *os.File
+	// Files, when Mount is nil, are the script's files (relative path →
+	// content), written read-only into the request directory's script/
+	// before GO: the fallback when no mount can be made.
+	Files map[string][]byte
 }
 
 // Failure classifies why a request did not produce a value.
@@ -277,6 +299,11 @@ func (z *Process) makeRequestDir(req Request) (requestDir, error) {
 		files["strict.bpf"] = z.spec.StrictFilter
 	}
 	uid := int(z.spec.Box.HostUID)
+	if s := req.Script; s != nil && s.Mount == nil {
+		if err := writeScript(d.files, s.Files, uid); err != nil {
+			return d, err
+		}
+	}
 	for name, data := range files {
 		if err := d.files.WriteFile(name, data, 0o400); err != nil {
 			return d, fmt.Errorf("writing %s: %w", name, err)
@@ -349,10 +376,15 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	// when it receives GO (the sandbox's clock need not agree with ours).
 	goMsg := message{Type: "go", RequestID: req.ID, Dir: dir.sandbox, DeadlineMs: max(time.Until(deadline).Milliseconds(), 0),
 		Function: req.Function, Version: req.Version, Strict: req.Strict}
+	var attach *os.File
+	if s := req.Script; s != nil {
+		goMsg.Script = &goScript{Tenant: s.Tenant, Hash: s.Hash, Entry: s.Entry, Mounted: s.Mount != nil}
+		attach = s.Mount
+	}
 	if z.spec.Mode != ModeFork {
 		z.current.Store(&outputOwner{id: req.ID, redact: req.Redact})
 	}
-	err := c.conn.send(goMsg, nil)
+	err := c.conn.send(goMsg, attach)
 	res.mark("go", &res.lap)
 	if err != nil {
 		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)

@@ -40,6 +40,20 @@ type message struct {
 	Function   string `json:"function,omitempty"`
 	Version    string `json:"version,omitempty"`
 	Strict     bool   `json:"strict,omitempty"`
+	// Script is a pool request's script (Request.Script); absent for functions.
+	Script *goScript `json:"script,omitempty"`
+}
+
+// goScript is the "script" member of a pool request's go message
+// (docs/protocol.md, "Pool requests").
+type goScript struct {
+	Tenant string `json:"tenant"`
+	Hash   string `json:"hash"`
+	Entry  string `json:"entry"`
+	// Mounted says the descriptor attached to go is a read-only mount of
+	// the script's directory; otherwise the files are in the request
+	// directory's script/ (Script.Files).
+	Mounted bool `json:"mounted"`
 }
 
 // Check is one warm-up finding the agent reports in its ready message.

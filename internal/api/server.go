@@ -24,6 +24,7 @@
 //	DELETE /v1/tokens/{name}               unix socket only
 //	GET    /metrics                        Prometheus text format (internal/metrics)
 //	/v1/sandboxes/..., /v1/checkpoints/...   see sandboxes.go
+//	/v1/pools/...                            see pools.go
 package api
 
 import (
@@ -85,6 +86,8 @@ type Server struct {
 	version string
 	// sandboxes serves /v1/sandboxes and /v1/checkpoints (sandboxes.go, set by WithSandboxes).
 	sandboxes sandboxAPI
+	// pools serves /v1/pools (pools.go, set by WithPools); nil: 503.
+	pools Pools
 	// tokens are the API tokens (tokens.go, set by WithTokens); nil: the token routes answer 503.
 	tokens *Tokens
 	// metrics serves GET /metrics (set by WithMetrics; serveMetrics); nil: the route answers 404.
@@ -134,6 +137,7 @@ func (s *Server) routes() *http.ServeMux {
 	s.sandboxRoutes(mux)
 	s.tokenRoutes(mux)
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
+	s.poolRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
 	})

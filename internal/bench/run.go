@@ -30,7 +30,10 @@ type Config struct {
 	// CPUProfile, if set, is where the daemon writes its Go CPU profile
 	// (`zygo serve --cpuprofile`) over the whole run.
 	CPUProfile string
-	Progress   io.Writer
+	// PoolTenants is how many tenants the pool memory row serves, and how
+	// many function zygotes it is compared with (default 100).
+	PoolTenants int
+	Progress    io.Writer
 }
 
 // Line is one row of the results table.
@@ -66,6 +69,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.CPUN == 0 {
 		cfg.CPUN = 1000
 	}
+	if cfg.PoolTenants == 0 {
+		cfg.PoolTenants = 100
+	}
 	if cfg.Zygo == "" {
 		cfg.Zygo = filepath.Join(cfg.Root, "bin", "zygo")
 	}
@@ -84,7 +90,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer d.stop()
 	r := &Report{Machine: machine(), When: time.Now().UTC()}
 	b := &runner{ctx: ctx, c: d.client, cfg: cfg, work: work, rep: r, daemonPID: d.cmd.Process.Pid}
-	for _, step := range []func() error{b.warm, b.ideal, b.cold, b.floor, b.node, b.growth, b.memory} {
+	for _, step := range []func() error{b.warm, b.ideal, b.cold, b.floor, b.node, b.growth, b.memory, b.pools} {
 		if err := step(); err != nil {
 			return r, err
 		}

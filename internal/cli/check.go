@@ -26,7 +26,7 @@ func newCheckCmd(g *globals) *cobra.Command {
 			"repeat across the copies. Each row has an expectation (differs, same, or documented);\n" +
 			"the exit status is 1 when any row fails.",
 	}
-	cmd.AddCommand(newCheckFunctionsCmd(g), newCheckSandboxesCmd(g))
+	cmd.AddCommand(newCheckFunctionsCmd(g), newCheckSandboxesCmd(g), newCheckPoolsCmd(g))
 	return cmd
 }
 

@@ -86,6 +86,7 @@ func newRootCmd(g *globals) *cobra.Command {
 	root.AddCommand(newCompletionCmd())
 	markUsageErrors(root)
 	root.AddCommand(newVersionsCmd(g), newRollbackCmd(g))
+	root.AddCommand(newPoolCmd(g))
 	return root
 }
 

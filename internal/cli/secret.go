@@ -15,11 +15,21 @@ import (
 
 func newSecretCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "secret", Short: "Manage secrets (values are encrypted at rest and never printed)"}
-	cmd.AddCommand(&cobra.Command{
-		Use:   "set NAME",
+	var tenant string
+	set := &cobra.Command{
+		Use:   "set NAME [--tenant T]",
 		Short: "Set a secret; the value is read from stdin (never from the command line)",
-		Args:  cobra.ExactArgs(1),
+		Long: "Set a secret; the value is read from stdin (never from the command line).\n" +
+			"With --tenant T it is the pool tenant T's secret NAME (stored as tenant_T__NAME, with\n" +
+			"T's - as _), which a pool run of that tenant receives with --secret NAME.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if tenant != "" {
+				if err := secret.ValidTenant("--tenant", tenant); err != nil {
+					return err
+				}
+				args[0] = secret.TenantName(tenant, args[0])
+			}
 			if err := secret.ValidName(args[0]); err != nil {
 				return err
 			}
@@ -33,7 +43,9 @@ func newSecretCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "secret %s set\n", args[0])
 			return nil
 		},
-	})
+	}
+	set.Flags().StringVar(&tenant, "tenant", "", "a pool tenant whose secret this is")
+	cmd.AddCommand(set)
 	cmd.AddCommand(newSecretLsCmd(g))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "rm NAME",

@@ -35,9 +35,13 @@ func newUpCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			mname, kind := manifestOf(dir)
+			if kind == "pool" {
+				return fmt.Errorf("%s/zygo.toml is a runtime pool (kind = \"pool\"): deploy it with zygo pool up %s", dir, arg)
+			}
 			name := filepath.Base(dir)
-			if n := manifestName(dir); n != "" { // the daemon says what is wrong with the manifest
-				name = n
+			if mname != "" { // else the daemon says what is wrong with the manifest
+				name = mname
 			}
 			p := newDeployProgress(cmd, name)
 			res, err := g.client().DeployDirStream(cmd.Context(), dir, p.update)
@@ -61,16 +65,18 @@ func newUpCmd(g *globals) *cobra.Command {
 // for darwin and windows).
 const stateDeploying = "deploying"
 
-// manifestName returns the name dir's zygo.toml gives, "" when it cannot be read (the deploy
-// then fails with the daemon's own words about it).
-func manifestName(dir string) string {
+// manifestOf returns the name and kind ("pool" for a runtime pool, else "") dir's zygo.toml
+// gives; both "" when it cannot be read (a deploy then fails with the daemon's own words
+// about it).
+func manifestOf(dir string) (name, kind string) {
 	var m struct {
 		Name string `toml:"name"`
+		Kind string `toml:"kind"`
 	}
 	if _, err := toml.DecodeFile(filepath.Join(dir, "zygo.toml"), &m); err != nil {
-		return ""
+		return "", ""
 	}
-	return m.Name
+	return m.Name, m.Kind
 }
 
 // deployFailed explains a failed deploy or rollback of name: an import failure with its

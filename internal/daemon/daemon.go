@@ -364,11 +364,16 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	watchFunctions(reg, mgr)
 	sbx := openSandboxes(ctx, cfg, st, secrets, netHost, reg, log)
 	defer sbx.close()
+	pools, err := openPools(ctx, cfg, fcfg, st, secrets)
+	if err != nil {
+		return err
+	}
+	defer pools.Shutdown()
 	tokens, err := openTokens(ctx, cfg, st)
 	if err != nil {
 		return err
 	}
-	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithTokens(tokens).WithMetrics(reg.Handler())
+	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithTokens(tokens).WithMetrics(reg.Handler()).WithPools(pools)
 	err = serveAPI(ctx, cfg, apiSrv, reg.Handler(), ready)
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")

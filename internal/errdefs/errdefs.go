@@ -30,8 +30,9 @@ var (
 	// ErrPermissionDenied: the caller may not do this to that object (a read-only or
 	// root-only file in a sandbox). HTTP 403.
 	ErrPermissionDenied = errors.New("permission denied")
-	// ErrTooManyRequests: the target is at its capacity and its queue is full; the caller
-	// should retry later (an error carrying a RetryAfter() time.Duration says when). HTTP 429.
+	// ErrTooManyRequests: the target is at its capacity and its queue is full (a function's
+	// concurrency and queue, a pool tenant's); the caller should retry later. HTTP 429, with
+	// Retry-After when the error says how long (a RetryAfter() time.Duration method).
 	ErrTooManyRequests = errors.New("too many requests")
 )
 

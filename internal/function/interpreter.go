@@ -191,3 +191,15 @@ func isELF(path string) bool {
 	}
 	return bytes.Equal(magic[:], []byte("\x7fELF"))
 }
+
+// CheckInterpreter is checkInterpreter for a daemon whose state directory
+// is stateDir: the same rules for what runs other than a function (a
+// runtime pool, internal/pool).
+func CheckInterpreter(stateDir, interp string) error {
+	return (&Manager{cfg: Config{StateDir: stateDir}}).checkInterpreter(interp)
+}
+
+// SecureCodeDir is secureCodeDir for code other than a function's (a
+// runtime pool's boot module and scripts): group gid (-1 keeps it),
+// directories 0750, files 0440 (0550 when executable).
+func SecureCodeDir(dir string, gid int) error { return secureCodeDir(dir, gid) }

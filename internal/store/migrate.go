@@ -50,6 +50,8 @@ var migrations = []migration{
 	// default target, `zygo versions`' order); 0 for rows from before.
 	{10, "version activation time", addColumn("versions", "activated_at",
 		`ALTER TABLE versions ADD COLUMN activated_at INTEGER NOT NULL DEFAULT 0`)},
+	// Branch pools: runtime pools (pools.go).
+	{11, "runtime pools", ddl(poolSchema)},
 }
 
 // SchemaVersion is the user_version of a store this daemon has opened.

@@ -88,7 +88,8 @@ class Context:
 class _Go:
     """The validated ``go`` message."""
 
-    def __init__(self, body: dict):
+    def __init__(self, body: dict, fds: Sequence[int] = ()):
+        self.body, self.fds = body, tuple(fds)  # fds: a pool's script mount (pool.py)
         self.dir = _field(body, "dir", str)
         if not os.path.isabs(self.dir):
             raise wire.ProtocolError(f"go: dir {self.dir!r} is not absolute")
@@ -137,6 +138,11 @@ def _serve(fd: int, handler, forked: bool) -> int:
     go = _wait_for_go(sock)
     if go is None:
         return EXIT_NO_GO
+    bind = getattr(handler, "zygo_bind_request", None)
+    if bind is not None:  # a pool (pool.py): the request's script came with go
+        handler = bind(go)
+    else:
+        wire.close_all(go.fds)
     _lap_at[0] = time.perf_counter_ns()
     try:
         event = _prepare(sock, go, forked)
@@ -194,13 +200,14 @@ def _wait_for_go(sock: socket.socket):
             continue
         if msg is None:
             return None
-        wire.close_all(msg.fds)
         if msg.type != "go":
+            wire.close_all(msg.fds)
             log(f"request socket: ignoring message of unknown type {msg.type!r}")
             continue
         try:
-            return _Go(msg.body)
+            return _Go(msg.body, msg.fds)
         except wire.ProtocolError as exc:
+            wire.close_all(msg.fds)
             log(f"request socket: invalid go: {exc}")
             return None
 

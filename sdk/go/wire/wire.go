@@ -26,8 +26,8 @@ const (
 	CodeInternal           Code = "internal"            // 500
 	CodeUnauthenticated    Code = "unauthenticated"     // 401: no or a wrong bearer token (TCP listener)
 	CodeImportFailed       Code = "import_failed"       // 422: a deploy whose new version failed to import
-	// CodeTooManyRequests: a function at its concurrency with its queue full; the answer
-	// carries a Retry-After header (whole seconds).
+	// CodeTooManyRequests: over a concurrency and queue bound (a function's, a pool tenant's);
+	// the answer carries a Retry-After header (whole seconds).
 	CodeTooManyRequests Code = "too_many_requests" // 429
 	// CodeHTTP is never sent by the daemon: a client gives it to an answer that carried no
 	// error body (a proxy's page, say).
