@@ -89,6 +89,7 @@ func (l *sandboxLauncher) spec(opts RunnerOptions, mode agentproc.Mode) agentpro
 		PreFork:      preFork(man),
 		StrictFilter: l.cfg.StrictFilter,
 		Output:       opts.Output,
+		Hold:         opts.Hold,
 		Log:          opts.Log.With("zygote", id),
 	}
 	if l.cfg.Limiter != nil {
