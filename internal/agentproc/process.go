@@ -95,10 +95,12 @@ type Spec struct {
 	// and stderr (import-time prints, agent diagnostics), in order, a batch
 	// at a time, bounded per stream over the zygote's life (output.go).
 	// requestID is empty, except for spawned agents and Node workers after
-	// GO, whose process is the request: what they write to fds 1 and 2
-	// directly (a subprocess, native code) belongs to it, is bounded and
-	// redacted (Request.Redact) like its files, and arrives in one batch per
-	// stream when the process has exited. Output must not block for long:
+	// GO, whose process is the request: what reaches the sandbox's pipes
+	// then (both agents point fds 1 and 2 at the request's files before
+	// user code, so only what bubblewrap or a step before that says) belongs
+	// to it, is bounded and redacted (Request.Redact) like its files, and
+	// arrives in one batch per stream when the process has exited, after
+	// the answer. Output must not block for long:
 	// it runs on the goroutine that drains the pipe. May be nil.
 	Output func(requestID, stream string, lines []string)
 	Log    *slog.Logger
