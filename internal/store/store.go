@@ -26,6 +26,7 @@ import (
 type Store struct {
 	db   *sql.DB
 	idMu sync.Mutex // serialises AcquireHostID and ReleaseHostID
+	logs logStatements
 }
 
 // schema is step 1 of migrate.go: the first daemon's tables.
@@ -85,7 +86,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.logs.close()
+	return s.db.Close()
+}
 
 // DB returns the underlying handle, for packages that keep their own tables
 // in the same file (they must create them with CREATE TABLE IF NOT EXISTS;
