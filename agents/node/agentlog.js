@@ -1,9 +1,9 @@
 'use strict';
 // Diagnostics of the agent itself: one fs.writeSync to fd 2 per line, prefixed "zygo-agent: ".
 //
-// fd 2 is the worker's own stderr, which the supervisor reads and logs without a request id.
-// It stays so after `go`: the request's output goes to dir/stderr through process.stderr
-// (see request.js), the agent's own lines do not.
+// fd 2 is the worker's own stderr, which the supervisor reads and logs without a request id,
+// until `go`; from then on fd 2 is the request's dir/stderr (request.js redirectStdio), so
+// what the agent says about the request it serves is in that request's logs.
 
 const fs = require('fs');
 

@@ -3,8 +3,8 @@
 // docs/protocol.md). zygo_worker.js owns the order and the exit; this module owns the steps:
 //
 //   parseGo       validate the go message
-//   prepare       before user code: close fd 3; send process.stdout/stderr writes to
-//                 dir/stdout and dir/stderr; TMPDIR=dir/tmp; read dir/event.json
+//   prepare       before user code: close fd 3; make fds 1 and 2 dir/stdout and
+//                 dir/stderr; TMPDIR=dir/tmp; read dir/event.json
 //   makeContext   the handler's second argument
 //   encodeOutcome the result's JSON text, in the Python agent's shape
 //   writeResult   dir/result.json, atomically
@@ -120,17 +120,26 @@ function rejectedOutcome(err) {
 }
 
 /**
- * Open dir/stdout and dir/stderr (append, 0600) and replace the write method of
- * process.stdout and process.stderr with synchronous writes to them. The console, and any
- * reference to those stream objects taken at import, follow. Writes made on fds 1 and 2
- * directly (fs.writeSync(1), children spawned with inherited stdio) still reach the worker's
- * own stdout/stderr: Node cannot dup2. Returns nothing; throws the open errors.
+ * Make fds 1 and 2 themselves dir/stdout and dir/stderr (append, 0600), as the Python agent's
+ * dup2 does: each is closed and the file opened in its place (open(2) takes the lowest free
+ * descriptor; fd 0 is open), so writes made on fds 1 and 2 directly (fs.writeSync(1),
+ * children spawned with inherited stdio) reach the request's files, and the supervisor can
+ * answer without waiting for the worker's exit to see them. Then process.stdout and
+ * process.stderr write synchronously to them; the console, and any reference to those
+ * stream objects taken at import, follow. Returns nothing; throws the open errors, or an
+ * Error when the file did not land on its fd (another thread opened a file in between).
  */
 function redirectStdio(dir) {
-  const out = fs.openSync(path.join(dir, 'stdout'), LOG_FLAGS, 0o600);
-  const err = fs.openSync(path.join(dir, 'stderr'), LOG_FLAGS, 0o600);
-  process.stdout.write = fileWriter(out);
-  process.stderr.write = fileWriter(err);
+  for (const [fd, name] of [[1, 'stdout'], [2, 'stderr']]) {
+    fs.closeSync(fd);
+    const got = fs.openSync(path.join(dir, name), LOG_FLAGS, 0o600);
+    if (got !== fd) {
+      fs.closeSync(got);
+      throw new Error(`dir/${name} opened as fd ${got}, not ${fd}`);
+    }
+  }
+  process.stdout.write = fileWriter(1);
+  process.stderr.write = fileWriter(2);
 }
 
 /**

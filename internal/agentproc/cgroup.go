@@ -24,6 +24,22 @@ type Cgroup interface {
 	Delete() error
 }
 
+// Held is what Spec.Hold made ready for one child ahead of its request
+// (the function runtime: the child placed in its request cgroup). Exactly
+// one of Begin and Drop is called, once.
+type Held interface {
+	// Begin starts the request the child serves, with its public id, after
+	// the child is taken and before GO (before Request.BeforeGo). It
+	// returns what to run once the outcome is known (nil: nothing), like
+	// BeforeGo's after; on error the child is killed, the request fails,
+	// and Begin has released what it held.
+	Begin(ctx context.Context, requestID string) (after func(*Result), err error)
+	// Drop releases it for a child that serves no request (the pool shrank,
+	// the child died idle, the zygote or worker stopped); gone, when not
+	// nil, is closed once the child's process is gone. It must not block.
+	Drop(gone <-chan struct{})
+}
+
 // confine waits for bwrap to report the sandbox's process, has
 // Spec.Cgroup make the group (with bwrap's own pid) and moves the
 // sandbox's process in, then writes the byte that lets it run the agent

@@ -21,6 +21,7 @@ type child struct {
 	exitCh  chan message
 	born    time.Time
 	kind    ChildKind
+	held    Held // Spec.Hold's for this child until its request begins it; nil: none
 }
 
 // ChildKind says where a request's process came from.
@@ -52,11 +53,16 @@ func (z *Process) unregister(seq int) {
 	z.mu.Unlock()
 }
 
-// release closes what the supervisor holds of c and forgets its seq. A
-// child that never got GO sees its request socket close and exits.
+// release closes what the supervisor holds of c and forgets its seq, and
+// drops what Spec.Hold readied for it if no request began it. A child that
+// never got GO sees its request socket close and exits.
 func (z *Process) release(c *child) {
 	if c.ownConn && c.conn != nil {
 		c.conn.close()
+	}
+	if c.held != nil {
+		c.held.Drop(nil)
+		c.held = nil
 	}
 	if c.pidfd > 0 {
 		unix.Close(c.pidfd)
@@ -136,6 +142,22 @@ func (z *Process) makeChild(ctx context.Context, fail func(Failure, string, ...a
 	return c, true
 }
 
+// hold runs Spec.Hold for c, a child about to join the pool (off the
+// request path); false (c released) when it failed.
+func (z *Process) hold(c *child) bool {
+	if z.spec.Hold == nil {
+		return true
+	}
+	h, err := z.spec.Hold(context.Background(), c.hostPID)
+	if err != nil {
+		z.log.Warn("readying a pre-forked child for its request", "child", c.String(), "err", err)
+		z.release(c)
+		return false
+	}
+	c.held = h
+	return true
+}
+
 // workerChild returns a Node worker as the child: its host pid comes from
 // its ready message's credentials, and GO goes on its control channel.
 func (z *Process) workerChild(fail func(Failure, string, ...any)) (*child, bool) {
@@ -152,7 +174,8 @@ func (z *Process) workerChild(fail func(Failure, string, ...any)) (*child, bool)
 		fail(FailCrashed, "worker %d vanished: %v", pid, err)
 		return nil, false
 	}
-	return &child{seq: seq, conn: z.ctl, hostPID: pid, pidfd: pidfd, exitCh: exitCh, born: time.Now(), kind: ChildWorker}, true
+	return &child{seq: seq, conn: z.ctl, hostPID: pid, pidfd: pidfd, exitCh: exitCh, born: time.Now(), kind: ChildWorker,
+		held: z.takeHeld()}, true
 }
 
 func (z *Process) awaitForked(ctx context.Context, forkCh chan message, fail func(Failure, string, ...any)) bool {

@@ -8,15 +8,19 @@ import (
 
 // Pre-forking: a fork-mode zygote keeps a few children forked ahead of
 // demand, each past its hello and waiting for GO, so the fork is off the
-// request path. Everything that depends on the request (secrets, cgroup,
-// reseed, TMPDIR, strict filter) still happens at or after GO, so a
-// pre-forked child is exactly as independent as one forked on demand.
+// request path. Everything that depends on the request (secrets, reseed,
+// TMPDIR, strict filter, the start of its cgroup's CPU count) still
+// happens at or after GO, so a pre-forked child is exactly as independent
+// as one forked on demand. Only the move into a request cgroup of its own
+// (Spec.Hold) is done in the pool: on cgroup v1 a move after a quiet
+// spell costs the kernel 8-16 ms (docs/BENCHMARKS.md).
 //
 // The pool's target follows traffic: one more than the peak number of
 // requests in flight in the last window (at least 1), at most Spec.PreFork;
 // after IdleAfter without a request it shrinks to 0 (the idle children
 // exit). A child joins the pool once it has said hello, which the agent
-// sends after its pre-warm, so a child taken from the pool is ready for GO.
+// sends after its pre-warm, so a child taken from the pool is ready for GO,
+// and after Spec.Hold (its request cgroup) has readied it.
 type pool struct {
 	ceiling int
 	ch      chan *child
@@ -147,7 +151,7 @@ func (z *Process) fill() {
 		}
 		for len(p.ch) < want && z.State() == StateReady {
 			c, ok := z.makeChild(context.Background(), func(Failure, string, ...any) {})
-			if !ok {
+			if !ok || !z.hold(c) {
 				break
 			}
 			p.ch <- c

@@ -1,6 +1,9 @@
 package agentproc
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os/exec"
 	"testing"
 	"time"
@@ -88,4 +91,68 @@ func TestPreForkPoolSkipsDeadChildren(t *testing.T) {
 		t.Errorf("take of an empty pool gave %+v", got)
 	}
 	unix.Close(liveFd)
+}
+
+// fakeHeld records what is done with a Held.
+type fakeHeld struct {
+	begun, dropped []string
+	fail           error
+}
+
+func (h *fakeHeld) Begin(_ context.Context, id string) (func(*Result), error) {
+	h.begun = append(h.begun, id)
+	if h.fail != nil {
+		return nil, h.fail
+	}
+	return func(*Result) { h.begun = append(h.begun, "after "+id) }, nil
+}
+
+func (h *fakeHeld) Drop(<-chan struct{}) { h.dropped = append(h.dropped, "drop") }
+
+// TestHeldChildIsBegunBeforeItsHook: a child readied by Spec.Hold is begun, with its
+// request's id, before the request's BeforeGo, which is told so (held) and so places
+// nothing; their afters run once, the hook's first; a failed Begin fails the request
+// without running BeforeGo; a child released unbegun drops what was held, and a begun one
+// does not drop it again.
+func TestHeldChildIsBegunBeforeItsHook(t *testing.T) {
+	var order []string
+	req := Request{ID: "r-1", BeforeGo: func(_ context.Context, _ int, held bool) (func(*Result), error) {
+		order = append(order, fmt.Sprintf("before_go held=%v", held))
+		return func(*Result) { order = append(order, "after before_go") }, nil
+	}}
+	h := &fakeHeld{}
+	c := &child{held: h, pidfd: -1}
+	after, err := prepare(t.Context(), req, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.held != nil {
+		t.Error("the child still holds its Held after prepare: release would drop it again")
+	}
+	if len(h.begun) != 1 || h.begun[0] != "r-1" || len(order) != 1 || order[0] != "before_go held=true" {
+		t.Fatalf("begun %v, hook %v: want Begin(r-1) then the hook told held=true", h.begun, order)
+	}
+	after(&Result{})
+	if len(order) != 2 || order[1] != "after before_go" || len(h.begun) != 2 || h.begun[1] != "after r-1" {
+		t.Errorf("afters: hook %v, held %v", order, h.begun)
+	}
+	(&Process{forks: map[int]chan message{}, exits: map[int]chan message{}}).release(c)
+	if len(h.dropped) != 0 {
+		t.Errorf("a begun Held was dropped at release: %v", h.dropped)
+	}
+
+	order = nil
+	failing := &fakeHeld{fail: errors.New("no counter")}
+	if _, err := prepare(t.Context(), req, &child{held: failing, pidfd: -1}); err == nil || len(order) != 0 {
+		t.Errorf("failed Begin: err %v, hook ran %v; want the error and no hook", err, order)
+	}
+	if _, err := prepare(t.Context(), req, &child{pidfd: -1}); err != nil || len(order) != 1 || order[0] != "before_go held=false" {
+		t.Errorf("child without Held: err %v, hook %v; want the hook told held=false", err, order)
+	}
+
+	idle := &fakeHeld{}
+	(&Process{forks: map[int]chan message{}, exits: map[int]chan message{}}).release(&child{held: idle, pidfd: -1})
+	if len(idle.dropped) != 1 || len(idle.begun) != 0 {
+		t.Errorf("an idle child released: begun %v, dropped %v; want one drop", idle.begun, idle.dropped)
+	}
 }

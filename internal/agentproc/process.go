@@ -83,19 +83,28 @@ type Spec struct {
 	// moves host pid (bwrap's) into it; Start then moves the sandbox's
 	// process in too, all before the agent runs (bwrap --block-fd), and
 	// Stop deletes it. Processes the agent starts are born in it; a fork
-	// zygote's children stay there until a request's BeforeGo moves them.
-	// nil: the sandbox shares the daemon's cgroups.
+	// zygote's children stay there until Hold or a request's BeforeGo
+	// moves them. nil: the sandbox shares the daemon's cgroups.
 	Cgroup func(ctx context.Context, hostPID int) (Cgroup, error)
+	// Hold, when set, readies a child for its request ahead of demand: it
+	// runs, off the request path, for each pre-forked child once it has
+	// said hello and before it joins the pool, and for a Node worker once
+	// it is ready (the function runtime moves it into its request cgroup
+	// there: see Held). A child whose Hold failed is not used. nil: the
+	// request's BeforeGo does it all.
+	Hold func(ctx context.Context, hostPID int) (Held, error)
 	// ReadyTimeout bounds the import and warm-up, default 60 s.
 	ReadyTimeout time.Duration
 	// Output receives the lines the agent process prints on its own stdout
 	// and stderr (import-time prints, agent diagnostics), in order, a batch
 	// at a time, bounded per stream over the zygote's life (output.go).
 	// requestID is empty, except for spawned agents and Node workers after
-	// GO, whose process is the request: what they write to fds 1 and 2
-	// directly (a subprocess, native code) belongs to it, is bounded and
-	// redacted (Request.Redact) like its files, and arrives in one batch per
-	// stream when the process has exited. Output must not block for long:
+	// GO, whose process is the request: what reaches the sandbox's pipes
+	// then (both agents point fds 1 and 2 at the request's files before
+	// user code, so only what bubblewrap or a step before that says) belongs
+	// to it, is bounded and redacted (Request.Redact) like its files, and
+	// arrives in one batch per stream when the process has exited, after
+	// the answer. Output must not block for long:
 	// it runs on the goroutine that drains the pipe. May be nil.
 	Output func(requestID, stream string, lines []string)
 	Log    *slog.Logger
@@ -157,6 +166,7 @@ type Process struct {
 	state    State
 	pid1fd   int    // pidfd of the sandbox's PID 1 (the agent, from --json-status-fd); -1 when unknown or gone
 	cg       Cgroup // the sandbox's cgroup (Spec.Cgroup); nil without one or until made
+	held     Held   // a worker's Spec.Hold, until its request takes it or Stop drops it
 	nextSeq  int
 	forks    map[int]chan message // seq → forked/fork_error
 	exits    map[int]chan message // seq → exited
@@ -262,6 +272,15 @@ func Start(ctx context.Context, spec Spec) (_ *Process, err error) {
 	z.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("%w: agent exited right after ready: %w", errdefs.ErrUnavailable, err)
+	}
+	if spec.Mode == ModeWorker && spec.Hold != nil {
+		h, err := spec.Hold(ctx, z.ready.HostPID)
+		if err != nil {
+			return nil, fmt.Errorf("%w: readying the worker for its request: %w", errdefs.ErrUnavailable, err)
+		}
+		z.mu.Lock()
+		z.held = h
+		z.mu.Unlock()
 	}
 	z.watcher = newResultWatcher()
 	if spec.Mode != ModeWorker {
@@ -779,8 +798,21 @@ func (z *Process) Stop() {
 			z.log.Error("the sandbox did not exit after SIGKILL; giving up waiting for it", "waited", killWait)
 		}
 	}
+	if h := z.takeHeld(); h != nil {
+		h.Drop(z.done) // the worker served no request
+	}
 	z.deleteCgroup()
 	z.removeRunDir()
+}
+
+// takeHeld returns the worker's Held and forgets it (nil when there is
+// none, or it was taken).
+func (z *Process) takeHeld() Held {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	h := z.held
+	z.held = nil
+	return h
 }
 
 // stopGrace is how long Stop lets the agent exit by itself; killWait how

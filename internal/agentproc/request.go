@@ -26,14 +26,16 @@ type Request struct {
 	// MaxResponseBytes bounds result.json; a larger result fails the request.
 	MaxResponseBytes int64
 	// BeforeGo runs after the child exists and before it is told GO, with the
-	// child's host pid (secrets, cgroup placement). An error kills the child
+	// child's host pid (secrets, cgroup placement); held says the child was
+	// readied by Spec.Hold (already in its request cgroup, begun before
+	// BeforeGo runs), so the hook must not place it. An error kills the child
 	// and fails the request; the hook undoes its own partial work. On
 	// success, the returned after (if not nil) is called once the outcome is
 	// known — result.json written, or the child exited or was killed — and
 	// before Run returns: it may release resources and reclassify the
 	// failure (a cgroup limit that killed the child). The child may still be
 	// exiting when after runs. after is also called when err is not nil.
-	BeforeGo func(ctx context.Context, hostPID int) (after func(*Result), err error)
+	BeforeGo func(ctx context.Context, hostPID int, held bool) (after func(*Result), err error)
 	// Redact scrubs the request's secret values from its output, over each
 	// whole stream before it is cut into lines or pieces (output.go); nil
 	// redacts nothing.
@@ -350,26 +352,20 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	}
 	res.HostPID, res.Child = c.hostPID, c.kind
 	res.mark("fork+hello", &res.lap)
-	var after func(*Result)
-	// settle runs once the outcome is known: the hook's after (secret files,
+	// settle runs once the outcome is known: the hooks' afters (secret files,
 	// limit reclassification) must not wait for the child's exit.
+	after, err := prepare(ctx, req, c)
 	settle := func() {
 		watch.Close()
-		if after != nil {
-			after(res)
-		}
+		after(res)
 	}
-	if req.BeforeGo != nil {
-		var err error
-		after, err = req.BeforeGo(ctx, c.hostPID)
-		if err != nil {
-			_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
-			fail(FailInternal, "preparing child: %v", err)
-			z.awaitExit(c, time.Now().Add(5*time.Second), nil)
-			settle()
-			z.release(c)
-			return nil
-		}
+	if err != nil {
+		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
+		fail(FailInternal, "preparing child: %v", err)
+		z.awaitExit(c, time.Now().Add(5*time.Second), nil)
+		settle()
+		z.release(c)
+		return nil
 	}
 	res.mark("before_go", &res.lap)
 	// deadline_ms is the time left, milliseconds, counted by the child from
@@ -384,7 +380,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	if z.spec.Mode != ModeFork {
 		z.current.Store(&outputOwner{id: req.ID, redact: req.Redact})
 	}
-	err := c.conn.send(goMsg, attach)
+	err = c.conn.send(goMsg, attach)
 	res.mark("go", &res.lap)
 	if err != nil {
 		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
@@ -419,6 +415,41 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 		z.awaitExit(c, time.Now().Add(max(time.Until(deadline), 0)+2*time.Second), nil)
 		z.release(c)
 	}
+}
+
+// prepare readies c for GO: the Begin of what Spec.Hold readied for it (a
+// child from the pool), then the request's BeforeGo. It returns their
+// afters as one, which the caller runs once the outcome is known, also
+// after an error.
+func prepare(ctx context.Context, req Request, c *child) (after func(*Result), err error) {
+	var afters []func(*Result)
+	after = func(res *Result) {
+		for i := len(afters) - 1; i >= 0; i-- {
+			afters[i](res)
+		}
+	}
+	held := c.held != nil
+	if held {
+		h := c.held
+		c.held = nil
+		a, err := h.Begin(ctx, req.ID)
+		if err != nil {
+			return after, err
+		}
+		if a != nil {
+			afters = append(afters, a)
+		}
+	}
+	if req.BeforeGo != nil {
+		a, err := req.BeforeGo(ctx, c.hostPID, held)
+		if a != nil {
+			afters = append(afters, a)
+		}
+		if err != nil {
+			return after, err
+		}
+	}
+	return after, nil
 }
 
 // outcome turns how the child ended into res's Failure, Error and Value.

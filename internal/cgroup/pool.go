@@ -135,6 +135,35 @@ func (g *Group) Release() error {
 	return nil
 }
 
+// Begin starts the request of a group placed ahead of it (a child that waited for its
+// request in the group, blocked): its CPU time counts from now. v1 resets cpuacct.usage; v2
+// records the current usage_usec as the base Usage subtracts. The memory and pids counters
+// are left as they are: the waiting process forks nothing and allocates (almost) nothing,
+// and what it allocates counts against the request's memory limit. Call it once, before
+// Enforce, Usage or Exceeded. Errors: reading or writing the counter (a deleted group:
+// errdefs.ErrNotFound).
+func (g *Group) Begin() error {
+	if !g.m.v2 {
+		err := writeZero(filepath.Join(g.dir(ctrlCPU), "cpuacct.usage"))
+		if errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+		}
+		if err != nil {
+			return fmt.Errorf("restarting the CPU count of cgroup %s: %w", g.rel, err)
+		}
+		return nil
+	}
+	cpu, err := g.cpu()
+	if errors.Is(err, fs.ErrNotExist) {
+		err = fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	}
+	if err != nil {
+		return fmt.Errorf("restarting the CPU count of cgroup %s: %w", g.rel, err)
+	}
+	g.base.cpu = cpu
+	return nil
+}
+
 // memoryCharge returns the bytes of memory still charged to g (v1 memory.usage_in_bytes,
 // v2 memory.current).
 func (g *Group) memoryCharge() (uint64, error) {

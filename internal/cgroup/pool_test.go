@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -202,3 +203,51 @@ func TestGroupStillChargedIsNotKept(t *testing.T) {
 }
 
 func pyQuote(s string) string { return "'" + s + "'" }
+
+// TestBeginCountsCPUFromTheRequest: a process placed in its group ahead of its request (a
+// pre-forked child waiting in the pool) that used more CPU there than the request's cpu_ms
+// before Begin is not charged with it: after Begin, Usage counts none of it, Enforce leaves
+// the process alone and its request ends cleanly, and Exceeded names no limit.
+func TestBeginCountsCPUFromTheRequest(t *testing.T) {
+	m := newManager(t)
+	l := Limits{MemoryMiB: 128, PIDs: 16, CPUMs: 300}
+	c := startPython(t, `
+t0 = time.process_time()
+while time.process_time() - t0 < 0.4:
+    pass
+print("idle", flush=True)
+sys.stdin.buffer.read(1)
+`)
+	g := placePooled(t, m, c.cmd.Process.Pid, l)
+	c.go_()
+	if line := c.line(t); line != "idle" {
+		t.Fatalf("child printed %q, want idle", line)
+	}
+	if u, err := g.Usage(); err != nil || u.CPU < 400*time.Millisecond {
+		t.Fatalf("usage before Begin %+v, %v: want the 400 ms the child burnt", u, err)
+	}
+	if err := g.Begin(); err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	u, err := g.Usage()
+	if err != nil || u.CPU > 100*time.Millisecond {
+		t.Fatalf("usage after Begin %+v, %v: want the waiting child's CPU only (about none)", u, err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	hit := make(chan string, 1)
+	go func() { hit <- g.Enforce(ctx, 10*time.Millisecond) }()
+	c.go_()
+	if ws := c.wait(t, 10*time.Second); ws.ExitStatus() != 0 || ws.Signaled() {
+		t.Fatalf("request after Begin: %v, want a clean exit", ws)
+	}
+	stop()
+	if why := <-hit; why != "" {
+		t.Errorf("Enforce = %q, want no limit hit", why)
+	}
+	if limit, value := g.Exceeded(); limit != "" {
+		t.Errorf("Exceeded() = %q, %q; want none", limit, value)
+	}
+	if err := g.Release(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -210,9 +210,13 @@ func (m *Manager) backoff(d time.Duration, done <-chan struct{}) bool {
 // newRunner makes the runtime that serves d (not started).
 func (m *Manager) newRunner(d *deployment) (Runner, error) {
 	netns, resolv := d.netNS()
-	return m.runtimes.NewRunner(RunnerOptions{Kind: KindOf(d.manifest), Function: d.name, Version: d.version,
+	opts := RunnerOptions{Kind: KindOf(d.manifest), Function: d.name, Version: d.version,
 		Manifest: d.manifest, CodeDir: d.codeDir, HostUID: d.uid, NetNS: netns, ResolvConf: resolv,
-		Output: d.outputSink(), Log: m.log.With("function", d.name)})
+		Output: d.outputSink(), Log: m.log.With("function", d.name)}
+	if m.limiter != nil {
+		opts.Hold = m.holdInCgroup(d)
+	}
+	return m.runtimes.NewRunner(opts)
 }
 
 // DeployResult describes a deployed version.

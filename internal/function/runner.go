@@ -82,8 +82,9 @@ type Call struct {
 	// ends; nil writes none.
 	Secrets map[string][]byte
 	// Place, when set, moves the request's process (host pid) into its
-	// cgroup before GO; its after runs once the outcome is known (it may
-	// reclassify the failure). See agentproc.Request.BeforeGo.
+	// cgroup before GO, unless RunnerOptions.Hold put it there ahead of the
+	// request; its after runs once the outcome is known (it may reclassify
+	// the failure). See agentproc.Request.BeforeGo.
 	Place func(ctx context.Context, hostPID int) (after func(*agentproc.Result), err error)
 }
 
@@ -122,6 +123,10 @@ type RunnerOptions struct {
 	// runtime has stopped); ResolvConf is then the sandboxes' /etc/resolv.conf.
 	NetNS      string
 	ResolvConf string
+	// Hold, when set, is agentproc.Spec.Hold of the runtime's sandboxes:
+	// the request cgroup of a pre-forked child or ready worker, made ready
+	// when it joins the pool (Manager.holdInCgroup).
+	Hold func(ctx context.Context, hostPID int) (agentproc.Held, error)
 	// Output receives what the sandboxes print on their own fds
 	// (agentproc.Spec.Output); may be nil.
 	Output func(requestID, stream string, lines []string)
@@ -150,7 +155,7 @@ func (c Call) request(files *secretFiles) agentproc.Request {
 	if len(c.Secrets) == 0 && c.Place == nil {
 		return req
 	}
-	req.BeforeGo = func(ctx context.Context, hostPID int) (func(*agentproc.Result), error) {
+	req.BeforeGo = func(ctx context.Context, hostPID int, held bool) (func(*agentproc.Result), error) {
 		var afters []func(*agentproc.Result)
 		after := func(res *agentproc.Result) {
 			for i := len(afters) - 1; i >= 0; i-- {
@@ -166,7 +171,7 @@ func (c Call) request(files *secretFiles) agentproc.Request {
 			afters = append(afters, func(*agentproc.Result) { files.release() })
 			undo.Add(func(context.Context) error { files.release(); return nil })
 		}
-		if c.Place != nil {
+		if c.Place != nil && !held { // a held child sits in its request cgroup already (RunnerOptions.Hold)
 			placed, err := c.Place(ctx, hostPID)
 			if err != nil {
 				return nil, err

@@ -90,6 +90,7 @@ func (l *sandboxLauncher) spec(opts RunnerOptions, mode agentproc.Mode) agentpro
 		PreFork:      preFork(man),
 		StrictFilter: l.cfg.StrictFilter,
 		Output:       opts.Output,
+		Hold:         opts.Hold,
 		Log:          opts.Log.With("zygote", id),
 	}
 	if l.cfg.Limiter != nil {
@@ -122,14 +123,15 @@ func (l *sandboxLauncher) sandboxCgroup(opts RunnerOptions, id string) func(cont
 }
 
 // runOnce serves call on z, a sandbox that serves one request (spawn mode
-// or a Node worker), and stops it; Elapsed counts from t0. The agent exits
-// right after its result: runOnce waits (up to oneShotExitWait) until the
-// sandbox is done, so that what it wrote on its own stdout and stderr is in
-// the request's logs when the caller gets the answer, and leaves the rest
-// of the stop (deleting the sandbox's cgroup, unmounting and removing its
-// run directory: about 20 ms of a warm Node request) to the background,
-// counted in g (the caller's gate, entered) so that Drain waits for it.
-// The request's secret files are released inside z.Run.
+// or a Node worker), and stops it; Elapsed counts from t0. It answers as
+// soon as the result is in: the request's output is complete then, because
+// both agents make fds 1 and 2 themselves the request's files before user
+// code (docs/protocol.md), so nothing of the request is left in the
+// sandbox's own pipes. The agent's exit and the rest of the stop (bubblewrap's
+// exit, deleting the sandbox's cgroup, unmounting and removing its run
+// directory: about 20 ms of a warm Node request when it was waited for) run
+// in the background, counted in g (the caller's gate, entered) so that Drain
+// waits for them. The request's secret files are released inside z.Run.
 func runOnce(ctx context.Context, g *gate, z oneShot, call Call, t0 time.Time) (*agentproc.Result, error) {
 	g.hold()
 	defer func() {
@@ -140,17 +142,7 @@ func runOnce(ctx context.Context, g *gate, z oneShot, call Call, t0 time.Time) (
 	}()
 	res, err := z.Run(ctx, call.request(filesOf(z)))
 	if res != nil {
-		t := time.NewTimer(oneShotExitWait)
-		select {
-		case <-z.Done():
-		case <-t.C:
-		}
-		t.Stop()
 		res.Elapsed = time.Since(t0)
 	}
 	return res, err
 }
-
-// oneShotExitWait bounds how long runOnce waits for a one-shot sandbox to
-// exit after its answer (then Stop ends it, in the background).
-const oneShotExitWait = time.Second

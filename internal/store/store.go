@@ -30,6 +30,8 @@ type Store struct {
 	// logRetention is how many lines each function keeps (SetLogRetention); 0 is
 	// DefaultLogRetentionLines.
 	logRetention atomic.Int64
+	// logs are AppendLogs' prepared statements (logs.go).
+	logs logStatements
 }
 
 // schema is step 1 of migrate.go: the first daemon's tables.
@@ -89,7 +91,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.logs.close()
+	return s.db.Close()
+}
 
 // DB returns the underlying handle, for packages that keep their own tables
 // in the same file (they must create them with CREATE TABLE IF NOT EXISTS;
