@@ -136,7 +136,12 @@ func (g *globals) resolve() error {
 	}
 	t.addr, t.addrFrom = first(g.addr, "--addr", os.Getenv("ZYGO_ADDR"), "$ZYGO_ADDR", cf.Address, path)
 	t.ca, _ = first(g.ca, "--ca", os.Getenv("ZYGO_CA"), "$ZYGO_CA", cf.CA, path)
-	t.serverName = cf.ServerName
+	// The context file's token and server name belong to its address: an address given by
+	// flag or environment never receives them (a token is sent only where it was meant to go).
+	ctxToken := ""
+	if cf.Address != "" && (t.addrFrom == path || t.addr == cf.Address) {
+		ctxToken, t.serverName = cf.Token, cf.ServerName
+	}
 	if t.addr == "" {
 		g.tgt = t
 		g.tgt.c = zygo.NewClient(filepath.Join(t.stateDir, zygo.SocketName))
@@ -145,7 +150,7 @@ func (g *globals) resolve() error {
 	if err := t.parseAddr(); err != nil {
 		return err
 	}
-	t.token, t.tokenFrom = first(strings.TrimSpace(os.Getenv("ZYGO_TOKEN")), "$ZYGO_TOKEN", cf.Token, path)
+	t.token, t.tokenFrom = first(strings.TrimSpace(os.Getenv("ZYGO_TOKEN")), "$ZYGO_TOKEN", ctxToken, path)
 	if t.token == "" {
 		tf := filepath.Join(t.stateDir, zygo.TokenName)
 		if b, err := os.ReadFile(tf); err == nil {

@@ -234,3 +234,27 @@ func TestContextFileErrors(t *testing.T) {
 		t.Errorf("completion bash with a broken context file: exit %d, %q", code, stderr)
 	}
 }
+
+// The context file's token goes only to the context file's address: an address given by
+// --addr or $ZYGO_ADDR does not receive it (it would hand a remote daemon's token to whatever
+// listens there).
+func TestContextTokenStaysWithItsAddress(t *testing.T) {
+	writeContext(t, "address = \"127.0.0.1:7001\"\ntoken = \"ctx-secret\"\n")
+	for _, c := range []struct {
+		addr, env, want string
+	}{
+		{"", "", "ctx-secret"},               // the file's address: its token
+		{"127.0.0.1:7001", "", "ctx-secret"}, // the same address given again
+		{"127.0.0.1:7002", "", ""},           // another address by flag
+		{"", "127.0.0.1:7003", ""},           // another address by $ZYGO_ADDR
+	} {
+		t.Setenv("ZYGO_ADDR", c.env)
+		g := &globals{addr: c.addr, stateDir: t.TempDir()}
+		if err := g.resolve(); err != nil {
+			t.Fatalf("resolve(--addr %q, $ZYGO_ADDR %q): %v", c.addr, c.env, err)
+		}
+		if g.tgt.token != c.want {
+			t.Errorf("--addr %q, $ZYGO_ADDR %q: token %q, want %q", c.addr, c.env, g.tgt.token, c.want)
+		}
+	}
+}
