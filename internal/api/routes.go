@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
+	spec "github.com/zygo-run/zygo/api"
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
@@ -29,6 +30,7 @@ func (s *Server) table() []handled {
 	sb := s.needSandboxes
 	return []handled{
 		{Route{"GET", "/v1/status"}, s.status},
+		{Route{"GET", "/v1/openapi.json"}, s.openAPI},
 
 		{Route{"POST", "/v1/functions"}, s.deploy},               // body: gzip'd tar of a function dir
 		{Route{"GET", "/v1/functions"}, s.list},                  // Page of Function, by name
@@ -70,6 +72,17 @@ func Routes() []Route {
 		out[i] = h.Route
 	}
 	return out
+}
+
+// openAPI answers the API's OpenAPI document (api/openapi.yaml) as JSON.
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {
+	b, err := spec.JSON()
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
 }
 
 // Handler returns the HTTP handler with every route. Every answer carries the API version
