@@ -83,7 +83,7 @@ func createToken(path string) (string, error) {
 
 // RequireToken returns h behind a check that every request carries
 // "Authorization: Bearer TOKEN"; any other request is answered 401 with
-// code "unauthenticated" and never reaches h. The token is compared in
+// code "unauthenticated" (and the API version header) and never reaches h. The token is compared in
 // constant time (through SHA-256 digests, so that its length does not show
 // either). token must not be empty.
 func RequireToken(token string, h http.Handler) http.Handler {
@@ -91,7 +91,7 @@ func RequireToken(token string, h http.Handler) http.Handler {
 		panic("api.RequireToken: empty token")
 	}
 	want := sha256.Sum256([]byte(token))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return withAPIVersion(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := bearer(r)
 		if !ok {
 			unauthenticated(w, "this API listener requires a bearer token: send `Authorization: Bearer TOKEN`, "+
@@ -104,7 +104,7 @@ func RequireToken(token string, h http.Handler) http.Handler {
 			return
 		}
 		h.ServeHTTP(w, r)
-	})
+	}))
 }
 
 // bearer returns the credentials of r's "Authorization: Bearer ..." header;

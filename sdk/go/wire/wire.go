@@ -4,7 +4,8 @@
 // translating its own at the edge; the Go client (package zygo) and the CLI decode them.
 // It depends on the standard library only, so anything may import it.
 //
-// JSON field names are the API's: changing one changes the protocol (docs/protocol.md).
+// JSON field names are the API's: changing one changes the contract, api/openapi.yaml, which
+// internal/api's TestOpenAPISchemas holds to these types.
 package wire
 
 import "net/http"
