@@ -132,11 +132,11 @@ func RequireToken(token string, log *slog.Logger, h http.Handler) http.Handler {
 
 // RequireTokens returns h behind a check that every request carries "Authorization: Bearer
 // SECRET" with the secret of one of auth's tokens; any other request is answered 401 with
-// code "unauthenticated", logged at warn level on log (remote address, method, path; never
+// code "unauthenticated" (with the API version header), logged at warn level on log (remote address, method, path; never
 // what was sent as a token) and never reaches h. The call's caller (see callerOf) records that
 // it came over TCP and the token's name, for the access log and the token routes.
 func RequireTokens(auth Authenticator, log *slog.Logger, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return withAPIVersion(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, r := withCaller(r)
 		c.tcp = true
 		got, ok := bearer(r)
@@ -155,7 +155,7 @@ func RequireTokens(auth Authenticator, log *slog.Logger, h http.Handler) http.Ha
 		}
 		c.token = name
 		h.ServeHTTP(w, r)
-	})
+	}))
 }
 
 // bearer returns the credentials of r's "Authorization: Bearer ..." header;

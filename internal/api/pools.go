@@ -39,25 +39,14 @@ func (s *Server) WithPools(p Pools) *Server {
 	return s
 }
 
-// poolRoutes registers the pool routes on mux (answering 503 when the
-// daemon has no pool manager).
-func (s *Server) poolRoutes(mux *http.ServeMux) {
-	for pattern, h := range map[string]func(http.ResponseWriter, *http.Request, Pools){
-		"POST /v1/pools":               s.poolUp,
-		"GET /v1/pools":                s.poolList,
-		"GET /v1/pools/{name}":         s.poolGet,
-		"DELETE /v1/pools/{name}":      s.poolRemove,
-		"PUT /v1/pools/{name}/scripts": s.poolPutScript,
-		"POST /v1/pools/{name}/run":    s.poolRun,
-		"GET /v1/pools/{name}/logs":    s.poolLogs,
-	} {
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			if s.pools == nil {
-				s.fail(w, fmt.Errorf("%w: runtime pools are not enabled on this daemon", errdefs.ErrUnavailable))
-				return
-			}
-			h(w, r, s.pools)
-		})
+// needPools returns h given the daemon's pools, or a handler answering 503 when it has none.
+func (s *Server) needPools(h func(http.ResponseWriter, *http.Request, Pools)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.pools == nil {
+			s.fail(w, fmt.Errorf("%w: runtime pools are not enabled on this daemon", errdefs.ErrUnavailable))
+			return
+		}
+		h(w, r, s.pools)
 	}
 }
 

@@ -5,26 +5,8 @@
 // client is sdk/go/zygo. It is the only place where error categories
 // (internal/errdefs) become HTTP status codes and error codes.
 //
-// Routes (docs/ARCHITECTURE.md has the table):
-//
-//	GET    /v1/status
-//	POST   /v1/functions                   body: gzip'd tar of a function dir
-//	GET    /v1/functions
-//	GET    /v1/functions/{name}
-//	DELETE /v1/functions/{name}
-//	GET    /v1/functions/{name}/versions   ?limit=N&cursor=C
-//	POST   /v1/functions/{name}/rollback   body: {"to": "sha256:..."}
-//	POST   /v1/functions/{name}/invoke     body: the event (JSON)
-//	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N&since=T&tail=N
-//	PUT    /v1/secrets/{name}              body: the value (raw bytes)
-//	GET    /v1/secrets                     names and update times only
-//	DELETE /v1/secrets/{name}
-//	POST   /v1/tokens                      body: {"name": NAME}; unix socket only
-//	GET    /v1/tokens                      ?limit=N&cursor=C; names and times only
-//	DELETE /v1/tokens/{name}               unix socket only
-//	GET    /metrics                        Prometheus text format (internal/metrics)
-//	/v1/sandboxes/..., /v1/checkpoints/...   see sandboxes.go
-//	/v1/pools/...                            see pools.go
+// Routes: the table in routes.go (Routes), documented by api/openapi.yaml, which the
+// daemon serves at GET /v1/openapi.json.
 package api
 
 import (
@@ -115,37 +97,8 @@ func NewServer(fns Functions, logs Logs, secrets Secrets, log *slog.Logger, vers
 	return &Server{fns: fns, logs: logs, secrets: secrets, log: log, started: time.Now(), version: version}
 }
 
-// Handler returns the HTTP handler with every route, for the unix socket (no token; the
-// socket's mode is the access control). TCPHandler is the TCP listener's.
-func (s *Server) Handler() http.Handler { return s.accessLog(s.routes()) }
-
-// routes returns a mux with every route.
-func (s *Server) routes() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", s.status)
-	mux.HandleFunc("POST /v1/functions", s.deploy)
-	mux.HandleFunc("GET /v1/functions", s.list)
-	mux.HandleFunc("GET /v1/functions/{name}", s.get)
-	mux.HandleFunc("DELETE /v1/functions/{name}", s.remove)
-	mux.HandleFunc("POST /v1/functions/{name}/invoke", s.invoke)
-	mux.HandleFunc("GET /v1/functions/{name}/versions", s.versions)
-	mux.HandleFunc("POST /v1/functions/{name}/rollback", s.rollbackFunction)
-	mux.HandleFunc("GET /v1/functions/{name}/logs", s.getLogs)
-	mux.HandleFunc("PUT /v1/secrets/{name}", s.setSecret)
-	mux.HandleFunc("GET /v1/secrets", s.listSecrets)
-	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
-	s.sandboxRoutes(mux)
-	s.tokenRoutes(mux)
-	mux.HandleFunc("GET /metrics", s.serveMetrics)
-	s.poolRoutes(mux)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
-	})
-	return mux
-}
-
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, wire.StatusBody{Version: s.version, UptimeMs: time.Since(s.started).Milliseconds(), Functions: len(s.fns.List())})
+	writeJSON(w, http.StatusOK, wire.StatusBody{APIVersion: wire.APIVersion, Version: s.version, UptimeMs: time.Since(s.started).Milliseconds(), Functions: len(s.fns.List())})
 }
 
 func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
@@ -157,8 +110,13 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// list answers a page of the functions, by name.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, functionsOf(s.fns.List()))
+	q, ok := pageQueryOf(w, r)
+	if !ok {
+		return
+	}
+	writePage(w, q, functionsOf(s.fns.List()), func(f wire.Function) string { return f.Name })
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -307,13 +265,18 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// listSecrets answers a page of the secrets' names and update times, by name.
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
+	q, ok := pageQueryOf(w, r)
+	if !ok {
+		return
+	}
 	ms, err := s.secrets.List(r.Context())
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, secretsOf(ms))
+	writePage(w, q, secretsOf(ms), func(m wire.SecretMeta) string { return m.Name })
 }
 
 // removeSecret refuses while a function, a sandbox or a checkpoint names the secret: a

@@ -184,13 +184,7 @@ func (s *Server) TCPHandler() http.Handler {
 	if s.tokens == nil {
 		panic("api: TCPHandler without WithTokens")
 	}
-	return s.accessLog(RequireTokens(s.tokens, s.log, s.routes()))
-}
-
-func (s *Server) tokenRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/tokens", s.needTokens(s.unixOnly(s.createToken)))
-	mux.HandleFunc("GET /v1/tokens", s.needTokens(s.listTokens))
-	mux.HandleFunc("DELETE /v1/tokens/{name}", s.needTokens(s.unixOnly(s.revokeToken)))
+	return withAPIVersion(s.accessLog(RequireTokens(s.tokens, s.log, noRoute(s.mux()))))
 }
 
 // needTokens answers 503 when the server has no tokens.

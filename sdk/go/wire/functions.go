@@ -2,20 +2,8 @@ package wire
 
 import "time"
 
-// The function routes:
-//
-//	POST   /v1/functions                   body: gzip'd tar of a function dir → 201 DeployResult (200 when unchanged);
-//	                                       with Accept: DeployStreamType, DeployEvents (steps, then the answer)
-//	GET    /v1/functions                   []Function, by name
-//	GET    /v1/functions/{name}            Function
-//	DELETE /v1/functions/{name}            204
-//	GET    /v1/functions/{name}/versions   ?limit=N&cursor=C → Page[Version], most recently deployed first
-//	POST   /v1/functions/{name}/rollback   body: RollbackFunctionBody → as POST /v1/functions (also streamed)
-//	POST   /v1/functions/{name}/invoke     body: the event (JSON) → the handler's value; headers RequestIDHeader...
-//	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N&since=T&tail=N → LogsBody
-//	PUT    /v1/secrets/{name}              body: the value (raw bytes) → 204
-//	GET    /v1/secrets                     []SecretMeta
-//	DELETE /v1/secrets/{name}              204
+// The function and secret routes, their bodies and statuses are in api/openapi.yaml (the
+// contract), served by the daemon at GET /v1/openapi.json.
 
 // Bounds of the function routes.
 const (

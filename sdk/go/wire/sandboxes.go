@@ -5,30 +5,9 @@ import (
 	"time"
 )
 
-// The sandbox routes ({id} is a sandbox id or name everywhere; a checkpoint {id} is an id or
-// a tag):
-//
-//	POST   /v1/sandboxes                       body: CreateSandboxBody → 201 Sandbox
-//	GET    /v1/sandboxes                       []Sandbox, oldest first
-//	GET    /v1/sandboxes/{id}                  Sandbox
-//	DELETE /v1/sandboxes/{id}                  204
-//	POST   /v1/sandboxes/{id}/exec             body: ExecBody [+ streamed stdin] → NDJSON StreamEvents, last: exit
-//	POST   /v1/sandboxes/{id}/run-code         body: CodeBody → NDJSON StreamEvents, last: result
-//	PUT    /v1/sandboxes/{id}/files?path=&mode=    body: the content → 204
-//	GET    /v1/sandboxes/{id}/files?path=      the content
-//	GET    /v1/sandboxes/{id}/files/list?path= []FileInfo, at most MaxListEntries in name order;
-//	                                           header EntriesTotalHeader: the directory's count
-//	POST   /v1/sandboxes/{id}/checkpoint       body: CheckpointBody → 201 Checkpoint
-//	GET    /v1/sandboxes/{id}/checkpoints      []Checkpoint of the sandbox
-//	POST   /v1/sandboxes/{id}/fork             body: ForkBody → ForkAnswer; with Accept: ForkStreamType,
-//	                                           ForkEvents (progress, then the answer)
-//	POST   /v1/sandboxes/{id}/rollback         body: RollbackBody → Sandbox
-//	GET    /v1/sandboxes/{id}/generation       GenerationBody
-//	GET    /v1/sandboxes/{id}/services         []ServiceStatus, live from the guest
-//	POST   /v1/sandboxes/{id}/ports/{port}     PortBody: the port published on the host's loopback
-//	GET    /v1/checkpoints[?sandbox=ID]        []Checkpoint, oldest first
-//	GET    /v1/checkpoints/{id}                Checkpoint
-//	DELETE /v1/checkpoints/{id}                204; 409 while a sandbox or checkpoint refers to it
+// The sandbox and checkpoint routes, their bodies and statuses are in api/openapi.yaml (the
+// contract), served by the daemon at GET /v1/openapi.json. {id} is a sandbox id or name
+// everywhere; a checkpoint {id} is an id or a tag.
 
 // Bounds of the sandbox routes.
 const (

@@ -4,7 +4,8 @@
 // translating its own at the edge; the Go client (package zygo) and the CLI decode them.
 // It depends on the standard library only, so anything may import it.
 //
-// JSON field names are the API's: changing one changes the protocol (docs/protocol.md).
+// JSON field names are the API's: changing one changes the contract, api/openapi.yaml, which
+// internal/api's TestOpenAPISchemas holds to these types.
 package wire
 
 import "net/http"
@@ -26,6 +27,7 @@ const (
 	CodeInternal           Code = "internal"            // 500
 	CodeUnauthenticated    Code = "unauthenticated"     // 401: no or a wrong bearer token (TCP listener)
 	CodeImportFailed       Code = "import_failed"       // 422: a deploy whose new version failed to import
+	CodeMethodNotAllowed   Code = "method_not_allowed"  // 405: the path exists, not with this method; the Allow header lists those it has
 	// CodeTooManyRequests: over a concurrency and queue bound (a function's, a pool tenant's);
 	// the answer carries a Retry-After header (whole seconds).
 	CodeTooManyRequests Code = "too_many_requests" // 429
@@ -56,6 +58,7 @@ var codeStatus = map[Code]int{
 	CodeCrashed: http.StatusBadGateway, CodeZygoteDied: http.StatusServiceUnavailable,
 	CodeResponseTooLarge: http.StatusBadGateway, CodeLimitExceeded: http.StatusBadGateway,
 	CodeBadEvent: http.StatusBadRequest, CodeTooManyRequests: http.StatusTooManyRequests,
+	CodeMethodNotAllowed: http.StatusMethodNotAllowed,
 }
 
 // categoryText is the phrase of each code that names a category of failure rather than an
@@ -116,8 +119,16 @@ type ErrorAnswer struct {
 // MaxCallerIDBytes bounds an X-Request-Id.
 const MaxCallerIDBytes = 200
 
+// APIVersion is the version of the API this package describes. The daemon sends it on every
+// answer (APIVersionHeader) and in StatusBody; a client built for another version refuses
+// the answer rather than misread it.
+const APIVersion = 1
+
 // Headers of the API.
 const (
+	// APIVersionHeader carries APIVersion, in decimal, on every answer of the daemon
+	// (errors, 404s and 405s included).
+	APIVersionHeader = "Zygo-Api-Version"
 	// RequestIDHeader carries an invoke's request id on its answer: the id its log lines
 	// carry (GET /v1/functions/{name}/logs?request=ID).
 	RequestIDHeader = "X-Zygo-Request-Id"
@@ -144,7 +155,26 @@ const (
 
 // StatusBody is the answer of GET /v1/status.
 type StatusBody struct {
-	Version   string `json:"version"`
-	UptimeMs  int64  `json:"uptime_ms"`
-	Functions int    `json:"functions"`
+	APIVersion int    `json:"api_version"` // APIVersion
+	Version    string `json:"version"`
+	UptimeMs   int64  `json:"uptime_ms"`
+	Functions  int    `json:"functions"`
+}
+
+// Bounds of a page of a list (see Page).
+const (
+	DefaultPageLimit = 100  // the items of a page when ?limit= is not given
+	MaxPageLimit     = 1000 // the largest ?limit=
+)
+
+// Page is one page of a list: the answer of GET of every list route (functions, sandboxes,
+// checkpoints, secrets). The route takes ?limit=N (1..MaxPageLimit, default DefaultPageLimit)
+// and ?cursor=C, C being a previous page's NextCursor, opaque; an out-of-range limit or a
+// cursor the list did not give is a 400 naming the field. Pages follow the list's key order
+// (each route says which), and a cursor is a position in that order, not an offset: an item
+// added or removed while a client pages through neither repeats nor skips another.
+type Page[T any] struct {
+	Items []T `json:"items"`
+	// NextCursor continues the list; empty (left out) on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }

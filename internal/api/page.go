@@ -1,9 +1,5 @@
 package api
 
-// A copy of branch apispec's internal/api/page.go, so that this branch's list (GET
-// /v1/functions/{name}/versions) pages the same way before the merge. At the merge, delete
-// this file: apispec's is the same.
-
 import (
 	"cmp"
 	"encoding/base64"
@@ -12,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
@@ -76,4 +73,12 @@ func writePage[T any](w http.ResponseWriter, q pageQuery, items []T, key func(T)
 		page.Items = []T{}
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// timeKeyLayout writes a time as text whose byte order is the time's order (years 0-9999, UTC).
+const timeKeyLayout = "20060102T150405.000000000"
+
+// timeKey is the key of an item listed oldest first: its creation time, then its id.
+func timeKey(t time.Time, id string) string {
+	return t.UTC().Format(timeKeyLayout) + " " + id
 }
