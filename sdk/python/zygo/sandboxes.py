@@ -75,18 +75,21 @@ class ExecStream:
         self.timed_out = False
 
     def __iter__(self) -> Iterator[Output]:
-        for ev in self._events:
-            if ev.get("error"):
-                raise errors.from_body(errors.status_of(ev["error"].get("code", "")), ev["error"])
-            if ev.get("exit") is not None:
-                ex = ev["exit"]
-                self.exit_code, self.signal, self.timed_out = ex.get("code", 0), ex.get("signal", 0), bool(ex.get("timed_out"))
-                self.close()
-                return
-            if ev.get("stream"):
-                yield Output(ev["stream"], base64.b64decode(ev.get("data") or ""))
-        if self.exit_code is None:
-            raise errors.ZygoError("the exec answer ended without an exit status", code="internal")
+        try:
+            for ev in self._events:
+                if ev.get("error"):
+                    raise errors.from_body(errors.status_of(ev["error"].get("code", "")), ev["error"])
+                if ev.get("exit") is not None:
+                    ex = ev["exit"]
+                    self.exit_code, self.signal = ex.get("code", 0), ex.get("signal", 0)
+                    self.timed_out = bool(ex.get("timed_out"))
+                    return
+                if ev.get("stream"):
+                    yield Output(ev["stream"], base64.b64decode(ev.get("data") or ""))
+            if self.exit_code is None:
+                raise errors.ZygoError("the exec answer ended without an exit status", code="internal")
+        finally:
+            self.close()
 
     def wait(self) -> int:
         """Reads (and drops) the rest of the output; returns the exit code."""
