@@ -103,7 +103,7 @@ export class Functions {
   }
 
   /** Packs the function directory (packDir) and deploys it; resolves once the new version serves. */
-  deploy(dir) {
+  async deploy(dir) {
     return this.deployBundle(packDir(dir));
   }
 

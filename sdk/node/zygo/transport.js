@@ -9,7 +9,7 @@ import http from 'node:http';
 import https from 'node:https';
 import os from 'node:os';
 import readline from 'node:readline';
-import { API_VERSION, ApiVersionMismatch, HTTPError, Unreachable, fromBody } from './errors.js';
+import { API_VERSION, ApiVersionMismatch, HTTPError, Unreachable, ZygoError, fromBody } from './errors.js';
 
 const MAX_ERROR_BODY = 1 << 20;
 
@@ -175,8 +175,12 @@ export async function* paginate(t, path, pageSize, query = {}) {
   for (;;) {
     const qs = q.toString();
     const page = await t.call('GET', qs ? `${path}?${qs}` : path);
-    yield* page?.items ?? [];
-    if (!page?.next_cursor) return;
+    if (!Array.isArray(page?.items)) {
+      throw new ZygoError(`the daemon's answer to GET ${path} is not a page of items (is the daemon older than this client?)`,
+        { status: 200, code: 'http' });
+    }
+    yield* page.items;
+    if (!page.next_cursor) return;
     q.set('cursor', page.next_cursor);
   }
 }

@@ -109,4 +109,5 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
             self._log.close()
+            os.remove(self.log_path)
             shutil.rmtree(self.state_dir, ignore_errors=True)

@@ -7,6 +7,7 @@ token found as the CLI finds it.
 """
 
 import os
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -33,8 +34,9 @@ def tearDownModule():
 
 
 def function_dir(name, main_py):
-    """A function directory named name whose main.py is main_py."""
+    """A function directory named name whose main.py is main_py, removed at the end."""
     d = tempfile.mkdtemp(prefix="zpy-fn-")
+    unittest.addModuleCleanup(shutil.rmtree, d, ignore_errors=True)
     with open(os.path.join(d, "zygo.toml"), "w") as f:
         f.write(f'name = "{name}"\nruntime = "python"\nhandler = "main:handler"\n')
     with open(os.path.join(d, "main.py"), "w") as f:

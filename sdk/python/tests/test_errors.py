@@ -174,6 +174,11 @@ class ErrorMappingTest(unittest.TestCase):
         self.assertEqual([p for _, p in self.s.requests],
                          ["/v1/functions?limit=2", "/v1/functions?limit=2&cursor=c2", "/v1/functions?limit=2&cursor=c3"])
 
+    def test_a_list_without_the_envelope_is_an_error(self):
+        self.s.answer = lambda m, p: (200, {}, b'[{"name": "a"}]')
+        with self.assertRaisesRegex(zygo.ZygoError, "not a page of items"):
+            self.c.sandboxes.list()
+
     def test_fork_whose_every_child_failed(self):
         ans = {"error": {"code": "unavailable", "message": "every child failed"},
                "children": [{"index": 0, "error": {"code": "unavailable", "message": "restore failed"}}]}

@@ -224,7 +224,10 @@ def paginate(t: "Transport", path: str, page_size: Optional[int] = None,
     while True:
         sep = "&" if "?" in path else "?"
         page = t.call("GET", path + (sep + urllib.parse.urlencode(q) if q else ""))
-        yield from page.get("items") or []
+        if not isinstance(page, dict) or not isinstance(page.get("items"), list):
+            raise errors.ZygoError(f"the daemon's answer to GET {path} is not a page of items "
+                                   "(is the daemon older than this client?)", status=200, code="http")
+        yield from page["items"]
         cursor = page.get("next_cursor")
         if not cursor:
             return
