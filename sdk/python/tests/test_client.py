@@ -194,6 +194,17 @@ class SandboxTest(unittest.TestCase):
         r = self.sb.exec(["sh", "-c", "wc -c; echo done >&2"], stdin=iter(chunks))
         self.assertEqual((r.stdout.strip(), r.stderr), (b"70006", b"done\n"))
 
+    def test_stdin_that_fails_abandons_the_call(self):
+        def chunks():
+            yield b"partial"
+            raise OSError("the disk went away")
+        with self.assertRaises(zygo.ZygoError):
+            self.sb.exec(["sh", "-c", "echo $$ >/tmp/abandoned.pid; exec cat >/tmp/abandoned"], stdin=chunks())
+        # The command was killed, not left waiting for the rest of its stdin.
+        r = self.sb.exec(["sh", "-c", "for i in $(seq 100); do kill -0 $(cat /tmp/abandoned.pid) 2>/dev/null || exit 0; "
+                                      "sleep 0.1; done; exit 1"])
+        self.assertEqual(r.exit_code, 0, "the abandoned command still runs")
+
     def test_run_code(self):
         r = self.sb.run_code("counter = 41\nprint('hi')\ncounter + 1")
         self.assertEqual((r.ok, r.value, r.stdout), (True, "42", "hi\n"))

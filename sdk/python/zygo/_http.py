@@ -63,21 +63,34 @@ def _send_duplex(conn: http.client.HTTPConnection, method: str, path: str, heade
     so the caller reads the answer while the body is still going out (an exec's output
     streams back while its stdin is sent; neither side waits for the other's end). A send
     that fails (the daemon answered and closed) ends the thread quietly; what the answer
-    says stands."""
+    says stands. A body that raises abandons the call (the daemon kills the command; the
+    caller's read of the answer fails with Unreachable)."""
     conn.putrequest(method, path, skip_accept_encoding=True)
     for k, v in headers.items():
         conn.putheader(k, v)
     conn.putheader("Transfer-Encoding", "chunked")
     conn.endheaders()
+    sock = conn.sock  # not conn.send, which would open a new connection once this one closed
 
     def pump() -> None:
-        try:
-            for chunk in body:
-                if chunk:
-                    conn.send(b"%x\r\n%b\r\n" % (len(chunk), bytes(chunk)))
-            conn.send(b"0\r\n\r\n")
-        except (OSError, ValueError, AttributeError):
-            pass  # the connection closed under us: the answer is already decided
+        it = iter(body)
+        while True:
+            try:
+                chunk = next(it, None)
+            except Exception:  # the body failed (a read error): abandon the call, which kills the command
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                return
+            if chunk is not None and not chunk:
+                continue  # an empty chunk would read as the body's end
+            try:
+                sock.sendall(b"0\r\n\r\n" if chunk is None else b"%x\r\n%b\r\n" % (len(chunk), bytes(chunk)))
+            except OSError:
+                return  # the connection closed under us: the answer is already decided
+            if chunk is None:
+                return
 
     threading.Thread(target=pump, name="zygo-request-body", daemon=True).start()
 
@@ -141,7 +154,7 @@ class Transport:
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             raise self._unreachable(e) from e
-        answer = Response(conn, resp)
+        answer = Response(conn, resp, self)
         try:
             answer.check()
         except BaseException:
@@ -166,7 +179,8 @@ class Response:
     """A 2xx answer: ``status``, ``headers`` (lower-case names), and its body through
     read() and lines(). A context manager; close() ends the connection."""
 
-    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse):
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, t: "Transport"):
+        self._t = t
         self._conn = conn
         self._resp = resp
         self.status = resp.status
@@ -194,13 +208,19 @@ class Response:
         raise err
 
     def read(self) -> bytes:
-        return self._resp.read()
+        try:
+            return self._resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise self._t._unreachable(e) from e
 
     def lines(self) -> Iterator[Dict[str, Any]]:
-        """Yields each line of an NDJSON body, decoded."""
-        for line in self._resp:
-            if line.strip():
-                yield json.loads(line)
+        """Yields each line of an NDJSON body, decoded; a body cut short raises Unreachable."""
+        try:
+            for line in self._resp:
+                if line.strip():
+                    yield json.loads(line)
+        except (OSError, http.client.HTTPException) as e:
+            raise self._t._unreachable(e) from e
 
     def close(self) -> None:
         self._resp.close()

@@ -186,6 +186,17 @@ describe('sandboxes', () => {
     assert.deepEqual([r.stdout.toString().trim(), r.stderr.toString()], ['70006', 'done\n']);
   });
 
+  test('a stdin that fails abandons the call', async () => {
+    async function* chunks() {
+      yield Buffer.from('partial');
+      throw new Error('the disk went away');
+    }
+    await assert.rejects(sb.exec(['sh', '-c', 'echo $$ >/tmp/jsabandoned.pid; exec cat >/tmp/jsabandoned'], { stdin: chunks() }));
+    // The command was killed, not left waiting for the rest of its stdin.
+    const r = await sb.exec(['sh', '-c', 'for i in $(seq 100); do kill -0 $(cat /tmp/jsabandoned.pid) 2>/dev/null || exit 0; sleep 0.1; done; exit 1']);
+    assert.equal(r.exitCode, 0, 'the abandoned command still runs');
+  });
+
   test('runCode', async () => {
     let r = await sb.runCode("counter = 41\nprint('hi')\ncounter + 1");
     assert.deepEqual([r.ok, r.value, r.stdout], [true, '42', 'hi\n']);
