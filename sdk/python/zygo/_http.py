@@ -77,6 +77,7 @@ def _send_duplex(conn: http.client.HTTPConnection, method: str, path: str, heade
         while True:
             try:
                 chunk = next(it, None)
+                data = b"0\r\n\r\n" if chunk is None else b"%x\r\n%b\r\n" % (len(chunk), bytes(chunk))
             except Exception:  # the body failed (a read error): abandon the call, which kills the command
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
@@ -86,7 +87,7 @@ def _send_duplex(conn: http.client.HTTPConnection, method: str, path: str, heade
             if chunk is not None and not chunk:
                 continue  # an empty chunk would read as the body's end
             try:
-                sock.sendall(b"0\r\n\r\n" if chunk is None else b"%x\r\n%b\r\n" % (len(chunk), bytes(chunk)))
+                sock.sendall(data)
             except OSError:
                 return  # the connection closed under us: the answer is already decided
             if chunk is None:

@@ -275,16 +275,20 @@ class Sandbox:
         return f"Sandbox(id={self.id!r}, name={self.name!r})"
 
 
-def _prefixed(head: bytes, rest: Iterable[bytes]) -> Iterator[bytes]:
+def _prefixed(head: bytes, rest: Iterable[Union[bytes, str]]) -> Iterator[bytes]:
+    """Yields head, then what rest gives (read 64 KiB at a time from a file), str as UTF-8."""
     yield head
-    if hasattr(rest, "read"):
-        while True:
-            chunk = rest.read(64 << 10)  # type: ignore[union-attr]
-            if not chunk:
-                return
-            yield chunk
-    else:
-        yield from rest
+    chunks = _read_chunks(rest) if hasattr(rest, "read") else rest
+    for chunk in chunks:
+        yield chunk.encode() if isinstance(chunk, str) else chunk
+
+
+def _read_chunks(f: Any) -> Iterator[Union[bytes, str]]:
+    while True:
+        chunk = f.read(64 << 10)
+        if not chunk:
+            return
+        yield chunk
 
 
 @dataclasses.dataclass

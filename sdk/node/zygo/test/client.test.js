@@ -15,12 +15,12 @@ import {
 } from '../index.js';
 import { Daemon } from '../support/realdaemon.js';
 
+const dirs = [];
+after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+
 const D = new Daemon();
 before(() => D.start(), { timeout: 900_000 });
 after(() => D.stop(), { timeout: 300_000 });
-
-const dirs = [];
-after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
 
 function functionDir(name, mainPy) {
   const d = fs.mkdtempSync(path.join(os.tmpdir(), 'zjs-fn-'));
