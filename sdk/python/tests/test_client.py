@@ -122,6 +122,19 @@ class FunctionsTest(unittest.TestCase):
             self.c.functions.deploy(d)
 
 
+class ContractTest(unittest.TestCase):
+    """What every answer of the daemon carries (the API version) and its 405."""
+
+    def test_the_daemon_speaks_this_api_version(self):
+        self.assertEqual(D.client().status()["api_version"], zygo.API_VERSION)
+
+    def test_a_wrong_method_is_method_not_allowed(self):
+        with self.assertRaises(zygo.MethodNotAllowed) as cm:
+            D.client()._t.call("PATCH", "/v1/functions")
+        self.assertEqual(cm.exception.status, 405)
+        self.assertIn("GET", cm.exception.allow)
+
+
 class TCPTest(unittest.TestCase):
     """The daemon's TCP listener, with the token found as the CLI finds it."""
 

@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  BadRequest, HandlerError, ImportFailed, InvokeError, NotFound, Unauthenticated, Zygo,
+  API_VERSION, BadRequest, HandlerError, ImportFailed, InvokeError, MethodNotAllowed, NotFound, Unauthenticated, Zygo,
 } from '../index.js';
 import { Daemon } from '../support/realdaemon.js';
 
@@ -105,6 +105,19 @@ describe('functions', () => {
     const d = functionDir('jslink', 'def handler(e, c):\n    return 1\n');
     fs.symlinkSync('/etc/passwd', path.join(d, 'passwd'));
     await assert.rejects(c.functions.deploy(d), /passwd: not a regular file/);
+  });
+});
+
+describe('contract', () => {
+  test('the daemon speaks this API version', async () => {
+    assert.equal((await D.client().status()).api_version, API_VERSION);
+  });
+
+  test('a wrong method is MethodNotAllowed', async () => {
+    const err = await D.client()._calls.call('PATCH', '/v1/functions').catch((e) => e);
+    assert.ok(err instanceof MethodNotAllowed, String(err));
+    assert.equal(err.status, 405);
+    assert.ok(err.allow.includes('GET'), err.allow.join(','));
   });
 });
 
