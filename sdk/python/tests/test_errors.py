@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socketserver
+import subprocess
 import sys
 import tempfile
 import threading
@@ -234,6 +235,27 @@ class DiscoveryTest(unittest.TestCase):
         os.environ["ZYGO_TOKEN"] = "from-env"
         self.assertEqual(zygo.Zygo(state_dir=d)._t.token, "from-env")
         self.assertEqual(zygo.Zygo(state_dir=d, token="given")._t.token, "given")
+
+    def test_a_socket_served_by_another_user_gets_no_byte(self):
+        # A server running as uid 12345 (the test runs as root) counts what it receives.
+        d = tempfile.mkdtemp(prefix="zpy-o-")
+        self.addCleanup(shutil.rmtree, d)
+        os.chmod(d, 0o777)
+        server = subprocess.Popen([sys.executable, "-c", (
+            "import socket, sys\n"
+            "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); print('ready', flush=True)\n"
+            "c, _ = s.accept(); c.settimeout(2); n = 0\n"
+            "try:\n"
+            "    while (b := c.recv(4096)): n += len(b)\n"
+            "except OSError: pass\n"
+            "print(n, flush=True)\n"), os.path.join(d, "zygo.sock")],
+            user=12345, stdout=subprocess.PIPE, text=True)
+        self.addCleanup(server.wait, 10)
+        self.assertEqual(server.stdout.readline().strip(), "ready")
+        with self.assertRaises(zygo.Unreachable) as cm:
+            zygo.Zygo(state_dir=d).status()
+        self.assertIn("served by uid 12345, neither root nor this user", str(cm.exception))
+        self.assertEqual(server.stdout.readline().strip(), "0")
 
     def test_unreachable(self):
         d = tempfile.mkdtemp(prefix="zpy-n-")

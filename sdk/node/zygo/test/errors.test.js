@@ -188,6 +188,28 @@ describe('discovery', () => {
     assert.equal(new zygo.Zygo({ stateDir: dir, token: 'given' })._calls.token, 'given');
   });
 
+  test('a socket of another user gets no byte', async () => {
+    // A server running as uid 12345 (the test runs as root) counts what it receives.
+    const d = fs.mkdtempSync(path.join(os.tmpdir(), 'zjs-o-'));
+    fs.chmodSync(d, 0o777);
+    const { spawn } = await import('node:child_process');
+    const code = "const net=require('net');let n=0;const s=net.createServer((c)=>{c.on('data',(b)=>{n+=b.length});" +
+      "setTimeout(()=>{console.log(n);process.exit(0)},1500)});s.listen(process.argv[1],()=>console.log('ready'))";
+    const server = spawn(process.execPath, ['-e', code, path.join(d, 'zygo.sock')], { uid: 12345, stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    server.stdout.on('data', (b) => { out += b; });
+    const exited = new Promise((r) => server.once('exit', r));
+    while (!out.includes('ready')) await new Promise((r) => setTimeout(r, 50));
+    const err = await new zygo.Zygo({ stateDir: d }).status().catch((e) => e);
+    assert.ok(err instanceof zygo.Unreachable, String(err));
+    assert.match(err.message, /belongs to uid 12345, neither root nor this user/);
+    // Nothing connected: the server's timer never started; stop it.
+    server.kill();
+    await exited;
+    fs.rmSync(d, { recursive: true, force: true });
+    assert.equal(out.trim(), 'ready');
+  });
+
   test('no daemon is Unreachable', async () => {
     const empty = fs.mkdtempSync(path.join(os.tmpdir(), 'zjs-n-'));
     const err = await new zygo.Zygo({ stateDir: empty }).status().catch((e) => e);
