@@ -1,6 +1,6 @@
 package api
 
-// The sandbox routes: the table is in sdk/go/wire (sandboxes.go).
+// The sandbox routes (routes.go has the table).
 
 import (
 	"context"
@@ -67,33 +67,6 @@ func (s *Server) WithSandboxes(sb Sandboxes, unavailable error) *Server {
 }
 
 type sandboxHandler func(w http.ResponseWriter, r *http.Request, sb Sandboxes)
-
-// sandboxRoutes registers the sandbox routes on mux; Handler calls it.
-func (s *Server) sandboxRoutes(mux *http.ServeMux) {
-	for pattern, h := range map[string]sandboxHandler{
-		"POST /v1/sandboxes":                   s.createSandbox,
-		"GET /v1/sandboxes":                    s.listSandboxes,
-		"GET /v1/sandboxes/{id}":               s.getSandbox,
-		"DELETE /v1/sandboxes/{id}":            s.removeSandbox,
-		"POST /v1/sandboxes/{id}/exec":         s.execSandbox,
-		"POST /v1/sandboxes/{id}/run-code":     s.runCode,
-		"PUT /v1/sandboxes/{id}/files":         s.putFile,
-		"GET /v1/sandboxes/{id}/files":         s.getFile,
-		"GET /v1/sandboxes/{id}/files/list":    s.listFiles,
-		"POST /v1/sandboxes/{id}/checkpoint":   s.checkpoint,
-		"GET /v1/sandboxes/{id}/checkpoints":   s.sandboxCheckpoints,
-		"POST /v1/sandboxes/{id}/fork":         s.fork,
-		"POST /v1/sandboxes/{id}/rollback":     s.rollback,
-		"GET /v1/sandboxes/{id}/generation":    s.generation,
-		"GET /v1/sandboxes/{id}/services":      s.services,
-		"POST /v1/sandboxes/{id}/ports/{port}": s.port,
-		"GET /v1/checkpoints":                  s.listCheckpoints,
-		"GET /v1/checkpoints/{id}":             s.getCheckpoint,
-		"DELETE /v1/checkpoints/{id}":          s.removeCheckpoint,
-	} {
-		mux.HandleFunc(pattern, s.needSandboxes(h))
-	}
-}
 
 // needSandboxes answers 503 when sandboxes are unavailable, else calls h.
 func (s *Server) needSandboxes(h sandboxHandler) http.HandlerFunc {
@@ -183,13 +156,18 @@ func (s *Server) sandboxSecretUsers(ctx context.Context, name string) ([]string,
 	return users, nil
 }
 
+// listSandboxes answers a page of the sandboxes, oldest first (key: creation time, then id).
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	q, ok := pageQueryOf(w, r)
+	if !ok {
+		return
+	}
 	recs, err := sb.List(r.Context())
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sandboxesOf(recs))
+	writePage(w, q, sandboxesOf(recs), func(s wire.Sandbox) string { return timeKey(s.CreatedAt, s.ID) })
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
@@ -409,13 +387,19 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, sb Sandboxes
 	writeJSON(w, http.StatusCreated, checkpointOf(cp))
 }
 
+// writeCheckpoints answers a page of the checkpoints of sandboxID (all when ""), oldest first
+// (key: creation time, then id).
 func (s *Server) writeCheckpoints(w http.ResponseWriter, r *http.Request, sb Sandboxes, sandboxID string) {
+	q, ok := pageQueryOf(w, r)
+	if !ok {
+		return
+	}
 	cps, err := sb.Checkpoints(r.Context(), sandboxID)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, checkpointsOf(cps))
+	writePage(w, q, checkpointsOf(cps), func(c wire.Checkpoint) string { return timeKey(c.CreatedAt, c.ID) })
 }
 
 func (s *Server) sandboxCheckpoints(w http.ResponseWriter, r *http.Request, sb Sandboxes) {

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
@@ -168,8 +169,8 @@ func TestCheckpointImageDirNeverInJSON(t *testing.T) {
 	if bytes.Contains(b, []byte("/var/lib/zygo")) || bytes.Contains(b, []byte(`"dir"`)) {
 		t.Errorf("the image's host path is in the API answer: %s", b)
 	}
-	var got []map[string]any
-	if err := json.Unmarshal(b, &got); err != nil || len(got) != 1 || got[0]["size_bytes"] != 4096.0 || got[0]["created_at"] == nil {
+	var got wire.Page[map[string]any]
+	if err := json.Unmarshal(b, &got); err != nil || len(got.Items) != 1 || got.Items[0]["size_bytes"] != 4096.0 || got.Items[0]["created_at"] == nil {
 		t.Errorf("size or age missing from the API answer: %s", b)
 	}
 }
@@ -374,6 +375,43 @@ func TestPortMustBeCanonical(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != 400 || !bytes.Contains(b, []byte("port")) {
 			t.Errorf("port %q: %d %s, want 400 naming the port", p, resp.StatusCode, b)
+		}
+	}
+}
+
+// Sandboxes and checkpoints are paged oldest first (creation time, then id), on both
+// checkpoint routes.
+func TestSandboxListsPaged(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	f := &fakeSandboxes{
+		recs: []sandbox.SandboxRecord{{ID: "sb-c", CreatedAt: t0.Add(time.Second)}, {ID: "sb-b", CreatedAt: t0}, {ID: "sb-a", CreatedAt: t0}},
+		cps:  []sandbox.CheckpointRecord{{ID: "cp-b", CreatedAt: t0.Add(time.Hour)}, {ID: "cp-a", CreatedAt: t0.Add(time.Minute)}},
+	}
+	c := newTestServer(t, f, nil)
+	ctx := context.Background()
+	var ids []string
+	q := zygo.PageQuery{Limit: 1}
+	for {
+		p, err := c.SandboxesPage(ctx, q)
+		if err != nil || len(p.Items) != 1 {
+			t.Fatalf("SandboxesPage: %+v (%v)", p, err)
+		}
+		ids = append(ids, p.Items[0].ID)
+		if q.Cursor = p.NextCursor; q.Cursor == "" {
+			break
+		}
+	}
+	if got := strings.Join(ids, " "); got != "sb-a sb-b sb-c" {
+		t.Errorf("sandboxes paged %s, want sb-a sb-b sb-c", got)
+	}
+	for _, sb := range []string{"", "sb-a"} {
+		p, err := c.CheckpointsPage(ctx, sb, zygo.PageQuery{Limit: 1})
+		if err != nil || len(p.Items) != 1 || p.Items[0].ID != "cp-a" || p.NextCursor == "" {
+			t.Fatalf("CheckpointsPage(%q): %+v (%v)", sb, p, err)
+		}
+		cps, err := c.Checkpoints(ctx, sb)
+		if err != nil || len(cps) != 2 || cps[1].ID != "cp-b" {
+			t.Errorf("Checkpoints(%q): %+v (%v)", sb, cps, err)
 		}
 	}
 }

@@ -4,19 +4,8 @@
 // client is sdk/go/zygo. It is the only place where error categories
 // (internal/errdefs) become HTTP status codes and error codes.
 //
-// Routes (docs/ARCHITECTURE.md has the table):
-//
-//	GET    /v1/status
-//	POST   /v1/functions                   body: gzip'd tar of a function dir
-//	GET    /v1/functions
-//	GET    /v1/functions/{name}
-//	DELETE /v1/functions/{name}
-//	POST   /v1/functions/{name}/invoke     body: the event (JSON)
-//	GET    /v1/functions/{name}/logs       ?request=ID&after=N&limit=N
-//	PUT    /v1/secrets/{name}              body: the value (raw bytes)
-//	GET    /v1/secrets                     names and update times only
-//	DELETE /v1/secrets/{name}
-//	/v1/sandboxes/..., /v1/checkpoints/...   see sandboxes.go
+// Routes: the table in routes.go (Routes), documented by api/openapi.yaml, which the
+// daemon serves at GET /v1/openapi.json.
 package api
 
 import (
@@ -79,28 +68,8 @@ func NewServer(fns Functions, logs Logs, secrets Secrets, log *slog.Logger, vers
 	return &Server{fns: fns, logs: logs, secrets: secrets, log: log, started: time.Now(), version: version}
 }
 
-// Handler returns the HTTP handler with every route.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", s.status)
-	mux.HandleFunc("POST /v1/functions", s.deploy)
-	mux.HandleFunc("GET /v1/functions", s.list)
-	mux.HandleFunc("GET /v1/functions/{name}", s.get)
-	mux.HandleFunc("DELETE /v1/functions/{name}", s.remove)
-	mux.HandleFunc("POST /v1/functions/{name}/invoke", s.invoke)
-	mux.HandleFunc("GET /v1/functions/{name}/logs", s.getLogs)
-	mux.HandleFunc("PUT /v1/secrets/{name}", s.setSecret)
-	mux.HandleFunc("GET /v1/secrets", s.listSecrets)
-	mux.HandleFunc("DELETE /v1/secrets/{name}", s.removeSecret)
-	s.sandboxRoutes(mux)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, wire.ErrorBody{Code: wire.CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
-	})
-	return s.accessLog(mux)
-}
-
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, wire.StatusBody{Version: s.version, UptimeMs: time.Since(s.started).Milliseconds(), Functions: len(s.fns.List())})
+	writeJSON(w, http.StatusOK, wire.StatusBody{APIVersion: wire.APIVersion, Version: s.version, UptimeMs: time.Since(s.started).Milliseconds(), Functions: len(s.fns.List())})
 }
 
 func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
@@ -126,8 +95,13 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, deployResultOf(res))
 }
 
+// list answers a page of the functions, by name.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, functionsOf(s.fns.List()))
+	q, ok := pageQueryOf(w, r)
+	if !ok {
+		return
+	}
+	writePage(w, q, functionsOf(s.fns.List()), func(f wire.Function) string { return f.Name })
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -241,13 +215,18 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// listSecrets answers a page of the secrets' names and update times, by name.
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
+	q, ok := pageQueryOf(w, r)
+	if !ok {
+		return
+	}
 	ms, err := s.secrets.List(r.Context())
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, secretsOf(ms))
+	writePage(w, q, secretsOf(ms), func(m wire.SecretMeta) string { return m.Name })
 }
 
 // removeSecret refuses while a function, a sandbox or a checkpoint names the secret: a

@@ -514,8 +514,7 @@ func TestUnknownRoute(t *testing.T) {
 		{"GET", "/"},
 		{"GET", "/v2/functions"},
 		{"GET", "/v1/functions/hello/nope"},
-		{"POST", "/v1/status"},
-		{"PATCH", "/v1/functions/hello"},
+		{"GET", "/v1/status/"},
 	} {
 		f := newFixture()
 		rec := f.do(c.method, c.target, nil)
@@ -527,6 +526,33 @@ func TestUnknownRoute(t *testing.T) {
 		if eb.Code != "not_found" || !strings.Contains(eb.Message, c.method+" "+c.target) {
 			t.Errorf("%s %s: error body %+v", c.method, c.target, eb)
 		}
+		if v := rec.Header().Get(wire.APIVersionHeader); v != "1" {
+			t.Errorf("%s %s: %s %q, want 1", c.method, c.target, wire.APIVersionHeader, v)
+		}
+	}
+}
+
+// A route's path with a method it does not take is a 405 listing those it does (Allow), with
+// the one error body; a path of no route stays a 404.
+func TestWrongMethod(t *testing.T) {
+	for _, c := range []struct{ method, target, allow string }{
+		{"POST", "/v1/status", "GET, HEAD"},
+		{"PATCH", "/v1/functions/hello", "DELETE, GET, HEAD"},
+		{"GET", "/v1/functions/hello/invoke", "POST"},
+		{"DELETE", "/v1/secrets", "GET, HEAD"},
+		{"PUT", "/v1/sandboxes/sb-1/ports/80", "POST"},
+	} {
+		f := newFixture()
+		rec := f.do(c.method, c.target, nil)
+		if rec.Code != 405 || rec.Header().Get("Allow") != c.allow || rec.Header().Get(wire.APIVersionHeader) != "1" {
+			t.Errorf("%s %s: status %d, Allow %q, version %q; want 405, %q, 1", c.method, c.target, rec.Code,
+				rec.Header().Get("Allow"), rec.Header().Get(wire.APIVersionHeader), c.allow)
+			continue
+		}
+		eb := errorOf(t, rec)
+		if eb.Code != wire.CodeMethodNotAllowed || !strings.Contains(eb.Message, c.method) || !strings.Contains(eb.Message, c.allow) {
+			t.Errorf("%s %s: error body %+v", c.method, c.target, eb)
+		}
 	}
 }
 
@@ -534,13 +560,14 @@ func TestStatusListGetRemove(t *testing.T) {
 	f := newFixture()
 	rec := f.do("GET", "/v1/status", nil)
 	var st wire.StatusBody
-	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != 200 || st.Version != "test-version" || st.Functions != 2 {
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != 200 || st.Version != "test-version" || st.Functions != 2 ||
+		st.APIVersion != wire.APIVersion || rec.Header().Get(wire.APIVersionHeader) != "1" {
 		t.Errorf("status: %d %s (%v)", rec.Code, rec.Body, err)
 	}
 
 	rec = f.do("GET", "/v1/functions", nil)
-	var list []function.Status
-	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list) != 2 || list[1].Name != "other" {
+	var list wire.Page[wire.Function]
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list.Items) != 2 || list.Items[1].Name != "other" || list.NextCursor != "" {
 		t.Errorf("list: %s (%v)", rec.Body, err)
 	}
 
@@ -551,8 +578,8 @@ func TestStatusListGetRemove(t *testing.T) {
 	}
 
 	rec = f.do("DELETE", "/v1/functions/other", nil)
-	if rec.Code != 204 || rec.Body.Len() != 0 || !slices.Equal(f.fns.removed, []string{"other"}) {
-		t.Errorf("remove: %d %q, removed %q", rec.Code, rec.Body, f.fns.removed)
+	if rec.Code != 204 || rec.Body.Len() != 0 || !slices.Equal(f.fns.removed, []string{"other"}) || rec.Header().Get(wire.APIVersionHeader) != "1" {
+		t.Errorf("remove: %d %q, removed %q, headers %v", rec.Code, rec.Body, f.fns.removed, rec.Header())
 	}
 }
 
@@ -575,8 +602,8 @@ func TestSecretRoutes(t *testing.T) {
 	at := time.UnixMilli(1_700_000_000_000).UTC()
 	f.secrets.metas = []secret.Meta{{Name: "API_KEY", UpdatedAt: at}}
 	rec = f.do("GET", "/v1/secrets", nil)
-	var metas []secret.Meta
-	if err := json.Unmarshal(rec.Body.Bytes(), &metas); err != nil || len(metas) != 1 || !metas[0].UpdatedAt.Equal(at) {
+	var metas wire.Page[wire.SecretMeta]
+	if err := json.Unmarshal(rec.Body.Bytes(), &metas); err != nil || len(metas.Items) != 1 || !metas.Items[0].UpdatedAt.Equal(at) {
 		t.Errorf("list: %s (%v)", rec.Body, err)
 	}
 	if bytes.Contains(rec.Body.Bytes(), []byte("s3cr3t")) {

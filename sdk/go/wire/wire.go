@@ -26,6 +26,7 @@ const (
 	CodeInternal           Code = "internal"            // 500
 	CodeUnauthenticated    Code = "unauthenticated"     // 401: no or a wrong bearer token (TCP listener)
 	CodeImportFailed       Code = "import_failed"       // 422: a deploy whose new version failed to import
+	CodeMethodNotAllowed   Code = "method_not_allowed"  // 405: the path exists, not with this method; the Allow header lists those it has
 	// CodeHTTP is never sent by the daemon: a client gives it to an answer that carried no
 	// error body (a proxy's page, say).
 	CodeHTTP Code = "http"
@@ -52,7 +53,7 @@ var codeStatus = map[Code]int{
 	CodeHandlerError: http.StatusInternalServerError, CodeTimeout: http.StatusGatewayTimeout,
 	CodeCrashed: http.StatusBadGateway, CodeZygoteDied: http.StatusServiceUnavailable,
 	CodeResponseTooLarge: http.StatusBadGateway, CodeLimitExceeded: http.StatusBadGateway,
-	CodeBadEvent: http.StatusBadRequest,
+	CodeBadEvent: http.StatusBadRequest, CodeMethodNotAllowed: http.StatusMethodNotAllowed,
 }
 
 // categoryText is the phrase of each code that names a category of failure rather than an
@@ -109,8 +110,16 @@ type ErrorAnswer struct {
 	Error ErrorBody `json:"error"`
 }
 
+// APIVersion is the version of the API this package describes. The daemon sends it on every
+// answer (APIVersionHeader) and in StatusBody; a client built for another version refuses
+// the answer rather than misread it.
+const APIVersion = 1
+
 // Headers of the API.
 const (
+	// APIVersionHeader carries APIVersion, in decimal, on every answer of the daemon
+	// (errors, 404s and 405s included).
+	APIVersionHeader = "Zygo-Api-Version"
 	// RequestIDHeader carries an invoke's request id on its answer: the id its log lines
 	// carry (GET /v1/functions/{name}/logs?request=ID).
 	RequestIDHeader = "X-Zygo-Request-Id"
@@ -132,7 +141,26 @@ const (
 
 // StatusBody is the answer of GET /v1/status.
 type StatusBody struct {
-	Version   string `json:"version"`
-	UptimeMs  int64  `json:"uptime_ms"`
-	Functions int    `json:"functions"`
+	APIVersion int    `json:"api_version"` // APIVersion
+	Version    string `json:"version"`
+	UptimeMs   int64  `json:"uptime_ms"`
+	Functions  int    `json:"functions"`
+}
+
+// Bounds of a page of a list (see Page).
+const (
+	DefaultPageLimit = 100  // the items of a page when ?limit= is not given
+	MaxPageLimit     = 1000 // the largest ?limit=
+)
+
+// Page is one page of a list: the answer of GET of every list route (functions, sandboxes,
+// checkpoints, secrets). The route takes ?limit=N (1..MaxPageLimit, default DefaultPageLimit)
+// and ?cursor=C, C being a previous page's NextCursor, opaque; an out-of-range limit or a
+// cursor the list did not give is a 400 naming the field. Pages follow the list's key order
+// (each route says which), and a cursor is a position in that order, not an offset: an item
+// added or removed while a client pages through neither repeats nor skips another.
+type Page[T any] struct {
+	Items []T `json:"items"`
+	// NextCursor continues the list; empty (left out) on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }

@@ -39,10 +39,14 @@ func (c *Client) DeployDir(ctx context.Context, dir string) (wire.DeployResult, 
 	return c.Deploy(ctx, &buf)
 }
 
-// Functions returns every deployed function, by name.
+// Functions returns every deployed function, by name (following the list's pages).
 func (c *Client) Functions(ctx context.Context) ([]wire.Function, error) {
-	var out []wire.Function
-	return out, c.call(ctx, "GET", "/v1/functions", nil, &out)
+	return all[wire.Function](ctx, c, "/v1/functions", nil)
+}
+
+// FunctionsPage returns one page of the deployed functions, by name.
+func (c *Client) FunctionsPage(ctx context.Context, q PageQuery) (wire.Page[wire.Function], error) {
+	return page[wire.Function](ctx, c, "/v1/functions", nil, q)
 }
 
 // Function returns one function (IsNotFound when there is none of that name).
@@ -111,10 +115,15 @@ func (c *Client) SetSecret(ctx context.Context, name string, value []byte) error
 	return c.callBody(ctx, "PUT", "/v1/secrets/"+url.PathEscape(name), bytes.NewReader(value), "application/octet-stream", nil)
 }
 
-// ListSecrets returns the names and update times of every secret.
+// ListSecrets returns the names and update times of every secret, by name (following the
+// list's pages).
 func (c *Client) ListSecrets(ctx context.Context) ([]wire.SecretMeta, error) {
-	var out []wire.SecretMeta
-	return out, c.call(ctx, "GET", "/v1/secrets", nil, &out)
+	return all[wire.SecretMeta](ctx, c, "/v1/secrets", nil)
+}
+
+// SecretsPage returns one page of the secrets' names and update times, by name.
+func (c *Client) SecretsPage(ctx context.Context, q PageQuery) (wire.Page[wire.SecretMeta], error) {
+	return page[wire.SecretMeta](ctx, c, "/v1/secrets", nil, q)
 }
 
 // RemoveSecret deletes a secret; refused (IsConflict) while a function, sandbox or checkpoint

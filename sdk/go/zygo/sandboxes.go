@@ -37,10 +37,14 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (wire.Sandbox, error
 	return rec, c.call(ctx, "GET", sbPath(id), nil, &rec)
 }
 
-// ListSandboxes returns every sandbox's record, oldest first.
+// ListSandboxes returns every sandbox's record, oldest first (following the list's pages).
 func (c *Client) ListSandboxes(ctx context.Context) ([]wire.Sandbox, error) {
-	var out []wire.Sandbox
-	return out, c.call(ctx, "GET", "/v1/sandboxes", nil, &out)
+	return all[wire.Sandbox](ctx, c, "/v1/sandboxes", nil)
+}
+
+// SandboxesPage returns one page of the sandboxes' records, oldest first.
+func (c *Client) SandboxesPage(ctx context.Context, q PageQuery) (wire.Page[wire.Sandbox], error) {
+	return page[wire.Sandbox](ctx, c, "/v1/sandboxes", nil, q)
 }
 
 // RemoveSandbox destroys a sandbox; its checkpoints stay.
@@ -195,14 +199,22 @@ func (c *Client) Checkpoint(ctx context.Context, id, tag string) (wire.Checkpoin
 
 // Checkpoints lists checkpoints, oldest first: every one when sandboxID is empty, else those
 // taken of that sandbox (a removed sandbox's id still lists its checkpoints). An unknown
-// sandbox is an error (IsNotFound), not an empty list.
+// sandbox is an error (IsNotFound), not an empty list. It follows the list's pages.
 func (c *Client) Checkpoints(ctx context.Context, sandboxID string) ([]wire.Checkpoint, error) {
-	var out []wire.Checkpoint
-	p := "/v1/checkpoints"
-	if sandboxID != "" {
-		p = sbPath(sandboxID, "checkpoints")
+	return all[wire.Checkpoint](ctx, c, checkpointsPath(sandboxID), nil)
+}
+
+// CheckpointsPage returns one page of Checkpoints(sandboxID), oldest first.
+func (c *Client) CheckpointsPage(ctx context.Context, sandboxID string, q PageQuery) (wire.Page[wire.Checkpoint], error) {
+	return page[wire.Checkpoint](ctx, c, checkpointsPath(sandboxID), nil, q)
+}
+
+// checkpointsPath is the list of the checkpoints of sandboxID (all when "").
+func checkpointsPath(sandboxID string) string {
+	if sandboxID == "" {
+		return "/v1/checkpoints"
 	}
-	return out, c.call(ctx, "GET", p, nil, &out)
+	return sbPath(sandboxID, "checkpoints")
 }
 
 // GetCheckpoint returns the checkpoint with that id or tag.
@@ -245,6 +257,9 @@ func (c *Client) Fork(ctx context.Context, id string, n int, from string, progre
 		return ans, c.unreachable(err)
 	}
 	defer resp.Body.Close()
+	if err := checkVersion(resp); err != nil {
+		return ans, err
+	}
 	status := resp.StatusCode
 	if resp.Header.Get("Content-Type") == wire.ForkStreamType {
 		if ans, status, err = readForkStream(resp.Body, progress); err != nil {

@@ -30,9 +30,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/zygo-run/zygo/sdk/go/wire"
 )
@@ -130,6 +133,28 @@ func (c *Client) unreachable(err error) *Unreachable {
 
 func (e *Unreachable) Unwrap() error { return e.Err }
 
+// VersionMismatch is an answer from a daemon that speaks another version of the API
+// (wire.APIVersionHeader): the client does not read it, since its bodies may mean something
+// else. An answer without the header (a daemon older than the header) is read as version 1.
+type VersionMismatch struct {
+	Daemon string // the version the daemon sent, as it sent it
+}
+
+// Error says both versions and what to do.
+func (e *VersionMismatch) Error() string {
+	return fmt.Sprintf("the daemon speaks API version %s; this client speaks %d (use a client of the daemon's release)",
+		e.Daemon, wire.APIVersion)
+}
+
+// checkVersion returns a *VersionMismatch when resp comes from a daemon of another API version.
+func checkVersion(resp *http.Response) error {
+	v := resp.Header.Get(wire.APIVersionHeader)
+	if v == "" || v == strconv.Itoa(wire.APIVersion) {
+		return nil
+	}
+	return &VersionMismatch{Daemon: v}
+}
+
 func hasCode(err error, codes ...wire.Code) bool {
 	var e *Error
 	if !errors.As(err, &e) {
@@ -185,6 +210,10 @@ func (c *Client) send(ctx context.Context, req *http.Request) (*http.Response, e
 		}
 		return nil, c.unreachable(err)
 	}
+	if err := checkVersion(resp); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
 		return nil, readError(resp)
@@ -236,6 +265,56 @@ func (c *Client) callBody(ctx context.Context, method, path string, body io.Read
 		return fmt.Errorf("decoding the answer to %s %s: %w", method, path, err)
 	}
 	return nil
+}
+
+// PageQuery selects one page of a list (wire.Page): at most Limit items (1..wire.MaxPageLimit;
+// 0: the daemon's default, wire.DefaultPageLimit) after Cursor, a previous page's NextCursor
+// ("": the first page).
+type PageQuery struct {
+	Limit  int
+	Cursor string
+}
+
+// with returns path with q's parameters added to the query v (which may be nil).
+func (q PageQuery) with(path string, v url.Values) string {
+	if v == nil {
+		v = url.Values{}
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Cursor != "" {
+		v.Set("cursor", q.Cursor)
+	}
+	if len(v) == 0 {
+		return path
+	}
+	return path + "?" + v.Encode()
+}
+
+// page returns one page of the list at path (with the query v, which may be nil).
+func page[T any](ctx context.Context, c *Client, path string, v url.Values, q PageQuery) (wire.Page[T], error) {
+	var p wire.Page[T]
+	return p, c.call(ctx, "GET", q.with(path, v), nil, &p)
+}
+
+// all returns every item of the list at path, following the cursors in pages of
+// wire.MaxPageLimit. An item added while it pages is listed when it sorts after the page
+// being read.
+func all[T any](ctx context.Context, c *Client, path string, v url.Values) ([]T, error) {
+	out := []T{}
+	q := PageQuery{Limit: wire.MaxPageLimit}
+	for {
+		p, err := page[T](ctx, c, path, maps.Clone(v), q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.Items...)
+		if p.NextCursor == "" {
+			return out, nil
+		}
+		q.Cursor = p.NextCursor
+	}
 }
 
 // Status returns the daemon's status.
