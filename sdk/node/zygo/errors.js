@@ -101,7 +101,7 @@ export class Unreachable extends ZygoError {
 export class ApiVersionMismatch extends ZygoError {
   static code = 'api_version';
   constructor(daemonVersion) {
-    super(`the daemon speaks API version ${daemonVersion}; this client speaks ${API_VERSION}`);
+    super(`the daemon speaks API version ${daemonVersion}; this client speaks ${API_VERSION} (use a client of the daemon's release)`);
     this.daemonVersion = daemonVersion;
   }
 }

@@ -158,7 +158,7 @@ class ErrorMappingTest(unittest.TestCase):
                 self.s.answer = lambda m, p: (status, {"Zygo-Api-Version": "2"}, body)
                 with self.assertRaises(zygo.ApiVersionMismatch) as cm:
                     self.c.status()
-                self.assertEqual(str(cm.exception), "the daemon speaks API version 2; this client speaks 1")
+                self.assertEqual(str(cm.exception), "the daemon speaks API version 2; this client speaks 1 (use a client of the daemon's release)")
         self.s.answer = lambda m, p: (200, {"Zygo-Api-Version": "1"}, b'{"api_version": 1}')
         self.assertEqual(self.c.status(), {"api_version": 1})
 

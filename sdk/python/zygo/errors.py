@@ -223,7 +223,8 @@ class ApiVersionMismatch(ZygoError):
 
     def __init__(self, daemon_version: str):
         self.daemon_version = daemon_version
-        super().__init__(f"the daemon speaks API version {daemon_version}; this client speaks {API_VERSION}")
+        super().__init__(f"the daemon speaks API version {daemon_version}; this client speaks {API_VERSION}"
+                         " (use a client of the daemon's release)")
 
 
 #: Every error code of the API and its exception class.

@@ -113,7 +113,7 @@ describe('error mapping', () => {
       answer = () => [status, { 'zygo-api-version': '2' }, body];
       const err = await client.status().catch((e) => e);
       assert.ok(err instanceof zygo.ApiVersionMismatch, String(err));
-      assert.equal(err.message, 'the daemon speaks API version 2; this client speaks 1');
+      assert.equal(err.message, "the daemon speaks API version 2; this client speaks 1 (use a client of the daemon's release)");
     }
     answer = () => [200, { 'zygo-api-version': '1' }, '{"api_version": 1}'];
     assert.deepEqual(await client.status(), { api_version: 1 });
