@@ -97,7 +97,7 @@ export class Transport {
       (async () => {
         for await (const chunk of body) {
           if (req.destroyed) return;
-          if (!req.write(chunk)) await new Promise((r) => req.once('drain', r).once('close', r));
+          if (!req.write(chunk)) await drained(req);
         }
         req.end();
       })().catch(() => req.destroy());
@@ -122,6 +122,17 @@ export class Transport {
     const raw = await readAll(res);
     return raw.length && raw.toString().trim() ? JSON.parse(raw) : null;
   }
+}
+
+// drained resolves when req can take more (or has closed), leaving no listener behind.
+function drained(req) {
+  return new Promise((resolve) => {
+    const done = () => {
+      req.off('drain', done).off('close', done);
+      resolve();
+    };
+    req.on('drain', done).on('close', done);
+  });
 }
 
 /** The whole body of res, as a Buffer (at most limit bytes; the rest is dropped). */
