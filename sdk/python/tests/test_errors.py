@@ -241,7 +241,9 @@ class DiscoveryTest(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="zpy-o-")
         self.addCleanup(shutil.rmtree, d)
         os.chmod(d, 0o777)
-        server = subprocess.Popen([sys.executable, "-c", (
+        # /usr/bin/python3: uid 12345 may not reach this interpreter (pyenv's lives under /root).
+        py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+        server = subprocess.Popen([py, "-c", (
             "import socket, sys\n"
             "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); print('ready', flush=True)\n"
             "c, _ = s.accept(); c.settimeout(2); n = 0\n"
@@ -249,7 +251,7 @@ class DiscoveryTest(unittest.TestCase):
             "    while (b := c.recv(4096)): n += len(b)\n"
             "except OSError: pass\n"
             "print(n, flush=True)\n"), os.path.join(d, "zygo.sock")],
-            user=12345, stdout=subprocess.PIPE, text=True)
+            user=12345, cwd="/", stdout=subprocess.PIPE, text=True)
         self.addCleanup(server.wait, 10)
         self.assertEqual(server.stdout.readline().strip(), "ready")
         with self.assertRaises(zygo.Unreachable) as cm:

@@ -195,7 +195,7 @@ describe('discovery', () => {
     const { spawn } = await import('node:child_process');
     const code = "const net=require('net');let n=0;const s=net.createServer((c)=>{c.on('data',(b)=>{n+=b.length});" +
       "setTimeout(()=>{console.log(n);process.exit(0)},1500)});s.listen(process.argv[1],()=>console.log('ready'))";
-    const server = spawn(process.execPath, ['-e', code, path.join(d, 'zygo.sock')], { uid: 12345, stdio: ['ignore', 'pipe', 'inherit'] });
+    const server = spawn(process.execPath, ['-e', code, path.join(d, 'zygo.sock')], { uid: 12345, cwd: '/', stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     server.stdout.on('data', (b) => { out += b; });
     const exited = new Promise((r) => server.once('exit', r));
