@@ -49,6 +49,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def leftovers(state_dir: str) -> list:
+    """The processes (a runsc, a zygote) whose command line names state_dir, and the mounts
+    under it: what a daemon that stopped cleanly leaves none of."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if state_dir + "/" in cmd or cmd.rstrip().endswith(state_dir):
+            out.append(f"pid {pid}: {cmd.strip()[:200]}")
+    with open("/proc/self/mountinfo") as f:
+        out += [f"mount {ln.split()[4]}" for ln in f if ln.split()[4].startswith(state_dir + "/")]
+    return out
+
+
 class Daemon:
     """`zygo serve --state-dir STATE --no-network --listen 127.0.0.1:PORT`, started by
     start() and stopped (every sandbox and checkpoint removed first) by stop()."""
@@ -109,5 +126,8 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
             self._log.close()
+            left = leftovers(self.state_dir)
             os.remove(self.log_path)
             shutil.rmtree(self.state_dir, ignore_errors=True)
+            if left:
+                raise AssertionError(f"left behind after the daemon stopped: {left}")

@@ -40,6 +40,28 @@ async function freePort() {
   return port;
 }
 
+/**
+ * The processes (a runsc, a zygote) whose command line names stateDir, and the mounts under
+ * it: what a daemon that stopped cleanly leaves none of.
+ */
+export function leftovers(stateDir) {
+  const out = [];
+  for (const pid of fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    let cmd;
+    try {
+      cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ').trim();
+    } catch {
+      continue;
+    }
+    if (cmd.includes(`${stateDir}/`) || cmd.endsWith(stateDir)) out.push(`pid ${pid}: ${cmd.slice(0, 200)}`);
+  }
+  for (const line of fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const mnt = line.split(' ')[4];
+    if (mnt?.startsWith(`${stateDir}/`)) out.push(`mount ${mnt}`);
+  }
+  return out;
+}
+
 /** `zygo serve --state-dir STATE --no-network --listen 127.0.0.1:PORT`. */
 export class Daemon {
   async start() {
@@ -94,8 +116,10 @@ export class Daemon {
       const timer = setTimeout(() => this.proc.kill('SIGKILL'), 60_000);
       await this.exited;
       clearTimeout(timer);
+      const left = leftovers(this.stateDir);
       fs.rmSync(this.logPath, { force: true });
       fs.rmSync(this.stateDir, { recursive: true, force: true });
+      if (left.length) throw new Error(`left behind after the daemon stopped: ${left.join('; ')}`);
     }
   }
 }
