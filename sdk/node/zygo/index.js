@@ -13,6 +13,7 @@
 //     ...
 //   });
 
+import fs from 'node:fs';
 import path from 'node:path';
 import { NotFound, ZygoError, fromBody, statusOf } from './errors.js';
 import { packDir } from './bundle.js';
@@ -34,10 +35,10 @@ export function resolveStateDir(stateDir) {
   return stateDir || process.env.ZYGO_STATE_DIR || defaultStateDir();
 }
 
-async function readToken(stateDir) {
-  const { readFile } = await import('node:fs/promises');
+// readToken returns the token in stateDir's api.token, or null when there is none to read.
+function readToken(stateDir) {
   try {
-    return (await readFile(path.join(stateDir, TOKEN_NAME), 'utf8')).trim() || null;
+    return fs.readFileSync(path.join(stateDir, TOKEN_NAME), 'utf8').trim() || null;
   } catch {
     return null;
   }
@@ -59,31 +60,14 @@ export class Zygo {
   constructor({ stateDir, socketPath, addr, token, ca } = {}) {
     addr = addr || process.env.ZYGO_ADDR || undefined;
     if (addr) {
-      token = token || process.env.ZYGO_TOKEN?.trim() || undefined;
+      token = token || process.env.ZYGO_TOKEN?.trim() || readToken(resolveStateDir(stateDir));
       this._t = new Transport({ addr, token, ca });
-      // The token file is read on the first call (the constructor cannot wait).
-      if (!token) this._tokenFrom = resolveStateDir(stateDir);
     } else {
       this._t = new Transport({ socketPath: socketPath || path.join(resolveStateDir(stateDir), SOCKET_NAME) });
     }
-    this._calls = this._ready();
-    this.functions = new Functions(this._calls);
-    this.sandboxes = new Sandboxes(this._calls);
-    this.checkpoints = new Checkpoints(this._calls);
-  }
-
-  // _ready returns the transport, reading the token file before the first call.
-  _ready() {
-    const t = this._t;
-    const self = this;
-    const wrap = (fn) => async (...args) => {
-      if (self._tokenFrom !== undefined) {
-        t.token = await readToken(self._tokenFrom);
-        self._tokenFrom = undefined;
-      }
-      return fn.apply(t, args);
-    };
-    return { open: wrap(t.open), call: wrap(t.call), get token() { return t.token; } };
+    this.functions = new Functions(this._t);
+    this.sandboxes = new Sandboxes(this._t);
+    this.checkpoints = new Checkpoints(this._t);
   }
 
   /** The unix socket's path or the TCP address this client talks to. */
@@ -93,7 +77,7 @@ export class Zygo {
 
   /** The daemon's status: {version, uptime_ms, functions, api_version, ...}. */
   status() {
-    return this._calls.call('GET', '/v1/status');
+    return this._t.call('GET', '/v1/status');
   }
 }
 

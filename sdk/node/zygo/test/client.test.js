@@ -114,7 +114,7 @@ describe('contract', () => {
   });
 
   test('a wrong method is MethodNotAllowed', async () => {
-    const err = await D.client()._calls.call('PATCH', '/v1/functions').catch((e) => e);
+    const err = await D.client()._t.call('PATCH', '/v1/functions').catch((e) => e);
     assert.ok(err instanceof MethodNotAllowed, String(err));
     assert.equal(err.status, 405);
     assert.ok(err.allow.includes('GET'), err.allow.join(','));

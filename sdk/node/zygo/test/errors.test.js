@@ -138,7 +138,7 @@ describe('error mapping', () => {
     const ans = { error: { code: 'unavailable', message: 'every child failed' },
       children: [{ index: 0, error: { code: 'unavailable', message: 'restore failed' } }] };
     answer = () => [503, {}, JSON.stringify(ans)];
-    const err = await new zygo.Sandbox(client._calls, { id: 'sb-1' }).fork(1).catch((e) => e);
+    const err = await new zygo.Sandbox(client._t, { id: 'sb-1' }).fork(1).catch((e) => e);
     assert.ok(err instanceof zygo.Unavailable);
     assert.equal(err.answer.children[0].error.message, 'restore failed');
   });
@@ -147,7 +147,7 @@ describe('error mapping', () => {
     const lines = [{ stream: 'stdout', data: 'aGk=' }, { error: { code: 'failed_precondition', message: 'sandbox died' } }];
     answer = () => [200, { 'content-type': 'application/x-ndjson' }, lines.map((l) => JSON.stringify(l) + '\n').join('')];
     const got = [];
-    const proc = await new zygo.Sandbox(client._calls, { id: 'sb-1' }).execStream(['true']);
+    const proc = await new zygo.Sandbox(client._t, { id: 'sb-1' }).execStream(['true']);
     const err = await (async () => { for await (const ch of proc) got.push(ch.data.toString()); })().catch((e) => e);
     assert.ok(err instanceof zygo.FailedPrecondition, String(err));
     assert.deepEqual([got, err.status, err.message], [['hi'], 409, 'sandbox died']);
@@ -181,11 +181,10 @@ describe('discovery', () => {
     process.env.ZYGO_ADDR = '127.0.0.1:9';
     const c = new zygo.Zygo({ stateDir: dir });
     assert.equal(c.where, '127.0.0.1:9');
-    await c.status().catch(() => {}); // the token file is read on the first call
-    assert.equal(c._calls.token, 'from-file');
+    assert.equal(c._t.token, 'from-file');
     process.env.ZYGO_TOKEN = 'from-env';
-    assert.equal(new zygo.Zygo({ stateDir: dir })._calls.token, 'from-env');
-    assert.equal(new zygo.Zygo({ stateDir: dir, token: 'given' })._calls.token, 'given');
+    assert.equal(new zygo.Zygo({ stateDir: dir })._t.token, 'from-env');
+    assert.equal(new zygo.Zygo({ stateDir: dir, token: 'given' })._t.token, 'given');
   });
 
   test('a socket of another user gets no byte', async () => {
