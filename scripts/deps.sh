@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Zygo's build, tests and demo need, idempotently: Debian's
-# bubblewrap, iproute2 (the network tests' test hosts), python3, python3-numpy and python3-grpcio (for /usr/bin/python3), nodejs, gcc; and
+# bubblewrap, iproute2 (the network tests' test hosts), systemd (systemd-analyze, for the unit test), python3, python3-numpy and python3-grpcio (for /usr/bin/python3), nodejs, gcc; and
 # gVisor's runsc (scripts/install-runsc.sh) unless ZYGO_SKIP_RUNSC=1.
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
@@ -13,6 +13,7 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 [ -x /usr/bin/node ] || need+=(nodejs)
 command -v gcc >/dev/null 2>&1 || need+=(gcc) # bin/zygo_rand.so, and the native test libraries
 command -v ip >/dev/null 2>&1 || need+=(iproute2) # network tests' test hosts (internal/network/nettest)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd) # TestMakeInstall verifies packaging/zygo.service
 
 if [ ${#need[@]} -gt 0 ]; then
 	sudo=""
