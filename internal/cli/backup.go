@@ -13,6 +13,7 @@ import (
 
 func newBackupCmd(g *globals) *cobra.Command {
 	var checkpoints bool
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "backup DIR",
 		Short: "Back up the daemon's state (store, secret key, versions; checkpoints with --checkpoints) into DIR, online",
@@ -26,6 +27,9 @@ func newBackupCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("backing up: %w", err)
 			}
+			if out.JSON() {
+				return printJSON(cmd, m)
+			}
 			var bytes int64
 			for _, f := range m.Files {
 				bytes += f.Size
@@ -36,6 +40,7 @@ func newBackupCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	out = addOutput(cmd, singleCmd)
 	cmd.Flags().BoolVar(&checkpoints, "checkpoints", false, "also copy the checkpoint images (without them, checkpoint records come back but cannot be forked or rolled back to)")
 	return cmd
 }

@@ -13,7 +13,8 @@ import (
 
 func newCheckPoolsCmd(g *globals) *cobra.Command {
 	var n int
-	var asJSON, useDaemon bool
+	var useDaemon bool
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "pools",
 		Short: "Audit runtime pools: two tenants share a pool; each round one plants, the other looks",
@@ -32,6 +33,7 @@ func newCheckPoolsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer stop()
+			asJSON := out.JSON()
 			if !asJSON {
 				fmt.Fprintf(cmd.ErrOrStderr(), "zygo check pools: pools %s and %s, %d rounds of tenant %s planting and %s looking...\n",
 					forkcheck.PoolShared, forkcheck.PoolPerTenant, n, "check-a", "check-b")
@@ -44,7 +46,8 @@ func newCheckPoolsCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVarP(&n, "n", "n", 5, "rounds (2..256)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	out = addOutput(cmd, singleCmd)
+	out.addJSONAlias(cmd)
 	cmd.Flags().BoolVar(&useDaemon, "use-daemon", false, "use the daemon at --state-dir instead of a private one")
 	return cmd
 }

@@ -3,10 +3,10 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -26,7 +26,8 @@ func newPoolCmd(g *globals) *cobra.Command {
 }
 
 func newPoolUpCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var out *Output
+	cmd := &cobra.Command{
 		Use:   "up DIR",
 		Short: "Create or replace a pool from DIR/zygo.toml (kind = \"pool\")",
 		Args:  cobra.ExactArgs(1),
@@ -38,6 +39,9 @@ func newPoolUpCmd(g *globals) *cobra.Command {
 			res, err := g.client().PoolUp(cmd.Context(), raw)
 			if err != nil {
 				return describeInvokeError(err)
+			}
+			if out.JSON() {
+				return printJSON(cmd, res)
 			}
 			state := "up"
 			if res.Unchanged {
@@ -55,6 +59,8 @@ func newPoolUpCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	out = addOutput(cmd, singleCmd)
+	return cmd
 }
 
 func newPoolRunCmd(g *globals) *cobra.Command {
@@ -112,7 +118,8 @@ func flagError(err error, flag string) error {
 }
 
 func newPoolLsCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var out *Output
+	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List pools and their zygotes",
 		Args:  cobra.NoArgs,
@@ -121,19 +128,27 @@ func newPoolLsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tISOLATION\tPRELOAD\tZYGOTES\tRUNNING\tWAITING\tTENANTS")
-			for _, p := range ps {
-				lanes := make([]string, len(p.Lanes))
-				for i, l := range p.Lanes {
-					lanes[i] = l.Lane + ":" + l.State
+			return out.print(cmd, ps, func(tw io.Writer) {
+				fmt.Fprintln(tw, "NAME\tISOLATION\tPRELOAD\tZYGOTES\tRUNNING\tWAITING\tTENANTS")
+				for _, p := range ps {
+					lanes := make([]string, len(p.Lanes))
+					for i, l := range p.Lanes {
+						lanes[i] = l.Lane + ":" + l.State
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", p.Name, p.Isolation, strings.Join(p.Preload, ","),
+						strings.Join(lanes, " "), p.Running, p.Waiting, p.Tenants)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", p.Name, p.Isolation, strings.Join(p.Preload, ","),
-					strings.Join(lanes, " "), p.Running, p.Waiting, p.Tenants)
-			}
-			return tw.Flush()
+			}, func() []string {
+				names := make([]string, len(ps))
+				for i, p := range ps {
+					names[i] = p.Name
+				}
+				return names
+			})
 		},
 	}
+	out = addOutput(cmd, listCmd)
+	return cmd
 }
 
 func newPoolRmCmd(g *globals) *cobra.Command {
@@ -153,6 +168,7 @@ func newPoolRmCmd(g *globals) *cobra.Command {
 
 func newPoolLogsCmd(g *globals) *cobra.Command {
 	var request string
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "logs NAME",
 		Short: "Print a pool's logs: each request's output and Zygo's line about it",
@@ -165,7 +181,7 @@ func newPoolLogsCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := printLogs(cmd.OutOrStdout(), body, false); err != nil {
+				if err := printLogs(cmd.OutOrStdout(), body, out.JSON()); err != nil {
 					return err
 				}
 				if len(body.Lines) == 0 {
@@ -176,5 +192,6 @@ func newPoolLogsCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&request, "request", "", "only lines of this request id")
+	out = addOutput(cmd, singleCmd)
 	return cmd
 }

@@ -11,6 +11,7 @@ import (
 
 func newRollbackCmd(g *globals) *cobra.Command {
 	var to string
+	var out *Output
 	cmd := &cobra.Command{
 		Use:   "rollback NAME [--to HASH]",
 		Short: "Make an earlier version of a function active again",
@@ -27,10 +28,14 @@ func newRollbackCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return deployFailed(cmd, g.client(), name, renameField(err, "to", "--to"), "")
 			}
+			if out.JSON() {
+				return printJSON(cmd, res)
+			}
 			printDeployed(cmd, res, "rolled back to")
 			return nil
 		},
 	}
+	out = addOutput(cmd, singleCmd)
 	cmd.Flags().StringVar(&to, "to", "", "the version: its hash or a unique prefix of it, with or without sha256: (default: the one active before the current one)")
 	return cmd
 }

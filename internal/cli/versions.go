@@ -2,14 +2,15 @@ package cli
 
 import (
 	"fmt"
-	"text/tabwriter"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 )
 
 func newVersionsCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var out *Output
+	cmd := &cobra.Command{
 		Use:   "versions NAME",
 		Short: "List a function's stored versions, the most recently deployed first",
 		Long: "List a function's stored versions (hash, when first stored, when last deployed, which is\n" +
@@ -21,16 +22,24 @@ func newVersionsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tDEPLOYED\tCREATED\tACTIVE")
-			for _, v := range vs {
-				active := ""
-				if v.Active {
-					active = "*"
+			return out.print(cmd, vs, func(tw io.Writer) {
+				fmt.Fprintln(tw, "VERSION\tDEPLOYED\tCREATED\tACTIVE")
+				for _, v := range vs {
+					active := ""
+					if v.Active {
+						active = "*"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Hash, v.DeployedAt.Local().Format(time.DateTime), v.CreatedAt.Local().Format(time.DateTime), active)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Hash, v.DeployedAt.Local().Format(time.DateTime), v.CreatedAt.Local().Format(time.DateTime), active)
-			}
-			return tw.Flush()
+			}, func() []string {
+				ids := make([]string, len(vs))
+				for i, v := range vs {
+					ids[i] = v.Hash
+				}
+				return ids
+			})
 		},
 	}
+	out = addOutput(cmd, listCmd)
+	return cmd
 }
