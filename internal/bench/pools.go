@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -134,8 +135,11 @@ func (b *runner) poolMemory() error {
 		return err
 	}
 	p, err := b.c.Pool(b.ctx, "bench")
-	if err != nil || len(p.Lanes) == 0 {
-		return fmt.Errorf("the bench pool's zygote: %v", err)
+	if err != nil {
+		return fmt.Errorf("the bench pool's zygote: %w", err)
+	}
+	if len(p.Lanes) == 0 {
+		return errors.New("the bench pool has no zygote")
 	}
 	poolKiB := treePSS(p.Lanes[0].HostPID)
 	fnKiB := 0

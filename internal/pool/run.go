@@ -183,7 +183,7 @@ func (p *pool) script(rr RunRequest) (s *agentproc.Script, closeIt func(), why s
 	}
 	files, err := p.scripts.read(rr.Tenant, rr.Hash)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("%w: script %s of tenant %q could be neither mounted (%v) nor read: %w", errdefs.ErrUnavailable, rr.Hash, rr.Tenant, merr, err)
+		return nil, nil, "", fmt.Errorf("%w: script %s of tenant %q could be neither mounted (%w) nor read: %w", errdefs.ErrUnavailable, rr.Hash, rr.Tenant, merr, err)
 	}
 	s.Files = files
 	return s, func() {}, merr.Error(), nil

@@ -298,15 +298,3 @@ func (st scriptStore) read(tenant, hash string) (Script, error) {
 	}
 	return s, nil
 }
-
-// count returns how many scripts tenant has stored (0 when none).
-func (st scriptStore) count(tenant string) int {
-	es, _ := os.ReadDir(filepath.Join(st.root, tenant))
-	n := 0
-	for _, e := range es {
-		if hashRE.MatchString(e.Name()) {
-			n++
-		}
-	}
-	return n
-}
