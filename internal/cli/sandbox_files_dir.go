@@ -61,10 +61,27 @@ func putDir(ctx context.Context, c *zygo.Client, id, src, dest string, warn io.W
 	})
 }
 
-// isSandboxDir reports whether p is a directory inside the sandbox id (its listing answers).
+// isSandboxDir reports whether p is a directory inside the sandbox id.
 func isSandboxDir(ctx context.Context, c *zygo.Client, id, p string) bool {
-	_, err := c.ListFiles(ctx, id, p)
-	return err == nil
+	clean := path.Clean(p)
+	if clean == "/" {
+		return true
+	}
+	// The list route answers for a file too (the file itself), so the parent's listing says
+	// what p is; a parent too large to list whole is asked about p itself.
+	base := path.Base(clean)
+	if ls, err := c.ListFiles(ctx, id, path.Dir(clean)); err == nil {
+		for _, e := range ls.Entries {
+			if e.Name == base {
+				return e.IsDir
+			}
+		}
+		if ls.Total <= len(ls.Entries) {
+			return false // not there
+		}
+	}
+	ls, err := c.ListFiles(ctx, id, clean)
+	return err == nil && !(len(ls.Entries) == 1 && !ls.Entries[0].IsDir && ls.Entries[0].Name == base)
 }
 
 // getDir copies the directory src inside the sandbox id to the local dest (see above),

@@ -44,6 +44,18 @@ func TestFilesCopyDirectories(t *testing.T) {
 	if out := d.OK("sandbox", "exec", sb, "--", "stat", "-c", "%a", "/tmp/proj/sub/deeper/c.sh"); out != "755" {
 		t.Errorf("the copied script's mode is %s, want 755", out)
 	}
+	// A single file is still copied as a file, both ways (the list route answers for a file
+	// too, so "it lists" does not mean "it is a directory").
+	single := filepath.Join(t.TempDir(), "single.txt")
+	if err := os.WriteFile(single, []byte("one file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.OK("sandbox", "files", "put", sb, single, "/tmp/single.txt")
+	got := filepath.Join(t.TempDir(), "got.txt")
+	d.OK("sandbox", "files", "get", sb, "/tmp/single.txt", got)
+	if b, err := os.ReadFile(got); err != nil || string(b) != "one file\n" {
+		t.Errorf("files get of a single file: %q, %v", b, err)
+	}
 	// A DEST that exists receives SRC under its name.
 	d.OK("sandbox", "files", "put", sb, src, "/tmp")
 	if out := d.OK("sandbox", "exec", sb, "--", "cat", "/tmp/proj/a.txt"); out != "alpha" {
