@@ -36,6 +36,11 @@ func TestExitStatuses(t *testing.T) {
 		{"a flag that does not parse", []string{"sandbox", "fork", "sb", "-n", "x"}, 2, `"-n, --n" flag`},
 		{"token create without --name", []string{"token", "create"}, 2, "--name is required"},
 		{"completion of an unknown shell", []string{"completion", "tcsh"}, 2, `invalid argument "tcsh"`},
+		{"rollback without a name", []string{"rollback"}, 2, "accepts 1 arg(s), received 0"},
+		{"an empty name", []string{"versions", ""}, 2, "argument 1 of zygo versions is empty"},
+		{"pool run without --tenant", []string{"pool", "run", "p", "--script", "x.py"}, 2, `required flag(s) "tenant" not set`},
+		{"pool run with --script and --hash", []string{"--state-dir", none, "pool", "run", "p", "--tenant", "t", "--script", "x", "--hash", "y"}, 2, "give exactly one"},
+		{"logs --since garbage", []string{"--state-dir", none, "logs", "x", "--since", "bogus"}, 2, `--since "bogus"`},
 		{"no daemon", []string{"--state-dir", none, "ls"}, 1, "no Zygo daemon answered"},
 		{"a missing local file", []string{"--state-dir", none, "sandbox", "files", "put", "sb", filepath.Join(none, "nope"), "/x"}, 1, "no such file or directory"},
 	} {

@@ -58,13 +58,13 @@ func (o logsOptions) query(now time.Time) (zygo.LogsQuery, error) {
 	if o.since != "" {
 		t, err := wire.ParseSince(o.since, now)
 		if err != nil {
-			return q, fmt.Errorf("--since %q: %w", o.since, err)
+			return q, &usageError{fmt.Errorf("--since %q: %w", o.since, err)}
 		}
 		q.Since = t
 	}
 	switch {
 	case o.tail < -1 || o.tail > wire.MaxLogsLimit:
-		return q, fmt.Errorf("--tail %d: must be 0..%d", o.tail, wire.MaxLogsLimit)
+		return q, usagef("--tail %d: must be 0..%d", o.tail, wire.MaxLogsLimit)
 	case o.tail >= 0:
 		q.FromEnd, q.Tail = true, o.tail
 	case o.follow && o.since == "" && o.request == "":

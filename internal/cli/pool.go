@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -75,7 +74,7 @@ func newPoolRunCmd(g *globals) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (script == "") == (hash == "") {
-				return errors.New("--script and --hash: give exactly one")
+				return usagef("--script and --hash: give exactly one")
 			}
 			event, err := readData(data, cmd.InOrStdin())
 			if err != nil {

@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -44,6 +45,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
+	}
+	if strings.HasPrefix(err.Error(), "required flag(s) ") {
+		// cobra checks required flags after markUsageErrors' hooks, with no hook of its own.
+		err = &usageError{err}
 	}
 	err = g.explain(err)
 	// errdefs.Message: the CLI's own errors (a manifest, a secret name) read as the
@@ -84,9 +89,9 @@ func newRootCmd(g *globals) *cobra.Command {
 	root.AddCommand(newTokenCmd(g))
 	root.AddCommand(newVersionCmd(g))
 	root.AddCommand(newCompletionCmd())
-	markUsageErrors(root)
 	root.AddCommand(newVersionsCmd(g), newRollbackCmd(g))
 	root.AddCommand(newPoolCmd(g))
+	markUsageErrors(root) // last: it marks the commands added above
 	return root
 }
 

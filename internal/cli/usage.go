@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -44,6 +45,11 @@ func markUsageErrors(cmd *cobra.Command) {
 			c.Args = func(c *cobra.Command, a []string) error {
 				if err := args(c, a); err != nil {
 					return &usageError{err}
+				}
+				for i, v := range a {
+					if strings.TrimSpace(v) == "" { // a name, an id, a path: never empty
+						return usagef("argument %d of %s is empty", i+1, c.CommandPath())
+					}
 				}
 				return nil
 			}
