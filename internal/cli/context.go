@@ -150,8 +150,14 @@ func (g *globals) resolve() error {
 	if err := t.parseAddr(); err != nil {
 		return err
 	}
+	loopback := isLoopbackHost(t.addr)
+	if !t.tls && !loopback {
+		// The daemon serves plain HTTP on loopback only: anything else would carry the
+		// token in the clear across a network.
+		return usagef("%s %q: plain HTTP only reaches a daemon on this host (loopback); a daemon elsewhere serves TLS: use https://%s", t.addrFrom, t.addr, t.addr)
+	}
 	t.token, t.tokenFrom = first(strings.TrimSpace(os.Getenv("ZYGO_TOKEN")), "$ZYGO_TOKEN", ctxToken, path)
-	if t.token == "" {
+	if t.token == "" && loopback { // STATE/api.token is this host's daemon's, for its loopback listener
 		tf := filepath.Join(t.stateDir, zygo.TokenName)
 		if b, err := os.ReadFile(tf); err == nil {
 			if tok := strings.TrimSpace(string(b)); tok != "" {
@@ -175,6 +181,20 @@ func (g *globals) resolve() error {
 	t.c = zygo.NewTLSClient(t.addr, t.token, tc)
 	g.tgt = t
 	return nil
+}
+
+// isLoopbackHost reports whether host:port names this host's loopback: localhost, or a
+// loopback IP literal (a name is not looked up).
+func isLoopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // parseAddr splits a scheme off t.addr and decides t.tls (see the top of this file).

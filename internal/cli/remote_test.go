@@ -258,3 +258,28 @@ func TestContextTokenStaysWithItsAddress(t *testing.T) {
 		}
 	}
 }
+
+// Plain HTTP reaches only a daemon on this host: an address beyond loopback without TLS is
+// refused before anything is sent (the token would cross the network in the clear), and the
+// state dir's api.token (the local daemon's) is never sent to an address beyond loopback.
+func TestPlainHTTPOnlyToLoopback(t *testing.T) {
+	writeContext(t, "")
+	state := t.TempDir()
+	if err := os.WriteFile(filepath.Join(state, "api.token"), []byte("local-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{"192.0.2.2:7070", "http://192.0.2.2:7070", "example.com:80"} {
+		g := &globals{addr: addr, stateDir: state}
+		if err := g.resolve(); err == nil || !isUsage(err) || !strings.Contains(err.Error(), "use https://") {
+			t.Errorf("--addr %s: %v, want a usage error saying to use https://", addr, err)
+		}
+	}
+	g := &globals{addr: "https://192.0.2.2:7070", stateDir: state}
+	if err := g.resolve(); err != nil || g.tgt.token != "" {
+		t.Errorf("--addr https://192.0.2.2:7070: %v, token %q; want no error and not the local api.token", err, g.tgt.token)
+	}
+	g = &globals{addr: "127.0.0.1:7070", stateDir: state}
+	if err := g.resolve(); err != nil || g.tgt.token != "local-secret" {
+		t.Errorf("--addr 127.0.0.1:7070: %v, token %q; want the local api.token", err, g.tgt.token)
+	}
+}
