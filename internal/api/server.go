@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/zygo-run/zygo/internal/agentproc"
+	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
@@ -256,13 +257,39 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("secret value exceeds %d KiB", secret.MaxValueBytes>>10)})
 		return
 	}
-	name := r.PathValue("name")
+	name, err := secretName(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	if err := s.secrets.Set(r.Context(), name, v); err != nil {
 		s.fail(w, err)
 		return
 	}
 	s.log.Info("secret set", "secret", name) // the name only, never the value
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// secretName returns the stored name of the secret r's path names: with ?tenant=T, pool
+// tenant T's secret of that name (secret.TenantName); without, a shared name, which may not be
+// in the tenants' namespace (secret.ValidSharedName). Errors name the field.
+func secretName(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	tenant := r.URL.Query().Get("tenant")
+	if tenant == "" {
+		if strings.HasPrefix(name, secret.TenantPrefix) {
+			return "", fmt.Errorf("%w: name: %q begins with %s, the pool tenants' namespace: give ?tenant=T and the secret's own name",
+				errdefs.ErrInvalidArgument, name, secret.TenantPrefix)
+		}
+		return name, nil
+	}
+	if err := secret.ValidTenant("tenant", tenant); err != nil {
+		return "", err
+	}
+	if err := secret.ValidName(name); err != nil {
+		return "", err
+	}
+	return secret.TenantName(tenant, name), nil
 }
 
 // listSecrets answers a page of the secrets' names and update times, by name.
@@ -283,7 +310,11 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 // function would fail its next request, a sandbox or checkpoint its next copy's reseal, and a
 // checkpoint image still holds the value in the sandbox's memory.
 func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
+	name, err := secretName(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	var users []string
 	for _, f := range s.fns.List() {
 		if f.Manifest != nil && slices.Contains(f.Manifest.Secrets, name) {

@@ -644,3 +644,30 @@ func TestSecretRoutes(t *testing.T) {
 		t.Errorf("remove: %d, removed %q", rec.Code, f.secrets.remove)
 	}
 }
+
+// A pool tenant's secret is set with ?tenant= and stored in the tenants' namespace; a bare name
+// in that namespace is refused, so no caller sets (or, through a manifest, reads) another
+// tenant's secret by spelling its stored name.
+func TestTenantSecretNamespace(t *testing.T) {
+	f := newFixture()
+	if rec := f.do("PUT", "/v1/secrets/DB?tenant=acme", strings.NewReader("pw")); rec.Code != http.StatusNoContent {
+		t.Fatalf("PUT ?tenant=acme: %d %s", rec.Code, rec.Body)
+	}
+	if _, ok := f.secrets.set["tenant_acme__DB"]; !ok {
+		t.Errorf("stored names %v, want tenant_acme__DB", f.secrets.set)
+	}
+	for _, c := range []struct{ path, field string }{
+		{"/v1/secrets/tenant_other__DB", "name"},
+		{"/v1/secrets/DB?tenant=Bad", "tenant"},
+		{"/v1/secrets/bad-name?tenant=acme", "secret name"},
+	} {
+		rec := f.do("PUT", c.path, strings.NewReader("x"))
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), c.field) {
+			t.Errorf("PUT %s: %d %s, want 400 naming %s", c.path, rec.Code, rec.Body, c.field)
+		}
+	}
+	if rec := f.do("DELETE", "/v1/secrets/DB?tenant=acme", nil); rec.Code != http.StatusNoContent ||
+		len(f.secrets.remove) != 1 || f.secrets.remove[0] != "tenant_acme__DB" {
+		t.Errorf("DELETE ?tenant=acme: %d %s, removed %v", rec.Code, rec.Body, f.secrets.remove)
+	}
+}

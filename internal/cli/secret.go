@@ -21,21 +21,30 @@ func newSecretCmd(g *globals) *cobra.Command {
 		Short: "Set a secret; the value is read from stdin (never from the command line)",
 		Long: "Set a secret; the value is read from stdin (never from the command line).\n" +
 			"With --tenant T it is the pool tenant T's secret NAME (stored as tenant_T__NAME, with\n" +
-			"T's - as _), which a pool run of that tenant receives with --secret NAME.",
+			"T's - as _), which a pool run of that tenant receives with --secret NAME; no function\n" +
+			"or sandbox can name a tenant_ secret.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tenant != "" {
 				if err := secret.ValidTenant("--tenant", tenant); err != nil {
 					return err
 				}
-				args[0] = secret.TenantName(tenant, args[0])
-			}
-			if err := secret.ValidName(args[0]); err != nil {
+				if err := secret.ValidName(args[0]); err != nil {
+					return err
+				}
+			} else if err := secret.ValidSharedName(args[0]); err != nil {
 				return err
 			}
 			v, err := readSecretValue(cmd)
 			if err != nil {
 				return err
+			}
+			if tenant != "" {
+				if err := g.client().SetTenantSecret(cmd.Context(), tenant, args[0], v); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "secret %s of tenant %s set\n", args[0], tenant)
+				return nil
 			}
 			if err := g.client().SetSecret(cmd.Context(), args[0], v); err != nil {
 				return err
@@ -47,18 +56,27 @@ func newSecretCmd(g *globals) *cobra.Command {
 	set.Flags().StringVar(&tenant, "tenant", "", "a pool tenant whose secret this is")
 	cmd.AddCommand(set)
 	cmd.AddCommand(newSecretLsCmd(g))
-	cmd.AddCommand(&cobra.Command{
-		Use:   "rm NAME",
-		Short: "Delete a secret",
+	var rmTenant string
+	rm := &cobra.Command{
+		Use:   "rm NAME [--tenant T]",
+		Short: "Delete a secret (with --tenant, that pool tenant's)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := g.client().RemoveSecret(cmd.Context(), args[0]); err != nil {
+			var err error
+			if rmTenant != "" {
+				err = g.client().RemoveTenantSecret(cmd.Context(), rmTenant, args[0])
+			} else {
+				err = g.client().RemoveSecret(cmd.Context(), args[0])
+			}
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "secret %s removed\n", args[0])
 			return nil
 		},
-	})
+	}
+	rm.Flags().StringVar(&rmTenant, "tenant", "", "the pool tenant whose secret it is")
+	cmd.AddCommand(rm)
 	return cmd
 }
 

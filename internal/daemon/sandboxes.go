@@ -162,7 +162,7 @@ func sandboxSecrets(st *secret.Store) sandbox.SecretsFunc {
 	return func(ctx context.Context, names []string) (sandbox.SecretValues, error) {
 		out := make(sandbox.SecretValues, len(names))
 		for _, n := range names {
-			if err := secret.ValidName(n); err != nil {
+			if err := secret.ValidSharedName(n); err != nil {
 				return nil, err
 			}
 			v, err := st.Value(ctx, n)

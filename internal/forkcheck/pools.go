@@ -136,10 +136,10 @@ func RunPools(ctx context.Context, c *zygo.Client, n int) (*PoolsReport, error) 
 		_ = c.RemovePool(context.WithoutCancel(ctx), PoolShared)
 		_ = c.RemovePool(context.WithoutCancel(ctx), PoolPerTenant)
 	}()
-	if err := c.SetSecret(ctx, "tenant_check_a__"+poolSecret, []byte(randomMark())); err != nil {
+	if err := c.SetTenantSecret(ctx, poolTenantA, poolSecret, []byte(randomMark())); err != nil {
 		return nil, err
 	}
-	defer func() { _ = c.RemoveSecret(context.WithoutCancel(ctx), "tenant_check_a__"+poolSecret) }()
+	defer func() { _ = c.RemoveTenantSecret(context.WithoutCancel(ctx), poolTenantA, poolSecret) }()
 	var values []map[string]json.RawMessage
 	for i := 0; i < n; i++ {
 		row, err := poolRound(ctx, c)

@@ -411,6 +411,9 @@ func (m *Manifest) Validate() error {
 		if secret.ValidName(s) != nil {
 			return bad("secrets", "%q is not a valid secret name (%s)", s, secret.NamePattern)
 		}
+		if strings.HasPrefix(s, secret.TenantPrefix) {
+			return bad("secrets", "%q: names beginning with %s are pool tenants' secrets, which no function may read", s, secret.TenantPrefix)
+		}
 		if seen[s] {
 			return bad("secrets", "%q is listed twice", s)
 		}

@@ -158,6 +158,7 @@ func TestParseManifestRejects(t *testing.T) {
 	for _, s := range []string{"1KEY", "API-KEY", "API KEY", "", "../etc", "a/b", longSecret} {
 		add("secrets", badManifest{"name " + s, pyBase + "secrets = [\"" + s + "\"]\n", "zygo.toml: secrets:"})
 	}
+	add("secrets", badManifest{"a pool tenant's", pyBase + "secrets = [\"tenant_acme__DB\"]\n", "zygo.toml: secrets: \"tenant_acme__DB\": names beginning with tenant_ are pool tenants' secrets"})
 	add("secrets", badManifest{"duplicate", pyBase + "secrets = [\"API_KEY\", \"DB\", \"API_KEY\"]\n", "zygo.toml: secrets: \"API_KEY\" is listed twice"})
 	for _, k := range []string{"TMPDIR", "HOME", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "ZYGO_", "ZYGO_REQUEST_ID"} {
 		add("env reserved", badManifest{k, pyBase + "[env]\n" + k + " = \"x\"\n", "zygo.toml: env." + k + ": is reserved"})

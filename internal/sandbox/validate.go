@@ -210,6 +210,9 @@ func validateCreate(o CreateOptions) error {
 		if secret.ValidName(n) != nil {
 			return invalid(fmt.Sprintf("secrets[%d]", i), "secret name %s must match %s", short(n), secret.NamePattern)
 		}
+		if strings.HasPrefix(n, secret.TenantPrefix) {
+			return invalid(fmt.Sprintf("secrets[%d]", i), "secret name %s: names beginning with %s are pool tenants' secrets, which no sandbox may read", short(n), secret.TenantPrefix)
+		}
 	}
 	if err := validateNetwork(o.Network); err != nil {
 		return err

@@ -28,3 +28,22 @@ func ValidTenant(field, t string) error {
 func TenantName(tenant, name string) string {
 	return "tenant_" + strings.ReplaceAll(tenant, "-", "_") + "__" + name
 }
+
+// TenantPrefix begins every pool tenant's secret name (TenantName): a namespace of its own.
+const TenantPrefix = "tenant_"
+
+// ValidSharedName is ValidName for a secret that a function or sandbox names (manifest
+// secrets, sandbox create --secret) or that is set without a tenant: a name in the tenants'
+// namespace (TenantPrefix) is refused, so that no function or sandbox can read a pool
+// tenant's secret and no caller can set one without saying whose it is. The error wraps
+// errdefs.ErrInvalidArgument.
+func ValidSharedName(name string) error {
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, TenantPrefix) {
+		return fmt.Errorf("%w: secret name %q: names beginning with %s are pool tenants' secrets (zygo secret set --tenant T NAME); a function or sandbox cannot name one",
+			errdefs.ErrInvalidArgument, name, TenantPrefix)
+	}
+	return nil
+}

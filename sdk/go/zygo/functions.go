@@ -127,6 +127,18 @@ func (c *Client) SetSecret(ctx context.Context, name string, value []byte) error
 	return c.callBody(ctx, "PUT", "/v1/secrets/"+url.PathEscape(name), bytes.NewReader(value), "application/octet-stream", nil)
 }
 
+// SetTenantSecret stores (or replaces) pool tenant's secret name, which a run of that
+// tenant receives (PoolRunRequest.Secrets); no function or sandbox can name it.
+func (c *Client) SetTenantSecret(ctx context.Context, tenant, name string, value []byte) error {
+	return c.callBody(ctx, "PUT", "/v1/secrets/"+url.PathEscape(name)+"?"+url.Values{"tenant": {tenant}}.Encode(),
+		bytes.NewReader(value), "application/octet-stream", nil)
+}
+
+// RemoveTenantSecret deletes pool tenant's secret name.
+func (c *Client) RemoveTenantSecret(ctx context.Context, tenant, name string) error {
+	return c.call(ctx, "DELETE", "/v1/secrets/"+url.PathEscape(name)+"?"+url.Values{"tenant": {tenant}}.Encode(), nil, nil)
+}
+
 // ListSecrets returns the names and update times of every secret, by name (following the
 // list's pages).
 func (c *Client) ListSecrets(ctx context.Context) ([]wire.SecretMeta, error) {
