@@ -40,10 +40,10 @@ func (s *Server) table() []handled {
 		{Route{"POST", "/v1/functions/{name}/invoke"}, s.invoke}, // body: the event (JSON)
 		{Route{"GET", "/v1/functions/{name}/versions"}, s.versions},
 		{Route{"POST", "/v1/functions/{name}/rollback"}, s.rollbackFunction},
-		{Route{"GET", "/v1/functions/{name}/logs"}, s.getLogs}, // ?request=ID&after=N&limit=N&since=T&tail=N
-		{Route{"PUT", "/v1/secrets/{name}"}, s.setSecret},        // body: the value (raw bytes)
-		{Route{"GET", "/v1/secrets"}, s.listSecrets},             // Page of SecretMeta, by name
-		{Route{"DELETE", "/v1/secrets/{name}"}, s.removeSecret},  //
+		{Route{"GET", "/v1/functions/{name}/logs"}, s.getLogs},  // ?request=ID&after=N&limit=N&since=T&tail=N
+		{Route{"PUT", "/v1/secrets/{name}"}, s.setSecret},       // body: the value (raw bytes)
+		{Route{"GET", "/v1/secrets"}, s.listSecrets},            // Page of SecretMeta, by name
+		{Route{"DELETE", "/v1/secrets/{name}"}, s.removeSecret}, //
 
 		{Route{"POST", "/v1/sandboxes"}, sb(s.createSandbox)},
 		{Route{"GET", "/v1/sandboxes"}, sb(s.listSandboxes)},
