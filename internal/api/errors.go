@@ -54,13 +54,18 @@ func (s *Server) errorBody(err error) *wire.ErrorBody {
 
 // fail answers err with the status and code of its category (errorCode). An error that
 // says when to retry (a RetryAfter() time.Duration method, such as a full queue's) also sets
-// Retry-After, in whole seconds rounded up (at least 1).
+// Retry-After, in whole seconds rounded up (at least 1); a 429 always has one (the API's
+// contract), 1 second when err does not say.
 func (s *Server) fail(w http.ResponseWriter, err error) {
+	body := *s.errorBody(err)
 	var ra interface{ RetryAfter() time.Duration }
-	if errors.As(err, &ra) {
+	switch {
+	case errors.As(err, &ra):
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(ra.RetryAfter())))
+	case body.Code == wire.CodeTooManyRequests:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(0)))
 	}
-	writeError(w, *s.errorBody(err))
+	writeError(w, body)
 }
 
 // retryAfterSeconds is d in whole seconds, rounded up, at least 1.

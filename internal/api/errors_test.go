@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/sdk/go/wire"
@@ -68,5 +69,33 @@ func TestErrorAnswerHasNoCategorySuffix(t *testing.T) {
 	s.fail(rec, fmt.Errorf("waiting: %w", context.Canceled))
 	if rec.Code != 499 {
 		t.Errorf("cancelled: %d, want 499", rec.Code)
+	}
+}
+
+// retryIn is an error that says when to retry.
+type retryIn time.Duration
+
+func (r retryIn) Error() string             { return "the queue is full" }
+func (r retryIn) RetryAfter() time.Duration { return time.Duration(r) }
+
+// TestTooManyRequestsRetryAfter: every 429 carries Retry-After, in whole seconds rounded up:
+// the error's own RetryAfter, else 1 (a refusal that does not say when, such as a wrapped
+// errdefs.ErrTooManyRequests); other answers only when their error says when.
+func TestTooManyRequestsRetryAfter(t *testing.T) {
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("tenant %q: %w", "acme", errdefs.ErrTooManyRequests), "1"},
+		{fmt.Errorf("%w: %w", retryIn(1500*time.Millisecond), errdefs.ErrTooManyRequests), "2"},
+		{fmt.Errorf("function %q: %w", "x", errdefs.ErrNotFound), ""},
+		{fmt.Errorf("%w: %w", retryIn(3*time.Second), errdefs.ErrUnavailable), "3"},
+	} {
+		rec := httptest.NewRecorder()
+		s.fail(rec, c.err)
+		if got := rec.Header().Get("Retry-After"); got != c.want {
+			t.Errorf("%v: %d Retry-After %q, want %q", c.err, rec.Code, got, c.want)
+		}
 	}
 }

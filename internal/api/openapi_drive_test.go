@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
@@ -23,6 +24,8 @@ import (
 	"github.com/pb33f/libopenapi-validator/content"
 	"github.com/pb33f/libopenapi-validator/schema_validation"
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	spec "github.com/zygo-run/zygo/api"
 	"github.com/zygo-run/zygo/internal/agentproc"
@@ -30,6 +33,7 @@ import (
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/internal/pool"
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
@@ -205,16 +209,21 @@ func (f *specSandboxes) Port(context.Context, string, int) (string, error) {
 	return "127.0.0.1:40000", f.err
 }
 
-// driver is a server of fakes, each failing with err when it is set.
+// driver is a server of fakes, each failing with err when it is set. Its handler is made
+// by handler, after a call's setup.
 type driver struct {
 	fns     *fakeFunctions
 	logs    *fakeLogs
 	secrets *fakeSecrets
 	sb      *specSandboxes
-	h       http.Handler
+	pools   *specPools
+	tokens  *specTokenStore
+	metrics *prometheus.Registry // nil: the server serves no metrics
+
+	noPools, noTokens bool // the server has none
 }
 
-func newDriver(token string) *driver {
+func newDriver() *driver {
 	ok := &function.Invocation{RequestID: "r-1", Version: "sha256:abc", Value: []byte(`{"x": 1}`), Elapsed: time.Millisecond,
 		Child: "forked", Phases: []agentproc.Phase{{Name: "fork", Took: time.Millisecond}}}
 	limits := function.Limits{TimeoutMs: 1000, MemoryMiB: 128, PIDs: 10, CPUMs: 100, MaxRequestKiB: 6, MaxResponseKiB: 6}
@@ -228,6 +237,21 @@ func newDriver(token string) *driver {
 		logs:    &fakeLogs{lines: []store.LogLine{{ID: 1, Function: "hello", Version: "sha256:abc", RequestID: "r-1", Stream: "stdout", At: t0, Line: "hi"}}},
 		secrets: &fakeSecrets{metas: []secret.Meta{{Name: "K", UpdatedAt: t0}}},
 		sb:      &specSandboxes{},
+		pools:   newSpecPools(),
+		tokens:  &specTokenStore{toks: []store.Token{{Name: "ci", Hash: make([]byte, 32), CreatedAt: t0, LastUsedAt: t0}}},
+		metrics: prometheus.NewRegistry(),
+	}
+	d.metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "zygo_functions", Help: "deployed functions"},
+		func() float64 { return 1 }))
+	d.fns.versions = []function.VersionInfo{{Hash: "sha256:abc", CreatedAt: t0, DeployedAt: t0, Active: true},
+		{Hash: "sha256:def", CreatedAt: t0, DeployedAt: t0.Add(-time.Hour)}}
+	d.fns.rollback = func(ctx context.Context, to string) (*function.DeployResult, error) {
+		function.ReportProgress(ctx, function.Progress{Step: function.StepImporting, Version: "sha256:def"})
+		if d.fns.err != nil {
+			return nil, d.fns.err
+		}
+		function.ReportProgress(ctx, function.Progress{Step: function.StepReady, Version: "sha256:def"})
+		return &function.DeployResult{Name: "hello", Version: "sha256:def", Mode: function.ModeFork, ReadyMs: 3}, nil
 	}
 	d.fns.deploy = func(r io.Reader) (*function.DeployResult, error) {
 		io.Copy(io.Discard, r)
@@ -237,17 +261,40 @@ func newDriver(token string) *driver {
 		return &function.DeployResult{Name: "hello", Version: "sha256:abc", Mode: function.ModeFork, Fallback: "x",
 			Checks: []agentproc.Check{{Name: "threads", Level: "warn", Detail: "1"}}, ReadyMs: 3}, nil
 	}
-	srv := api.NewServer(d.fns, d.logs, d.secrets, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(d.sb, nil)
-	d.h = srv.Handler()
-	if token != "" {
-		d.h = api.RequireToken(token, slog.New(slog.DiscardHandler), d.h)
-	}
 	return d
+}
+
+// handler returns the server of d's fakes, behind token when it is not "".
+func (d *driver) handler(t *testing.T, token string) http.Handler {
+	t.Helper()
+	srv := api.NewServer(d.fns, d.logs, d.secrets, slog.New(slog.NewTextHandler(io.Discard, nil)), "test").WithSandboxes(d.sb, nil)
+	if !d.noPools {
+		srv.WithPools(d.pools)
+	}
+	if !d.noTokens {
+		storeErr := d.tokens.err // the calls', not NewTokens'
+		d.tokens.err = nil
+		toks, err := api.NewTokens(context.Background(), d.tokens, "", "", slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.tokens.err = storeErr
+		srv.WithTokens(toks)
+	}
+	if d.metrics != nil {
+		srv.WithMetrics(promhttp.HandlerFor(d.metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	}
+	h := srv.Handler()
+	if token != "" {
+		h = api.RequireToken(token, slog.New(slog.DiscardHandler), h)
+	}
+	return h
 }
 
 // setErr makes every fake fail with err.
 func (d *driver) setErr(err error) {
-	d.fns.err, d.logs.err, d.secrets.err, d.sb.err = err, err, err, err
+	d.fns.err, d.logs.err, d.secrets.err, d.sb.err, d.pools.err = err, err, err, err, err
+	d.tokens.err = err
 }
 
 // call is one request of a route.
@@ -257,6 +304,8 @@ type call struct {
 	body   string
 	ctype  string
 	accept string
+	header http.Header     // more request headers
+	tcp    bool            // over the TCP listener, with its token
 	setup  func(d *driver) // before the call
 }
 
@@ -294,7 +343,66 @@ var happyCalls = []call{
 	{route: "GET /v1/checkpoints", target: "/v1/checkpoints?sandbox=agent"},
 	{route: "GET /v1/checkpoints/{id}", target: "/v1/checkpoints/base"},
 	{route: "DELETE /v1/checkpoints/{id}", target: "/v1/checkpoints/base"},
+
+	{route: "POST /v1/functions", target: "/v1/functions", body: "tarball", ctype: "application/gzip", accept: wire.DeployStreamType,
+		setup: func(d *driver) { streamDeploy(d, nil) }},
+	{route: "GET /v1/functions/{name}/versions", target: "/v1/functions/hello/versions?limit=1"},
+	{route: "POST /v1/functions/{name}/rollback", target: "/v1/functions/hello/rollback", body: `{"to": "def"}`, ctype: "application/json"},
+	{route: "POST /v1/functions/{name}/rollback", target: "/v1/functions/hello/rollback", accept: wire.DeployStreamType},
+	{route: "GET /v1/functions/{name}/logs", target: "/v1/functions/hello/logs?since=10m&tail=5"},
+	{route: "POST /v1/tokens", target: "/v1/tokens", body: `{"name": "deploy-bot"}`, ctype: "application/json"},
+	{route: "GET /v1/tokens", target: "/v1/tokens"},
+	{route: "DELETE /v1/tokens/{name}", target: "/v1/tokens/ci"},
+	{route: "POST /v1/pools", target: "/v1/pools", body: "kind = \"pool\"\nname = \"batch\"\n", ctype: "application/toml"},
+	{route: "GET /v1/pools", target: "/v1/pools?limit=1"},
+	{route: "GET /v1/pools/{name}", target: "/v1/pools/batch"},
+	{route: "DELETE /v1/pools/{name}", target: "/v1/pools/batch"},
+	{route: "PUT /v1/pools/{name}/scripts", target: "/v1/pools/batch/scripts?tenant=acme", body: "def handler(e):\n    return e\n",
+		ctype: "application/octet-stream"},
+	{route: "PUT /v1/pools/{name}/scripts", target: "/v1/pools/batch/scripts?tenant=acme", body: scriptTar("main.py", "lib/util.py"),
+		ctype: wire.TarContentType},
+	{route: "POST /v1/pools/{name}/run", target: "/v1/pools/batch/run", ctype: "application/json",
+		body: `{"tenant": "acme", "source": "def handler(e):\n    return e\n", "event": {"a": 1}, "secrets": ["K"]}`},
+	{route: "GET /v1/pools/{name}/logs", target: "/v1/pools/batch/logs?after=0&limit=5&request=r-2"},
+	{route: "GET /metrics", target: "/metrics"},
 }
+
+// streamDeploy makes d's deploys report every step, then answer err (nil: a new version).
+func streamDeploy(d *driver, err error) {
+	d.fns.deployCtx = func(ctx context.Context, r io.Reader) (*function.DeployResult, error) {
+		io.Copy(io.Discard, r)
+		function.ReportProgress(ctx, function.Progress{Step: function.StepUploading})
+		if d.fns.err != nil {
+			return nil, d.fns.err
+		}
+		function.ReportProgress(ctx, function.Progress{Step: function.StepUnpacking, Version: "sha256:abc"})
+		function.ReportProgress(ctx, function.Progress{Step: function.StepImporting, Version: "sha256:abc"})
+		if err != nil {
+			return nil, err
+		}
+		function.ReportProgress(ctx, function.Progress{Step: function.StepWarmup, Version: "sha256:abc",
+			Checks: []agentproc.Check{{Name: "threads", Level: "info", Detail: "0"}}})
+		function.ReportProgress(ctx, function.Progress{Step: function.StepReady, Version: "sha256:abc"})
+		return &function.DeployResult{Name: "hello", Version: "sha256:abc", Mode: function.ModeFork, ReadyMs: 3,
+			Warnings: []string{"limits.pids is not enforced: the daemon is not root"}}, nil
+	}
+}
+
+// scriptTar returns a tar of files, each a small Python module.
+func scriptTar(files ...string) string {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, f := range files {
+		body := "def handler(e):\n    return e\n"
+		tw.WriteHeader(&tar.Header{Name: f, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	return b.String()
+}
+
+// importFailed is a deploy's failure to import.
+var importFailed = &function.ImportFailed{ImportError: &agentproc.ImportError{Type: "ImportError", Message: "no", Traceback: "tb"}}
 
 func forkChildren(d *driver, failAll bool) {
 	rec := sbRec
@@ -314,9 +422,7 @@ var otherCalls = []call{
 		}
 	}},
 	{route: "POST /v1/functions", target: "/v1/functions", body: "x", setup: func(d *driver) {
-		d.fns.deploy = func(io.Reader) (*function.DeployResult, error) {
-			return nil, &function.ImportFailed{ImportError: &agentproc.ImportError{Type: "ImportError", Message: "no", Traceback: "tb"}}
-		}
+		d.fns.deploy = func(io.Reader) (*function.DeployResult, error) { return nil, importFailed }
 	}},
 	{route: "GET /v1/functions", target: "/v1/functions?limit=0"},
 	{route: "GET /v1/functions", target: "/v1/functions?cursor=nope"},
@@ -337,6 +443,69 @@ var otherCalls = []call{
 		setup: func(d *driver) { forkChildren(d, true) }},
 	{route: "POST /v1/sandboxes/{id}/rollback", target: "/v1/sandboxes/agent/rollback", body: `{}`, ctype: "application/json"},
 	{route: "POST /v1/sandboxes/{id}/ports/{port}", target: "/v1/sandboxes/agent/ports/080"},
+
+	// Streamed deploys and rollbacks: a failure after the stream began ends it with the
+	// error and its status; one before (a bad bundle) is a plain answer.
+	{route: "POST /v1/functions", target: "/v1/functions", body: "x", accept: wire.DeployStreamType,
+		setup: func(d *driver) { streamDeploy(d, importFailed) }},
+	{route: "POST /v1/functions", target: "/v1/functions", body: "x", accept: wire.DeployStreamType,
+		setup: func(d *driver) {
+			streamDeploy(d, nil)
+			d.fns.err = fmt.Errorf("%w: not a gzip'd tar", errdefs.ErrInvalidArgument)
+		}},
+	{route: "POST /v1/functions/{name}/invoke", target: "/v1/functions/hello/invoke", body: `{}`, setup: func(d *driver) {
+		d.fns.err = &function.QueueFullError{Function: "hello", Concurrency: 4, Queue: 8, After: 2 * time.Second}
+	}},
+	{route: "GET /v1/functions/{name}/versions", target: "/v1/functions/hello/versions?limit=0"},
+	{route: "POST /v1/functions/{name}/rollback", target: "/v1/functions/hello/rollback", body: `{"to": 1}`},
+	{route: "POST /v1/functions/{name}/rollback", target: "/v1/functions/hello/rollback",
+		body: `{"to": "` + strings.Repeat("a", api.MaxSandboxJSONBytes) + `"}`},
+	{route: "POST /v1/functions/{name}/rollback", target: "/v1/functions/hello/rollback", setup: func(d *driver) {
+		d.fns.rollback = func(context.Context, string) (*function.DeployResult, error) {
+			return &function.DeployResult{Name: "hello", Version: "sha256:abc", Unchanged: true}, nil
+		}
+	}},
+	{route: "POST /v1/functions/{name}/rollback", target: "/v1/functions/hello/rollback", setup: func(d *driver) {
+		d.fns.rollback = func(context.Context, string) (*function.DeployResult, error) { return nil, importFailed }
+	}},
+	{route: "POST /v1/functions/{name}/rollback", target: "/v1/functions/hello/rollback", accept: wire.DeployStreamType,
+		setup: func(d *driver) { d.fns.err = fmt.Errorf("version %q: %w", "x", errdefs.ErrNotFound) }},
+	{route: "GET /v1/functions/{name}/logs", target: "/v1/functions/hello/logs?since=yesterday"},
+	{route: "GET /v1/functions/{name}/logs", target: "/v1/functions/hello/logs?tail=5&after=3"},
+
+	{route: "POST /v1/tokens", target: "/v1/tokens", body: `{"name": "Bad Name"}`},
+	{route: "POST /v1/tokens", target: "/v1/tokens", body: `{"name": "ci"}`}, // taken: 409
+	{route: "POST /v1/tokens", target: "/v1/tokens", body: `{"name": "x"}`, tcp: true},
+	{route: "POST /v1/tokens", target: "/v1/tokens", body: `{"name": "x"}`, setup: func(d *driver) { d.noTokens = true }},
+	{route: "GET /v1/tokens", target: "/v1/tokens?cursor=nope"},
+	{route: "GET /v1/tokens", target: "/v1/tokens", setup: func(d *driver) { d.noTokens = true }},
+	{route: "DELETE /v1/tokens/{name}", target: "/v1/tokens/ci", tcp: true},
+	{route: "DELETE /v1/tokens/{name}", target: "/v1/tokens/nope"},
+	{route: "DELETE /v1/tokens/{name}", target: "/v1/tokens/ci", setup: func(d *driver) { d.noTokens = true }},
+
+	{route: "POST /v1/pools", target: "/v1/pools", body: "x", setup: func(d *driver) { d.pools.unchanged = true }},
+	{route: "POST /v1/pools", target: "/v1/pools", body: "x", setup: func(d *driver) {
+		d.pools.upErr = &agentproc.ImportError{Type: "ModuleNotFoundError", Message: "no module named numpy", Traceback: "tb"}
+	}},
+	{route: "POST /v1/pools", target: "/v1/pools", body: strings.Repeat("#", 64<<10+1)},
+	{route: "GET /v1/pools", target: "/v1/pools?limit=0"},
+	{route: "GET /v1/pools", target: "/v1/pools", setup: func(d *driver) { d.noPools = true }},
+	{route: "PUT /v1/pools/{name}/scripts", target: "/v1/pools/batch/scripts?tenant=Acme", body: "x"},
+	{route: "PUT /v1/pools/{name}/scripts", target: "/v1/pools/batch/scripts?tenant=acme", body: "not a tar", ctype: wire.TarContentType},
+	{route: "PUT /v1/pools/{name}/scripts", target: "/v1/pools/batch/scripts?tenant=acme", body: strings.Repeat("#", pool.MaxScriptBytes+1)},
+	{route: "PUT /v1/pools/{name}/scripts", target: "/v1/pools/batch/scripts?tenant=acme", body: "x", setup: func(d *driver) {
+		d.pools.putErr = fmt.Errorf("%w: tenant %q has 64 scripts in this pool, all used within 1m0s: retry later", errdefs.ErrTooManyRequests, "acme")
+	}},
+	{route: "POST /v1/pools/{name}/run", target: "/v1/pools/batch/run", body: `{"tenant": "acme", "scirpt": "ab"}`},
+	{route: "POST /v1/pools/{name}/run", target: "/v1/pools/batch/run",
+		body: `{"tenant": "acme", "source": "` + strings.Repeat("#", pool.MaxScriptBytes+1) + `"}`},
+	{route: "POST /v1/pools/{name}/run", target: "/v1/pools/batch/run", body: `{"tenant": "acme", "script": "ab"}`, setup: func(d *driver) {
+		d.pools.runErr = &pool.TooManyRequestsError{Tenant: "acme", Running: 2, Cap: 2, Queue: 4, After: 1500 * time.Millisecond}
+	}},
+	{route: "GET /v1/pools/{name}/logs", target: "/v1/pools/batch/logs?after=x"},
+	{route: "GET /v1/pools/{name}/logs", target: "/v1/pools/nope/logs"},
+	{route: "GET /metrics", target: "/metrics", setup: func(d *driver) { d.metrics = nil }},
+	{route: "GET /metrics", target: "/metrics", setup: func(d *driver) { d.metrics.MustRegister(newFailingCollector()) }},
 }
 
 // invokeFailures are the invoke codes of a request that ran.
@@ -357,7 +526,7 @@ var notProduced = map[string]string{}
 // validated against the document.
 func (c call) run(t *testing.T, v *answerValidator, token string, setup func(*driver)) *http.Response {
 	t.Helper()
-	d := newDriver(token)
+	d := newDriver()
 	if c.setup != nil {
 		c.setup(d)
 	}
@@ -372,8 +541,15 @@ func (c call) run(t *testing.T, v *answerValidator, token string, setup func(*dr
 	if c.accept != "" {
 		req.Header.Set("Accept", c.accept)
 	}
+	for k, vs := range c.header {
+		req.Header[k] = vs
+	}
+	if c.tcp {
+		token = "tok"
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	rec := httptest.NewRecorder()
-	d.h.ServeHTTP(rec, req)
+	d.handler(t, token).ServeHTTP(rec, req)
 	resp := rec.Result()
 	if resp.Header.Get(wire.APIVersionHeader) != strconv.Itoa(wire.APIVersion) {
 		t.Errorf("%s %s → %d without %s", method, c.target, resp.StatusCode, wire.APIVersionHeader)
@@ -452,6 +628,30 @@ func TestOpenAPIAnswers(t *testing.T) {
 			d.fns.inv = &inv
 		})
 		note(invoke.route, resp.StatusCode)
+	}
+	run := happyCalls[slices.IndexFunc(happyCalls, func(c call) bool { return strings.HasSuffix(c.route, "/run") })]
+	for _, f := range invokeFailures {
+		resp := run.run(t, v, "", func(d *driver) {
+			d.pools.run.Result = &agentproc.Result{Failure: f, Error: &agentproc.HandlerError{Type: "ValueError", Message: "no", Traceback: "tb"},
+				Child: agentproc.ChildForked}
+		})
+		note(run.route, resp.StatusCode)
+	}
+	// Every route: a malformed X-Request-Id is refused; a valid one and a traceparent are echoed.
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, c := range happyCalls {
+		bad, good := c, c
+		bad.header = http.Header{"X-Request-Id": {"two words"}}
+		resp := bad.run(t, v, "", nil)
+		note(c.route, resp.StatusCode)
+		if resp.StatusCode != 400 {
+			t.Errorf("%s with a malformed X-Request-Id: %d, want 400", c.route, resp.StatusCode)
+		}
+		good.header = http.Header{"X-Request-Id": {"call-7"}, "Traceparent": {tp}}
+		resp = good.run(t, v, "", nil)
+		if resp.Header.Get("X-Request-Id") != "call-7" || resp.Header.Get("Traceparent") != tp {
+			t.Errorf("%s: X-Request-Id and traceparent not echoed: %v", c.route, resp.Header)
+		}
 	}
 	for route, sts := range statuses {
 		for _, st := range sts {

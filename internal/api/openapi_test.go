@@ -106,42 +106,56 @@ func TestOpenAPIRoutes(t *testing.T) {
 
 // schemaTypes maps each schema of the document to the wire type of the bodies it describes.
 var schemaTypes = map[string]reflect.Type{
-	"ErrorAnswer":       reflect.TypeFor[wire.ErrorAnswer](),
-	"ErrorBody":         reflect.TypeFor[wire.ErrorBody](),
-	"StatusBody":        reflect.TypeFor[wire.StatusBody](),
-	"DeployResult":      reflect.TypeFor[wire.DeployResult](),
-	"Check":             reflect.TypeFor[wire.Check](),
-	"Function":          reflect.TypeFor[wire.Function](),
-	"Manifest":          reflect.TypeFor[wire.Manifest](),
-	"FunctionLimits":    reflect.TypeFor[wire.FunctionLimits](),
-	"LogLine":           reflect.TypeFor[wire.LogLine](),
-	"LogsBody":          reflect.TypeFor[wire.LogsBody](),
-	"SecretMeta":        reflect.TypeFor[wire.SecretMeta](),
-	"FunctionPage":      reflect.TypeFor[wire.Page[wire.Function]](),
-	"SecretPage":        reflect.TypeFor[wire.Page[wire.SecretMeta]](),
-	"SandboxPage":       reflect.TypeFor[wire.Page[wire.Sandbox]](),
-	"CheckpointPage":    reflect.TypeFor[wire.Page[wire.Checkpoint]](),
-	"CreateSandboxBody": reflect.TypeFor[wire.CreateSandboxBody](),
-	"SandboxNetwork":    reflect.TypeFor[wire.SandboxNetwork](),
-	"Service":           reflect.TypeFor[wire.Service](),
-	"Sandbox":           reflect.TypeFor[wire.Sandbox](),
-	"Checkpoint":        reflect.TypeFor[wire.Checkpoint](),
-	"ExecBody":          reflect.TypeFor[wire.ExecBody](),
-	"CodeBody":          reflect.TypeFor[wire.CodeBody](),
-	"StreamEvent":       reflect.TypeFor[wire.StreamEvent](),
-	"ExitStatus":        reflect.TypeFor[wire.ExitStatus](),
-	"CodeResult":        reflect.TypeFor[wire.CodeResult](),
-	"FileInfo":          reflect.TypeFor[wire.FileInfo](),
-	"CheckpointBody":    reflect.TypeFor[wire.CheckpointBody](),
-	"ForkBody":          reflect.TypeFor[wire.ForkBody](),
-	"ForkChild":         reflect.TypeFor[wire.ForkChild](),
-	"ForkAnswer":        reflect.TypeFor[wire.ForkAnswer](),
-	"ForkProgress":      reflect.TypeFor[wire.ForkProgress](),
-	"ForkEvent":         reflect.TypeFor[wire.ForkEvent](),
-	"RollbackBody":      reflect.TypeFor[wire.RollbackBody](),
-	"GenerationBody":    reflect.TypeFor[wire.GenerationBody](),
-	"PortBody":          reflect.TypeFor[wire.PortBody](),
-	"ServiceStatus":     reflect.TypeFor[wire.ServiceStatus](),
+	"ErrorAnswer":          reflect.TypeFor[wire.ErrorAnswer](),
+	"ErrorBody":            reflect.TypeFor[wire.ErrorBody](),
+	"StatusBody":           reflect.TypeFor[wire.StatusBody](),
+	"DeployResult":         reflect.TypeFor[wire.DeployResult](),
+	"Check":                reflect.TypeFor[wire.Check](),
+	"Function":             reflect.TypeFor[wire.Function](),
+	"Manifest":             reflect.TypeFor[wire.Manifest](),
+	"FunctionLimits":       reflect.TypeFor[wire.FunctionLimits](),
+	"LogLine":              reflect.TypeFor[wire.LogLine](),
+	"LogsBody":             reflect.TypeFor[wire.LogsBody](),
+	"SecretMeta":           reflect.TypeFor[wire.SecretMeta](),
+	"FunctionPage":         reflect.TypeFor[wire.Page[wire.Function]](),
+	"SecretPage":           reflect.TypeFor[wire.Page[wire.SecretMeta]](),
+	"SandboxPage":          reflect.TypeFor[wire.Page[wire.Sandbox]](),
+	"CheckpointPage":       reflect.TypeFor[wire.Page[wire.Checkpoint]](),
+	"CreateSandboxBody":    reflect.TypeFor[wire.CreateSandboxBody](),
+	"SandboxNetwork":       reflect.TypeFor[wire.SandboxNetwork](),
+	"Service":              reflect.TypeFor[wire.Service](),
+	"Sandbox":              reflect.TypeFor[wire.Sandbox](),
+	"Checkpoint":           reflect.TypeFor[wire.Checkpoint](),
+	"ExecBody":             reflect.TypeFor[wire.ExecBody](),
+	"CodeBody":             reflect.TypeFor[wire.CodeBody](),
+	"StreamEvent":          reflect.TypeFor[wire.StreamEvent](),
+	"ExitStatus":           reflect.TypeFor[wire.ExitStatus](),
+	"CodeResult":           reflect.TypeFor[wire.CodeResult](),
+	"FileInfo":             reflect.TypeFor[wire.FileInfo](),
+	"CheckpointBody":       reflect.TypeFor[wire.CheckpointBody](),
+	"ForkBody":             reflect.TypeFor[wire.ForkBody](),
+	"ForkChild":            reflect.TypeFor[wire.ForkChild](),
+	"ForkAnswer":           reflect.TypeFor[wire.ForkAnswer](),
+	"ForkProgress":         reflect.TypeFor[wire.ForkProgress](),
+	"ForkEvent":            reflect.TypeFor[wire.ForkEvent](),
+	"RollbackBody":         reflect.TypeFor[wire.RollbackBody](),
+	"GenerationBody":       reflect.TypeFor[wire.GenerationBody](),
+	"PortBody":             reflect.TypeFor[wire.PortBody](),
+	"ServiceStatus":        reflect.TypeFor[wire.ServiceStatus](),
+	"Version":              reflect.TypeFor[wire.Version](),
+	"VersionPage":          reflect.TypeFor[wire.Page[wire.Version]](),
+	"RollbackFunctionBody": reflect.TypeFor[wire.RollbackFunctionBody](),
+	"DeployEvent":          reflect.TypeFor[wire.DeployEvent](),
+	"CreateTokenBody":      reflect.TypeFor[wire.CreateTokenBody](),
+	"Token":                reflect.TypeFor[wire.Token](),
+	"TokenCreated":         reflect.TypeFor[wire.TokenCreated](),
+	"TokenPage":            reflect.TypeFor[wire.TokensPage](),
+	"PoolUpResult":         reflect.TypeFor[wire.PoolUpResult](),
+	"PoolLane":             reflect.TypeFor[wire.PoolLane](),
+	"Pool":                 reflect.TypeFor[wire.Pool](),
+	"PoolPage":             reflect.TypeFor[wire.PoolPage](),
+	"ScriptResult":         reflect.TypeFor[wire.ScriptResult](),
+	"PoolRunRequest":       reflect.TypeFor[wire.PoolRunRequest](),
 }
 
 // jsonField is one field of a struct as encoding/json writes it.
@@ -151,6 +165,8 @@ type jsonField struct {
 	typ      reflect.Type
 }
 
+// jsonFields returns t's fields as encoding/json writes them: an embedded struct without a
+// json name (wire.TokenCreated's Token) has its fields written inline.
 func jsonFields(t reflect.Type) []jsonField {
 	var out []jsonField
 	for f := range t.Fields() {
@@ -159,6 +175,10 @@ func jsonFields(t reflect.Type) []jsonField {
 			continue
 		}
 		name, opts, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
 		if name == "" {
 			name = f.Name
 		}

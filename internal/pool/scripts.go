@@ -246,9 +246,29 @@ func (st scriptStore) has(tenant, hash string) error {
 	return nil
 }
 
+// ScriptsFullError is a script upload refused because the tenant's stored scripts are all
+// in recent use, so none may be evicted to make room. It wraps errdefs.ErrTooManyRequests;
+// RetryAfter (the API's Retry-After) is when the least recently used one may be evicted.
+type ScriptsFullError struct {
+	Tenant  string
+	Scripts int           // the tenant's stored scripts
+	Within  time.Duration // all used within this (evictAfter)
+	After   time.Duration
+}
+
+func (e *ScriptsFullError) Error() string {
+	return fmt.Sprintf("tenant %q has %d scripts in this pool, all used within %v: retry after %v",
+		e.Tenant, e.Scripts, e.Within, e.After.Round(time.Second))
+}
+
+func (e *ScriptsFullError) Unwrap() error { return errdefs.ErrTooManyRequests }
+
+// RetryAfter says when the least recently used script may be evicted.
+func (e *ScriptsFullError) RetryAfter() time.Duration { return e.After }
+
 // evict removes tenant's least recently used scripts until at most keep
-// remain, never one used within evictAfter. Errors: ErrTooManyRequests
-// when that many are all in recent use.
+// remain, never one used within evictAfter. Errors: *ScriptsFullError
+// (errdefs.ErrTooManyRequests) when that many are all in recent use.
 func (st scriptStore) evict(tenant string, keep int) error {
 	es, err := os.ReadDir(filepath.Join(st.root, tenant))
 	if err != nil {
@@ -269,8 +289,8 @@ func (st scriptStore) evict(tenant string, keep int) error {
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].used.Before(all[j].used) })
 	for _, s := range all[:len(all)-keep] {
-		if time.Since(s.used) < evictAfter {
-			return fmt.Errorf("%w: tenant %q has %d scripts in this pool, all used within %v: retry later", errdefs.ErrTooManyRequests, tenant, len(all), evictAfter)
+		if age := time.Since(s.used); age < evictAfter {
+			return &ScriptsFullError{Tenant: tenant, Scripts: len(all), Within: evictAfter, After: evictAfter - age}
 		}
 		if err := os.RemoveAll(filepath.Join(st.root, tenant, s.name)); err != nil {
 			return fmt.Errorf("evicting script %s: %w", s.name, err)

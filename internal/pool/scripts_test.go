@@ -92,7 +92,13 @@ func TestScriptEviction(t *testing.T) {
 		t.Error("eviction removed the wrong script")
 	}
 	st.put("t", Script{"main.py": []byte("another")})
-	if err := st.evict("t", 1); !errors.Is(err, errdefs.ErrTooManyRequests) {
+	err = st.evict("t", 1)
+	if !errors.Is(err, errdefs.ErrTooManyRequests) {
 		t.Errorf("evicting recent scripts: %v; want ErrTooManyRequests", err)
+	}
+	// It says when a retry may succeed: when the least recently used one may be evicted.
+	var full *ScriptsFullError
+	if !errors.As(err, &full) || full.RetryAfter() <= 0 || full.RetryAfter() > evictAfter {
+		t.Errorf("evicting recent scripts: %v; want a ScriptsFullError with RetryAfter in (0, %v]", err, evictAfter)
 	}
 }
