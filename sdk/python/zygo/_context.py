@@ -146,6 +146,7 @@ def parse_addr(addr: str, where: str, tls_asked: bool) -> Tuple[str, bool]:
     """Splits the scheme off addr and returns (host:port, whether to speak TLS): https://
     is TLS, http:// plain, none TLS when tls_asked (a CA or server name is set). Raises
     ConfigError naming where (the argument, the variable or the file) the address came from."""
+    sp = "" if where.endswith("=") else " "  # addr='x', $ZYGO_ADDR 'x'
     rest = addr
     https = rest.startswith("https://")
     if https:
@@ -154,9 +155,9 @@ def parse_addr(addr: str, where: str, tls_asked: bool) -> Tuple[str, bool]:
     if plain:
         rest = rest[len("http://"):]
     if "://" in rest:
-        raise errors.ConfigError(f"{where} {addr!r}: want host:port, https://host:port or http://host:port")
+        raise errors.ConfigError(f"{where}{sp}{addr!r}: want host:port, https://host:port or http://host:port")
     rest = rest.rstrip("/")
     host, sep, port = rest.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535 or (":" in host and not host.startswith("[")):
-        raise errors.ConfigError(f"{where} {addr!r}: want host:port (a port of 0..65535; an IPv6 host in brackets)")
+        raise errors.ConfigError(f"{where}{sp}{addr!r}: want host:port (a port of 0..65535; an IPv6 host in brackets)")
     return rest, https or (not plain and tls_asked)
