@@ -211,6 +211,9 @@ class StreamingStdinOverTLSTest(unittest.TestCase):
         seen, lines_back = b"", 0
         with sb.exec_stream(["cat"], stdin=lines(), timeout=120) as proc:
             for chunk in proc:
+                # The TLS socket is the relay thread's alone (zygo/_tls.py), not shared by this
+                # thread and the one sending stdin.
+                self.assertIn("zygo-tls-relay", [t.name for t in threading.enumerate()])
                 seen += chunk.data
                 while seen.count(b"\n") > lines_back:
                     lines_back += 1
