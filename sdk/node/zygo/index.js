@@ -70,7 +70,7 @@ export class Zygo {
     this.checkpoints = new Checkpoints(this._t);
   }
 
-  /** The unix socket's path or the TCP address this client talks to. */
+  /** The unix socket's path or the TCP address this client talks to ("https://host:port" for TLS). */
   get where() {
     return this._t.where;
   }

@@ -73,7 +73,8 @@ class Zygo:
 
     @property
     def where(self) -> str:
-        """The unix socket's path or the TCP address this client talks to."""
+        """The unix socket's path or the TCP address this client talks to ("https://host:port"
+        for TLS)."""
         return self._t.where()
 
     def status(self) -> Dict[str, Any]:
