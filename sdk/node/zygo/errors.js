@@ -98,6 +98,23 @@ export class Unreachable extends ZygoError {
     this.where = where;
   }
 }
+/**
+ * The daemon's TLS certificate did not verify: not signed by the CA this client trusts, or
+ * not for the name it connected by; the message says which and what to set. No call was made.
+ */
+export class CertificateError extends ZygoError {
+  static code = 'certificate';
+  constructor(message, where) {
+    super(message);
+    this.where = where;
+  }
+}
+/**
+ * Where to find the daemon is wrongly said: an address that does not parse, a context file
+ * that does not parse, holds an unknown key or a token others may read. The message names the
+ * option, variable or file (and key or line) at fault. No call was made.
+ */
+export class ConfigError extends ZygoError { static code = 'config'; }
 export class ApiVersionMismatch extends ZygoError {
   static code = 'api_version';
   constructor(daemonVersion) {

@@ -10,6 +10,10 @@ export const MAX_FORK_N: 16;
 
 export function defaultStateDir(): string;
 export function resolveStateDir(stateDir?: string): string;
+/** The context file's path ($XDG_CONFIG_HOME/zygo/config.toml, else ~/.config/zygo/config.toml); null when unknown. */
+export function contextPath(): string | null;
+/** A context file's text as {key: value}; throws ConfigError naming file and line for anything but key = "string" lines. */
+export function parseContext(text: string, file: string): Partial<Record<'address' | 'token' | 'ca' | 'server_name', string>>;
 /** The gzip'd tar a deploy uploads for a function directory. */
 export function packDir(dir: string): Buffer;
 /** The HTTP status the daemon answers an error code with. */
@@ -74,6 +78,14 @@ export class Unreachable extends ZygoError {
   /** The socket's path or the TCP address. */
   where: string;
 }
+/** The daemon's TLS certificate did not verify (wrong CA, or not for the name); the message says what to set. */
+export class CertificateError extends ZygoError {
+  constructor(message: string, where: string);
+  /** The https address. */
+  where: string;
+}
+/** An address, CA file or context file that is wrongly said; the message names where (file and key or line). */
+export class ConfigError extends ZygoError {}
 export class ApiVersionMismatch extends ZygoError {
   constructor(daemonVersion: string);
   daemonVersion: string;
@@ -81,22 +93,55 @@ export class ApiVersionMismatch extends ZygoError {
 /** Every error code of the API and its class. */
 export const ERRORS: Record<string, typeof ZygoError>;
 
+/**
+ * Where the daemon is. Each setting is the option, else its environment variable, else the
+ * context file ($XDG_CONFIG_HOME/zygo/config.toml, else ~/.config/zygo/config.toml: keys
+ * address, token, ca, server_name), else a default, as the zygo CLI finds it.
+ */
 export interface ZygoOptions {
-  /** The daemon's state directory (its socket is STATE/zygo.sock, its token STATE/api.token). */
+  /** The daemon's state directory (its socket is STATE/zygo.sock, its token STATE/api.token). Default $ZYGO_STATE_DIR. */
   stateDir?: string;
-  /** The unix socket itself. */
+  /** The unix socket itself (an explicit address: no $ZYGO_ADDR or context file then). */
   socketPath?: string;
-  /** TCP: "host:port", or "https://host:port". Default $ZYGO_ADDR. */
+  /**
+   * TCP: "host:port" (plain HTTP; TLS when a CA or server name is set), "https://host:port"
+   * (TLS) or "http://host:port". Default $ZYGO_ADDR, else the context file's address, else
+   * the unix socket.
+   */
   addr?: string;
-  /** Bearer token for TCP. Default $ZYGO_TOKEN, else STATE/api.token. */
+  /**
+   * Bearer token for TCP. Default $ZYGO_TOKEN, else the context file's token (only with the
+   * file's own address, never one given by option or $ZYGO_ADDR), else STATE/api.token.
+   */
   token?: string;
-  /** CA file to check an https:// daemon's certificate with. */
+  /** PEM CA file (or the daemon's self-signed certificate) for TLS. Default $ZYGO_CA, else the file's ca, else the system's roots. */
   ca?: string;
+  /** The name the daemon's certificate must hold. Default the file's server_name (with its address only), else the host. */
+  serverName?: string;
+}
+
+/** What a Zygo client resolved (Zygo#target). */
+export interface Target {
+  /** The unix socket, when the daemon is reached by one. */
+  socketPath?: string;
+  /** host:port, when the daemon is reached over TCP. */
+  addr?: string;
+  addrFrom?: string;
+  tls?: boolean;
+  ca?: string;
+  serverName?: string;
+  token?: string;
+  /** "token", "$ZYGO_TOKEN", the context file's or the token file's path; "" when there is none. */
+  tokenFrom?: string;
+  contextPath: string | null;
 }
 
 export class Zygo {
+  /** Throws ConfigError for an address, CA file or context file that is wrongly said. */
   constructor(opts?: ZygoOptions);
+  /** The unix socket's path, or the TCP address ("https://host:port" for TLS). */
   readonly where: string;
+  readonly target: Target;
   readonly functions: Functions;
   readonly sandboxes: Sandboxes;
   readonly checkpoints: Checkpoints;

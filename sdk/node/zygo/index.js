@@ -13,15 +13,15 @@
 //     ...
 //   });
 
-import fs from 'node:fs';
-import path from 'node:path';
 import { NotFound, ZygoError, fromBody, statusOf } from './errors.js';
 import { packDir } from './bundle.js';
+import { resolveTarget } from './context.js';
 import { Transport, defaultStateDir, ndjson, paginate, readAll } from './transport.js';
 
 export * from './errors.js';
 export { packDir } from './bundle.js';
 export { defaultStateDir } from './transport.js';
+export { contextPath, parseContext } from './context.js';
 
 /** The daemon's unix socket's name inside its state directory. */
 export const SOCKET_NAME = 'zygo.sock';
@@ -35,15 +35,6 @@ export function resolveStateDir(stateDir) {
   return stateDir || process.env.ZYGO_STATE_DIR || defaultStateDir();
 }
 
-// readToken returns the token in stateDir's api.token, or null when there is none to read.
-function readToken(stateDir) {
-  try {
-    return fs.readFileSync(path.join(stateDir, TOKEN_NAME), 'utf8').trim() || null;
-  } catch {
-    return null;
-  }
-}
-
 const enc = encodeURIComponent;
 const sbPath = (id, ...rest) => ['/v1/sandboxes', enc(id), ...rest].join('/');
 const fnPath = (name, ...rest) => ['/v1/functions', enc(name), ...rest].join('/');
@@ -51,26 +42,35 @@ const cpRef = (cp) => (typeof cp === 'string' ? cp : cp.id);
 const streamError = (body) => fromBody(statusOf(body.code ?? ''), body);
 
 /**
- * A client of one Zygo daemon. With no options it finds the daemon as the CLI does: TCP when
- * addr or $ZYGO_ADDR is set ("host:port", or "https://host:port" with ca, a CA file), sending
- * token, else $ZYGO_TOKEN, else api.token in the state directory; otherwise the unix socket
- * socketPath, else zygo.sock in stateDir, else in $ZYGO_STATE_DIR, else in defaultStateDir().
+ * A client of one Zygo daemon. It finds the daemon as the zygo CLI does (context.js): each
+ * setting is the option, else its environment variable, else the context file
+ * ($XDG_CONFIG_HOME/zygo/config.toml, else ~/.config/zygo/config.toml: keys address, token,
+ * ca, server_name), else a default:
+ *
+ * - addr (or socketPath, a unix socket), $ZYGO_ADDR, address: "host:port" (plain HTTP; TLS
+ *   when a CA or server name is set), "https://host:port" (TLS) or "http://host:port";
+ *   default zygo.sock in stateDir, else in $ZYGO_STATE_DIR, else in defaultStateDir();
+ * - token, $ZYGO_TOKEN, token (sent only to the file's own address, never to one given by
+ *   option or $ZYGO_ADDR), else api.token in the state directory;
+ * - ca (a PEM CA file, or the daemon's self-signed certificate), $ZYGO_CA, ca (relative to
+ *   the file); default the system's roots;
+ * - serverName, server_name (with the file's address only): the name the certificate must
+ *   hold; default the address's host.
+ *
+ * Throws ConfigError (naming the option, variable or file at fault) for an address that does
+ * not parse, a context file that does not parse or holds a key it does not know, or one
+ * holding a token that group or others may read.
  */
 export class Zygo {
-  constructor({ stateDir, socketPath, addr, token, ca } = {}) {
-    addr = addr || process.env.ZYGO_ADDR || undefined;
-    if (addr) {
-      token = token || process.env.ZYGO_TOKEN?.trim() || readToken(resolveStateDir(stateDir));
-      this._t = new Transport({ addr, token, ca });
-    } else {
-      this._t = new Transport({ socketPath: socketPath || path.join(resolveStateDir(stateDir), SOCKET_NAME) });
-    }
+  constructor({ stateDir, socketPath, addr, token, ca, serverName } = {}) {
+    this.target = resolveTarget({ stateDir: resolveStateDir(stateDir), socketPath, addr, token, ca, serverName });
+    this._t = new Transport(this.target);
     this.functions = new Functions(this._t);
     this.sandboxes = new Sandboxes(this._t);
     this.checkpoints = new Checkpoints(this._t);
   }
 
-  /** The unix socket's path or the TCP address this client talks to. */
+  /** The unix socket's path or the TCP address this client talks to ("https://host:port" for TLS). */
   get where() {
     return this._t.where;
   }

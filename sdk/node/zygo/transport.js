@@ -9,41 +9,68 @@ import http from 'node:http';
 import https from 'node:https';
 import os from 'node:os';
 import readline from 'node:readline';
-import { API_VERSION, ApiVersionMismatch, HTTPError, Unreachable, ZygoError, fromBody } from './errors.js';
+import {
+  API_VERSION, ApiVersionMismatch, CertificateError, ConfigError, HTTPError, Unreachable, ZygoError, fromBody,
+} from './errors.js';
 
 const MAX_ERROR_BODY = 1 << 20;
 
+// The codes of node:tls for a certificate that does not verify, and for one that is not for the name.
+const CERT_UNTRUSTED = new Set(['UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'CERT_UNTRUSTED', 'CERT_SIGNATURE_FAILURE',
+  'CERT_HAS_EXPIRED', 'CERT_NOT_YET_VALID']);
+const CERT_NAME = 'ERR_TLS_CERT_ALTNAME_INVALID';
+
 export class Transport {
   /**
-   * Calls to the unix socket at socketPath, or TCP to addr ("host:port", or
-   * "https://host:port" checked against the CA file ca, else the system's) with token as
-   * a bearer token.
+   * Calls to the daemon target (context.js resolveTarget): its unix socket, or TCP to its
+   * address, TLS checked against its CA file (else the system's roots) and server name,
+   * with its token as a bearer token. Throws ConfigError when the CA file cannot be read.
    */
-  constructor({ socketPath, addr, token, ca } = {}) {
-    this.socketPath = socketPath;
-    this.addr = addr;
-    this.token = token || null;
-    if (addr) {
-      this.tls = addr.startsWith('https://');
-      const hostport = addr.replace(/^[a-z]+:\/\//, '').replace(/\/+$/, '');
-      const i = hostport.lastIndexOf(':');
-      this.host = hostport.slice(0, i).replace(/^\[|\]$/g, '');
-      this.port = Number(hostport.slice(i + 1));
-      this.hostport = hostport;
-      this.ca = ca ? fs.readFileSync(ca) : undefined;
+  constructor(target) {
+    this.target = target;
+    this.socketPath = target.socketPath;
+    this.addr = target.addr || undefined;
+    this.token = target.token || null;
+    if (this.addr) {
+      this.tls = target.tls;
+      this.host = target.host;
+      this.port = target.port;
+      this.hostport = target.addr;
+      if (this.tls && target.ca) {
+        try {
+          this.ca = fs.readFileSync(target.ca);
+        } catch (err) {
+          throw new ConfigError(`${target.caFrom}: the CA file ${target.ca}: ${err.message}`);
+        }
+      }
     }
   }
 
-  /** The socket's path or the TCP address, for messages. */
+  /** The socket's path or the TCP address ("https://host:port" for TLS), for messages. */
   get where() {
-    return this.addr ?? this.socketPath;
+    if (!this.addr) return this.socketPath;
+    return this.tls ? `https://${this.addr}` : this.addr;
   }
 
   unreachable(err) {
+    if (this.tls && (CERT_UNTRUSTED.has(err.code) || err.code === CERT_NAME)) return this.certificateError(err);
     const msg = this.addr
-      ? `no Zygo daemon answered at ${this.addr} (is \`zygo serve --listen ${this.hostport}\` running, and is the address right?): ${err.message}`
+      ? `no Zygo daemon answered at ${this.where} (is \`zygo serve --listen ${this.hostport}\` running, and is the address right?): ${err.message}`
       : `no Zygo daemon answered on ${this.socketPath} (is \`zygo serve\` running with the same --state-dir?): ${err.message}`;
     const e = new Unreachable(msg, this.where);
+    e.cause = err;
+    return e;
+  }
+
+  certificateError(err) {
+    const file = this.target.contextPath ?? 'the context file';
+    const hint = err.code === CERT_NAME
+      ? `the daemon's certificate is not for ${this.target.serverName || this.host}: connect by a name it holds, `
+        + `or set serverName (the option, or server_name in ${file})`
+      : 'the daemon\'s certificate is not signed by a CA this client trusts: give its CA (or the certificate itself, '
+        + `if self-signed) with the option ca, $ZYGO_CA or ca in ${file}`;
+    const e = new CertificateError(`the TLS handshake with ${this.where} failed: ${err.message}\n${hint}`, this.where);
     e.cause = err;
     return e;
   }
@@ -78,6 +105,7 @@ export class Transport {
       if (this.tls) {
         mod = https;
         if (this.ca) opts.ca = this.ca;
+        if (this.target.serverName) opts.servername = this.target.serverName;
       }
     } else {
       try {

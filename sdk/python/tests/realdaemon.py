@@ -3,6 +3,7 @@ build` when missing) on a temporary state dir, as root, with real runsc and bwra
 tool fails the tests with how to install it; nothing is skipped.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -66,11 +67,25 @@ def leftovers(state_dir: str) -> list:
     return out
 
 
-class Daemon:
-    """`zygo serve --state-dir STATE --no-network --listen 127.0.0.1:PORT`, started by
-    start() and stopped (every sandbox and checkpoint removed first) by stop()."""
+def self_signed(dir: str, name: str = "cert") -> tuple:
+    """Writes a self-signed certificate for 127.0.0.1 (ECDSA P-256, a day) and its key into
+    dir as NAME.pem and NAME.key with openssl; returns their paths."""
+    if shutil.which("openssl") is None:
+        raise Missing("openssl not found: `apt-get install openssl` (the tests make a TLS certificate with it)")
+    cert, key = os.path.join(dir, name + ".pem"), os.path.join(dir, name + ".key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-subj", "/CN=zygo", "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    return cert, key
 
-    def __init__(self):
+
+class Daemon:
+    """`zygo serve --state-dir STATE --no-network --listen 127.0.0.1:PORT`, with
+    --tls-cert and --tls-key when tls is (cert, key), started by start() and stopped (every
+    sandbox and checkpoint removed first) by stop()."""
+
+    def __init__(self, tls: tuple = ()):
+        self.tls = tls
         check_tools()
         self.bin = zygo_bin()
         # Short: the unix socket's path under it is limited to 108 bytes.
@@ -82,7 +97,8 @@ class Daemon:
     def start(self) -> None:
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [self.bin, "serve", "--state-dir", self.state_dir, "--no-network", "--listen", self.addr],
+            [self.bin, "serve", "--state-dir", self.state_dir, "--no-network", "--listen", self.addr]
+            + (["--tls-cert", self.tls[0], "--tls-key", self.tls[1]] if self.tls else []),
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         client = self.client()
         deadline = time.monotonic() + 120
@@ -96,7 +112,14 @@ class Daemon:
                 time.sleep(0.2)
 
     def client(self) -> zygo.Zygo:
-        return zygo.Zygo(state_dir=self.state_dir)
+        """A client of the daemon's unix socket."""
+        return zygo.Zygo(socket=os.path.join(self.state_dir, zygo.SOCKET_NAME))
+
+    def create_token(self, name: str) -> str:
+        """Creates a token on the unix socket with `zygo token create` and returns its secret."""
+        out = subprocess.run([self.bin, "token", "create", "--name", name, "--state-dir", self.state_dir, "-o", "json"],
+                             check=True, capture_output=True, env=dict(os.environ, XDG_CONFIG_HOME=self.state_dir))
+        return json.loads(out.stdout)["secret"]
 
     def log(self) -> str:
         with open(self.log_path, "rb") as f:

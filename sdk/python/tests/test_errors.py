@@ -19,8 +19,10 @@ import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 
 import zygo  # noqa: E402
+from realdaemon import self_signed  # noqa: E402
 from zygo import errors  # noqa: E402
 
 # Every code of sdk/go/wire/wire.go with its status and class.
@@ -203,10 +205,14 @@ class ErrorMappingTest(unittest.TestCase):
 
 class DiscoveryTest(unittest.TestCase):
     def setUp(self):
-        self.env = {k: os.environ.get(k) for k in ("ZYGO_STATE_DIR", "ZYGO_ADDR", "ZYGO_TOKEN", "XDG_STATE_HOME")}
+        self.env = {k: os.environ.get(k) for k in ("ZYGO_STATE_DIR", "ZYGO_ADDR", "ZYGO_TOKEN", "ZYGO_CA",
+                                                   "XDG_STATE_HOME", "XDG_CONFIG_HOME")}
         for k in self.env:
             os.environ.pop(k, None)
         self.addCleanup(self.restore)
+        self.cfg = tempfile.mkdtemp(prefix="zpy-cfg-")  # no context file unless a test writes one
+        self.addCleanup(shutil.rmtree, self.cfg)
+        os.environ["XDG_CONFIG_HOME"] = self.cfg
 
     def restore(self):
         for k, v in self.env.items():
@@ -235,6 +241,50 @@ class DiscoveryTest(unittest.TestCase):
         os.environ["ZYGO_TOKEN"] = "from-env"
         self.assertEqual(zygo.Zygo(state_dir=d)._t.token, "from-env")
         self.assertEqual(zygo.Zygo(state_dir=d, token="given")._t.token, "given")
+
+    def test_context_file_precedence(self):
+        os.makedirs(os.path.join(self.cfg, "zygo"))
+        path = os.path.join(self.cfg, "zygo", "config.toml")
+        with open(path, "w") as f:
+            f.write('address = "10.0.0.1:8443"\ntoken = "from-ctx"\nca = "ca.pem"\nserver_name = "z.example"\n')
+        os.chmod(path, 0o600)
+        with self.assertRaises(zygo.ConfigError) as cm:  # the CA is read when the client is made
+            zygo.Zygo()
+        self.assertIn(f"{path}: the CA file {self.cfg}/zygo/ca.pem", str(cm.exception))
+        cert, _ = self_signed(self.cfg)
+        for name in ("zygo/ca.pem", "env-ca.pem", "arg-ca.pem"):
+            shutil.copy(cert, os.path.join(self.cfg, name))
+        t = zygo.Zygo(state_dir="/nonexistent").target
+        self.assertEqual((t.addr, t.tls, t.token, t.ca, t.server_name),
+                         ("10.0.0.1:8443", True, "from-ctx", os.path.join(self.cfg, "zygo", "ca.pem"), "z.example"))
+        self.assertEqual(zygo.Zygo(socket="/x.sock").where, "/x.sock")  # an explicit socket beats the file
+        # The same address given by the environment is the file's own: its token goes there.
+        os.environ["ZYGO_ADDR"] = "10.0.0.1:8443"
+        self.assertEqual(zygo.Zygo(state_dir="/nonexistent").target.token, "from-ctx")
+        # Another one gets neither token nor server name; the CA still applies (it is no secret).
+        os.environ["ZYGO_ADDR"] = "http://10.0.0.2:80"
+        t = zygo.Zygo(state_dir="/nonexistent").target
+        self.assertEqual((t.addr, t.tls, t.token, t.server_name, t.ca_from), ("10.0.0.2:80", False, "", "", path))
+        t = zygo.Zygo(addr="10.0.0.3:1", state_dir="/nonexistent").target
+        self.assertEqual((t.addr, t.tls, t.token, t.addr_from), ("10.0.0.3:1", True, "", "addr="))
+        os.environ["ZYGO_CA"] = env_ca = os.path.join(self.cfg, "env-ca.pem")
+        self.assertEqual(zygo.Zygo(addr="10.0.0.3:1", state_dir="/nonexistent").target.ca, env_ca)
+        arg_ca = os.path.join(self.cfg, "arg-ca.pem")
+        self.assertEqual(zygo.Zygo(addr="10.0.0.3:1", ca=arg_ca, state_dir="/nonexistent").target.ca, arg_ca)
+        os.environ["ZYGO_TOKEN"] = "from-env"
+        self.assertEqual(zygo.Zygo(state_dir="/nonexistent").target.token, "from-env")
+
+    def test_a_context_file_that_does_not_parse(self):
+        os.makedirs(os.path.join(self.cfg, "zygo"))
+        path = os.path.join(self.cfg, "zygo", "config.toml")
+        for body, want in (('address = "x\n', "reading the context file " + path),
+                           ("address = 8443\n", f"the context file {path}: address must be a string"),
+                           ('[server]\naddress = "x"\n', f"the context file {path}: unknown key 'server'")):
+            with open(path, "w") as f:
+                f.write(body)
+            with self.assertRaises(zygo.ConfigError) as cm:
+                zygo.Zygo()
+            self.assertTrue(str(cm.exception).startswith(want), str(cm.exception))
 
     def test_a_socket_served_by_another_user_gets_no_byte(self):
         # A server running as uid 12345 (the test runs as root) counts what it receives.

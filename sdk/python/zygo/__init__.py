@@ -21,7 +21,8 @@ sandbox uses the separate zygo_sandbox package.
 
 from .client import SOCKET_NAME, TOKEN_NAME, Zygo, default_state_dir, resolve_state_dir
 from .errors import (API_VERSION, AlreadyExists, ApiVersionMismatch, BadEvent, BadRequest, Cancelled,
-                     Conflict, Crashed, DeadlineExceeded, FailedPrecondition, HandlerError, HTTPError,
+                     CertificateError, ConfigError, Conflict, Crashed, DeadlineExceeded, FailedPrecondition,
+                     HandlerError, HTTPError,
                      ImportFailed, Internal, InvokeError, InvokeTimeout, LimitExceeded, MethodNotAllowed,
                      NotFound, PermissionDenied, ResponseTooLarge, TooLarge, TooManyRequests,
                      Unauthenticated, Unavailable, Unreachable, ZygoError, ZygoteDied)
@@ -37,5 +38,5 @@ __all__ = [
     "FailedPrecondition", "PermissionDenied", "Unavailable", "DeadlineExceeded", "Cancelled", "Internal",
     "Unauthenticated", "ImportFailed", "TooManyRequests", "MethodNotAllowed", "InvokeError",
     "HandlerError", "InvokeTimeout", "Crashed", "ZygoteDied", "ResponseTooLarge", "LimitExceeded",
-    "BadEvent", "HTTPError", "Unreachable", "ApiVersionMismatch",
+    "BadEvent", "HTTPError", "Unreachable", "ApiVersionMismatch", "CertificateError", "ConfigError",
 ]

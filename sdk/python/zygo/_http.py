@@ -18,6 +18,8 @@ import urllib.parse
 from typing import Any, Dict, Iterable, Iterator, Optional, Tuple, Union
 
 from . import errors
+from ._context import Target
+from ._tls import TLSConnection
 
 # The largest error body read (bytes); the rest is ignored.
 _MAX_ERROR_BODY = 1 << 20
@@ -97,37 +99,51 @@ def _send_duplex(conn: http.client.HTTPConnection, method: str, path: str, heade
 
 
 class Transport:
-    """Sends calls to one daemon: over the unix socket at ``socket_path``, or TCP to
-    ``addr`` ("host:port", or "https://host:port" for TLS checked against the CA file
-    ``ca``, else the system's) with ``token`` as a bearer token. ``timeout`` (seconds, or
-    None for none) bounds each socket operation, not a whole call."""
+    """Sends calls to one daemon, the Target ``target`` (zygo._context): over its unix
+    socket, or TCP to its address, TLS checked against its CA file (else the system's
+    roots) and server name, with its token as a bearer token. ``timeout`` (seconds, or None
+    for none) bounds each socket operation, not a whole call."""
 
-    def __init__(self, *, socket_path: Optional[str] = None, addr: Optional[str] = None,
-                 token: Optional[str] = None, ca: Optional[str] = None, timeout: Optional[float] = None):
-        self.socket_path = socket_path
-        self.addr = addr
-        self.token = token
+    def __init__(self, target: Target, timeout: Optional[float] = None):
+        self.target = target
+        self.socket_path = target.socket_path or None
+        self.addr = target.addr or None
+        self.token = target.token or None
         self.timeout = timeout
         self._tls: Optional[ssl.SSLContext] = None
-        if addr is not None and addr.startswith("https://"):
-            self._tls = ssl.create_default_context(cafile=ca)
-        if addr is not None:
-            self._hostport = addr.split("://", 1)[-1].rstrip("/")
+        if target.addr and target.tls:
+            try:
+                self._tls = ssl.create_default_context(cafile=target.ca or None)
+            except (OSError, ssl.SSLError) as e:
+                raise errors.ConfigError(f"{target.ca_from}: the CA file {target.ca}: {e}") from e
 
     def where(self) -> str:
         """The socket's path or the TCP address, for messages."""
-        return self.addr if self.addr is not None else str(self.socket_path)
+        if self.addr is None:
+            return str(self.socket_path)
+        return ("https://" if self._tls is not None else "") + self.addr
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self, duplex: bool = False) -> http.client.HTTPConnection:
         if self.addr is None:
             return _UnixConnection(str(self.socket_path), self.timeout)
         if self._tls is not None:
-            return http.client.HTTPSConnection(self._hostport, timeout=self.timeout, context=self._tls)
-        return http.client.HTTPConnection(self._hostport, timeout=self.timeout)
+            return TLSConnection(self.addr, context=self._tls, server_name=self.target.server_name,
+                                 timeout=self.timeout, duplex=duplex)
+        return http.client.HTTPConnection(self.addr, timeout=self.timeout)
 
-    def _unreachable(self, err: Exception) -> errors.Unreachable:
+    def _unreachable(self, err: Exception) -> errors.ZygoError:
+        t = self.target
+        if isinstance(err, ssl.SSLCertVerificationError):
+            where = t.context_path or "the context file"
+            if err.verify_code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+                hint = (f"the daemon's certificate is not for {t.server_name or self.addr}: connect by a name it "
+                        f"holds, or set server_name (the argument, or server_name in {where})")
+            else:
+                hint = ("the daemon's certificate is not signed by a CA this client trusts: give its CA (or the "
+                        f"certificate itself, if self-signed) with ca=, $ZYGO_CA or ca in {where}")
+            return errors.CertificateError(f"the TLS handshake with {self.where()} failed: {err}\n{hint}", self.where())
         if self.addr is not None:
-            msg = (f"no Zygo daemon answered at {self.addr} (is `zygo serve --listen {self._hostport}` "
+            msg = (f"no Zygo daemon answered at {self.where()} (is `zygo serve --listen {self.addr}` "
                    f"running, and is the address right?): {err}")
         else:
             msg = (f"no Zygo daemon answered on {self.socket_path} (is `zygo serve` running with the "
@@ -139,7 +155,8 @@ class Transport:
         """Sends one call and returns its 2xx answer, its body unread (the caller closes it).
         body is bytes, or an iterable of bytes sent chunked as it yields. Raises the
         exception of an error answer, ApiVersionMismatch, or Unreachable."""
-        conn = self._connection()
+        streamed = body is not None and not isinstance(body, (bytes, bytearray))
+        conn = self._connection(duplex=streamed)
         h = {"Accept-Encoding": "identity"}
         if content_type:
             h["Content-Type"] = content_type
@@ -147,7 +164,7 @@ class Transport:
             h["Authorization"] = "Bearer " + self.token
         h.update(headers or {})
         try:
-            if body is None or isinstance(body, (bytes, bytearray)):
+            if not streamed:
                 conn.request(method, path, body=body, headers=h)
             else:
                 _send_duplex(conn, method, path, h, body)

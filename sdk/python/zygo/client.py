@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
+from ._context import resolve
 from ._http import Transport
 from .functions import Functions
 from .sandboxes import Checkpoints, Sandboxes
@@ -31,22 +32,27 @@ def resolve_state_dir(state_dir: Optional[str] = None) -> str:
     return state_dir or os.environ.get("ZYGO_STATE_DIR") or default_state_dir()
 
 
-def _read_token(state_dir: str) -> Optional[str]:
-    try:
-        with open(os.path.join(state_dir, TOKEN_NAME), encoding="utf-8") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
 class Zygo:
     """A client of one Zygo daemon; safe to share between threads.
 
-    With no arguments it finds the daemon as the CLI does: TCP when ``addr`` or $ZYGO_ADDR
-    is set ("host:port", or "https://host:port" with ``ca``, a CA file, to check its
-    certificate), sending ``token``, else $ZYGO_TOKEN, else the contents of api.token in the
-    state directory; otherwise the unix socket ``socket``, else zygo.sock in ``state_dir``,
-    else in $ZYGO_STATE_DIR, else in default_state_dir(). ``timeout`` (seconds) bounds each
+    It finds the daemon as the zygo CLI does (zygo._context): each setting is the argument,
+    else its environment variable, else the context file ($XDG_CONFIG_HOME/zygo/config.toml,
+    else ~/.config/zygo/config.toml: keys address, token, ca, server_name), else a default:
+
+    - ``addr`` (or ``socket``, a unix socket's path), $ZYGO_ADDR, address: "host:port"
+      (plain HTTP; TLS when a CA or server name is set), "https://host:port" (TLS) or
+      "http://host:port"; default: zygo.sock in ``state_dir``, else in $ZYGO_STATE_DIR,
+      else in default_state_dir();
+    - ``token``, $ZYGO_TOKEN, token (sent only to the file's own address, never to one given
+      by argument or $ZYGO_ADDR), else api.token in the state directory;
+    - ``ca`` (a PEM CA file, or the daemon's self-signed certificate), $ZYGO_CA, ca (relative
+      to the file); default: the system's roots;
+    - ``server_name``, server_name (with the file's address only): the name the certificate
+      must hold; default: the address's host.
+
+    Raises ConfigError (naming the argument, variable or file at fault) for an address that
+    does not parse, a context file that does not parse or holds a key it does not know, or
+    one holding a token that group or others may read. ``timeout`` (seconds) bounds each
     socket operation; None (the default) waits as long as the daemon works (a sandbox's
     create or fork takes seconds).
 
@@ -57,21 +63,18 @@ class Zygo:
 
     def __init__(self, *, state_dir: Optional[str] = None, socket: Optional[str] = None,
                  addr: Optional[str] = None, token: Optional[str] = None, ca: Optional[str] = None,
-                 timeout: Optional[float] = None):
-        addr = addr or os.environ.get("ZYGO_ADDR") or None
-        if addr is not None:
-            token = token or os.environ.get("ZYGO_TOKEN", "").strip() or _read_token(resolve_state_dir(state_dir))
-            self._t = Transport(addr=addr, token=token, ca=ca, timeout=timeout)
-        else:
-            path = socket or os.path.join(resolve_state_dir(state_dir), SOCKET_NAME)
-            self._t = Transport(socket_path=path, timeout=timeout)
+                 server_name: Optional[str] = None, timeout: Optional[float] = None):
+        self.target = resolve(state_dir=resolve_state_dir(state_dir), socket_path=socket, addr=addr,
+                              token=token, ca=ca, server_name=server_name)
+        self._t = Transport(self.target, timeout=timeout)
         self.functions = Functions(self._t)
         self.sandboxes = Sandboxes(self._t)
         self.checkpoints = Checkpoints(self._t)
 
     @property
     def where(self) -> str:
-        """The unix socket's path or the TCP address this client talks to."""
+        """The unix socket's path or the TCP address this client talks to ("https://host:port"
+        for TLS)."""
         return self._t.where()
 
     def status(self) -> Dict[str, Any]:

@@ -216,6 +216,24 @@ class Unreachable(ZygoError, ConnectionError):
         self.where = where
 
 
+class CertificateError(ZygoError, ConnectionError):
+    """The daemon's TLS certificate did not verify: not signed by the CA this client
+    trusts, or not for the name it connected by. The message says which and what to set
+    (``ca``, $ZYGO_CA or ca in the context file; server_name). ``where`` is the address."""
+    code = "certificate"
+
+    def __init__(self, message: str, where: str):
+        super().__init__(message)
+        self.where = where
+
+
+class ConfigError(ZygoError, ValueError):
+    """Where to find the daemon is wrongly said: an address that does not parse, a context
+    file that does not parse, holds an unknown key or a token others may read. The message
+    names the argument, variable or file (and key) at fault. No call was made."""
+    code = "config"
+
+
 class ApiVersionMismatch(ZygoError):
     """The daemon speaks another version of the API than this client (``daemon_version``,
     int); upgrade whichever is older."""

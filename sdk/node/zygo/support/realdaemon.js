@@ -62,8 +62,28 @@ export function leftovers(stateDir) {
   return out;
 }
 
-/** `zygo serve --state-dir STATE --no-network --listen 127.0.0.1:PORT`. */
+/**
+ * Writes a self-signed certificate for 127.0.0.1 (ECDSA P-256, a day) and its key into dir as
+ * NAME.pem and NAME.key with openssl; returns [cert, key].
+ */
+export function selfSigned(dir, name = 'cert') {
+  if (!which('openssl')) throw new Error('openssl not found: `apt-get install openssl` (the tests make a TLS certificate with it)');
+  const cert = path.join(dir, `${name}.pem`);
+  const key = path.join(dir, `${name}.key`);
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', '/CN=zygo',
+    '-addext', 'subjectAltName=IP:127.0.0.1', '-days', '1', '-keyout', key, '-out', cert], { stdio: 'pipe' });
+  return [cert, key];
+}
+
+/**
+ * `zygo serve --state-dir STATE --no-network --listen 127.0.0.1:PORT`, with --tls-cert and
+ * --tls-key when tls is [cert, key].
+ */
 export class Daemon {
+  constructor({ tls } = {}) {
+    this.tls = tls;
+  }
+
   async start() {
     checkTools();
     this.bin = zygoBin();
@@ -72,7 +92,8 @@ export class Daemon {
     this.addr = `127.0.0.1:${await freePort()}`;
     this.logPath = path.join(os.tmpdir(), `${path.basename(this.stateDir)}.log`);
     const log = fs.openSync(this.logPath, 'w');
-    this.proc = spawn(this.bin, ['serve', '--state-dir', this.stateDir, '--no-network', '--listen', this.addr],
+    const tlsArgs = this.tls ? ['--tls-cert', this.tls[0], '--tls-key', this.tls[1]] : [];
+    this.proc = spawn(this.bin, ['serve', '--state-dir', this.stateDir, '--no-network', '--listen', this.addr, ...tlsArgs],
       { stdio: ['ignore', log, log], detached: true });
     this.exited = new Promise((r) => this.proc.once('exit', r));
     const client = this.client();
@@ -90,8 +111,16 @@ export class Daemon {
     }
   }
 
+  /** A client of the daemon's unix socket. */
   client() {
-    return new Zygo({ stateDir: this.stateDir });
+    return new Zygo({ socketPath: path.join(this.stateDir, 'zygo.sock') });
+  }
+
+  /** Creates a token on the unix socket with `zygo token create` and returns its secret. */
+  createToken(name) {
+    const out = execFileSync(this.bin, ['token', 'create', '--name', name, '--state-dir', this.stateDir, '-o', 'json'],
+      { env: { ...process.env, XDG_CONFIG_HOME: this.stateDir } });
+    return JSON.parse(out).secret;
   }
 
   log() {

@@ -1,6 +1,9 @@
 // Compiled, never run, by `npm run check-types` (pinned devDependencies: TypeScript and Node's
 // types): index.d.ts must type a program using the whole surface, in strict mode.
-import { Zygo, NotFound, BadRequest, type ExecResult, type CodeResult, ApiVersionMismatch } from '../index.js';
+import {
+  Zygo, NotFound, BadRequest, type ExecResult, type CodeResult, ApiVersionMismatch, CertificateError, ConfigError, contextPath,
+  parseContext,
+} from '../index.js';
 const c = new Zygo({ stateDir: '/tmp/x' });
 async function main(): Promise<void> {
   const d = await c.functions.deploy('dir');
@@ -17,6 +20,11 @@ async function main(): Promise<void> {
   await sb.rollback(cp.id);
   await c.sandboxes.use({}, async (s) => s.files.read('/x'));
   try { await sb.kill(); } catch (err) { if (err instanceof NotFound || err instanceof BadRequest || err instanceof ApiVersionMismatch) console.log(err.code, err.status, err.message); }
-  void v; void n; void e; void cr;
+  const remote = new Zygo({ addr: 'https://h:1', ca: 'ca.pem', serverName: 'h', token: 't' });
+  const from: string | undefined = remote.target.tokenFrom;
+  const file: string | null = contextPath();
+  const addr: string | undefined = parseContext('address = "h:1"', 'F').address;
+  try { await remote.status(); } catch (err) { if (err instanceof CertificateError) console.log(err.where); else if (err instanceof ConfigError) throw err; }
+  void v; void n; void e; void cr; void from; void file; void addr;
 }
 void main;

@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import * as zygo from '../index.js';
+import { selfSigned } from '../support/realdaemon.js';
 
 // Every code of sdk/go/wire/wire.go with its status and class.
 const CODES = {
@@ -155,14 +156,47 @@ describe('error mapping', () => {
 });
 
 describe('discovery', () => {
-  const keys = ['ZYGO_STATE_DIR', 'ZYGO_ADDR', 'ZYGO_TOKEN', 'XDG_STATE_HOME'];
+  const keys = ['ZYGO_STATE_DIR', 'ZYGO_ADDR', 'ZYGO_TOKEN', 'ZYGO_CA', 'XDG_STATE_HOME', 'XDG_CONFIG_HOME'];
   let saved;
+  let cfg;
   beforeEach(() => {
     saved = Object.fromEntries(keys.map((k) => [k, process.env[k]]));
     for (const k of keys) delete process.env[k];
+    cfg = fs.mkdtempSync(path.join(os.tmpdir(), 'zjs-cfg-')); // no context file unless a test writes one
+    process.env.XDG_CONFIG_HOME = cfg;
   });
   afterEach(() => {
     for (const k of keys) if (saved[k] === undefined) delete process.env[k]; else process.env[k] = saved[k];
+    fs.rmSync(cfg, { recursive: true, force: true });
+  });
+
+  test('the context file and what beats it', () => {
+    fs.mkdirSync(path.join(cfg, 'zygo'));
+    const file = path.join(cfg, 'zygo', 'config.toml');
+    fs.writeFileSync(file, 'address = "10.0.0.1:8443"\ntoken = "from-ctx"\nca = "ca.pem"\nserver_name = "z.example"\n', { mode: 0o600 });
+    assert.throws(() => new zygo.Zygo(), (err) => err instanceof zygo.ConfigError // the CA is read when the client is made
+      && err.message.startsWith(`${file}: the CA file ${cfg}/zygo/ca.pem: ENOENT`));
+    const [cert] = selfSigned(cfg);
+    for (const name of ['zygo/ca.pem', 'env-ca.pem', 'arg-ca.pem']) fs.copyFileSync(cert, path.join(cfg, name));
+    let t = new zygo.Zygo({ stateDir: '/nonexistent' }).target;
+    assert.deepEqual([t.addr, t.tls, t.token, t.ca, t.serverName],
+      ['10.0.0.1:8443', true, 'from-ctx', path.join(cfg, 'zygo', 'ca.pem'), 'z.example']);
+    assert.equal(new zygo.Zygo({ socketPath: '/x.sock' }).where, '/x.sock'); // an explicit socket beats the file
+    // The same address given by the environment is the file's own: its token goes there.
+    process.env.ZYGO_ADDR = '10.0.0.1:8443';
+    assert.equal(new zygo.Zygo({ stateDir: '/nonexistent' }).target.token, 'from-ctx');
+    // Another one gets neither token nor server name; the CA still applies (it is no secret).
+    process.env.ZYGO_ADDR = 'http://10.0.0.2:80';
+    t = new zygo.Zygo({ stateDir: '/nonexistent' }).target;
+    assert.deepEqual([t.addr, t.tls, t.token, t.serverName, t.caFrom], ['10.0.0.2:80', false, '', '', file]);
+    t = new zygo.Zygo({ addr: '10.0.0.3:1', stateDir: '/nonexistent' }).target;
+    assert.deepEqual([t.addr, t.tls, t.token, t.addrFrom], ['10.0.0.3:1', true, '', 'addr']);
+    process.env.ZYGO_CA = path.join(cfg, 'env-ca.pem');
+    assert.equal(new zygo.Zygo({ addr: '10.0.0.3:1', stateDir: '/nonexistent' }).target.ca, path.join(cfg, 'env-ca.pem'));
+    const argCA = path.join(cfg, 'arg-ca.pem');
+    assert.equal(new zygo.Zygo({ addr: '10.0.0.3:1', ca: argCA, stateDir: '/nonexistent' }).target.ca, argCA);
+    process.env.ZYGO_TOKEN = 'from-env';
+    assert.equal(new zygo.Zygo({ stateDir: '/nonexistent' }).target.token, 'from-env');
   });
 
   test('the socket', () => {
