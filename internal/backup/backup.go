@@ -11,12 +11,20 @@
 //	zygo-backup.json    the Manifest: what is included, each file's size and SHA-256
 //
 // Never in a backup: running sandboxes (a restored daemon marks their records dead), the
-// images of checkpoints of sandboxes with secrets (kept in memory only, by design), and what a
-// daemon makes again at start (agents/, etc/, run/, the engine dir). The backup directory
-// holds the secret key: it is made 0700 and must be kept as the key itself is.
+// images of checkpoints of sandboxes with secrets (kept in memory only, by design), what a
+// daemon makes again at start (agents/, etc/, run/, the engine dir), and pools/: a runtime
+// pool comes back from its record in the store and writes its boot module again when it
+// starts, and its tenants' scripts are a content-addressed cache they already upload again
+// when one is evicted (a run of a missing script answers 404). The backup directory holds the
+// secret key: it must be one no other user can change (created here 0700, or an empty one of
+// root's or the euid's on a path only they can change), it is made 0700, and it must be kept
+// as the key itself is.
 //
-// Everything read from the state dir is read through internal/untrusted (no symbolic links,
-// regular files only): checkpoint images are written by sandbox engines.
+// Everything read from the state dir, and from a backup by Restore, is read through
+// internal/untrusted (no symbolic links, regular files only, never blocking): checkpoint images
+// are written by sandbox engines, and a backup may have been kept where others could reach it.
+// Every file written, into the backup or the state dir, is created exclusively, never through
+// a link.
 package backup
 
 import (

@@ -175,3 +175,34 @@ func TestRestoreModesAreNotTheManifests(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolsFilesAreNotBackedUp: what a runtime pool keeps on disk (pools/NAME/boot/, the
+// tenants' scripts under pools/NAME/scripts/) is left out of a backup, as documented (the
+// pools come back from the store and remake their boot module; scripts are a cache tenants
+// upload again on a 404), and a manifest naming a file under pools/ is refused.
+func TestPoolsFilesAreNotBackedUp(t *testing.T) {
+	state := newState(t)
+	script := filepath.Join(state, "pools", "p", "scripts", "t1", strings.Repeat("cd", 32))
+	os.MkdirAll(script, 0o750)
+	os.WriteFile(filepath.Join(script, "main.py"), []byte("def handler(e): return e\n"), 0o440)
+	boot := filepath.Join(state, "pools", "p", "boot", strings.Repeat("ef", 32))
+	os.MkdirAll(boot, 0o750)
+	os.WriteFile(filepath.Join(boot, "zygo_pool_boot.py"), []byte("import json\n"), 0o440)
+	dir := filepath.Join(t.TempDir(), "b")
+	m, err := Create(context.Background(), state, dir, Options{Checkpoints: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range m.Files {
+		if strings.HasPrefix(f.Path, "pools/") {
+			t.Errorf("a backup holds %s", f.Path)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "pools")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the backup dir holds pools/: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, ManifestFile), []byte(`{"format": 1, "files": [{"path": "pools/p/scripts/t1/x/main.py"}]}`), 0o600)
+	if _, err := ReadManifest(dir); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "is not a path a backup holds") {
+		t.Errorf("a manifest naming pools/: %v, want refused", err)
+	}
+}
