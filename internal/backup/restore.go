@@ -140,7 +140,7 @@ func ReadManifest(dir string) (*Manifest, error) {
 func readManifest(ctx context.Context, src *untrusted.Dir) (*Manifest, error) {
 	b, err := src.ReadFile(ctx, ManifestFile, maxManifest)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s is not a Zygo backup (no readable %s): %v", errdefs.ErrInvalidArgument, src.Path(), ManifestFile, err)
+		return nil, fmt.Errorf("%w: %s is not a Zygo backup (no readable %s): %w", errdefs.ErrInvalidArgument, src.Path(), ManifestFile, err)
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
