@@ -1,6 +1,10 @@
 package backup
 
 import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,38 +16,47 @@ import (
 	"syscall"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/trusted"
+	"github.com/zygo-run/zygo/internal/untrusted"
 )
 
 // lockFile is the daemon's lock in its state dir (daemon.lockStateDir): held while a daemon
 // runs there, and by Restore while it writes.
 const lockFile = "zygo.lock"
 
-// Restore writes the backup in dir into stateDir (made 0711 if missing). It refuses a state dir
-// that holds anything (a restore over a live state would mix two) unless force is set, and
-// always refuses one a daemon is running on; with force, what a backup holds (the store, the
-// key, the token, versions/, images/) is replaced and the rest is left to the next daemon's
-// start. Every file is checked against the Manifest's size and SHA-256 before anything is
-// written. The next `zygo serve` on stateDir serves the restored functions; their code is
-// made each function's own again at that start. Errors wrap errdefs.ErrInvalidArgument (not a
-// backup, a damaged one, a state dir in use or not empty).
+// maxManifest bounds the size of a backup's Manifest in bytes.
+const maxManifest = 256 << 20
+
+// Restore writes the backup in dir into stateDir (made 0711 if missing; it must be one no other
+// user can change, as zygo serve requires). It refuses a state dir that holds anything (a
+// restore over a live state would mix two) unless force is set, and always refuses one a daemon
+// is running on; with force, what a backup holds (the store, the key, the token, versions/,
+// images/) is replaced and the rest is left to the next daemon's start. Every file of dir is
+// read through internal/untrusted (a link at any component, a FIFO or a device is refused,
+// never followed or waited on) and checked against the Manifest's size and SHA-256 before
+// anything is written; then each is copied into a temporary file beside its place, hashed as
+// it is copied, and renamed into place only when that hash matches too. Modes come from the
+// Manifest only as far as restoreMode allows. The next `zygo serve` on stateDir serves the
+// restored functions; their code is made each function's own again at that start. Errors wrap
+// errdefs.ErrInvalidArgument (not a backup, a damaged one, a state dir in use or not empty).
 func Restore(dir, stateDir string, force bool) (*Manifest, error) {
-	m, err := ReadManifest(dir)
+	ctx := context.Background()
+	src, err := openBackup(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	m, err := readManifest(ctx, src)
 	if err != nil {
 		return nil, err
 	}
 	for _, f := range m.Files {
-		sum, size, err := hashFile(filepath.Join(dir, filepath.FromSlash(f.Path)))
-		if err != nil {
-			return nil, fmt.Errorf("%w: backup file %s is missing or differs from the backup's manifest: the backup is damaged: %w",
-				errdefs.ErrInvalidArgument, f.Path, err)
-		}
-		if sum != f.SHA256 || size != f.Size {
-			return nil, fmt.Errorf("%w: backup file %s is missing or differs from the backup's manifest: the backup is damaged",
-				errdefs.ErrInvalidArgument, f.Path)
+		if err := checkFile(ctx, src, f); err != nil {
+			return nil, err
 		}
 	}
-	if err := os.MkdirAll(stateDir, 0o711); err != nil {
-		return nil, fmt.Errorf("creating the state dir: %w", err)
+	if err := makeStateDir(stateDir); err != nil {
+		return nil, err
 	}
 	unlock, err := lock(stateDir)
 	if err != nil {
@@ -59,19 +72,75 @@ func Restore(dir, stateDir string, force bool) (*Manifest, error) {
 		}
 	}
 	for _, f := range m.Files {
-		if err := restoreFile(dir, stateDir, f); err != nil {
+		if err := restoreFile(ctx, src, stateDir, f); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
 }
 
+// openBackup opens the backup dir (its last component may not be a link).
+func openBackup(dir string) (*untrusted.Dir, error) {
+	src, err := untrusted.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is not a Zygo backup (not a directory that can be opened): %w", errdefs.ErrInvalidArgument, dir, err)
+	}
+	return src, nil
+}
+
+// checkFile fails unless backup file f of src is a regular file of f's size and SHA-256.
+func checkFile(ctx context.Context, src *untrusted.Dir, f File) error {
+	d, err := hashFile(ctx, src, f.Path, f.Size)
+	if errors.Is(err, untrusted.ErrNotRegular) {
+		return notRegular(f.Path)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: backup file %s is missing or differs from the backup's manifest: the backup is damaged: %w",
+			errdefs.ErrInvalidArgument, f.Path, err)
+	}
+	if d.sum != f.SHA256 || d.size != f.Size {
+		return fmt.Errorf("%w: backup file %s is missing or differs from the backup's manifest: the backup is damaged",
+			errdefs.ErrInvalidArgument, f.Path)
+	}
+	return nil
+}
+
+// notRegular is the error for a backup file that is not a regular file of its own.
+func notRegular(p string) error {
+	return fmt.Errorf("%w: backup file %s is not a regular file (a symbolic link on its path, a FIFO, a device or a hard link): refused, nothing restored",
+		errdefs.ErrInvalidArgument, p)
+}
+
+// makeStateDir makes stateDir 0711 if missing and fails unless no other user can change it.
+func makeStateDir(stateDir string) error {
+	if err := os.MkdirAll(stateDir, 0o711); err != nil {
+		return fmt.Errorf("creating the state dir: %w", err)
+	}
+	abs, err := filepath.Abs(stateDir)
+	if err == nil {
+		err = trusted.Dir(abs, os.Geteuid())
+	}
+	if err != nil {
+		return fmt.Errorf("%w: state dir: %w", errdefs.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
 // ReadManifest reads and checks the Manifest of the backup in dir: its format, and that every
 // path is one a backup holds (no escape from dir or the state dir).
 func ReadManifest(dir string) (*Manifest, error) {
-	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	src, err := openBackup(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s is not a Zygo backup (no readable %s): %w", errdefs.ErrInvalidArgument, dir, ManifestFile, err)
+		return nil, err
+	}
+	defer src.Close()
+	return readManifest(context.Background(), src)
+}
+
+func readManifest(ctx context.Context, src *untrusted.Dir) (*Manifest, error) {
+	b, err := src.ReadFile(ctx, ManifestFile, maxManifest)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is not a Zygo backup (no readable %s): %w", errdefs.ErrInvalidArgument, src.Path(), ManifestFile, err)
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -130,10 +199,24 @@ func checkEmpty(stateDir string, force bool) error {
 	return nil
 }
 
-// restoreFile copies backup file f from dir into stateDir with its mode; directories on the
+// restoreMode is the mode backup file f is restored with: the Manifest's, but never more
+// than the daemon gives: the store, the key and the token 0600, anything else at most 0755
+// (no setuid, setgid or sticky bit, never group- or other-writable; 0644 at most without an
+// execute bit).
+func restoreMode(f File) os.FileMode {
+	switch f.Path {
+	case dbFile, dbFile + "-wal", dbFile + "-shm", keyFile, tokenFile:
+		return 0o600
+	}
+	return os.FileMode(f.Mode) & 0o755
+}
+
+// restoreFile copies backup file f from src into stateDir: into a temporary name beside its
+// place (created exclusively, never through a link), hashing what it copies (at most f.Size+1
+// bytes), then renamed into place only when that matches the Manifest. Directories on the
 // way are made 0700 (versions/ itself 0711, as the daemon makes it; the daemon's start gives
 // each function's code its group and modes again).
-func restoreFile(dir, stateDir string, f File) error {
+func restoreFile(ctx context.Context, src *untrusted.Dir, stateDir string, f File) error {
 	dst := filepath.Join(stateDir, filepath.FromSlash(f.Path))
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return fmt.Errorf("restoring %s: %w", f.Path, err)
@@ -143,24 +226,50 @@ func restoreFile(dir, stateDir string, f File) error {
 			return fmt.Errorf("restoring %s: %w", f.Path, err)
 		}
 	}
-	in, err := os.Open(filepath.Join(dir, filepath.FromSlash(f.Path)))
+	into, err := untrusted.OpenDir(filepath.Dir(dst))
+	if err != nil {
+		return fmt.Errorf("restoring %s: %w", f.Path, err)
+	}
+	defer into.Close()
+	tmp := ".zygo-restore-" + rand.Text()
+	if err := copyChecked(ctx, src, f, into, tmp); err != nil {
+		return errors.Join(err, into.Remove(tmp))
+	}
+	if err := into.Rename(tmp, filepath.Base(dst)); err != nil {
+		return fmt.Errorf("restoring %s: %w", f.Path, errors.Join(err, into.Remove(tmp)))
+	}
+	return nil
+}
+
+// copyChecked copies backup file f of src to the new file tmp of into with restoreMode(f),
+// failing unless what it copied has f's size and SHA-256.
+func copyChecked(ctx context.Context, src *untrusted.Dir, f File, into *untrusted.Dir, tmp string) error {
+	in, err := src.Open(f.Path)
+	if errors.Is(err, untrusted.ErrNotRegular) {
+		return notRegular(f.Path)
+	}
 	if err != nil {
 		return fmt.Errorf("restoring %s: %w", f.Path, err)
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(f.Mode)&0o777)
+	out, err := into.Create(tmp, 0o600)
 	if err != nil {
 		return fmt.Errorf("restoring %s: %w", f.Path, err)
 	}
-	_, err = io.Copy(out, in)
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(readerCtx{ctx, in}, f.Size+1))
+	if err == nil {
+		err = out.Chmod(restoreMode(f))
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Chmod(dst, os.FileMode(f.Mode)&0o777)
-	}
 	if err != nil {
-		return fmt.Errorf("restoring %s: %w", f.Path, errors.Join(err, os.Remove(dst)))
+		return fmt.Errorf("restoring %s: %w", f.Path, err)
+	}
+	if n != f.Size || hex.EncodeToString(h.Sum(nil)) != f.SHA256 {
+		return fmt.Errorf("%w: backup file %s changed after it was checked (it differs from the backup's manifest now): nothing more restored",
+			errdefs.ErrInvalidArgument, f.Path)
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ func newBackupCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "backup DIR",
 		Short: "Back up the daemon's state (store, secret key, versions; checkpoints with --checkpoints) into DIR, online",
-		Long: "Copies the state dir (--state-dir) into DIR (new or empty; made 0700: it holds the secret key) while the daemon serves: " +
+		Long: "Copies the state dir (--state-dir) into DIR (new, or empty and owned by root or you on a path no other user can change; made 0700: it holds the secret key) while the daemon serves: " +
 			"the store by SQLite's VACUUM INTO, the key secrets are sealed with, the API token, every stored version's code and, " +
 			"with --checkpoints, the checkpoint images (they can be large). DIR/" + backup.ManifestFile + " lists every file with its SHA-256. " +
 			"Running sandboxes are never backed up. zygo restore DIR writes it back.",

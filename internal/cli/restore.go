@@ -16,7 +16,7 @@ func newRestoreCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "restore DIR",
 		Short: "Restore a backup made by zygo backup into the state dir (no daemon may run on it)",
-		Long: "Checks every file of the backup in DIR against its manifest, then writes it into the state dir (--state-dir), " +
+		Long: "Checks every file of the backup in DIR against its manifest (a link, a FIFO or a device in DIR is refused), then writes it into the state dir (--state-dir), " +
 			"which must be new or empty unless --force (then its store, key, token, versions and images are replaced). " +
 			"Start zygo serve on it afterwards: it serves the restored functions; sandboxes of the backed-up daemon come back as dead records.",
 		Args: cobra.ExactArgs(1),

@@ -4,21 +4,30 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 )
 
 // Snapshot writes a consistent copy of the database at dbPath to dst (which must not exist)
 // with SQLite's VACUUM INTO: online, while a daemon keeps writing (it sees one transaction's
-// state, never a torn one), and compact. dst is a plain database (no WAL), mode 0600.
+// state, never a torn one), and compact. dst is a plain database (no WAL), mode 0600, created
+// here exclusively and never through a symbolic link: anything already at dst (a link
+// included) is an error wrapping os.ErrExist, and nothing is written. dst's directory must be
+// one no other user can change, since VACUUM INTO opens dst again by its path.
 func Snapshot(ctx context.Context, dbPath, dst string) error {
 	db, err := sql.Open("sqlite", "file:"+dbPath+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		return fmt.Errorf("opening store %s: %w", dbPath, err)
 	}
 	defer db.Close()
-	if err := restrictFile(dst); err != nil {
-		return err
+	// VACUUM INTO opens its target without O_EXCL or O_NOFOLLOW but accepts an empty file:
+	// make that file here, ours.
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating the store's copy: %w", err)
 	}
+	f.Close()
 	if _, err := db.ExecContext(ctx, "VACUUM INTO '"+strings.ReplaceAll(dst, "'", "''")+"'"); err != nil {
 		return fmt.Errorf("copying the store: %w", err)
 	}

@@ -194,6 +194,26 @@ func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
 	return nil
 }
 
+// Create creates name below d for writing, exclusively and without following
+// a symlink (an existing name of any kind, a symlink included, is an error
+// wrapping os.ErrExist), with mode perm before the umask. The caller owns the
+// returned file.
+func (d *Dir) Create(name string, perm os.FileMode) (*os.File, error) {
+	how := unix.OpenHow{Flags: uint64(unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY),
+		Mode: uint64(perm.Perm()), Resolve: resolve}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Openat2(int(d.f.Fd()), name, &how)
+	if err == unix.EEXIST {
+		return nil, &os.PathError{Op: "create", Path: filepath.Join(d.path, name), Err: os.ErrExist}
+	}
+	if err != nil {
+		return nil, pathErr(d.path, name, err)
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(d.path, name)), nil
+}
+
 // Chown changes the owner of name below d without following a symlink.
 func (d *Dir) Chown(name string, uid, gid int) error {
 	if err := checkName(name); err != nil {

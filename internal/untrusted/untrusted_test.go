@@ -182,3 +182,37 @@ func TestMkdirRenameAndNamesStayInTheDir(t *testing.T) {
 		t.Fatalf("Names past max: %v", err)
 	}
 }
+
+// TestCreateIsExclusiveAndNeverFollows: Create makes a new file with its mode; an existing
+// name, a symbolic link above all, is refused (os.ErrExist) and its target untouched; a name
+// escaping the Dir is refused.
+func TestCreateIsExclusiveAndNeverFollows(t *testing.T) {
+	root := t.TempDir()
+	d, err := OpenDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	f, err := d.Create("new", 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if fi, err := os.Lstat(filepath.Join(root, "new")); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+		t.Errorf("created: %v %v, want a regular file 0600", fi, err)
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(victim, []byte("keep"), 0o644)
+	os.Symlink(victim, filepath.Join(root, "link"))
+	for _, name := range []string{"new", "link"} {
+		if _, err := d.Create(name, 0o600); !errors.Is(err, os.ErrExist) {
+			t.Errorf("Create(%q) over an existing name: %v, want os.ErrExist", name, err)
+		}
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("a link's target was written: %q", b)
+	}
+	if _, err := d.Create("../escape", 0o600); err == nil {
+		t.Error("Create(\"../escape\") succeeded, want refused")
+	}
+}
