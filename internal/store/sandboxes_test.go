@@ -61,3 +61,32 @@ func TestSandboxRegistryPersists(t *testing.T) {
 		t.Errorf("checkpoint after reopen: %+v, %v", gcp, err)
 	}
 }
+
+// A snapshot (zygo backup) holds no sandbox records: a daemon started on a restored store
+// beside the first must not adopt or destroy the first's running sandboxes. Checkpoints stay.
+func TestSnapshotHoldsNoSandboxes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	_, reg := openRegistry(t, filepath.Join(dir, "zygo.db"))
+	if err := reg.PutSandbox(ctx, sandbox.SandboxRecord{ID: "sb-1", Name: "one", Backend: "gvisor", EngineID: "sb-1-aaaaaa",
+		State: sandbox.Running, Generation: "g", Token: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.PutCheckpoint(ctx, sandbox.CheckpointRecord{ID: "cp-1", SandboxID: "sb-1", Backend: "gvisor", Dir: "/x", Token: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	copyPath := filepath.Join(dir, "copy.db")
+	if err := store.Snapshot(ctx, filepath.Join(dir, "zygo.db"), copyPath); err != nil {
+		t.Fatal(err)
+	}
+	_, creg := openRegistry(t, copyPath)
+	if sbs, err := creg.ListSandboxes(ctx); err != nil || len(sbs) != 0 {
+		t.Errorf("the copy's sandboxes: %v, %v; want none", sbs, err)
+	}
+	if _, err := creg.GetCheckpoint(ctx, "cp-1"); err != nil {
+		t.Errorf("the copy's checkpoint: %v", err)
+	}
+	if sbs, err := reg.ListSandboxes(ctx); err != nil || len(sbs) != 1 {
+		t.Errorf("the original's sandboxes: %v, %v; want its one", sbs, err)
+	}
+}
