@@ -118,6 +118,11 @@ func (t *Tokens) Create(ctx context.Context, name string) (wire.TokenCreated, er
 		return wire.TokenCreated{}, fmt.Errorf("%w: name %q: want 1-63 lowercase letters, digits, '.', '_' or '-', "+
 			"starting with a letter or digit", errdefs.ErrInvalidArgument, name)
 	}
+	if name == DefaultTokenName {
+		// The daemon owns that one: STATE/api.token, made again at a start with --listen.
+		return wire.TokenCreated{}, fmt.Errorf("%w: name %q is the token the daemon keeps in its state dir's api.token: choose another name",
+			errdefs.ErrInvalidArgument, name)
+	}
 	raw := make([]byte, tokenBytes)
 	if _, err := io.ReadFull(rand.Reader, raw); err != nil {
 		return wire.TokenCreated{}, fmt.Errorf("generating a token: %w", err)
@@ -126,6 +131,9 @@ func (t *Tokens) Create(ctx context.Context, name string) (wire.TokenCreated, er
 	sum := sha256.Sum256([]byte(secret))
 	now := t.now().UTC().Truncate(time.Millisecond)
 	if err := t.st.PutToken(ctx, store.Token{Name: name, Hash: sum[:], CreatedAt: now}); err != nil {
+		if errdefs.IsExists(err) {
+			return wire.TokenCreated{}, err // `token "x" already exists` says it all
+		}
 		return wire.TokenCreated{}, fmt.Errorf("creating token %q: %w", name, err)
 	}
 	if err := t.reload(ctx); err != nil {

@@ -78,7 +78,8 @@ func TestTokens(t *testing.T) {
 		code       int
 		want       string
 	}{
-		{"taken", `{"name": "ci"}`, http.StatusConflict, "ci"},
+		{"taken", `{"name": "ci"}`, http.StatusConflict, `"message": "token \"ci\" already exists"`},
+		{"the daemon's own", `{"name": "default"}`, http.StatusBadRequest, "api.token"},
 		{"upper case", `{"name": "CI"}`, http.StatusBadRequest, "name"},
 		{"empty", `{"name": ""}`, http.StatusBadRequest, "name"},
 		{"unknown field", `{"name": "x", "admin": true}`, http.StatusBadRequest, "admin"},
