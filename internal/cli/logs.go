@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -136,7 +137,37 @@ func printLogs(w io.Writer, body wire.LogsBody, asJSON bool) error {
 		if req == "" {
 			req = "-"
 		}
-		fmt.Fprintf(w, "%s %s %-6s %s\n", l.At.UTC().Format(logTime), req, l.Stream, l.Line)
+		fmt.Fprintf(w, "%s %s %-6s %s\n", l.At.UTC().Format(logTime), req, l.Stream, printable(l.Line))
 	}
 	return nil
 }
+
+// printable returns line with every control character (C0 but tab, DEL, C1) shown as \xNN or
+// \u00NN: a function's or tenant's output cannot move the cursor, retitle the terminal or
+// forge a line of zygo's own (-o json keeps the bytes as they were, escaped by JSON).
+func printable(line string) string {
+	clean := true
+	for _, r := range line {
+		if isControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return line
+	}
+	var b strings.Builder
+	for _, r := range line {
+		switch {
+		case r < 0x80 && isControl(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case isControl(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func isControl(r rune) bool { return (r < 0x20 && r != '\t') || r == 0x7f || (r >= 0x80 && r <= 0x9f) }

@@ -67,3 +67,20 @@ func TestDaemonLoggerFlags(t *testing.T) {
 		t.Errorf("--log-level loud: %v", err)
 	}
 }
+
+// A line's control characters are shown, not sent to the terminal: output cannot forge a line
+// of another request or move the cursor.
+func TestPrintLogsEscapesControls(t *testing.T) {
+	var b bytes.Buffer
+	line := "ok\x1b]0;owned\x07\r2026-01-01T00:00:00.000Z r-9 zygo forged\x1b[2K\u009b\tend"
+	if err := printLogs(&b, wire.LogsBody{Lines: []wire.LogLine{{RequestID: "r-1", Stream: "stdout", Line: line}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	if strings.ContainsAny(got[:len(got)-1], "\x1b\x07\r\u009b") {
+		t.Errorf("control characters reached the terminal: %q", got)
+	}
+	if !strings.Contains(got, `ok\x1b]0;owned\x07\x0d2026`) || !strings.Contains(got, `\u009b`) || !strings.Contains(got, "\tend") {
+		t.Errorf("printed %q", got)
+	}
+}
