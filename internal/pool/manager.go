@@ -114,9 +114,10 @@ func (m *Manager) goTracked(f func()) {
 // (host ids, cgroups, logs): "pool:NAME", which no function name can be.
 func (p *pool) owner() string { return "pool:" + p.name }
 
-// Restore makes every stored pool and starts its shared zygote in the
-// background (requests wait for it). A record that no longer parses is
-// logged and skipped.
+// Restore makes every stored pool, re-groups its files for the pool's
+// current uid (secureFiles) and starts its shared zygote in the background
+// (requests wait for it). A record that no longer parses, or whose files
+// cannot be re-grouped, is logged and skipped.
 func (m *Manager) Restore(ctx context.Context) error {
 	recs, err := m.reg.Pools(ctx)
 	if err != nil {
@@ -124,6 +125,9 @@ func (m *Manager) Restore(ctx context.Context) error {
 	}
 	for _, r := range recs {
 		p, err := m.makePool(ctx, r.Name, r.Manifest, r.Created)
+		if err == nil {
+			err = p.secureFiles()
+		}
 		if err != nil {
 			m.log.Warn("restoring pool", "pool", r.Name, "err", err)
 			continue
@@ -243,6 +247,57 @@ func (m *Manager) makePool(ctx context.Context, name string, raw []byte, created
 	}
 	p.scripts = scriptStore{root: filepath.Join(root, "scripts"), gid: gid}
 	return p, nil
+}
+
+// secureFiles makes the pool's boot modules and every tenant's scripts
+// the pool's own again (group: its current uid; function.SecureCodeDir):
+// files stored by an older daemon, or under another uid range, would
+// otherwise stay unreadable to the pool's sandboxes and readable to
+// whatever now has their old gid. Leftover ".partial" directories are
+// removed. Errors: the first file that could not be re-grouped.
+func (p *pool) secureFiles() error {
+	gid := -1
+	if p.hostUID != 0 {
+		gid = int(p.hostUID)
+	}
+	root := filepath.Join(p.m.cfg.StateDir, "pools", p.name)
+	boots, err := os.ReadDir(filepath.Join(root, "boot"))
+	if err != nil {
+		return fmt.Errorf("securing the pool's boot modules: %w", err)
+	}
+	for _, e := range boots {
+		if err := secureOrDrop(filepath.Join(root, "boot", e.Name()), hashRE.MatchString(e.Name()), gid); err != nil {
+			return err
+		}
+	}
+	tenants, err := os.ReadDir(p.scripts.root)
+	if err != nil {
+		return fmt.Errorf("securing the pool's scripts: %w", err)
+	}
+	for _, t := range tenants {
+		scripts, err := os.ReadDir(filepath.Join(p.scripts.root, t.Name()))
+		if err != nil {
+			return fmt.Errorf("securing the scripts of tenant %q: %w", t.Name(), err)
+		}
+		for _, e := range scripts {
+			if err := secureOrDrop(filepath.Join(p.scripts.root, t.Name(), e.Name()), hashRE.MatchString(e.Name()), gid); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// secureOrDrop re-groups dir for gid when keep, else removes it (a
+// partial write a crash left behind).
+func secureOrDrop(dir string, keep bool, gid int) error {
+	if !keep {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("removing %s: %w", dir, err)
+		}
+		return nil
+	}
+	return function.SecureCodeDir(dir, gid)
 }
 
 // writeBoot writes the boot module into dir (made here, read-only to the
