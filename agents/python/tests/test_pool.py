@@ -133,6 +133,8 @@ class PoolLoaderTest(unittest.TestCase):
                 "msgget": lambda: _check(libc_.msgget(0, 0o1600)),
                 "semget": lambda: _check(libc_.semget(0, 1, 0o1600)),
                 "shmget": lambda: _check(libc_.shmget(0, 4096, 0o1600)),
+                "mq_open": lambda: _check(libc_.mq_open(b"/zygo-test-pool", os.O_CREAT | os.O_RDWR,
+                                                        0o600, None)),
             }
             reached = []
             for name, attempt in attempts.items():
