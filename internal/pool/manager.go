@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/secret"
@@ -194,6 +196,10 @@ func (m *Manager) Up(ctx context.Context, raw []byte) (UpResult, error) {
 			return UpResult{}, l.err
 		}
 		res.Warmup = p.currentWarmup()
+		if err := sharedIsolationSupported(res.Warmup.Ready); err != nil {
+			p.stopAll()
+			return UpResult{}, err
+		}
 	}
 	if err := m.reg.PutPool(ctx, store.PoolRecord{Name: p.name, Manifest: raw, Created: p.created}); err != nil {
 		p.stopAll()
@@ -206,6 +212,30 @@ func (m *Manager) Up(ctx context.Context, raw []byte) (UpResult, error) {
 		m.goTracked(old.retire)
 	}
 	return res, nil
+}
+
+// sharedIsolationSupported refuses a shared pool whose zygote reported
+// (ready's "landlock" check at level "warn") a kernel without Landlock
+// scoping (ABI < 6): its requests could not be kept from one another's
+// sockets and signals, and each would fail (agents/python pool.py).
+// Errors: ErrInvalidArgument naming isolation.
+func sharedIsolationSupported(ready agentproc.Ready) error {
+	for _, c := range ready.Checks {
+		if c.Name == "landlock" && c.Level == "warn" {
+			return fmt.Errorf("%w: zygo.toml: isolation: %q needs Landlock ABI 6 (Linux 6.12) to keep tenants apart and this kernel has %s; use isolation = %q or a newer kernel",
+				errdefs.ErrInvalidArgument, IsolationShared, landlockHave(c.Detail), IsolationPerTenant)
+		}
+	}
+	return nil
+}
+
+// landlockHave returns the start of a landlock check's detail up to its
+// first " (": "Landlock ABI 4" or "no Landlock".
+func landlockHave(detail string) string {
+	if i := strings.Index(detail, " ("); i > 0 {
+		return detail[:i]
+	}
+	return "an older Landlock"
 }
 
 // makePool builds a pool's state from its manifest: host id, boot module

@@ -5,10 +5,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
+	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/store"
 )
 
@@ -98,4 +101,25 @@ func countGID(t *testing.T, root string, gid uint32) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestSharedIsolationNeedsScoping: a shared pool is refused, naming
+// isolation and the way out, when its zygote reports a kernel without
+// Landlock scoping; a kernel with it passes.
+func TestSharedIsolationNeedsScoping(t *testing.T) {
+	old := agentproc.Ready{Checks: []agentproc.Check{{Name: "landlock", Level: "warn",
+		Detail: "Landlock ABI 4 (scoping needs ABI 6: Linux 6.12 with landlock in lsm=): ..."}}}
+	err := sharedIsolationSupported(old)
+	if !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("err = %v; want an invalid argument", err)
+	}
+	for _, want := range []string{"isolation", "Landlock ABI 4", `"zygote-per-tenant"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	recent := agentproc.Ready{Checks: []agentproc.Check{{Name: "landlock", Level: "info", Detail: "Landlock ABI 7: ..."}}}
+	if err := sharedIsolationSupported(recent); err != nil {
+		t.Errorf("ABI 7 refused: %v", err)
+	}
 }
