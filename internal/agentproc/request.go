@@ -61,6 +61,11 @@ type Script struct {
 	// content), written read-only into the request directory's script/
 	// before GO: the fallback when no mount can be made.
 	Files map[string][]byte
+	// Shared says the zygote serves other tenants too (a shared pool's
+	// shared lane): the child then refuses the request every channel the
+	// zygote's network and IPC namespace would give it to other tenants'
+	// requests (docs/security.md, "Runtime pools").
+	Shared bool
 }
 
 // Failure classifies why a request did not produce a value.
@@ -374,7 +379,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 		Function: req.Function, Version: req.Version, Strict: req.Strict}
 	var attach *os.File
 	if s := req.Script; s != nil {
-		goMsg.Script = &goScript{Tenant: s.Tenant, Hash: s.Hash, Entry: s.Entry, Mounted: s.Mount != nil}
+		goMsg.Script = &goScript{Tenant: s.Tenant, Hash: s.Hash, Entry: s.Entry, Mounted: s.Mount != nil, Shared: s.Shared}
 		attach = s.Mount
 	}
 	if z.spec.Mode != ModeFork {

@@ -54,6 +54,9 @@ type goScript struct {
 	// the script's directory; otherwise the files are in the request
 	// directory's script/ (Script.Files).
 	Mounted bool `json:"mounted"`
+	// Shared says the zygote serves other tenants' requests too; the
+	// child then refuses IP sockets, TCP, IPC and scoped channels.
+	Shared bool `json:"shared"`
 }
 
 // Check is one warm-up finding the agent reports in its ready message.

@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/zygo-run/zygo/internal/agentproc"
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/secret"
@@ -114,9 +116,10 @@ func (m *Manager) goTracked(f func()) {
 // (host ids, cgroups, logs): "pool:NAME", which no function name can be.
 func (p *pool) owner() string { return "pool:" + p.name }
 
-// Restore makes every stored pool and starts its shared zygote in the
-// background (requests wait for it). A record that no longer parses is
-// logged and skipped.
+// Restore makes every stored pool, re-groups its files for the pool's
+// current uid (secureFiles) and starts its shared zygote in the background
+// (requests wait for it). A record that no longer parses, or whose files
+// cannot be re-grouped, is logged and skipped.
 func (m *Manager) Restore(ctx context.Context) error {
 	recs, err := m.reg.Pools(ctx)
 	if err != nil {
@@ -124,6 +127,9 @@ func (m *Manager) Restore(ctx context.Context) error {
 	}
 	for _, r := range recs {
 		p, err := m.makePool(ctx, r.Name, r.Manifest, r.Created)
+		if err == nil {
+			err = p.secureFiles()
+		}
 		if err != nil {
 			m.log.Warn("restoring pool", "pool", r.Name, "err", err)
 			continue
@@ -190,6 +196,10 @@ func (m *Manager) Up(ctx context.Context, raw []byte) (UpResult, error) {
 			return UpResult{}, l.err
 		}
 		res.Warmup = p.currentWarmup()
+		if err := sharedIsolationSupported(res.Warmup.Ready); err != nil {
+			p.stopAll()
+			return UpResult{}, err
+		}
 	}
 	if err := m.reg.PutPool(ctx, store.PoolRecord{Name: p.name, Manifest: raw, Created: p.created}); err != nil {
 		p.stopAll()
@@ -202,6 +212,30 @@ func (m *Manager) Up(ctx context.Context, raw []byte) (UpResult, error) {
 		m.goTracked(old.retire)
 	}
 	return res, nil
+}
+
+// sharedIsolationSupported refuses a shared pool whose zygote reported
+// (ready's "landlock" check at level "warn") a kernel without Landlock
+// scoping (ABI < 6): its requests could not be kept from one another's
+// sockets and signals, and each would fail (agents/python pool.py).
+// Errors: ErrInvalidArgument naming isolation.
+func sharedIsolationSupported(ready agentproc.Ready) error {
+	for _, c := range ready.Checks {
+		if c.Name == "landlock" && c.Level == "warn" {
+			return fmt.Errorf("%w: zygo.toml: isolation: %q needs Landlock ABI 6 (Linux 6.12) to keep tenants apart and this kernel has %s; use isolation = %q or a newer kernel",
+				errdefs.ErrInvalidArgument, IsolationShared, landlockHave(c.Detail), IsolationPerTenant)
+		}
+	}
+	return nil
+}
+
+// landlockHave returns the start of a landlock check's detail up to its
+// first " (": "Landlock ABI 4" or "no Landlock".
+func landlockHave(detail string) string {
+	if i := strings.Index(detail, " ("); i > 0 {
+		return detail[:i]
+	}
+	return "an older Landlock"
 }
 
 // makePool builds a pool's state from its manifest: host id, boot module
@@ -243,6 +277,57 @@ func (m *Manager) makePool(ctx context.Context, name string, raw []byte, created
 	}
 	p.scripts = scriptStore{root: filepath.Join(root, "scripts"), gid: gid}
 	return p, nil
+}
+
+// secureFiles makes the pool's boot modules and every tenant's scripts
+// the pool's own again (group: its current uid; function.SecureCodeDir):
+// files stored by an older daemon, or under another uid range, would
+// otherwise stay unreadable to the pool's sandboxes and readable to
+// whatever now has their old gid. Leftover ".partial" directories are
+// removed. Errors: the first file that could not be re-grouped.
+func (p *pool) secureFiles() error {
+	gid := -1
+	if p.hostUID != 0 {
+		gid = int(p.hostUID)
+	}
+	root := filepath.Join(p.m.cfg.StateDir, "pools", p.name)
+	boots, err := os.ReadDir(filepath.Join(root, "boot"))
+	if err != nil {
+		return fmt.Errorf("securing the pool's boot modules: %w", err)
+	}
+	for _, e := range boots {
+		if err := secureOrDrop(filepath.Join(root, "boot", e.Name()), hashRE.MatchString(e.Name()), gid); err != nil {
+			return err
+		}
+	}
+	tenants, err := os.ReadDir(p.scripts.root)
+	if err != nil {
+		return fmt.Errorf("securing the pool's scripts: %w", err)
+	}
+	for _, t := range tenants {
+		scripts, err := os.ReadDir(filepath.Join(p.scripts.root, t.Name()))
+		if err != nil {
+			return fmt.Errorf("securing the scripts of tenant %q: %w", t.Name(), err)
+		}
+		for _, e := range scripts {
+			if err := secureOrDrop(filepath.Join(p.scripts.root, t.Name(), e.Name()), hashRE.MatchString(e.Name()), gid); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// secureOrDrop re-groups dir for gid when keep, else removes it (a
+// partial write a crash left behind).
+func secureOrDrop(dir string, keep bool, gid int) error {
+	if !keep {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("removing %s: %w", dir, err)
+		}
+		return nil
+	}
+	return function.SecureCodeDir(dir, gid)
 }
 
 // writeBoot writes the boot module into dir (made here, read-only to the

@@ -81,6 +81,7 @@ func (m *Manager) Run(ctx context.Context, name string, rr RunRequest) (*RunResu
 		return nil, err
 	}
 	defer closeScript()
+	script.Shared = !own
 	res.Mounted = script.Mount != nil
 	req := agentproc.Request{ID: res.RequestID, Event: rr.Event, Timeout: time.Duration(p.man.Limits.TimeoutMs) * time.Millisecond,
 		Function: p.owner(), Version: rr.Hash[:12], Strict: p.man.Strict,

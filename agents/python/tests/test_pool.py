@@ -2,8 +2,10 @@
 loading the entry from the script's directory, and the nested Landlock domain that confines a
 pool request's filesystem changes to its own request directory."""
 
+import ctypes
 import errno
 import os
+import socket
 import sys
 import tempfile
 import types
@@ -93,6 +95,91 @@ class PoolLoaderTest(unittest.TestCase):
             return 0 if refused == 4 else 1
         self.assertEqual(_in_child(probe), 0)
         self.assertEqual(os.listdir(outside), [])
+
+    def test_a_shared_request_reaches_no_other_request(self):
+        """The tester's scenario: tenant A's request (here, the parent, outside the domain)
+        listens on TCP and UDP loopback and an abstract unix socket; tenant B's shared-pool
+        request can neither reach any of them nor bind its own, and makes no IPC object."""
+        if libc.landlock_abi() < pool.SHARED_ABI:
+            self.fail(f"this kernel's Landlock is older than ABI {pool.SHARED_ABI}: shared "
+                      "pools need Linux 6.12 or later")
+        tcp = socket.socket()
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen(1)
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.bind(("127.0.0.1", 0))
+        abstract = socket.socket(socket.AF_UNIX)
+        abstract.bind(b"\0zygo-test-pool-%d" % os.getpid())
+        abstract.listen(1)
+        self.addCleanup(tcp.close)
+        self.addCleanup(udp.close)
+        self.addCleanup(abstract.close)
+        pre = socket.socket()  # made before the filter: only Landlock stands in its way
+
+        def probe():
+            pool.confine(self.req, shared=True)
+            pool.install_shared_filter()
+            libc_ = ctypes.CDLL(None, use_errno=True)
+            attempts = {
+                "tcp connect": lambda: socket.create_connection(tcp.getsockname(), timeout=2),
+                "tcp bind (socket made before)": lambda: pre.bind(("127.0.0.1", 0)),
+                "tcp connect (socket made before)": lambda: pre.connect(tcp.getsockname()),
+                "udp socket": lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM),
+                "tcp6 socket": lambda: socket.socket(socket.AF_INET6),
+                "netlink socket": lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW),
+                "abstract unix": lambda: socket.socket(socket.AF_UNIX).connect(
+                    abstract.getsockname()),
+                "signal": lambda: os.kill(os.getppid(), 0),
+                "msgget": lambda: _check(libc_.msgget(0, 0o1600)),
+                "semget": lambda: _check(libc_.semget(0, 1, 0o1600)),
+                "shmget": lambda: _check(libc_.shmget(0, 4096, 0o1600)),
+                "mq_open": lambda: _check(libc_.mq_open(b"/zygo-test-pool", os.O_CREAT | os.O_RDWR,
+                                                        0o600, None)),
+            }
+            reached = []
+            for name, attempt in attempts.items():
+                try:
+                    attempt()
+                    reached.append(name)
+                except OSError as e:
+                    if e.errno not in (errno.EACCES, errno.EPERM):
+                        reached.append(f"{name}: {e}")
+            # a unix socketpair and files beneath the request directory still work
+            a, b = socket.socketpair()
+            a.sendall(b"x")
+            ok = b.recv(1) == b"x"
+            if reached or not ok:
+                print(reached, ok, file=sys.stderr)
+                return 1
+            return 0
+        self.assertEqual(_in_child(probe), 0)
+        pre.close()
+
+    def test_shared_filter_needs_a_known_architecture(self):
+        self.assertEqual(len(pool.shared_filter("x86_64")) % 8, 0)
+        self.assertEqual(len(pool.shared_filter("aarch64")) % 8, 0)
+        with self.assertRaises(pool.SharedPoolUnsupported) as cm:
+            pool.shared_filter("riscv64")
+        self.assertIn("isolation", str(cm.exception))
+
+    def test_a_shared_script_is_the_default(self):
+        seen = {}
+
+        def fake_run(root, entry, request_dir, event, context, shared=True):
+            seen["shared"] = shared
+        real, pool.run_script = pool.run_script, fake_run
+        self.addCleanup(setattr, pool, "run_script", real)
+        for script, want in (({}, True), ({"shared": True}, True), ({"shared": False}, False)):
+            body = {"tenant": "t", "hash": "h", "entry": "job:run", "mounted": False, **script}
+            pool.handler.zygo_bind_request(self.go(body))(1, types.SimpleNamespace())
+            self.assertIs(seen["shared"], want, script)
+
+
+def _check(result: int) -> None:
+    """Raise OSError for a libc call's -1."""
+    if result == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 if __name__ == "__main__":

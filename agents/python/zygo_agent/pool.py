@@ -19,8 +19,11 @@ the text is read by the child alone, from
 """
 
 import ctypes
+import errno
 import importlib
 import os
+import platform
+import struct
 import sys
 from typing import Callable, Sequence
 
@@ -51,6 +54,19 @@ _FILE_RIGHTS = _FS_WRITE_FILE | _FS_TRUNCATE  # what a rule on a single file may
 # Devices a request may still open for writing: they hold nothing another request can read.
 WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full")
 _CONFINED_ABI = 3  # TRUNCATE is in CONFINED_RIGHTS
+
+# Landlock network rights (ABI 4) and scopes (ABI 6). A shared pool's request handles both
+# TCP rights and allows no port, and scopes abstract unix sockets and signals to its domain.
+_NET_BIND_TCP = 1 << 0
+_NET_CONNECT_TCP = 1 << 1
+SHARED_NET_RIGHTS = _NET_BIND_TCP | _NET_CONNECT_TCP
+SHARED_SCOPES = libc.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | libc.LANDLOCK_SCOPE_SIGNAL
+SHARED_ABI = 6  # the first ABI with both network rules and scopes (Linux 6.12)
+
+
+class SharedPoolUnsupported(OSError):
+    """The kernel's Landlock is older than :data:`SHARED_ABI`: a request of a shared pool
+    cannot be kept from other tenants' requests, so it does not run."""
 
 
 class ScriptError(Exception):
@@ -85,20 +101,24 @@ class PoolHandler:
             _close(go.fds)
             root = os.path.join(go.dir, "script")
         tenant, digest = str(script.get("tenant") or ""), str(script.get("hash") or "")
+        shared = script.get("shared") is not False  # absent: the closed side
 
         def handler(event, context):
             context.tenant, context.script = tenant, digest
-            return run_script(root, entry, go.dir, event, context)
+            return run_script(root, entry, go.dir, event, context, shared=shared)
         return handler
 
 
-def run_script(root: str, entry: str, request_dir: str, event, context):
-    """Confine the request's writes to ``request_dir`` (:func:`confine`), import the module
+def run_script(root: str, entry: str, request_dir: str, event, context, shared: bool = True):
+    """Confine the request's writes to ``request_dir`` (:func:`confine`; with ``shared``, a
+    request of a shared pool's zygote, its network and IPC too), import the module
     of ``entry`` (``MODULE:FUNCTION``, FUNCTION a dotted path) from ``root`` and return what
     the function returns for ``(event, context)``. Whatever the script raises (its import
     included) propagates: the request's result is then the tenant's error, with its
     traceback."""
-    confine(request_dir)
+    confine(request_dir, shared=shared)
+    if shared:
+        install_shared_filter()
     sys.dont_write_bytecode = True  # the mount is read-only; nothing is cached anywhere
     sys.path.insert(0, root)
     module_name, _, attr_path = entry.partition(":")
@@ -110,16 +130,30 @@ def run_script(root: str, entry: str, request_dir: str, event, context):
     return obj(event, context)
 
 
-def confine(request_dir: str, devices: Sequence[str] = WRITABLE_DEVICES) -> bool:
+def confine(request_dir: str, devices: Sequence[str] = WRITABLE_DEVICES,
+            shared: bool = False) -> bool:
     """Enter a nested Landlock domain that handles every right changing the filesystem
     (:data:`CONFINED_RIGHTS`) and grants them only beneath ``request_dir`` (its ``tmp/`` is
-    the request's ``TMPDIR`` and ``HOME``), plus writing to ``devices``. Returns True once
-    confined, False when the kernel's Landlock is older than ABI 3 (the pool's ``landlock``
-    warm-up check says so; the request then runs with the function-level domain only).
-    Raises ``OSError`` when Landlock refuses."""
-    if libc.landlock_abi() < _CONFINED_ABI:
+    the request's ``TMPDIR`` and ``HOME``), plus writing to ``devices``. With ``shared`` (a
+    request of a shared pool's zygote, whose children share one network and IPC namespace
+    with other tenants' requests) the domain also handles TCP bind and connect with no port
+    allowed (:data:`SHARED_NET_RIGHTS`) and scopes abstract unix sockets and signals
+    (:data:`SHARED_SCOPES`), so nothing outside the domain can be reached that way.
+
+    Returns True once confined, False when the kernel's Landlock is older than ABI 3 and not
+    ``shared`` (the pool's ``landlock`` warm-up check says so; the request then runs with the
+    function-level domain only). Raises :class:`SharedPoolUnsupported` for ``shared`` on a
+    kernel older than :data:`SHARED_ABI`, ``OSError`` when Landlock refuses."""
+    abi = libc.landlock_abi()
+    if shared and abi < SHARED_ABI:
+        raise SharedPoolUnsupported(errno.ENOSYS, (
+            f"isolation: a shared pool needs Landlock ABI {SHARED_ABI} (Linux 6.12) to keep "
+            f"tenants apart and this kernel has ABI {abi}; use isolation = "
+            '"zygote-per-tenant" or a newer kernel'))
+    if abi < _CONFINED_ABI:
         return False
-    attr = libc._LandlockRulesetAttr(CONFINED_RIGHTS, 0, 0)
+    net, scoped = (SHARED_NET_RIGHTS, SHARED_SCOPES) if shared else (0, 0)
+    attr = libc._LandlockRulesetAttr(CONFINED_RIGHTS, net, scoped)
     fd = libc._libc.syscall(ctypes.c_long(libc._SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr),
                             ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
     if fd < 0:
@@ -157,6 +191,65 @@ def _allow(ruleset: int, path: str, access: int) -> None:
             raise OSError(err, f"landlock_add_rule({path}): " + os.strerror(err))
     finally:
         os.close(target)
+
+
+# seccomp (Documentation/userspace-api/seccomp_filter.rst): struct seccomp_data offsets,
+# classic BPF opcodes and return values.
+_SECCOMP_NR, _SECCOMP_ARCH, _SECCOMP_ARG0 = 0, 4, 16
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06
+_RET_ALLOW = 0x7FFF0000
+_RET_KILL_PROCESS = 0x80000000
+_RET_EACCES = 0x00050000 | errno.EACCES
+_AF_UNIX = 1
+_X32_BIT = 0x40000000
+# Per architecture: its AUDIT_ARCH value and the numbers of socket() and of every call that
+# makes or opens an IPC object the namespace shares (SysV msgget/semget/shmget, POSIX
+# mq_open) or an io_uring (whose IORING_OP_SOCKET makes sockets without socket()).
+_SHARED_ARCHES = {
+    "x86_64": (0xC000003E, 41, (68, 64, 29, 240, 425)),
+    "aarch64": (0xC00000B7, 198, (186, 190, 194, 180, 425)),
+}
+
+
+def shared_filter(machine: str = "") -> bytes:
+    """Return the seccomp program (``struct sock_filter`` array) of a shared pool's request
+    on ``machine`` (``platform.machine()`` when empty): ``socket()`` of any family but
+    ``AF_UNIX`` (IP, UDP included, netlink, packet, vsock...) and every call of the IPC
+    namespace (SysV message queues, semaphores and shared memory, POSIX message queues) and
+    ``io_uring_setup`` fail with ``EACCES``; a syscall of another ABI (x32, the 32-bit entry
+    points) kills the process. Raises ``SharedPoolUnsupported`` on another architecture."""
+    machine = machine or platform.machine()
+    if machine not in _SHARED_ARCHES:
+        raise SharedPoolUnsupported(errno.ENOSYS, (
+            f"isolation: a shared pool has no seccomp filter for {machine}; use isolation = "
+            '"zygote-per-tenant"'))
+    arch, nr_socket, refused = _SHARED_ARCHES[machine]
+    prog = [(_BPF_LD_W_ABS, 0, 0, _SECCOMP_ARCH),
+            (_BPF_JEQ_K, 1, 0, arch),
+            (_BPF_RET_K, 0, 0, _RET_KILL_PROCESS),
+            (_BPF_LD_W_ABS, 0, 0, _SECCOMP_NR),
+            (_BPF_JGE_K, 0, 1, _X32_BIT),
+            (_BPF_RET_K, 0, 0, _RET_KILL_PROCESS)]
+    for nr in refused:  # jump to the EACCES at the end
+        prog.append((_BPF_JEQ_K, 0, 0, nr))
+    prog += [(_BPF_JEQ_K, 1, 0, nr_socket),
+             (_BPF_RET_K, 0, 0, _RET_ALLOW),
+             (_BPF_LD_W_ABS, 0, 0, _SECCOMP_ARG0),
+             (_BPF_JEQ_K, 0, 1, _AF_UNIX),
+             (_BPF_RET_K, 0, 0, _RET_ALLOW),
+             (_BPF_RET_K, 0, 0, _RET_EACCES)]
+    eacces = len(prog) - 1
+    first = 6
+    for i in range(len(refused)):  # jt counts from the next instruction
+        code, _, jf, k = prog[first + i]
+        prog[first + i] = (code, eacces - (first + i) - 1, jf, k)
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def install_shared_filter() -> None:
+    """Install :func:`shared_filter` on this process (and what it starts). Raises
+    ``SharedPoolUnsupported`` or ``OSError``."""
+    libc.install_seccomp_filter(shared_filter())
 
 
 def _close(fds) -> None:
