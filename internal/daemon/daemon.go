@@ -533,6 +533,23 @@ type endpoint struct {
 	metricsOnly bool // the --metrics-listen listener
 }
 
+// onlyLoopbackHost returns h behind a check of the request's Host: a loopback IP literal or
+// localhost, else 421. The metrics listener has no token, so a web page the local user visits
+// could otherwise read it through a DNS name rebound to 127.0.0.1 (its Host is that name).
+func onlyLoopbackHost(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "Host must be a loopback address or localhost", http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // listen opens the unix socket (mode 0600: its owner alone may call), served
 // by srv.Handler, with cfg.Listen the TCP listener (TLS with cfg.tlsConfig),
 // served by srv.TCPHandler: behind the API tokens, and with cfg.MetricsListen a
@@ -578,7 +595,7 @@ func listen(cfg Config, srv *api.Server, metrics http.Handler) ([]endpoint, erro
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", metrics)
-		eps = append(eps, endpoint{l: ml, srv: newServer(mux), metricsOnly: true})
+		eps = append(eps, endpoint{l: ml, srv: newServer(onlyLoopbackHost(mux)), metricsOnly: true})
 	}
 	return eps, nil
 }
