@@ -43,6 +43,9 @@ func newServeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if keepVersions < 1 { // 0 would mean the default to daemon.Config
+				return fmt.Errorf("--keep-versions %d: must be 1..%d (1 keeps only the active version: no rollback)", keepVersions, daemon.MaxKeepVersions)
+			}
 			if logRetention < 1 { // 0 would mean the default to daemon.Config
 				return fmt.Errorf("--log-retention-lines %d: must be 1..%d", logRetention, store.MaxLogRetentionLines)
 			}

@@ -28,8 +28,8 @@ const configFlag = "config"
 var envOverrides = map[string]string{"state-dir": "ZYGO_STATE_DIR"}
 
 // notConfigKeys are flags of `zygo serve` that a configuration file cannot set: the file's own
-// path, help, and the client-only --addr it inherits from the root command.
-var notConfigKeys = []string{configFlag, "help", "addr"}
+// path, help, and the client-only --addr and --ca it inherits from the root command.
+var notConfigKeys = []string{configFlag, "help", "addr", "ca"}
 
 // applyServeConfig sets the flags of fs (zygo serve's, parsed from the command line) from the
 // TOML file at path: each top-level key is a long flag name (`run-tmpfs-mib = 512`,

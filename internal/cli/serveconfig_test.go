@@ -145,6 +145,15 @@ func TestServeConfigStopsTheDaemon(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "--run-tmpfs-mib -5") {
 		t.Errorf("bad value: exit %d, stderr %q; want 1 naming run-tmpfs-mib", code, stderr)
 	}
+	for _, c := range []struct{ config, want string }{
+		{"keep-versions = 0\n", "--keep-versions 0: must be 1..1000"},
+		{"ca = \"/x\"\n", `unknown key "ca"`},
+	} {
+		code, _, stderr = runCLI(t, "serve", "--state-dir", state, "--config", writeConfig(t, c.config))
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("config %q: exit %d, stderr %q; want 1 and %q", c.config, code, stderr, c.want)
+		}
+	}
 	if _, err := os.Stat(state); err == nil {
 		t.Errorf("a refused daemon made its state dir %s", state)
 	}
