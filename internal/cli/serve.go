@@ -3,12 +3,15 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -122,12 +125,16 @@ func newDaemonLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: must be text or json", format)
 }
 
-// startCPUProfile starts the Go CPU profiler writing to path (created or
-// truncated); stop ends the profile and closes the file.
+// startCPUProfile starts the Go CPU profiler writing to path, a new file
+// (0600; never an existing file or a symbolic link, so the flag cannot make
+// root truncate one); stop ends the profile and closes the file.
 func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("creating the CPU profile: %w", err)
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("--cpuprofile %s: the file exists; name a new file (the profile never overwrites one)", path)
+		}
+		return nil, fmt.Errorf("--cpuprofile %s: creating the CPU profile: %w", path, err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()

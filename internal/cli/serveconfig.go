@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/pflag"
+
+	"github.com/zygo-run/zygo/internal/trusted"
 )
 
 // DefaultConfigFile is the daemon's configuration file, read by `zygo serve` when it exists
@@ -39,6 +42,9 @@ var notConfigKeys = []string{configFlag, "help", "addr", "ca"}
 // value's TOML type must fit the flag: a boolean for a boolean flag, an integer for a number,
 // an array of strings for a list, a string for the rest (a duration as "90s").
 //
+// The file and each directory above it must be owned by root (or the daemon's uid) and
+// writable by neither group nor others (trusted.File): what it names, root runs.
+//
 // path "" means DefaultConfigFile when it exists (nothing to do otherwise); a path given with
 // --config must exist. Errors name the file and the key: an unknown key, a table, a value of
 // the wrong type or one the flag refuses.
@@ -47,11 +53,21 @@ func applyServeConfig(flags *pflag.FlagSet, path string) error {
 	if !explicit {
 		path = DefaultConfigFile
 	}
-	data, err := os.ReadFile(path)
+	if _, err := os.Stat(path); !explicit && errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	abs, err := filepath.Abs(path)
 	if err != nil {
-		if !explicit && errors.Is(err, fs.ErrNotExist) {
-			return nil
+		return fmt.Errorf("reading the config file: %w", err)
+	}
+	if _, err := os.Stat(abs); err == nil {
+		// What it names (runsc, bwrap, ...) root runs: only root may change it.
+		if err := trusted.File(abs, os.Geteuid()); err != nil {
+			return fmt.Errorf("config file %s: %w", path, err)
 		}
+	}
+	data, err := os.ReadFile(abs)
+	if err != nil {
 		return fmt.Errorf("reading the config file: %w", err)
 	}
 	var kv map[string]any

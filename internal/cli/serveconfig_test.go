@@ -158,3 +158,77 @@ func TestServeConfigStopsTheDaemon(t *testing.T) {
 		t.Errorf("a refused daemon made its state dir %s", state)
 	}
 }
+
+// TestServeConfigUntrustedFile: a config file another user could change (writable by its group
+// or others, owned by another uid, or in such a directory) stops `zygo serve` before it reads a
+// key, naming the file and why; so does a runsc it names that others may write.
+func TestServeConfigUntrustedFile(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	for _, tc := range []struct {
+		why    string
+		change func(p string) error
+	}{
+		{"writable by its group or by others", func(p string) error { return os.Chmod(p, 0o666) }},
+		{"owned by uid 65534", func(p string) error { return os.Chown(p, 65534, 65534) }},
+		{"writable by its group or by others", func(p string) error { return os.Chmod(filepath.Dir(p), 0o777) }},
+	} {
+		p := writeConfig(t, "run-tmpfs-mib = 64\n")
+		if err := tc.change(p); err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := runCLI(t, "serve", "--state-dir", state, "--config", p)
+		if code != 1 || !strings.Contains(stderr, "config file "+p) || !strings.Contains(stderr, tc.why) {
+			t.Errorf("%s: exit %d, stderr %q; want 1 naming the file and saying %q", p, code, stderr, tc.why)
+		}
+	}
+	runsc := filepath.Join(t.TempDir(), "runsc")
+	if err := os.WriteFile(runsc, []byte("#!/bin/sh\n"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(runsc, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "serve", "--state-dir", state, "--config", writeConfig(t, "runsc = \""+runsc+"\"\n"))
+	if code != 1 || !strings.Contains(stderr, "--runsc "+runsc) || !strings.Contains(stderr, "writable by its group or by others") {
+		t.Errorf("runsc = %s (mode 0777): exit %d, stderr %q; want 1 naming --runsc and the file", runsc, code, stderr)
+	}
+	if _, err := os.Stat(state); err == nil {
+		t.Errorf("a refused daemon made its state dir %s", state)
+	}
+}
+
+// TestServeCPUProfileRefusesAnExistingFile: --cpuprofile only creates a new file (0600), so
+// it cannot make root truncate one; an existing file or a symbolic link stops the daemon and is
+// left as it was.
+func TestServeCPUProfileRefusesAnExistingFile(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(filepath.Join(dir, "new-through-link"), link); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	for _, p := range []string{victim, link} {
+		code, _, stderr := runCLI(t, "serve", "--state-dir", state, "--cpuprofile", p)
+		if code != 1 || !strings.Contains(stderr, "--cpuprofile "+p) {
+			t.Errorf("--cpuprofile %s: exit %d, stderr %q; want 1 naming the flag and the file", p, code, stderr)
+		}
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep me" {
+		t.Errorf("the existing file now holds %q (%v), want it untouched", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "new-through-link")); err == nil {
+		t.Error("--cpuprofile followed a symbolic link")
+	}
+	stop, err := startCPUProfile(filepath.Join(dir, "new.prof"))
+	if err != nil {
+		t.Fatalf("--cpuprofile naming a new file: %v", err)
+	}
+	stop()
+	if fi, err := os.Stat(filepath.Join(dir, "new.prof")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the new profile: %v, err %v; want mode 0600", fi, err)
+	}
+}

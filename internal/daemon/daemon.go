@@ -180,6 +180,9 @@ func (c *Config) validate() error {
 		}
 		c.Bwrap = p
 	}
+	if err := c.checkExecutables(); err != nil {
+		return err
+	}
 	if err := c.validateListen(); err != nil {
 		return err
 	}

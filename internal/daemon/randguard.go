@@ -14,6 +14,22 @@ import (
 // `make build` compiles from agents/native/zygo_rand.c next to bin/zygo.
 const RandGuardName = "zygo_rand.so"
 
+// randGuardSource returns the native-randomness guard installRandGuard copies: configured
+// when set, else RandGuardName next to the running executable ("" when that cannot be found).
+func randGuardSource(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if exe, err = filepath.EvalSymlinks(exe); err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(exe), RandGuardName)
+}
+
 // installRandGuard copies the native-randomness guard (configured path, else
 // RandGuardName next to the running executable) into agentDir/native, where
 // sandboxes see it at nsbox.RandGuardPath, and reports whether it is there.
@@ -21,14 +37,7 @@ const RandGuardName = "zygo_rand.so"
 // and every fork-mode zygote's warm-up check native_random says it is
 // unguarded. A configured path that cannot be read is an error.
 func installRandGuard(configured, agentDir string, log *slog.Logger) (bool, error) {
-	src := configured
-	if src == "" {
-		if exe, err := os.Executable(); err == nil {
-			if exe, err = filepath.EvalSymlinks(exe); err == nil {
-				src = filepath.Join(filepath.Dir(exe), RandGuardName)
-			}
-		}
-	}
+	src := randGuardSource(configured)
 	b, err := os.ReadFile(src)
 	if err != nil {
 		if configured != "" {

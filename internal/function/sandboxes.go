@@ -58,8 +58,19 @@ func (l *sandboxLauncher) NewRunner(opts RunnerOptions) (Runner, error) {
 }
 
 // start starts one sandbox of opts in mode and waits until it is ready.
-// The caller owns the zygote and must Stop it.
+// The caller owns the zygote and must Stop it. Every start of every runtime
+// (a function's first start and restarts, each spawn, each Node worker, each
+// lane of a runtime pool) comes through here, so the manifest's interpreter
+// is vetted here each time (CheckInterpreter: errdefs.ErrInvalidArgument
+// naming interpreter and the offending path), not only at deploy: a virtual
+// environment under /tmp that was fine then may since have been removed and
+// re-created by another user.
 func (l *sandboxLauncher) start(ctx context.Context, opts RunnerOptions, mode agentproc.Mode) (*agentproc.Process, error) {
+	if interp := opts.Manifest.Interpreter; interp != "" {
+		if err := CheckInterpreter(l.cfg.StateDir, interp); err != nil {
+			return nil, fmt.Errorf("starting a sandbox of %q: %w", opts.Function, err)
+		}
+	}
 	return agentproc.Start(ctx, l.spec(opts, mode))
 }
 

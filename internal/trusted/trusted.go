@@ -24,6 +24,21 @@ func Dir(dir string, euid int) error { return check(dir, euid, true) }
 // ancestor of a directory to make): it may itself be a root-owned sticky one like /tmp.
 func Ancestor(dir string, euid int) error { return check(dir, euid, false) }
 
+// File is Dir for a file the daemon reads its configuration from or executes
+// as root (or hands to a sandbox): the file and every directory above it,
+// as written and resolved, must be owned by root or euid and writable by
+// neither group nor others (a root-owned sticky ancestor like /tmp is fine),
+// and it must be a regular file. The error names the path and why.
+func File(path string, euid int) error {
+	if err := check(path, euid, true); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	return nil
+}
+
 func check(dir string, euid int, leaf bool) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("checking %s: not an absolute path", dir)
