@@ -96,7 +96,12 @@ func TestErrorMessagesReadOnce(t *testing.T) {
 	} {
 		what := strings.Join(c.args, " ")
 		_, errOut, code := d.CLIIn(c.stdin, c.args...)
-		line, _, _ := strings.Cut(errOut, "\n")
+		// The first line of zygo's own; a deploy's step lines ("NAME: importing …") come first.
+		line := errOut
+		if i := strings.Index(errOut, "zygo: "); i >= 0 && (i == 0 || errOut[i-1] == '\n') {
+			line = errOut[i:]
+		}
+		line, _, _ = strings.Cut(line, "\n")
 		msg, ok := strings.CutPrefix(line, "zygo: ")
 		switch {
 		case code == 0 || !ok:
