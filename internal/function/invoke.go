@@ -136,9 +136,14 @@ func (m *Manager) invokeOn(ctx context.Context, d *deployment, event []byte, arr
 		return nil, err
 	}
 	redactResult(res, req.Redact)
-	if waited := req.Timeout - time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond; res.Failure == agentproc.FailTimeout && res.Error != nil && waited < -time.Millisecond {
-		res.Error.Message = fmt.Sprintf("timeout: request exceeded timeout_ms=%d (%d ms of it waiting for a concurrency slot) and was killed",
-			d.manifest.Limits.TimeoutMs, (-waited).Milliseconds())
+	if res.Failure == agentproc.FailTimeout && res.Error != nil {
+		// The request ran with what was left of timeout_ms at its arrival: the message names
+		// the manifest's timeout_ms, and the wait when it was long enough to matter (100 ms).
+		res.Error.Message = fmt.Sprintf("timeout: request exceeded timeout_ms=%d and was killed", d.manifest.Limits.TimeoutMs)
+		if waited := time.Duration(d.manifest.Limits.TimeoutMs)*time.Millisecond - req.Timeout; waited >= 100*time.Millisecond {
+			res.Error.Message = fmt.Sprintf("timeout: request exceeded timeout_ms=%d (%d ms of it waiting for a concurrency slot) and was killed",
+				d.manifest.Limits.TimeoutMs, waited.Milliseconds())
+		}
 	}
 	d.served.Add(1)
 	d.observeRun(res.Elapsed)
