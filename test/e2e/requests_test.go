@@ -34,7 +34,9 @@ func versionedSleeper(version int) string {
 // completed before it was sent.
 func TestDeployUnderLoadServesQueuedRequests(t *testing.T) {
 	d := startDaemon(t, "")
-	const manifest = "name = \"busy\"\nruntime = \"python\"\nhandler = \"main:handler\"\nconcurrency = 2\n"
+	// queue: the 6 clients beyond concurrency all wait (the default queue, twice concurrency,
+	// would refuse some with 429: that bound has its own test, TestQueueFullIs429).
+	const manifest = "name = \"busy\"\nruntime = \"python\"\nhandler = \"main:handler\"\nconcurrency = 2\nqueue = 16\n"
 	d.Up(writeFunction(t, map[string]string{"zygo.toml": manifest, "main.py": versionedSleeper(1)}))
 	var deployed, served atomic.Int64
 	deployed.Store(1)
@@ -251,7 +253,7 @@ func TestFailedDeployLeavesNoVersion(t *testing.T) {
 // Issue 12.7: superseded versions beyond the retention count (2) are
 // collected, but never one a request still runs on.
 func TestSupersededVersionsAreCollected(t *testing.T) {
-	d := startDaemon(t, "")
+	d := startDaemonArgs(t, "--keep-versions", "3") // the active version and 2 retained
 	const manifest = "name = \"gc\"\nruntime = \"python\"\nhandler = \"main:handler\"\n"
 	versionsDir := filepath.Join(d.StateDir, "versions", "gc")
 	dirOf := func(dir string) string {
