@@ -183,31 +183,11 @@ func (s *Server) poolRun(w http.ResponseWriter, r *http.Request, p Pools) {
 		s.fail(w, err)
 		return
 	}
-	w.Header().Set(wire.RequestIDHeader, res.RequestID)
 	w.Header().Set(wire.ScriptHeader, res.Hash)
 	w.Header().Set(wire.LaneHeader, res.Lane)
 	w.Header().Set(wire.MountedHeader, strconv.FormatBool(res.Mounted))
-	w.Header().Set(wire.ChildHeader, string(res.Child))
-	w.Header().Set(wire.DurationHeader, strconv.FormatFloat(float64(res.Elapsed.Microseconds())/1000, 'f', 2, 64))
-	if len(res.Phases) > 0 {
-		steps := make([]wire.Timing, len(res.Phases))
-		for i, p := range res.Phases {
-			steps[i] = wire.Timing{Name: p.Name, Dur: p.Took}
-		}
-		w.Header().Set(wire.ServerTimingHeader, wire.FormatServerTiming(steps))
-	}
-	if res.Failure != agentproc.FailNone {
-		e := wire.ErrorBody{Code: wire.Code(res.Failure), RequestID: res.RequestID}
-		if res.Error != nil {
-			e.Type, e.Message, e.Traceback = res.Error.Type, res.Error.Message, res.Error.Traceback
-		}
-		writeError(w, e)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	w.Write(res.Value)
-	w.Write([]byte("\n"))
+	answerRequest(w, ranRequest{id: res.RequestID, child: res.Child, elapsed: res.Elapsed, phases: res.Phases,
+		failure: res.Failure, err: res.Error, value: res.Value})
 }
 
 func (s *Server) poolLogs(w http.ResponseWriter, r *http.Request, p Pools) {

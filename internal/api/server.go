@@ -149,28 +149,47 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	w.Header().Set(wire.RequestIDHeader, inv.RequestID)
 	w.Header().Set(wire.VersionHeader, inv.Version)
-	w.Header().Set(wire.ChildHeader, string(inv.Child))
-	w.Header().Set(wire.DurationHeader, strconv.FormatFloat(float64(inv.Elapsed.Microseconds())/1000, 'f', 2, 64))
-	if len(inv.Phases) > 0 {
-		steps := make([]wire.Timing, len(inv.Phases))
-		for i, p := range inv.Phases {
+	answerRequest(w, ranRequest{id: inv.RequestID, child: inv.Child, elapsed: inv.Elapsed, phases: inv.Phases,
+		failure: inv.Failure, err: inv.Error, value: inv.Value})
+}
+
+// ranRequest is what a request that ran (a function's invoke, a pool's run) answers with.
+type ranRequest struct {
+	id      string
+	child   agentproc.ChildKind
+	elapsed time.Duration
+	phases  []agentproc.Phase
+	failure agentproc.Failure
+	err     *agentproc.HandlerError
+	value   []byte
+}
+
+// answerRequest writes the answer of a request that ran: its id, child kind, duration and
+// timed steps (Server-Timing) as headers, then its JSON value, or the error body of its
+// failure (the failure is the code).
+func answerRequest(w http.ResponseWriter, r ranRequest) {
+	w.Header().Set(wire.RequestIDHeader, r.id)
+	w.Header().Set(wire.ChildHeader, string(r.child))
+	w.Header().Set(wire.DurationHeader, strconv.FormatFloat(float64(r.elapsed.Microseconds())/1000, 'f', 2, 64))
+	if len(r.phases) > 0 {
+		steps := make([]wire.Timing, len(r.phases))
+		for i, p := range r.phases {
 			steps[i] = wire.Timing{Name: p.Name, Dur: p.Took}
 		}
 		w.Header().Set(wire.ServerTimingHeader, wire.FormatServerTiming(steps))
 	}
-	if inv.Failure != agentproc.FailNone {
-		e := wire.ErrorBody{Code: wire.Code(inv.Failure), RequestID: inv.RequestID}
-		if inv.Error != nil {
-			e.Type, e.Message, e.Traceback = inv.Error.Type, inv.Error.Message, inv.Error.Traceback
+	if r.failure != agentproc.FailNone {
+		e := wire.ErrorBody{Code: wire.Code(r.failure), RequestID: r.id}
+		if r.err != nil {
+			e.Type, e.Message, e.Traceback = r.err.Type, r.err.Message, r.err.Traceback
 		}
 		writeError(w, e)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	w.Write(inv.Value)
+	w.Write(r.value)
 	w.Write([]byte("\n"))
 }
 
