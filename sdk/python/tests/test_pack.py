@@ -102,7 +102,7 @@ class PackDirTest(unittest.TestCase):
     def test_a_bad_pattern_names_its_line(self):
         d = tempfile.mkdtemp(prefix="zpy-p-")
         self.addCleanup(shutil.rmtree, d)
-        for bad in ("[z-", "[]", "a\\", "[a"):
+        for bad in ("[z-", "[]", "a\\", "[a", "[]a]", "[a-]"):
             write_files(d, {"zygo.toml": "x", ".zygoignore": f"ok\n{bad}\n"})
             with self.assertRaisesRegex(ValueError, r"\.zygoignore line 2: .* is not a valid pattern"):
                 pack_dir(d)
