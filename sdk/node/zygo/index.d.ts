@@ -14,7 +14,7 @@ export function resolveStateDir(stateDir?: string): string;
 export function contextPath(): string | null;
 /** A context file's text as {key: value}; throws ConfigError naming file and line for anything but key = "string" lines. */
 export function parseContext(text: string, file: string): Partial<Record<'address' | 'token' | 'ca' | 'server_name', string>>;
-/** The gzip'd tar a deploy uploads for a function directory. */
+/** The gzip'd tar a deploy uploads for a function directory: what the Go SDK's PackDir packs (.zygoignore and the default ignores __pycache__/, .venv/, node_modules/ honoured; .git/ left out). */
 export function packDir(dir: string): Buffer;
 /** The HTTP status the daemon answers an error code with. */
 export function statusOf(code: string): number;

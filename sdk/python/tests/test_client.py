@@ -6,9 +6,13 @@ token found as the CLI finds it.
     cd sdk/python && sudo /usr/bin/python3 -m unittest discover -s tests
 """
 
+import io
+import json
 import os
 import shutil
+import subprocess
 import sys
+import tarfile
 import tempfile
 import textwrap
 import unittest
@@ -16,6 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from realdaemon import Daemon  # noqa: E402
+from test_pack import ZYGOIGNORE_DIR_PACKED, zygoignore_dir  # noqa: E402
 
 import zygo  # noqa: E402
 
@@ -120,6 +125,20 @@ class FunctionsTest(unittest.TestCase):
         os.symlink("/etc/passwd", os.path.join(d, "passwd"))
         with self.assertRaisesRegex(ValueError, "passwd: not a regular file"):
             self.c.functions.deploy(d)
+
+    def test_zygoignore_dir_deploys_as_zygo_up_does(self):
+        # The same directory from `zygo up` (the Go SDK's PackDir) and from this client is the
+        # same version, and what .zygoignore and the defaults leave out is not uploaded.
+        d = zygoignore_dir("pyignore")
+        out = subprocess.run([D.bin, "up", d, "--state-dir", D.state_dir, "-o", "json"], check=True,
+                             capture_output=True, env=dict(os.environ, XDG_CONFIG_HOME=D.state_dir))
+        by_go = json.loads(out.stdout)
+        with tarfile.open(fileobj=io.BytesIO(zygo.pack_dir(d)), mode="r:gz") as tr:
+            names = tr.getnames()
+        self.assertEqual(names, [n.rstrip("/") for n, _ in ZYGOIGNORE_DIR_PACKED])
+        by_client = self.c.functions.deploy(d)
+        self.assertEqual(by_client["version"], by_go["version"])
+        self.assertTrue(by_client["unchanged"], by_client)
 
 
 class ContractTest(unittest.TestCase):

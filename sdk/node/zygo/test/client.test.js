@@ -11,9 +11,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  API_VERSION, BadRequest, HandlerError, ImportFailed, InvokeError, MethodNotAllowed, NotFound, Unauthenticated, Zygo,
+  API_VERSION, BadRequest, packDir, HandlerError, ImportFailed, InvokeError, MethodNotAllowed, NotFound, Unauthenticated, Zygo,
 } from '../index.js';
+import { execFileSync } from 'node:child_process';
 import { Daemon } from '../support/realdaemon.js';
+import { ZYGOIGNORE_DIR_PACKED, bundleEntries, zygoignoreDir } from '../support/zygoignore.js';
 
 const dirs = [];
 after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
@@ -105,6 +107,19 @@ describe('functions', () => {
     const d = functionDir('jslink', 'def handler(e, c):\n    return 1\n');
     fs.symlinkSync('/etc/passwd', path.join(d, 'passwd'));
     await assert.rejects(c.functions.deploy(d), /passwd: not a regular file/);
+  });
+
+  test('a .zygoignore\'d directory deploys as the same version as from zygo up', async () => {
+    // zygo up packs with the Go SDK's PackDir; what .zygoignore and the defaults leave out
+    // (a real .venv with its links among them) is not uploaded.
+    const d = zygoignoreDir('jsignore');
+    dirs.push(d);
+    const byGo = JSON.parse(execFileSync(D.bin, ['up', d, '--state-dir', D.stateDir, '-o', 'json'],
+      { env: { ...process.env, XDG_CONFIG_HOME: D.stateDir }, stdio: ['ignore', 'pipe', 'pipe'] }));
+    assert.deepEqual(bundleEntries(packDir(d)), ZYGOIGNORE_DIR_PACKED);
+    const byClient = await c.functions.deploy(d);
+    assert.equal(byClient.version, byGo.version);
+    assert.equal(byClient.unchanged, true);
   });
 });
 
