@@ -19,7 +19,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Host is a test host. Its servers answer until the test ends.
@@ -245,12 +247,64 @@ func (h *Host) RouteFrom(t testing.TB, from netip.Prefix) {
 	}
 }
 
-// Pool returns a random /24 in 10.222.0.0/16 for one test's endpoints, so
-// that tests running at once on one machine do not share addresses.
+// Pool returns a random /24 of 10.128.0.0/9 for one test's endpoints (32,768 of them), one
+// that no route or address of the host overlaps when it is drawn, so that the daemons of test
+// packages running at once on one machine do not share addresses (with 10.222.0.0/16's 256,
+// two packages' daemons drew the same one, and the second refused to start).
 func Pool() netip.Prefix {
-	var b [1]byte
-	_, _ = rand.Read(b[:])
-	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 222, b[0], 0}), 24)
+	taken := hostPrefixes()
+	for range 64 {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 128 | b[0]&0x7f, b[1], 0}), 24)
+		if !overlapsAny(p, taken) {
+			return p
+		}
+	}
+	panic("nettest.Pool: no free /24 in 10.128.0.0/9 after 64 draws")
+}
+
+// hostPrefixes returns the IPv4 destinations of the host's routes (all tables) and the
+// prefixes of its addresses; nil when they cannot be read.
+func hostPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	routes, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		if p, ok := ipNetPrefix(r.Dst); ok && p.Bits() > 0 { // a default route overlaps all
+			out = append(out, p)
+		}
+	}
+	addrs, _ := netlink.AddrList(nil, netlink.FAMILY_V4)
+	for _, a := range addrs {
+		if p, ok := ipNetPrefix(a.IPNet); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func ipNetPrefix(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP.To4())
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	bits, _ := n.Mask.Size()
+	return netip.PrefixFrom(a, bits).Masked(), true
+}
+
+func overlapsAny(p netip.Prefix, ps []netip.Prefix) bool {
+	for _, q := range ps {
+		if p.Overlaps(q) {
+			return true
+		}
+	}
+	return false
 }
 
 // Tag returns a random network.Config.Tag (4 lowercase letters).
