@@ -197,8 +197,11 @@ func TestManagerLimits(t *testing.T) {
 			t.Errorf("dead sandbox's cause %q does not name the memory limit", rec.Error)
 		}
 	}
-	if peak > 256<<20 || grew > 512 {
-		t.Errorf("cgroup peak %d MiB, host memory fell by %d MiB: want at most 256 and well below 1024", peak>>20, grew)
+	// The kernel may force a charge past the limit (cgroup v1 counts kernel memory: page
+	// tables, a charge that must not fail), so the peak may pass 256 MiB by a little; what
+	// matters is that it stays far from the 1 GiB asked for. A CI run saw 256.x MiB.
+	if peak > (256+memChargeSlackMiB)<<20 || grew > 512 {
+		t.Errorf("cgroup peak %d MiB, host memory fell by %d MiB: want at most 256 (+%d MiB of forced charges) and well below 1024", peak>>20, grew, memChargeSlackMiB)
 	}
 
 	// Memory in files: the root's overlay is memory, and counted. Another 256 MiB sandbox
@@ -224,8 +227,11 @@ func TestManagerLimits(t *testing.T) {
 			t.Errorf("dead sandbox's cause %q does not name the memory limit", rec.Error)
 		}
 	}
-	if peak > 256<<20 || grew > 512 {
-		t.Errorf("cgroup peak %d MiB, host memory fell by %d MiB: want at most 256 and well below 1024", peak>>20, grew)
+	// The kernel may force a charge past the limit (cgroup v1 counts kernel memory: page
+	// tables, a charge that must not fail), so the peak may pass 256 MiB by a little; what
+	// matters is that it stays far from the 1 GiB asked for. A CI run saw 256.x MiB.
+	if peak > (256+memChargeSlackMiB)<<20 || grew > 512 {
+		t.Errorf("cgroup peak %d MiB, host memory fell by %d MiB: want at most 256 (+%d MiB of forced charges) and well below 1024", peak>>20, grew, memChargeSlackMiB)
 	}
 
 	// rm, dead or alive, leaves no cgroup.
@@ -283,3 +289,7 @@ func TestManagerDefaultLimits(t *testing.T) {
 		t.Errorf("cgroup left after rm: %v", dirs)
 	}
 }
+
+// memChargeSlackMiB is how far past its memory limit a cgroup's peak may go by the kernel's
+// forced charges (see TestManagerLimits).
+const memChargeSlackMiB = 8
