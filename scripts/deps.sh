@@ -14,6 +14,8 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v gcc >/dev/null 2>&1 || need+=(gcc) # bin/zygo_rand.so, and the native test libraries
 command -v ip >/dev/null 2>&1 || need+=(iproute2) # network tests' test hosts (internal/network/nettest)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd) # TestMakeInstall verifies packaging/zygo.service
+/usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv) # venvs: TestDependencies, the Python client's install test
+command -v openssl >/dev/null 2>&1 || need+=(openssl) # the clients' TLS tests make their certificates with it
 
 if [ ${#need[@]} -gt 0 ]; then
 	sudo=""
