@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -101,6 +102,67 @@ func (d *Daemon) Up(dir string) {
 func fixture(name string) string {
 	p, _ := filepath.Abs(filepath.Join("testdata", name))
 	return p
+}
+
+// fixtureAs copies testdata/NAME into a temp dir as a function called as, with
+// the [limits] table's lines for each key of limits replaced (or added), so one
+// handler can be deployed twice with limits that cannot race each other: a
+// case that shows one limit needs headroom on every other (the memory case
+// burned 300 ms of CPU faulting in 64 MiB on a freshly booted VM, and its
+// function's cpu_ms killed it first). Files are copied one level deep.
+func fixtureAs(t *testing.T, name, as string, limits map[string]string) string {
+	t.Helper()
+	src, dst := fixture(name), t.TempDir()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == "zygo.toml" {
+			b = []byte(rewriteManifest(t, string(b), as, limits))
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// rewriteManifest renames the function in a fixture's zygo.toml and sets the
+// given [limits] keys (the table must be last in the file, as in every fixture).
+func rewriteManifest(t *testing.T, toml, as string, limits map[string]string) string {
+	t.Helper()
+	var out []string
+	inLimits := false
+	for _, line := range strings.Split(strings.TrimRight(toml, "\n"), "\n") {
+		key, _, _ := strings.Cut(line, "=")
+		key = strings.TrimSpace(key)
+		switch {
+		case strings.HasPrefix(line, "["):
+			inLimits = strings.TrimSpace(line) == "[limits]"
+		case !inLimits && key == "name":
+			line = fmt.Sprintf("name = %q", as)
+		case inLimits && limits[key] != "":
+			continue // written below
+		}
+		out = append(out, line)
+	}
+	if !inLimits {
+		t.Fatalf("fixture manifest has no trailing [limits] table:\n%s", toml)
+	}
+	keys := make([]string, 0, len(limits))
+	for k := range limits {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out = append(out, k+" = "+limits[k])
+	}
+	return strings.Join(out, "\n") + "\n"
 }
 
 // agentFixture returns the directory of one of the Python agent's own test fixtures

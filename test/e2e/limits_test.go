@@ -11,6 +11,9 @@ import (
 func TestLimits(t *testing.T) {
 	d := startDaemon(t, "")
 	d.Up(fixture("limits"))
+	// The CPU case runs in a copy with cpu_ms: a limit shown here must not be
+	// reachable by another first (fixtureAs).
+	d.Up(fixtureAs(t, "limits", "limits-cpu", map[string]string{"cpu_ms": "300", "timeout_ms": "10000"}))
 	// A request that exited cleanly leaves its group empty, and it is given
 	// to a later child (internal/cgroup PlacePooled), which the pre-fork
 	// pool moves into it ahead of its request (function.holdInCgroup): the
@@ -32,27 +35,29 @@ func TestLimits(t *testing.T) {
 		t.Errorf("eight clean requests in a row ran in eight groups %v, want one reused", seen)
 	}
 	cases := []struct {
-		action, code, want string
-		status             int
+		fn, action, code, want string
+		status                 int
 	}{
-		{"memory", "limit_exceeded", "memory limit exceeded: 64 MiB", 502},
-		{"forkbomb", "limit_exceeded", "pids limit exceeded: 16", 502},
-		{"sleep_loop", "timeout", "timeout_ms=2000", 504},
-		{"spin", "limit_exceeded", "cpu limit exceeded: 300 ms", 502},
-		{"big", "response_too_large", "max_response_kib=16", 502},
+		{"limits", "memory", "limit_exceeded", "memory limit exceeded: 64 MiB", 502},
+		{"limits", "forkbomb", "limit_exceeded", "pids limit exceeded: 16", 502},
+		{"limits", "sleep_loop", "timeout", "timeout_ms=4000", 504},
+		{"limits-cpu", "spin", "limit_exceeded", "cpu limit exceeded: 300 ms", 502},
+		{"limits", "big", "response_too_large", "max_response_kib=16", 502},
 	}
+	var ok string
+	d.Invoke("limits-cpu", map[string]any{"action": "ok"}, &ok) // its spin runs in a group a clean request left
+	time.Sleep(300 * time.Millisecond)
 	for _, c := range cases {
 		t0 := time.Now()
-		_, err := d.TryInvoke("limits", map[string]any{"action": c.action})
+		_, err := d.TryInvoke(c.fn, map[string]any{"action": c.action})
 		ae := apiError(t, err)
 		if ae.Status != c.status || string(ae.Code) != c.code || !strings.Contains(ae.Message, c.want) {
 			t.Errorf("%s: got %d %+v, want %d %s %q", c.action, ae.Status, ae.ErrorBody, c.status, c.code, c.want)
 		}
-		if el := time.Since(t0); el > 8*time.Second {
+		if el := time.Since(t0); el > 12*time.Second {
 			t.Errorf("%s: took %s to be stopped", c.action, el)
 		}
-		var ok string
-		d.Invoke("limits", map[string]any{"action": "ok"}, &ok)
+		d.Invoke(c.fn, map[string]any{"action": "ok"}, &ok)
 		if ok != "ok" {
 			t.Fatalf("after %s the function answered %q", c.action, ok)
 		}
@@ -63,6 +68,5 @@ func TestLimits(t *testing.T) {
 	if ae := apiError(t, err); ae.Status != 413 || !strings.Contains(ae.Message, "max_request_kib=16") {
 		t.Errorf("oversized request: %d %+v", ae.Status, ae.ErrorBody)
 	}
-	var ok string
 	d.Invoke("limits", map[string]any{"action": "ok"}, &ok)
 }

@@ -20,6 +20,8 @@ func TestNodeFunctions(t *testing.T) {
 	d.setSecret(t, "NODE_KEY", "node-s3cr3t")
 	d.Up(fixture("nodefn"))
 	d.Up(fixture("nodeesm"))
+	// The CPU case runs in a copy with cpu_ms (see fixtureAs).
+	d.Up(fixtureAs(t, "nodefn", "nodefn-cpu", map[string]string{"cpu_ms": "300", "timeout_ms": "10000"}))
 
 	var esm struct{ Module, Sha string }
 	d.Invoke("nodeesm", map[string]any{"text": "x"}, &esm)
@@ -68,17 +70,17 @@ func TestNodeFunctions(t *testing.T) {
 	}
 
 	// Clear errors, and the function keeps serving after each.
-	cases := []struct{ action, code, want string }{
-		{"throw", "handler_error", "out of range: x"},
-		{"crash", "crashed", "SIGSEGV"},
-		{"sleep", "timeout", "timeout_ms=2000"},
-		{"spin", "limit_exceeded", "cpu limit exceeded: 300 ms"},
-		{"memory", "limit_exceeded", "memory limit exceeded: 64 MiB"},
-		{"forkbomb", "limit_exceeded", "pids limit exceeded: 16"},
+	cases := []struct{ fn, action, code, want string }{
+		{"nodefn", "throw", "handler_error", "out of range: x"},
+		{"nodefn", "crash", "crashed", "SIGSEGV"},
+		{"nodefn", "sleep", "timeout", "timeout_ms=4000"},
+		{"nodefn-cpu", "spin", "limit_exceeded", "cpu limit exceeded: 300 ms"},
+		{"nodefn", "memory", "limit_exceeded", "memory limit exceeded: 64 MiB"},
+		{"nodefn", "forkbomb", "limit_exceeded", "pids limit exceeded: 16"},
 	}
 	for _, c := range cases {
 		t0 := time.Now()
-		_, err := d.TryInvoke("nodefn", map[string]any{"action": c.action, "why": "x"})
+		_, err := d.TryInvoke(c.fn, map[string]any{"action": c.action, "why": "x"})
 		ae := apiError(t, err)
 		if string(ae.Code) != c.code || !strings.Contains(ae.Message, c.want) {
 			t.Errorf("%s: got %d %+v, want %s %q", c.action, ae.Status, ae.ErrorBody, c.code, c.want)
@@ -86,11 +88,11 @@ func TestNodeFunctions(t *testing.T) {
 		if c.action == "throw" && (ae.Type != "RangeError" || !strings.Contains(ae.Traceback, "index.js")) {
 			t.Errorf("throw: type %q, stack %q", ae.Type, ae.Traceback)
 		}
-		if time.Since(t0) > 10*time.Second {
+		if time.Since(t0) > 12*time.Second {
 			t.Errorf("%s took %s", c.action, time.Since(t0))
 		}
 		var ok string
-		d.Invoke("nodefn", map[string]any{}, &ok)
+		d.Invoke(c.fn, map[string]any{}, &ok)
 	}
 	if logs := strings.Join(d.Logs("nodefn", ""), "\n"); strings.Contains(logs, "node-s3cr3t") {
 		t.Error("a secret value reached the logs")
