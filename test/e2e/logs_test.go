@@ -84,6 +84,12 @@ exports.handler = async () => {
 				t.Fatalf("%s request %d answered %s", fn, i, v)
 			}
 		}
+		// Each function's burst (4 x 2 x 2001 lines) fits the daemon's log
+		// queue (20,000 lines) but two do not: read the first back (the logs
+		// call waits until the queue is stored) before the second, or a slow
+		// store drops lines, truncation notes included, for one "fell behind"
+		// note (logWriter), which is the queue's bound working, not this test.
+		d.Logs(fn, "")
 	}
 	after := vmHWM(t, pid)
 	t.Logf("daemon VmHWM %d MB -> %d MB", before>>20, after>>20)
