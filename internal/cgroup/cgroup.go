@@ -90,6 +90,8 @@ type Manager struct {
 	memsw      bool                 // v1: memory.memsw.* exists, so swap is limited with memory
 	swapMax    bool                 // v2: memory.swap.max exists, so swap is set to 0
 	subsystems []cgroup1.Subsystem  // v1: the controllers handed to the library
+	hierOnce   sync.Once            // makes hier
+	hier       []string             // one controller per hierarchy (hierarchies)
 	mu         sync.Mutex           // guards making and removing directories under parent, and the fields below
 	free       map[poolKey][]*Group // empty groups kept by Release for PlacePooled (pool.go)
 	nfree      int                  // groups in free
