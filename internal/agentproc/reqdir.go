@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -168,10 +167,14 @@ func readLines(ctx context.Context, d *untrusted.Dir, name string, r *redact.Red
 		return nil
 	}
 	defer f.Close()
+	var size int64
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
 	s := newStreamLog(r)
-	_, _ = io.Copy(s, io.LimitReader(f, int64(s.keep)))
-	if st, err := f.Stat(); err == nil && st.Size() > s.written {
-		s.written = st.Size()
+	s.fill(f, size)
+	if size > s.written {
+		s.written = size
 	}
 	if s.written == 0 {
 		return nil

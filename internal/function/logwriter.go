@@ -55,7 +55,7 @@ const (
 // A batch's gathering: at most batchWindow after its first line, or until it
 // holds batchLines lines.
 const (
-	batchWindow = 20 * time.Millisecond
+	batchWindow = 50 * time.Millisecond
 	batchLines  = 1024
 )
 

@@ -25,6 +25,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -157,7 +158,29 @@ func (d *Dir) ReadFile(ctx context.Context, name string, max int64) ([]byte, err
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	// One buffer of the size the file claims (bounded by max+1), so a result of a
+	// few kilobytes costs one allocation and two reads; a file that grows past
+	// its size is read on, still never past max+1 bytes.
+	var size int64
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	limit := max + 1
+	b := make([]byte, 0, min(size+1, limit))
+	for int64(len(b)) < limit {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, int(min(int64(cap(b)), limit-int64(len(b)))))
+		}
+		var n int
+		n, err = f.Read(b[len(b):int(min(int64(cap(b)), limit))])
+		b = b[:len(b)+n]
+		if err != nil {
+			break
+		}
+	}
+	if err == io.EOF {
+		err = nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", f.Name(), err)
 	}
