@@ -3,8 +3,6 @@ package agentproc
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"slices"
 	"unicode/utf8"
 
 	"github.com/zygo-run/zygo/internal/redact"
@@ -45,27 +43,6 @@ func (s *streamLog) Write(p []byte) (int, error) {
 		s.kept = append(s.kept, p[:min(room, len(p))]...)
 	}
 	return len(p), nil
-}
-
-// fill reads r to its end (or until keep bytes are kept) straight into kept,
-// sized by hint (the file's size: an empty file costs no buffer), and counts
-// what it read; a read error ends it like the end of the file.
-func (s *streamLog) fill(r io.Reader, hint int64) {
-	for len(s.kept) < s.keep {
-		if len(s.kept) == cap(s.kept) {
-			want := int64(max(2*cap(s.kept), 512))
-			if len(s.kept) == 0 {
-				want = hint + 1 // +1: the read that sees the end
-			}
-			s.kept = slices.Grow(s.kept, int(min(want, int64(s.keep)))-len(s.kept))
-		}
-		n, err := r.Read(s.kept[len(s.kept):min(cap(s.kept), s.keep)])
-		s.kept = s.kept[:len(s.kept)+n]
-		s.written += int64(n)
-		if err != nil {
-			return
-		}
-	}
 }
 
 // lines redacts the kept bytes as one text (so no cut splits a value) and

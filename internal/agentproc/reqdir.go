@@ -159,23 +159,15 @@ func readLines(ctx context.Context, d *untrusted.Dir, name string, r *redact.Red
 	if ctx.Err() != nil {
 		return nil
 	}
-	f, err := d.Open(name)
+	s := newStreamLog(r)
+	b, size, err := d.Head(ctx, name, int64(s.keep))
 	if errors.Is(err, untrusted.ErrNotRegular) {
 		return []string{fmt.Sprintf("[zygo: %s is not a regular file the request wrote; not read]", name)}
 	}
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	var size int64
-	if st, err := f.Stat(); err == nil {
-		size = st.Size()
-	}
-	s := newStreamLog(r)
-	s.fill(f, size)
-	if size > s.written {
-		s.written = size
-	}
+	s.kept, s.written = b, max(int64(len(b)), size)
 	if s.written == 0 {
 		return nil
 	}

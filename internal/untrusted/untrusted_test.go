@@ -88,6 +88,24 @@ func TestReadFileIsBoundedOnAHugeSparseFile(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrTooLarge) {
 		t.Fatalf("err = %v, want ErrTooLarge", err)
 	}
+	// Head reads its n bytes into a buffer of n (not of the size the file claims) and
+	// reports that size.
+	b, size, err := d.Head(context.Background(), "big", 100)
+	if err != nil || len(b) != 100 || cap(b) > 100 || size != 1<<40 {
+		t.Fatalf("Head(big, 100) = %d bytes (cap %d), size %d, %v; want 100 of a 1 TiB file", len(b), cap(b), size, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "small"), []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, size, err := d.Head(context.Background(), "small", 100); err != nil || string(b) != "hello" || size != 5 {
+		t.Fatalf("Head(small, 100) = %q, %d, %v", b, size, err)
+	}
+	if b, err := d.ReadFile(context.Background(), "small", 5); err != nil || string(b) != "hello" {
+		t.Fatalf("ReadFile(small, 5) = %q, %v: a file of exactly max bytes is read whole", b, err)
+	}
+	if _, err := d.ReadFile(context.Background(), "small", 4); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Fatalf("ReadFile(small, 4) = %v, want ErrTooLarge", err)
+	}
 }
 
 func TestWriteFileNeverFollowsAPlantedName(t *testing.T) {
