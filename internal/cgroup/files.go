@@ -174,25 +174,13 @@ func (g *Group) readCounterList(ctrl, name string, keys ...string) ([3]uint64, e
 	if err != nil {
 		return out, err
 	}
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
-		k, v, ok := bytes.Cut(bytes.TrimSpace(line), []byte{' '})
-		if !ok {
-			continue
-		}
+	eachCounter(b, func(k []byte, v uint64) {
 		for i, key := range keys {
 			if i < len(out) && string(k) == key {
-				if n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64); err == nil {
-					out[i] = n
-				}
+				out[i] = v
 			}
 		}
-	}
+	})
 	return out, nil
 }
 

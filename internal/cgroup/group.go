@@ -1,7 +1,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -581,23 +580,34 @@ func dirExists(dir string) bool {
 
 // ReadCounters reads a flat-keyed cgroup file ("key value" lines, e.g. pids.events,
 // memory.events, cpu.stat, memory.oom_control) into a map. Lines whose value is not a number
-// are skipped. It is the one reader of such files: the sandbox backend reads runsc's groups
-// with it too. Errors are os.ReadFile's (fs.ErrNotExist for a group that is gone).
+// are skipped. It and a group's own reads (readCounterList) parse with eachCounter, the one
+// parser of such files: the sandbox backend reads runsc's groups with it too. Errors are
+// os.ReadFile's (fs.ErrNotExist for a group that is gone).
 func ReadCounters(file string) (map[string]uint64, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]uint64{}
-	s := bufio.NewScanner(bytes.NewReader(b))
-	for s.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(s.Text()), " ")
+	eachCounter(b, func(k []byte, v uint64) { out[string(k)] = v })
+	return out, nil
+}
+
+// eachCounter calls fn with each "key value" line of b whose value is a number.
+func eachCounter(b []byte, fn func(key []byte, value uint64)) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		k, v, ok := bytes.Cut(bytes.TrimSpace(line), []byte{' '})
 		if !ok {
 			continue
 		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-			out[k] = n
+		if n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+			fn(k, n)
 		}
 	}
-	return out, s.Err()
 }
