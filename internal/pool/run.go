@@ -260,10 +260,14 @@ func (h *heldGroup) Drop(gone <-chan struct{}) { h.p.release("", h.g, gone) }
 func (p *pool) enforce(reqID string, g *cgroup.Group) func(*agentproc.Result) {
 	wctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		g.Enforce(wctx, 20*time.Millisecond)
-	}()
+	if l := g.Limits(); l.CPUMs > 0 || l.PIDs > 0 { // else nothing to watch: no goroutine
+		go func() {
+			defer close(done)
+			g.Enforce(wctx, 20*time.Millisecond)
+		}()
+	} else {
+		close(done)
+	}
 	return func(res *agentproc.Result) {
 		stop()
 		<-done
