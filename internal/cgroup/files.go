@@ -128,7 +128,7 @@ func (g *Group) write(f ctlFile, s []byte) error {
 	return g.with(f, func(fd int) error {
 		for {
 			_, err := unix.Pwrite(fd, s, 0)
-			if err != unix.EINTR {
+			if !errors.Is(err, unix.EINTR) {
 				return err
 			}
 		}
@@ -138,7 +138,7 @@ func (g *Group) write(f ctlFile, s []byte) error {
 func preadRetry(fd int, b []byte) (int, error) {
 	for {
 		n, err := unix.Pread(fd, b, 0)
-		if err != unix.EINTR {
+		if !errors.Is(err, unix.EINTR) {
 			return n, err
 		}
 	}

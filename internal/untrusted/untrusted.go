@@ -202,7 +202,7 @@ func (d *Dir) Head(ctx context.Context, name string, n int64) (b []byte, size in
 		}
 		var got int
 		got, err = unix.Read(fd, b[len(b):int(min(int64(cap(b)), n))])
-		if err == unix.EINTR {
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil || got <= 0 {
@@ -231,7 +231,7 @@ func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
 	for rest := data; len(rest) > 0 && err == nil; {
 		var n int
 		n, err = unix.Write(fd, rest)
-		if err == unix.EINTR {
+		if errors.Is(err, unix.EINTR) {
 			err = nil
 			continue
 		}
