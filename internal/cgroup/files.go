@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -188,3 +191,29 @@ func (g *Group) readCounterList(ctrl, name string, keys ...string) ([3]uint64, e
 func (g *Group) writeZeroFile(ctrl, name string) error {
 	return g.write(ctlFile{ctrl: ctrl, name: name}, []byte("0"))
 }
+
+// hostCPUs is the number of CPUs the host has online (/sys/devices/system/cpu/online, read
+// once), at least the daemon's own count (runtime.NumCPU, its affinity): a request's
+// processes may set an affinity wider than the daemon's, never use more CPUs than are online.
+var hostCPUs = sync.OnceValue(func() int {
+	n := runtime.NumCPU()
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return max(n, 1)
+	}
+	online := 0
+	for _, r := range strings.Split(strings.TrimSpace(string(b)), ",") {
+		lo, hi, isRange := strings.Cut(r, "-")
+		a, err1 := strconv.Atoi(lo)
+		z := a
+		var err2 error
+		if isRange {
+			z, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || z < a {
+			return max(n, 1)
+		}
+		online += z - a + 1
+	}
+	return max(n, online, 1)
+})

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -287,7 +286,7 @@ func (g *Group) Exceeded() (limit, value string) {
 // group's CPUMs or a fork was refused by its pids limit, kills the group and returns "cpu"
 // or "pids" (Exceeded then says the same). Call it once the group's CPU count started (a
 // placed process, or Begin): the group's processes cannot use more CPU time than the
-// daemon's CPUs give them since then, so CPU time is not read before CPUMs / NumCPU has
+// host's online CPUs give them since then, so CPU time is not read before CPUMs / CPUs has
 // passed, and a request shorter than that costs no read of it. It blocks; it returns "" at
 // once when the group has neither limit, and when ctx ends or a counter cannot be read (the
 // group was deleted). The kernel does not stop the process: it may run up to `every` past
@@ -301,7 +300,7 @@ func (g *Group) Enforce(ctx context.Context, every time.Duration) string {
 		every = DefaultPoll
 	}
 	cpuLimit := time.Duration(l.CPUMs) * time.Millisecond
-	cpuFrom := time.Now().Add(cpuLimit / time.Duration(max(runtime.NumCPU(), 1)))
+	cpuFrom := time.Now().Add(cpuLimit / time.Duration(hostCPUs()))
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

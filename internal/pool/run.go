@@ -80,7 +80,9 @@ func (m *Manager) Run(ctx context.Context, name string, rr RunRequest) (*RunResu
 	if err != nil {
 		return nil, err
 	}
-	defer closeScript()
+	// Closing the detached mount unmounts it (0.1-0.4 ms on this host): off the
+	// request path; the child holds its own descriptor of it.
+	defer p.m.goTracked(closeScript)
 	script.Shared = !own
 	res.Mounted = script.Mount != nil
 	req := agentproc.Request{ID: res.RequestID, Event: rr.Event, Timeout: time.Duration(p.man.Limits.TimeoutMs) * time.Millisecond,
