@@ -376,8 +376,14 @@ func (m *Manager) moveBack(pid int, orig map[string]string, origUnified string) 
 // error joins one error per group that could not be removed.
 func (m *Manager) Cleanup() error {
 	m.mu.Lock()
+	free := m.free
 	m.free, m.nfree = nil, 0
 	m.mu.Unlock()
+	for _, groups := range free {
+		for _, g := range groups {
+			g.closeFiles() // their directories go below, by name
+		}
+	}
 	names := map[string]bool{}
 	for _, root := range m.roots {
 		ents, err := os.ReadDir(filepath.Join(root, m.parent))

@@ -306,6 +306,21 @@ func TestKeptControlFilesReadFreshAndClose(t *testing.T) {
 	if n := openFDs(t); n != before {
 		t.Errorf("%d descriptors open after the group was deleted, %d before it was made", n, before)
 	}
+	// A group kept by Release and dropped by Cleanup (the daemon's shutdown) closes its
+	// descriptors too.
+	s4 := startSleep(t)
+	g4 := placePooled(t, m, s4.Process.Pid, l)
+	_ = s4.Process.Kill()
+	_ = s4.Wait()
+	if err := g4.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if n := openFDs(t); n != before {
+		t.Errorf("%d descriptors open after Cleanup dropped a kept group, %d before", n, before)
+	}
 }
 
 // startSleep starts a sleep(1) of a minute, killed at the end of the test.
