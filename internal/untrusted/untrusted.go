@@ -65,6 +65,15 @@ func OpenDir(path string) (*Dir, error) {
 // into a sandbox; never for reading through).
 func (d *Dir) Path() string { return d.path }
 
+// live is d's descriptor, or -1 once Close ran, so that a use after Close fails
+// (EBADF) instead of reaching whatever file took the number since.
+func (d *Dir) live() int {
+	if d.closed.Load() {
+		return -1
+	}
+	return d.fd
+}
+
 // Close releases the directory's descriptor. Closing again does nothing and
 // returns os.ErrClosed.
 func (d *Dir) Close() error {
@@ -90,7 +99,7 @@ func (d *Dir) openat(name string, flags int) (int, error) {
 	}
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK), Resolve: resolve}
 	for try := 0; ; try++ {
-		fd, err := unix.Openat2(d.fd, name, &how)
+		fd, err := unix.Openat2(d.live(), name, &how)
 		if (err == unix.EINTR || err == unix.EAGAIN) && try < maxRetries {
 			continue // EAGAIN: a rename raced the lookup (RESOLVE_BENEATH); retry
 		}
@@ -263,7 +272,7 @@ func (d *Dir) Create(name string, perm os.FileMode) (*os.File, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	fd, err := unix.Openat2(d.fd, name, &how)
+	fd, err := unix.Openat2(d.live(), name, &how)
 	if err == unix.EEXIST {
 		return nil, &os.PathError{Op: "create", Path: filepath.Join(d.path, name), Err: os.ErrExist}
 	}
@@ -286,7 +295,7 @@ func (d *Dir) Chown(name string, uid, gid int) error {
 		defer sub.Close()
 		return sub.Chown(filepath.Base(name), uid, gid)
 	}
-	if err := unix.Fchownat(d.fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.Fchownat(d.live(), name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &os.PathError{Op: "chown", Path: filepath.Join(d.path, name), Err: err}
 	}
 	return nil
@@ -299,9 +308,9 @@ func (d *Dir) Remove(name string) error {
 	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
 		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
 	}
-	err := unix.Unlinkat(d.fd, name, 0)
+	err := unix.Unlinkat(d.live(), name, 0)
 	if err == unix.EISDIR || err == unix.EPERM {
-		err = unix.Unlinkat(d.fd, name, unix.AT_REMOVEDIR)
+		err = unix.Unlinkat(d.live(), name, unix.AT_REMOVEDIR)
 	}
 	if err != nil && err != unix.ENOENT {
 		return &os.PathError{Op: "remove", Path: filepath.Join(d.path, name), Err: err}
@@ -317,7 +326,7 @@ func (d *Dir) RemoveAll(ctx context.Context, name string) error {
 	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
 		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
 	}
-	return removeAllAt(ctx, d.fd, name, d.path, 0)
+	return removeAllAt(ctx, d.live(), name, d.path, 0)
 }
 
 // maxDepth bounds RemoveAll's recursion (each level holds one descriptor).
@@ -375,7 +384,7 @@ func (d *Dir) Mkdir(name string, perm os.FileMode) error {
 	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
 		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
 	}
-	if err := unix.Mkdirat(d.fd, name, uint32(perm.Perm())); err != nil {
+	if err := unix.Mkdirat(d.live(), name, uint32(perm.Perm())); err != nil {
 		if err == unix.EEXIST {
 			err = os.ErrExist
 		}
@@ -393,7 +402,7 @@ func (d *Dir) Rename(oldName, newName string) error {
 			return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, n)
 		}
 	}
-	fd := d.fd
+	fd := d.live()
 	if err := unix.Renameat(fd, oldName, fd, newName); err != nil {
 		return &os.PathError{Op: "rename", Path: filepath.Join(d.path, newName), Err: err}
 	}

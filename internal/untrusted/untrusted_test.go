@@ -234,3 +234,36 @@ func TestCreateIsExclusiveAndNeverFollows(t *testing.T) {
 		t.Error("Create(\"../escape\") succeeded, want refused")
 	}
 }
+
+// TestClosedDirReachesNothing: a Dir used after Close fails, even when its descriptor's
+// number was taken since by another directory (a raw descriptor is reused at once).
+func TestClosedDirReachesNothing(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(b, "x"), []byte("b's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	da, err := OpenDir(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := da.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.Close(); err == nil {
+		t.Error("a second Close succeeded")
+	}
+	db, err := OpenDir(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got, err := da.ReadFile(context.Background(), "x", 100); err == nil {
+		t.Fatalf("a closed Dir read %q (through the number the next directory took)", got)
+	}
+	if err := da.Remove("x"); err == nil {
+		t.Fatal("a closed Dir removed a name")
+	}
+	if _, err := os.Stat(filepath.Join(b, "x")); err != nil {
+		t.Fatalf("b's file: %v", err)
+	}
+}
