@@ -17,13 +17,14 @@ import (
 
 // A pooled group serves request after request, and each request reads and writes the same
 // few control files (cpuacct.usage, pids.current, memory.failcnt, cgroup.procs, ...). Opening
-// a file, reading it and closing it is several system calls, each slow on a nested VM, and
-// most of the daemon's CPU per request went there (issue 15's profile). A pooled group
-// therefore opens each file once, on first use, and keeps the descriptor until Delete: a
-// read is one pread(2) at offset 0, which makes a cgroup file (a seq_file) produce its
-// current content again, and a write one pwrite(2). A group from Place alone (the sandbox's
-// own) opens, reads and closes each time, as before: it is read rarely and must hold no
-// descriptors between.
+// a file, reading it and closing it is several system calls, each slow on a nested VM: an
+// eighth of the daemon's CPU per request went there (issue 15's profile). A pooled group
+// therefore opens each file once, on first use, and keeps the descriptor until Delete (or
+// Cleanup drops it): at most 14 descriptors a group, for at most maxFree kept groups and
+// those in use. A read is one pread(2) at offset 0, which makes a cgroup file (a seq_file)
+// produce its current content again, and a write one pwrite(2). A group from Place alone
+// (the sandbox's own) opens, reads and closes each time, as before: it is read rarely and
+// must hold no descriptors between.
 
 // ctlFile names one control file of a group: the controller whose hierarchy holds it, its
 // name, and whether it is opened for writing (cgroupfs refuses O_RDWR on files without a
@@ -34,7 +35,7 @@ type ctlFile struct {
 }
 
 // ctlFiles are a pooled group's open control files. The descriptors are owned by it and
-// closed by close; after close every access opens, uses and closes the file by path.
+// closed by closeFiles; after that every access opens, uses and closes the file by path.
 type ctlFiles struct {
 	mu     sync.Mutex
 	fds    map[ctlFile]int
