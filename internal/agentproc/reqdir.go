@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -160,19 +159,15 @@ func readLines(ctx context.Context, d *untrusted.Dir, name string, r *redact.Red
 	if ctx.Err() != nil {
 		return nil
 	}
-	f, err := d.Open(name)
+	s := newStreamLog(r)
+	b, size, err := d.Head(ctx, name, int64(s.keep))
 	if errors.Is(err, untrusted.ErrNotRegular) {
 		return []string{fmt.Sprintf("[zygo: %s is not a regular file the request wrote; not read]", name)}
 	}
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	s := newStreamLog(r)
-	_, _ = io.Copy(s, io.LimitReader(f, int64(s.keep)))
-	if st, err := f.Stat(); err == nil && st.Size() > s.written {
-		s.written = st.Size()
-	}
+	s.kept, s.written = b, max(int64(len(b)), size)
 	if s.written == 0 {
 		return nil
 	}

@@ -44,7 +44,7 @@ func TestRequestDirErrorNamesTheCause(t *testing.T) {
 // agent's own out.
 func TestChildStepsAreBoundedTokens(t *testing.T) {
 	var rf resultFile
-	body := `{"ok": true, "value": 1, "steps": [["reseed", 1500], ["bad name", 1], ["x\r\nSet-Cookie", 1], [3, 4], ["neg", -1], "junk", ["db", 7], ["handler", 9], ["handler", 2000000]]}`
+	body := `{"ok": true, "value": 1, "steps": [["reseed", 1500], ["bad name", 1], ["x\r\nSet-Cookie", 1], [3, 4], ["neg", -1], "junk", ["db", 7], ["reseed", 1.5e3], ["re\"seed", 1], [ "stdio" , 1e3 ], ["handler", 9], ["handler", 2000000]]}`
 	if err := json.Unmarshal([]byte(body), &rf); err != nil {
 		t.Fatalf("a result with odd steps must still decode: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -97,7 +98,9 @@ func send(c *net.UnixConn, m message, f *os.File) error {
 // has SO_PASSCRED), creds holds them with the pid translated into our pid
 // namespace by the kernel (unix(7), SCM_CREDENTIALS).
 func recv(c *net.UnixConn) (m message, creds *unix.Ucred, err error) {
-	buf := make([]byte, maxDatagram)
+	bp := datagrams.Get().(*[maxDatagram]byte)
+	defer datagrams.Put(bp)
+	buf := bp[:]
 	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)+unix.CmsgSpace(4*8))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
@@ -132,6 +135,12 @@ func recv(c *net.UnixConn) (m message, creds *unix.Ucred, err error) {
 	}
 	return m, creds, nil
 }
+
+// datagrams are recv's buffers: a datagram may be 64 KiB, and one allocated
+// per message was most of the bytes the daemon allocated per request (its
+// GC). json.Unmarshal copies what it keeps, so a buffer is reused as soon as
+// the message is decoded.
+var datagrams = sync.Pool{New: func() any { return new([maxDatagram]byte) }}
 
 // setPassCred turns on SO_PASSCRED so that the kernel attaches the sender's
 // credentials to every message we receive.

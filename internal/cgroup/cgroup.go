@@ -90,6 +90,8 @@ type Manager struct {
 	memsw      bool                 // v1: memory.memsw.* exists, so swap is limited with memory
 	swapMax    bool                 // v2: memory.swap.max exists, so swap is set to 0
 	subsystems []cgroup1.Subsystem  // v1: the controllers handed to the library
+	hierOnce   sync.Once            // makes hier
+	hier       []string             // one controller per hierarchy (hierarchies)
 	mu         sync.Mutex           // guards making and removing directories under parent, and the fields below
 	free       map[poolKey][]*Group // empty groups kept by Release for PlacePooled (pool.go)
 	nfree      int                  // groups in free
@@ -374,8 +376,14 @@ func (m *Manager) moveBack(pid int, orig map[string]string, origUnified string) 
 // error joins one error per group that could not be removed.
 func (m *Manager) Cleanup() error {
 	m.mu.Lock()
+	free := m.free
 	m.free, m.nfree = nil, 0
 	m.mu.Unlock()
+	for _, groups := range free {
+		for _, g := range groups {
+			g.closeFiles() // their directories go below, by name
+		}
+	}
 	names := map[string]bool{}
 	for _, root := range m.roots {
 		ents, err := os.ReadDir(filepath.Join(root, m.parent))

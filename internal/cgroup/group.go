@@ -1,7 +1,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -42,11 +41,12 @@ const (
 // concurrent use; Kill and Delete run one at a time.
 type Group struct {
 	m      *Manager
-	rel    string   // group path inside every hierarchy, e.g. "/zygo/fn/req"
-	limits Limits   // zero for groups found by Cleanup
-	pool   *poolKey // set for a group of PlacePooled: Release may keep it
-	gen    uint64   // Manager.gens[pool.prefix] when placed: a later DropPooled makes Release delete it
-	base   counters // counters at the group's reuse, subtracted by readUsage (pool.go)
+	rel    string    // group path inside every hierarchy, e.g. "/zygo/fn/req"
+	limits Limits    // zero for groups found by Cleanup
+	pool   *poolKey  // set for a group of PlacePooled: Release may keep it
+	gen    uint64    // Manager.gens[pool.prefix] when placed: a later DropPooled makes Release delete it
+	base   counters  // counters at the group's reuse, subtracted by readUsage (pool.go)
+	files  *ctlFiles // control files kept open (files.go); nil: opened at each use
 
 	opMu sync.Mutex // serializes Kill and Delete
 
@@ -109,8 +109,9 @@ func (g *Group) Add(hostPID int) error {
 	if hostPID <= 0 {
 		return fmt.Errorf("adding pid %d to cgroup %s: %w", hostPID, g.rel, errdefs.ErrInvalidArgument)
 	}
-	for _, dir := range g.dirs() {
-		err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(hostPID)), 0)
+	pid := strconv.AppendInt(nil, int64(hostPID), 10)
+	for _, ctrl := range g.m.hierarchies() {
+		err := g.write(ctlFile{ctrl: ctrl, name: "cgroup.procs"}, pid)
 		if errors.Is(err, unix.ESRCH) || errors.Is(err, fs.ErrNotExist) {
 			err = fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
 		}
@@ -119,6 +120,26 @@ func (g *Group) Add(hostPID int) error {
 		}
 	}
 	return nil
+}
+
+// hierarchies names one controller of each hierarchy used (v2: one; v1: memory, pids,
+// cpuacct and freezer, less those mounted together), in a fixed order.
+func (m *Manager) hierarchies() []string {
+	m.hierOnce.Do(func() {
+		ctrls := make([]string, 0, len(m.roots))
+		for c := range m.roots {
+			ctrls = append(ctrls, c)
+		}
+		slices.Sort(ctrls)
+		var roots []string
+		for _, c := range ctrls {
+			if !slices.Contains(roots, m.roots[c]) {
+				roots = append(roots, m.roots[c])
+				m.hier = append(m.hier, c)
+			}
+		}
+	})
+	return m.hier
 }
 
 // Usage reads the group's counters. After Delete it returns the counters read just before
@@ -136,7 +157,24 @@ func (g *Group) Usage() (Usage, error) {
 	return g.readUsage()
 }
 
-func (g *Group) readUsage() (u Usage, err error) {
+// rawCounters are a group's counters as the kernel reports them, before the base of a
+// reused group is subtracted (pool.go).
+type rawCounters struct {
+	cpu                              time.Duration
+	peak, memFail, oomKills, pidsMax uint64
+	pids                             uint64
+}
+
+func (g *Group) readUsage() (Usage, error) {
+	r, err := g.readRaw()
+	if err != nil {
+		return Usage{}, err
+	}
+	return g.usageOf(r), nil
+}
+
+// readRaw reads every counter Usage reports: seven reads on v1 (one of each file).
+func (g *Group) readRaw() (r rawCounters, err error) {
 	defer func() {
 		if errors.Is(err, fs.ErrNotExist) {
 			err = fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
@@ -145,81 +183,75 @@ func (g *Group) readUsage() (u Usage, err error) {
 			err = fmt.Errorf("reading usage of cgroup %s: %w", g.rel, err)
 		}
 	}()
-	if u.CPU, err = g.cpu(); err != nil {
-		return u, err
+	if r.cpu, err = g.cpu(); err != nil {
+		return r, err
 	}
 	if g.m.v2 {
-		err = g.readMemoryV2(&u)
+		err = g.readMemoryV2(&r)
 	} else {
-		err = g.readMemoryV1(&u)
+		err = g.readMemoryV1(&r)
 	}
 	if err != nil {
-		return u, err
+		return r, err
 	}
-	u.CPU -= g.base.cpu
-	u.MemoryFailCount -= min(g.base.memFail, u.MemoryFailCount)
-	u.OOMKills -= min(g.base.oomKills, u.OOMKills)
+	if r.pidsMax, err = g.readCounter(ctrlPids, "pids.events", "max"); err != nil {
+		return r, err
+	}
+	r.pids, err = g.readUintFile(ctrlPids, "pids.current")
+	return r, err
+}
+
+// usageOf is Usage from raw counters, the base subtracted.
+func (g *Group) usageOf(r rawCounters) Usage {
+	u := Usage{CPU: r.cpu - g.base.cpu, MemoryPeakBytes: r.peak, PIDs: r.pids,
+		MemoryFailCount: r.memFail - min(g.base.memFail, r.memFail),
+		OOMKills:        r.oomKills - min(g.base.oomKills, r.oomKills),
+		PIDsLimitHit:    r.pidsMax > g.base.pidsMax}
 	if l := g.limits.memoryBytes(); l > 0 && u.MemoryPeakBytes >= uint64(l) {
 		u.MemoryLimitHit = true
 	}
 	if u.MemoryFailCount > 0 || u.OOMKills > 0 {
 		u.MemoryLimitHit = true
 	}
-	pids := g.dir(ctrlPids)
-	ev, err := ReadCounters(filepath.Join(pids, "pids.events"))
-	if err != nil {
-		return u, err
-	}
-	u.PIDsLimitHit = ev["max"] > g.base.pidsMax
-	u.PIDs, err = readUint(filepath.Join(pids, "pids.current"))
-	return u, err
+	return u
 }
 
-// cpu reads the group's CPU time.
+// cpu reads the group's CPU time (the kernel's count: the base is not subtracted).
 func (g *Group) cpu() (time.Duration, error) {
 	if g.m.v2 {
-		st, err := ReadCounters(filepath.Join(g.dir(ctrlCPU), "cpu.stat"))
-		if err != nil {
-			return 0, err
-		}
-		return time.Duration(st["usage_usec"]) * time.Microsecond, nil
+		us, err := g.readCounter(ctrlCPU, "cpu.stat", "usage_usec")
+		return time.Duration(us) * time.Microsecond, err
 	}
-	ns, err := readUint(filepath.Join(g.dir(ctrlCPU), "cpuacct.usage"))
+	ns, err := g.readUintFile(ctrlCPU, "cpuacct.usage")
 	return time.Duration(ns), err
 }
 
-func (g *Group) readMemoryV1(u *Usage) error {
-	dir := g.dir(ctrlMemory)
+func (g *Group) readMemoryV1(r *rawCounters) error {
 	var err error
-	if u.MemoryPeakBytes, err = readUint(filepath.Join(dir, "memory.max_usage_in_bytes")); err != nil {
+	if r.peak, err = g.readUintFile(ctrlMemory, "memory.max_usage_in_bytes"); err != nil {
 		return err
 	}
-	if u.MemoryFailCount, err = readUint(filepath.Join(dir, "memory.failcnt")); err != nil {
+	if r.memFail, err = g.readUintFile(ctrlMemory, "memory.failcnt"); err != nil {
 		return err
 	}
 	if g.m.memsw {
-		n, err := readUint(filepath.Join(dir, "memory.memsw.failcnt"))
+		n, err := g.readUintFile(ctrlMemory, "memory.memsw.failcnt")
 		if err != nil {
 			return err
 		}
-		u.MemoryFailCount += n
+		r.memFail += n
 	}
-	oom, err := ReadCounters(filepath.Join(dir, "memory.oom_control"))
-	if err != nil {
-		return err
-	}
-	u.OOMKills = oom["oom_kill"]
-	return nil
+	r.oomKills, err = g.readCounter(ctrlMemory, "memory.oom_control", "oom_kill")
+	return err
 }
 
-func (g *Group) readMemoryV2(u *Usage) error {
-	dir := g.dir(ctrlMemory)
-	ev, err := ReadCounters(filepath.Join(dir, "memory.events"))
+func (g *Group) readMemoryV2(r *rawCounters) error {
+	ev, err := g.readCounterList(ctrlMemory, "memory.events", "max", "oom_kill")
 	if err != nil {
 		return err
 	}
-	u.MemoryFailCount, u.OOMKills = ev["max"], ev["oom_kill"]
-	u.MemoryPeakBytes, err = readUint(filepath.Join(dir, "memory.peak"))
+	r.memFail, r.oomKills = ev[0], ev[1]
+	r.peak, err = g.readUintFile(ctrlMemory, "memory.peak")
 	if errors.Is(err, fs.ErrNotExist) {
 		err = nil // kernel < 5.19
 	}
@@ -250,11 +282,15 @@ func (g *Group) Exceeded() (limit, value string) {
 }
 
 // Enforce is the one watcher of the limits the kernel does not stop at: every `every`
-// (DefaultPoll if <= 0) it reads the group's counters and, once CPU time passes the group's
-// CPUMs or a fork was refused by its pids limit, kills the group and returns "cpu" or "pids"
-// (Exceeded then says the same). It blocks; it returns "" at once when the group has neither
-// limit, and when ctx ends or the counters cannot be read (the group was deleted). The
-// kernel does not stop the process: it may run up to `every` past the CPU limit.
+// (DefaultPoll if <= 0) it reads the counters it needs and, once CPU time passes the
+// group's CPUMs or a fork was refused by its pids limit, kills the group and returns "cpu"
+// or "pids" (Exceeded then says the same). Call it once the group's CPU count started (a
+// placed process, or Begin): the group's processes cannot use more CPU time than the
+// host's online CPUs give them since then, so CPU time is not read before CPUMs / CPUs has
+// passed, and a request shorter than that costs no read of it. It blocks; it returns "" at
+// once when the group has neither limit, and when ctx ends or a counter cannot be read (the
+// group was deleted). The kernel does not stop the process: it may run up to `every` past
+// the CPU limit.
 func (g *Group) Enforce(ctx context.Context, every time.Duration) string {
 	l := g.limits
 	if l.CPUMs <= 0 && l.PIDs <= 0 {
@@ -264,25 +300,36 @@ func (g *Group) Enforce(ctx context.Context, every time.Duration) string {
 		every = DefaultPoll
 	}
 	cpuLimit := time.Duration(l.CPUMs) * time.Millisecond
+	cpuFrom := time.Now().Add(cpuLimit / time.Duration(hostCPUs()))
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return ""
-		case <-t.C:
-		}
-		u, err := g.Usage()
-		if err != nil {
-			return ""
+		case now = <-t.C:
 		}
 		hit := ""
-		switch {
-		case l.CPUMs > 0 && u.CPU > cpuLimit:
-			hit = "cpu"
-		case l.PIDs > 0 && u.PIDsLimitHit:
-			hit = "pids"
-		default:
+		if l.CPUMs > 0 && !now.Before(cpuFrom) {
+			cpu, err := g.cpu()
+			if err != nil {
+				return ""
+			}
+			if cpu-g.base.cpu > cpuLimit {
+				hit = "cpu"
+			}
+		}
+		if hit == "" && l.PIDs > 0 {
+			refused, err := g.readCounter(ctrlPids, "pids.events", "max")
+			if err != nil {
+				return ""
+			}
+			if refused > g.base.pidsMax {
+				hit = "pids"
+			}
+		}
+		if hit == "" {
 			continue
 		}
 		_ = g.Kill() // a group that cannot be killed is reported by Delete
@@ -459,6 +506,7 @@ func (g *Group) Delete() error {
 	if u, err := g.readUsage(); err == nil {
 		final = &u
 	}
+	g.closeFiles()
 	g.m.mu.Lock()
 	err := g.m.removeDirsLocked(g.rel)
 	g.m.mu.Unlock()
@@ -529,38 +577,36 @@ func dirExists(dir string) bool {
 	return err == nil && st.IsDir()
 }
 
-// readUint reads a file holding one unsigned number.
-func readUint(file string) (uint64, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return 0, err
-	}
-	v, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parsing %s: %w", file, err)
-	}
-	return v, nil
-}
-
 // ReadCounters reads a flat-keyed cgroup file ("key value" lines, e.g. pids.events,
 // memory.events, cpu.stat, memory.oom_control) into a map. Lines whose value is not a number
-// are skipped. It is the one reader of such files: the sandbox backend reads runsc's groups
-// with it too. Errors are os.ReadFile's (fs.ErrNotExist for a group that is gone).
+// are skipped. It and a group's own reads (readCounterList) parse with eachCounter, the one
+// parser of such files: the sandbox backend reads runsc's groups with it too. Errors are
+// os.ReadFile's (fs.ErrNotExist for a group that is gone).
 func ReadCounters(file string) (map[string]uint64, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]uint64{}
-	s := bufio.NewScanner(bytes.NewReader(b))
-	for s.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(s.Text()), " ")
+	eachCounter(b, func(k []byte, v uint64) { out[string(k)] = v })
+	return out, nil
+}
+
+// eachCounter calls fn with each "key value" line of b whose value is a number.
+func eachCounter(b []byte, fn func(key []byte, value uint64)) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		k, v, ok := bytes.Cut(bytes.TrimSpace(line), []byte{' '})
 		if !ok {
 			continue
 		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-			out[k] = n
+		if n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+			fn(k, n)
 		}
 	}
-	return out, s.Err()
 }

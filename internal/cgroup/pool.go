@@ -5,12 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
-	"path/filepath"
 	"strconv"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 )
@@ -78,7 +74,7 @@ func (m *Manager) PlacePooled(ctx context.Context, prefix string, hostPID int, l
 			m.mu.Unlock()
 			g, err := m.Place(ctx, name, hostPID, l)
 			if g != nil {
-				g.pool, g.gen = &key, gen
+				g.pool, g.gen, g.files = &key, gen, &ctlFiles{}
 			}
 			return g, err
 		}
@@ -108,15 +104,18 @@ func (g *Group) Release() error {
 	if g.pool == nil || !g.waitNoPIDs(releaseWait) {
 		return g.Delete()
 	}
-	u, err := g.readUsage()
-	if err != nil || u.OOMKills > 0 || u.PIDsLimitHit || u.MemoryLimitHit ||
+	r, err := g.readRaw()
+	if err != nil {
+		return g.Delete()
+	}
+	if u := g.usageOf(r); u.OOMKills > 0 || u.PIDsLimitHit || u.MemoryLimitHit ||
 		g.limits.CPUMs > 0 && u.CPU > time.Duration(g.limits.CPUMs)*time.Millisecond {
 		return g.Delete()
 	}
 	if charged, err := g.memoryCharge(); err != nil || charged > keepMaxChargeBytes {
 		return g.Delete()
 	}
-	next, err := g.reset()
+	next, err := g.reset(r)
 	if err != nil {
 		return errors.Join(err, g.Delete())
 	}
@@ -144,7 +143,7 @@ func (g *Group) Release() error {
 // errdefs.ErrNotFound).
 func (g *Group) Begin() error {
 	if !g.m.v2 {
-		err := writeZero(filepath.Join(g.dir(ctrlCPU), "cpuacct.usage"))
+		err := g.writeZeroFile(ctrlCPU, "cpuacct.usage")
 		if errors.Is(err, fs.ErrNotExist) {
 			err = fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
 		}
@@ -171,14 +170,13 @@ func (g *Group) memoryCharge() (uint64, error) {
 	if g.m.v2 {
 		file = "memory.current"
 	}
-	return readUint(filepath.Join(g.dir(ctrlMemory), file))
+	return g.readUintFile(ctrlMemory, file)
 }
 
 // waitNoPIDs polls pids.current until it is 0 (true) or d passes (false).
 func (g *Group) waitNoPIDs(d time.Duration) bool {
-	file := filepath.Join(g.dir(ctrlPids), "pids.current")
 	for deadline := time.Now().Add(d); ; {
-		n, err := readUint(file)
+		n, err := g.readUintFile(ctrlPids, "pids.current")
 		if err != nil {
 			return false
 		}
@@ -192,57 +190,30 @@ func (g *Group) waitNoPIDs(d time.Duration) bool {
 	}
 }
 
-// reset returns a fresh Group for g's empty directories with its counters reset or
-// recorded as its base (see the comment at the top of this file).
-func (g *Group) reset() (*Group, error) {
-	next := &Group{m: g.m, rel: g.rel, limits: g.limits, pool: g.pool, gen: g.gen}
+// reset returns a fresh Group for g's empty directories, which takes over g's open
+// control files, with its counters reset or recorded as its base (see the comment at the
+// top of this file). r is what g's counters read once the group was empty: nothing in it
+// can change them since.
+func (g *Group) reset(r rawCounters) (*Group, error) {
+	next := &Group{m: g.m, rel: g.rel, limits: g.limits, pool: g.pool, gen: g.gen, files: g.files}
+	next.base.oomKills, next.base.pidsMax = r.oomKills, r.pidsMax
 	if g.m.v2 {
-		st, err := ReadCounters(filepath.Join(g.dir(ctrlCPU), "cpu.stat"))
-		if err != nil {
-			return nil, err
-		}
-		ev, err := ReadCounters(filepath.Join(g.dir(ctrlMemory), "memory.events"))
-		if err != nil {
-			return nil, err
-		}
-		next.base.cpu = time.Duration(st["usage_usec"]) * time.Microsecond
-		next.base.memFail, next.base.oomKills = ev["max"], ev["oom_kill"]
-	} else {
-		mem := g.dir(ctrlMemory)
-		files := []string{filepath.Join(mem, "memory.max_usage_in_bytes"), filepath.Join(mem, "memory.failcnt"),
-			filepath.Join(g.dir(ctrlCPU), "cpuacct.usage")}
-		if g.m.memsw {
-			files = append(files, filepath.Join(mem, "memory.memsw.max_usage_in_bytes"), filepath.Join(mem, "memory.memsw.failcnt"))
-		}
-		for _, f := range files {
-			if err := writeZero(f); err != nil {
-				return nil, fmt.Errorf("resetting cgroup %s for reuse: %w", g.rel, err)
-			}
-		}
-		oom, err := ReadCounters(filepath.Join(mem, "memory.oom_control"))
-		if err != nil {
-			return nil, err
-		}
-		next.base.oomKills = oom["oom_kill"]
+		next.base.cpu, next.base.memFail = r.cpu, r.memFail
+		return next, nil
 	}
-	ev, err := ReadCounters(filepath.Join(g.dir(ctrlPids), "pids.events"))
-	if err != nil {
-		return nil, err
+	files := []string{"memory.max_usage_in_bytes", "memory.failcnt"}
+	if g.m.memsw {
+		files = append(files, "memory.memsw.max_usage_in_bytes", "memory.memsw.failcnt")
 	}
-	next.base.pidsMax = ev["max"]
+	for _, f := range files {
+		if err := g.writeZeroFile(ctrlMemory, f); err != nil {
+			return nil, fmt.Errorf("resetting cgroup %s for reuse: %w", g.rel, err)
+		}
+	}
+	if err := g.writeZeroFile(ctrlCPU, "cpuacct.usage"); err != nil {
+		return nil, fmt.Errorf("resetting cgroup %s for reuse: %w", g.rel, err)
+	}
 	return next, nil
-}
-
-func writeZero(file string) error {
-	fd, err := unix.Open(file, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: path.Base(file), Err: err}
-	}
-	defer unix.Close(fd)
-	if _, err := unix.Write(fd, []byte("0")); err != nil {
-		return &fs.PathError{Op: "write", Path: path.Base(file), Err: err}
-	}
-	return nil
 }
 
 // DropPooled deletes the empty groups kept under prefix (a function that is removed), and

@@ -3,6 +3,7 @@ package cgroup
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -250,4 +251,100 @@ sys.stdin.buffer.read(1)
 	if err := g.Release(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestKeptControlFilesReadFreshAndClose: a pooled group keeps its control files open and
+// reads each again at offset 0, so a counter read twice through the same descriptor shows
+// what changed between (pids.current as a second process joins, and after both left); the
+// reused group keeps them, and deleting it closes every one (the test's descriptor count is
+// back where it was).
+func TestKeptControlFilesReadFreshAndClose(t *testing.T) {
+	m := newManager(t)
+	before := openFDs(t)
+	l := Limits{MemoryMiB: 64, PIDs: 8}
+	s1, s2 := startSleep(t), startSleep(t)
+	g := placePooled(t, m, s1.Process.Pid, l)
+	if u, err := g.Usage(); err != nil || u.PIDs != 1 {
+		t.Fatalf("Usage with one process: %+v, %v", u, err)
+	}
+	if openFDs(t) <= before {
+		t.Fatalf("a pooled group keeps no control file open (%d descriptors before and after)", before)
+	}
+	if err := g.Add(s2.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := g.Usage(); err != nil || u.PIDs != 2 {
+		t.Fatalf("Usage read again through the kept descriptors: %+v, %v; want 2 pids", u, err)
+	}
+	for _, s := range []*exec.Cmd{s1, s2} {
+		_ = s.Process.Kill()
+		_ = s.Wait()
+	}
+	if u, err := g.Usage(); err != nil || u.PIDs != 0 {
+		t.Fatalf("Usage once both exited: %+v, %v; want 0 pids", u, err)
+	}
+	if err := g.Release(); err != nil {
+		t.Fatal(err)
+	}
+	s3 := startSleep(t)
+	g2 := placePooled(t, m, s3.Process.Pid, l)
+	if g2.Path() != g.Path() {
+		t.Fatalf("group %s not reused (%s)", g.Path(), g2.Path())
+	}
+	if u, err := g2.Usage(); err != nil || u.PIDs != 1 {
+		t.Fatalf("reused group's Usage: %+v, %v; want 1 pid", u, err)
+	}
+	_ = s3.Process.Kill()
+	_ = s3.Wait()
+	if err := g2.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DropPooled("fn"); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, m, g.Path())
+	if n := openFDs(t); n != before {
+		t.Errorf("%d descriptors open after the group was deleted, %d before it was made", n, before)
+	}
+	// A group kept by Release and dropped by Cleanup (the daemon's shutdown) closes its
+	// descriptors too.
+	s4 := startSleep(t)
+	g4 := placePooled(t, m, s4.Process.Pid, l)
+	_ = s4.Process.Kill()
+	_ = s4.Wait()
+	if err := g4.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if n := openFDs(t); n != before {
+		t.Errorf("%d descriptors open after Cleanup dropped a kept group, %d before", n, before)
+	}
+}
+
+// startSleep starts a sleep(1) of a minute, killed at the end of the test.
+func startSleep(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd
+}
+
+// openFDs counts the test process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }

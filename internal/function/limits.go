@@ -62,10 +62,14 @@ func requestLimits(d *deployment) cgroup.Limits {
 func (m *Manager) enforceIn(d *deployment, reqID string, g *cgroup.Group) func(*agentproc.Result) {
 	wctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		g.Enforce(wctx, limitPoll)
-	}()
+	if l := g.Limits(); l.CPUMs > 0 || l.PIDs > 0 { // else nothing to watch: no goroutine
+		go func() {
+			defer close(done)
+			g.Enforce(wctx, limitPoll)
+		}()
+	} else {
+		close(done)
+	}
 	return func(res *agentproc.Result) {
 		stop()
 		<-done

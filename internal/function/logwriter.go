@@ -11,9 +11,13 @@ import (
 )
 
 // logWriter stores log lines off the request path: lines are queued and a
-// single goroutine writes them in batches, one transaction each. Flush
-// waits until everything queued before it is stored, so a caller that asks
-// for logs after its request returned (read-your-writes) sees them.
+// single goroutine writes them in batches, one transaction each. A batch
+// gathers for up to batchWindow after its first line, so the lines of the
+// requests that end close together are stored in one transaction (a
+// transaction's fixed cost was most of the daemon's log CPU per request).
+// Flush waits until everything queued before it is stored, without the
+// window, so a caller that asks for logs after its request returned
+// (read-your-writes) sees them at once.
 //
 // The queue is bounded (maxPendingLines lines, maxPendingBytes bytes of
 // text): when the store falls behind, further lines are dropped and counted
@@ -32,6 +36,7 @@ type logWriter struct {
 	waiters      []chan struct{}
 	closed       bool
 	wake         chan struct{}
+	now          chan struct{} // ends a batch's gathering early: a Flush, or a full batch
 	done         chan struct{}
 }
 
@@ -47,8 +52,16 @@ const (
 	maxPendingBytes = 16 << 20
 )
 
+// A batch's gathering: at most batchWindow after its first line, or until it
+// holds batchLines lines.
+const (
+	batchWindow = 50 * time.Millisecond
+	batchLines  = 1024
+)
+
 func newLogWriter(storeFn func(ctx context.Context, lines []store.LogLine) error, log *slog.Logger) *logWriter {
-	w := &logWriter{store: storeFn, log: log, wake: make(chan struct{}, 1), done: make(chan struct{}), dropped: map[string]*droppedLogs{}}
+	w := &logWriter{store: storeFn, log: log, wake: make(chan struct{}, 1), now: make(chan struct{}, 1),
+		done: make(chan struct{}), dropped: map[string]*droppedLogs{}}
 	go w.run()
 	return w
 }
@@ -81,8 +94,12 @@ func (w *logWriter) append(lines []store.LogLine) {
 		w.pending = append(w.pending, l)
 		w.pendingBytes += len(l.Line)
 	}
+	full := len(w.pending) >= batchLines
 	w.mu.Unlock()
 	w.kick()
+	if full {
+		w.hurry()
+	}
 }
 
 // takeLocked returns the queued lines, followed by one note per function
@@ -106,6 +123,15 @@ func (w *logWriter) kick() {
 	}
 }
 
+// hurry ends the current batch's gathering (or the next one's, when none is
+// gathering).
+func (w *logWriter) hurry() {
+	select {
+	case w.now <- struct{}{}:
+	default:
+	}
+}
+
 // Flush returns once every line queued before the call is stored, or ctx
 // ends.
 func (w *logWriter) Flush(ctx context.Context) {
@@ -118,6 +144,7 @@ func (w *logWriter) Flush(ctx context.Context) {
 	w.waiters = append(w.waiters, ch)
 	w.mu.Unlock()
 	w.kick()
+	w.hurry()
 	select {
 	case <-ch:
 	case <-ctx.Done():
@@ -126,7 +153,20 @@ func (w *logWriter) Flush(ctx context.Context) {
 
 func (w *logWriter) run() {
 	defer close(w.done)
+	gather := time.NewTimer(batchWindow)
+	gather.Stop()
 	for range w.wake {
+		w.mu.Lock()
+		wait := len(w.waiters) == 0
+		w.mu.Unlock()
+		if wait {
+			gather.Reset(batchWindow)
+			select {
+			case <-gather.C:
+			case <-w.now:
+				gather.Stop()
+			}
+		}
 		for {
 			w.mu.Lock()
 			batch, waiters := w.takeLocked(), w.waiters

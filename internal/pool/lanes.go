@@ -106,6 +106,7 @@ func (p *pool) newLaneLocked(key string) (*lane, error) {
 	r, err := p.m.cfg.Launcher.NewRunner(function.RunnerOptions{
 		Kind: function.KindFork, Function: p.owner(), Version: p.bootHash[:12], Manifest: fm,
 		CodeDir: p.bootDir, HostUID: p.hostUID, Output: p.zygoteOutput, Log: p.log.With("lane", laneName(key)),
+		Hold: p.hold(),
 	})
 	if err != nil {
 		return nil, err

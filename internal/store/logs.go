@@ -51,6 +51,14 @@ func (s *Store) LogRetention() int {
 // function's logs to the newest LogRetention. Of more lines of one function
 // than that, only the newest are inserted: one call never writes more rows
 // than the retention keeps.
+//
+// The prune costs what it removes, not what the retention keeps: each
+// function's row count is counted once (the first append to it since the
+// store was opened) and then kept up to date (logCounts), and only when it
+// passes the retention are the oldest rows over it deleted, found from the
+// oldest end of the function's index. (It used to find the newest
+// retention's-worth of rows from the newest end on every batch: a walk of up
+// to 20,000 index entries per warm request, most of a batch's CPU.)
 func (s *Store) AppendLogs(ctx context.Context, lines []LogLine) error {
 	keep := s.LogRetention()
 	lines = newestPerFunction(lines, keep)
@@ -61,6 +69,8 @@ func (s *Store) AppendLogs(ctx context.Context, lines []LogLine) error {
 	if err != nil {
 		return fmt.Errorf("appending logs: %w", err)
 	}
+	s.logCounts.mu.Lock()
+	defer s.logCounts.mu.Unlock()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("appending logs: %w", err)
@@ -70,20 +80,55 @@ func (s *Store) AppendLogs(ctx context.Context, lines []LogLine) error {
 	defer stmt.Close()
 	pruneTx := tx.StmtContext(ctx, prune)
 	defer pruneTx.Close()
-	fns := map[string]bool{}
+	added := map[string]int64{}
 	for _, l := range lines {
 		if _, err := stmt.ExecContext(ctx, l.Function, l.Version, l.RequestID, l.CallerID, l.Stream, l.At.UnixMilli(), l.Line); err != nil {
 			return fmt.Errorf("appending logs: %w", err)
 		}
-		fns[l.Function] = true
+		added[l.Function]++
 	}
-	for fn := range fns {
-		if _, err := pruneTx.ExecContext(ctx, fn, fn, keep); err != nil {
-			return fmt.Errorf("pruning logs: %w", err)
+	counts := make(map[string]int64, len(added))
+	for fn, n := range added {
+		have, ok := s.logCounts.n[fn]
+		if ok {
+			have += n
+		} else if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM logs WHERE function = ?`, fn).Scan(&have); err != nil {
+			return fmt.Errorf("counting logs: %w", err)
 		}
+		if over := have - int64(keep); over > 0 {
+			if _, err := pruneTx.ExecContext(ctx, fn, fn, over-1); err != nil {
+				return fmt.Errorf("pruning logs: %w", err)
+			}
+			have = int64(keep)
+		}
+		counts[fn] = have
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		for fn := range counts {
+			delete(s.logCounts.n, fn) // counted again next time
+		}
+		return fmt.Errorf("appending logs: %w", err)
+	}
+	if s.logCounts.n == nil {
+		s.logCounts.n = map[string]int64{}
+	}
+	for fn, n := range counts {
+		s.logCounts.n[fn] = n
+	}
+	return nil
 }
+
+// logCounts are the functions' log row counts as AppendLogs keeps them.
+// Everything that changes the logs table takes mu around its transaction and
+// updates or forgets the counts of the functions it changed (AppendLogs,
+// DeleteFunction).
+type logCounts struct {
+	mu sync.Mutex
+	n  map[string]int64 // function → rows; missing: not counted yet
+}
+
+// forget drops fn's count after its rows were deleted (call with mu held).
+func (c *logCounts) forget(fn string) { delete(c.n, fn) }
 
 // logStatements are AppendLogs' statements, prepared once per Store rather than parsed
 // again for every batch (the parse was over a third of a batch's CPU: issue 15's daemon
@@ -95,8 +140,9 @@ type logStatements struct {
 
 const (
 	insertLogSQL = `INSERT INTO logs (function, version, request_id, caller_id, stream, at, line) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	// pruneLogsSQL deletes the oldest N+1 rows of a function (N is its third argument).
 	pruneLogsSQL = `DELETE FROM logs WHERE function = ? AND id <= (
-			SELECT id FROM logs WHERE function = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`
+			SELECT id FROM logs WHERE function = ? ORDER BY id ASC LIMIT 1 OFFSET ?)`
 )
 
 // get returns the prepared insert and prune statements, preparing them on db the first

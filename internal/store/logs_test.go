@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +133,60 @@ func TestLogsByCallerID(t *testing.T) {
 	}
 	if got, _ := st.Logs(ctx, store.LogQuery{Function: "f", RequestID: "r1"}); len(got) != 3 {
 		t.Fatalf("by request id: %+v", got)
+	}
+}
+
+// TestRetentionHeldOverManyBatches: the prune counts each function's rows once and then
+// keeps the count, so it must stay exact over many small batches, a retention lowered
+// between them, a store reopened (counted again), and a function whose logs were deleted
+// (DeleteFunction) and that logs again: every function keeps exactly its newest lines.
+func TestRetentionHeldOverManyBatches(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "zygo.db")
+	st := openStore(t, path)
+	st.SetLogRetention(50)
+	for i := range 40 {
+		lines := append(logLines("a", "v", "r", 3, time.Now()), logLines("b", "v", "r", 1, time.Now())...)
+		lines[0].Line = "a batch " + strconv.Itoa(i)
+		if err := st.AppendLogs(ctx, lines); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := rowCount(t, st, "logs", "a"), rowCount(t, st, "logs", "b"); a != 50 || b != 40 {
+		t.Fatalf("a keeps %d lines, b %d: want 50 and 40", a, b)
+	}
+	st.SetLogRetention(20)
+	if err := st.AppendLogs(ctx, logLines("a", "v", "r", 1, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if a := rowCount(t, st, "logs", "a"); a != 20 {
+		t.Fatalf("after the retention fell to 20, a keeps %d lines", a)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st = openStore(t, path)
+	st.SetLogRetention(20)
+	for range 3 {
+		if err := st.AppendLogs(ctx, logLines("b", "v", "r", 5, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b := rowCount(t, st, "logs", "b"); b != 20 {
+		t.Fatalf("reopened, b keeps %d lines, want 20", b)
+	}
+	putActive(t, st, "a", "sha256:1", "m1")
+	if err := st.DeleteFunction(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AppendLogs(ctx, logLines("a", "v", "r", 4, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if a := rowCount(t, st, "logs", "a"); a != 4 {
+		t.Fatalf("a logged 4 lines after it was deleted and keeps %d", a)
+	}
+	got, err := st.Logs(ctx, store.LogQuery{Function: "b", Limit: 1})
+	if err != nil || len(got) != 1 || got[0].Line != "b r line 0" {
+		t.Fatalf("b's oldest kept line: %+v, %v; want the first of the last 4 batches of 5", got, err)
 	}
 }

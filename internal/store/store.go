@@ -32,6 +32,8 @@ type Store struct {
 	logRetention atomic.Int64
 	// logs are AppendLogs' prepared statements (logs.go).
 	logs logStatements
+	// logCounts are the functions' log row counts AppendLogs prunes by (logs.go).
+	logCounts logCounts
 }
 
 // schema is step 1 of migrate.go: the first daemon's tables.
@@ -263,6 +265,9 @@ func (s *Store) DeleteVersion(ctx context.Context, function, hash string) error 
 // DeleteFunction removes a function, its versions and its logs;
 // errdefs.ErrNotFound if it does not exist.
 func (s *Store) DeleteFunction(ctx context.Context, name string) error {
+	s.logCounts.mu.Lock()
+	defer s.logCounts.mu.Unlock()
+	s.logCounts.forget(name) // its rows go, or the count is taken again
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

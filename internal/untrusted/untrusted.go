@@ -25,7 +25,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -43,8 +45,9 @@ const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_N
 // Dir is an open directory whose contents a sandbox may write. It is safe
 // for concurrent use. The caller owns it and must Close it.
 type Dir struct {
-	f    *os.File
-	path string // for messages only; never re-resolved
+	fd     int         // owned; closed by Close
+	closed atomic.Bool // Close ran (a second Close must not close a reused number)
+	path   string      // for messages only; never re-resolved
 }
 
 // OpenDir opens path, which the daemon created, as a Dir. The last component
@@ -55,15 +58,30 @@ func OpenDir(path string) (*Dir, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	return &Dir{f: os.NewFile(uintptr(fd), path), path: path}, nil
+	return &Dir{fd: fd, path: path}, nil
 }
 
 // Path returns the path OpenDir was given (for messages and for binding it
 // into a sandbox; never for reading through).
 func (d *Dir) Path() string { return d.path }
 
-// Close releases the directory's descriptor.
-func (d *Dir) Close() error { return d.f.Close() }
+// live is d's descriptor, or -1 once Close ran, so that a use after Close fails
+// (EBADF) instead of reaching whatever file took the number since.
+func (d *Dir) live() int {
+	if d.closed.Load() {
+		return -1
+	}
+	return d.fd
+}
+
+// Close releases the directory's descriptor. Closing again does nothing and
+// returns os.ErrClosed.
+func (d *Dir) Close() error {
+	if !d.closed.CompareAndSwap(false, true) {
+		return os.ErrClosed
+	}
+	return unix.Close(d.fd)
+}
 
 // Sub opens the directory name below d, under the same rules, as a Dir of
 // its own.
@@ -72,7 +90,7 @@ func (d *Dir) Sub(name string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dir{f: os.NewFile(uintptr(fd), filepath.Join(d.path, name)), path: filepath.Join(d.path, name)}, nil
+	return &Dir{fd: fd, path: filepath.Join(d.path, name)}, nil
 }
 
 func (d *Dir) openat(name string, flags int) (int, error) {
@@ -81,7 +99,7 @@ func (d *Dir) openat(name string, flags int) (int, error) {
 	}
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK), Resolve: resolve}
 	for try := 0; ; try++ {
-		fd, err := unix.Openat2(int(d.f.Fd()), name, &how)
+		fd, err := unix.Openat2(d.live(), name, &how)
 		if (err == unix.EINTR || err == unix.EAGAIN) && try < maxRetries {
 			continue // EAGAIN: a rename raced the lookup (RESOLVE_BENEATH); retry
 		}
@@ -119,29 +137,41 @@ func checkName(name string) error {
 // blocks on a FIFO or device. The caller owns the returned file; it is in
 // non-blocking mode, which for a regular file changes nothing.
 func (d *Dir) Open(name string) (*os.File, error) {
-	fd, err := d.openat(name, unix.O_RDONLY)
+	fd, _, err := d.openRegular(name)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkRegular(fd, filepath.Join(d.path, name)); err != nil {
-		unix.Close(fd)
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), filepath.Join(d.path, name)), nil
 }
 
-func checkRegular(fd int, path string) error {
+// openRegular is Open's checks on a raw descriptor (owned by the caller),
+// with the size fstat gave.
+func (d *Dir) openRegular(name string) (fd int, size int64, err error) {
+	fd, err = d.openat(name, unix.O_RDONLY)
+	if err != nil {
+		return -1, 0, err
+	}
+	size, err = checkRegular(fd, filepath.Join(d.path, name))
+	if err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	return fd, size, nil
+}
+
+// checkRegular checks fd is a regular file with one link and returns its size.
+func checkRegular(fd int, path string) (int64, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return &os.PathError{Op: "fstat", Path: path, Err: err}
+		return 0, &os.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s: %w (mode %#o)", path, ErrNotRegular, st.Mode&unix.S_IFMT)
+		return 0, fmt.Errorf("%s: %w (mode %#o)", path, ErrNotRegular, st.Mode&unix.S_IFMT)
 	}
 	if st.Nlink != 1 {
-		return fmt.Errorf("%s: %w (%d links)", path, ErrNotRegular, st.Nlink)
+		return 0, fmt.Errorf("%s: %w (%d links)", path, ErrNotRegular, st.Nlink)
 	}
-	return nil
+	return st.Size, nil
 }
 
 // ReadFile reads name below d (see Open for what it refuses), at most max
@@ -149,22 +179,50 @@ func checkRegular(fd int, path string) error {
 // max+1 bytes is read, however large the file claims to be. ctx is checked
 // before the read (a regular file on a local filesystem does not block).
 func (d *Dir) ReadFile(ctx context.Context, name string, max int64) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	f, err := d.Open(name)
+	b, _, err := d.Head(ctx, name, max+1)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", f.Name(), err)
 	}
 	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%w: %s is over %d bytes", errdefs.ErrTooLarge, f.Name(), max)
+		return nil, fmt.Errorf("%w: %s is over %d bytes", errdefs.ErrTooLarge, filepath.Join(d.path, name), max)
 	}
 	return b, nil
+}
+
+// Head reads at most n bytes of name below d (see Open for what it refuses)
+// and returns them with the size the file claimed when opened (which may be
+// larger than what was read, or smaller when it grew). It reads into one
+// buffer of that size (bounded by n), so a file of a few kilobytes costs
+// one allocation and two reads, and nothing beyond n bytes is read, however
+// large the file claims to be. ctx is checked before the read.
+func (d *Dir) Head(ctx context.Context, name string, n int64) (b []byte, size int64, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	fd, size, err := d.openRegular(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer unix.Close(fd)
+	b = make([]byte, 0, max(min(size+1, n), 0))
+	for int64(len(b)) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, int(min(int64(max(cap(b), 512)), n-int64(len(b)))))
+		}
+		var got int
+		got, err = unix.Read(fd, b[len(b):int(min(int64(cap(b)), n))])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || got <= 0 {
+			break
+		}
+		b = b[:len(b)+got]
+	}
+	if err != nil {
+		return nil, 0, &os.PathError{Op: "read", Path: filepath.Join(d.path, name), Err: err}
+	}
+	return b, size, nil
 }
 
 // WriteFile creates name below d, exclusively (an existing name of any
@@ -179,17 +237,27 @@ func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
 		}
 		return err
 	}
-	f := os.NewFile(uintptr(fd), filepath.Join(d.path, name))
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(perm)
+	for rest := data; len(rest) > 0 && err == nil; {
+		var n int
+		n, err = unix.Write(fd, rest)
+		if errors.Is(err, unix.EINTR) {
+			err = nil
+			continue
+		}
+		if err == nil && n <= 0 {
+			err = io.ErrShortWrite
+		}
+		rest = rest[max(n, 0):]
 	}
-	if cerr := f.Close(); err == nil {
+	if err == nil {
+		err = unix.Fchmod(fd, uint32(perm.Perm()))
+	}
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		_ = d.Remove(name)
-		return fmt.Errorf("writing %s: %w", f.Name(), err)
+		return fmt.Errorf("writing %s: %w", filepath.Join(d.path, name), err)
 	}
 	return nil
 }
@@ -204,7 +272,7 @@ func (d *Dir) Create(name string, perm os.FileMode) (*os.File, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	fd, err := unix.Openat2(int(d.f.Fd()), name, &how)
+	fd, err := unix.Openat2(d.live(), name, &how)
 	if err == unix.EEXIST {
 		return nil, &os.PathError{Op: "create", Path: filepath.Join(d.path, name), Err: os.ErrExist}
 	}
@@ -227,7 +295,7 @@ func (d *Dir) Chown(name string, uid, gid int) error {
 		defer sub.Close()
 		return sub.Chown(filepath.Base(name), uid, gid)
 	}
-	if err := unix.Fchownat(int(d.f.Fd()), name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.Fchownat(d.live(), name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &os.PathError{Op: "chown", Path: filepath.Join(d.path, name), Err: err}
 	}
 	return nil
@@ -240,9 +308,9 @@ func (d *Dir) Remove(name string) error {
 	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
 		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
 	}
-	err := unix.Unlinkat(int(d.f.Fd()), name, 0)
+	err := unix.Unlinkat(d.live(), name, 0)
 	if err == unix.EISDIR || err == unix.EPERM {
-		err = unix.Unlinkat(int(d.f.Fd()), name, unix.AT_REMOVEDIR)
+		err = unix.Unlinkat(d.live(), name, unix.AT_REMOVEDIR)
 	}
 	if err != nil && err != unix.ENOENT {
 		return &os.PathError{Op: "remove", Path: filepath.Join(d.path, name), Err: err}
@@ -258,7 +326,7 @@ func (d *Dir) RemoveAll(ctx context.Context, name string) error {
 	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
 		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
 	}
-	return removeAllAt(ctx, int(d.f.Fd()), name, d.path, 0)
+	return removeAllAt(ctx, d.live(), name, d.path, 0)
 }
 
 // maxDepth bounds RemoveAll's recursion (each level holds one descriptor).
@@ -316,7 +384,7 @@ func (d *Dir) Mkdir(name string, perm os.FileMode) error {
 	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
 		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
 	}
-	if err := unix.Mkdirat(int(d.f.Fd()), name, uint32(perm.Perm())); err != nil {
+	if err := unix.Mkdirat(d.live(), name, uint32(perm.Perm())); err != nil {
 		if err == unix.EEXIST {
 			err = os.ErrExist
 		}
@@ -334,7 +402,7 @@ func (d *Dir) Rename(oldName, newName string) error {
 			return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, n)
 		}
 	}
-	fd := int(d.f.Fd())
+	fd := d.live()
 	if err := unix.Renameat(fd, oldName, fd, newName); err != nil {
 		return &os.PathError{Op: "rename", Path: filepath.Join(d.path, newName), Err: err}
 	}

@@ -88,6 +88,24 @@ func TestReadFileIsBoundedOnAHugeSparseFile(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrTooLarge) {
 		t.Fatalf("err = %v, want ErrTooLarge", err)
 	}
+	// Head reads its n bytes into a buffer of n (not of the size the file claims) and
+	// reports that size.
+	b, size, err := d.Head(context.Background(), "big", 100)
+	if err != nil || len(b) != 100 || cap(b) > 100 || size != 1<<40 {
+		t.Fatalf("Head(big, 100) = %d bytes (cap %d), size %d, %v; want 100 of a 1 TiB file", len(b), cap(b), size, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "small"), []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, size, err := d.Head(context.Background(), "small", 100); err != nil || string(b) != "hello" || size != 5 {
+		t.Fatalf("Head(small, 100) = %q, %d, %v", b, size, err)
+	}
+	if b, err := d.ReadFile(context.Background(), "small", 5); err != nil || string(b) != "hello" {
+		t.Fatalf("ReadFile(small, 5) = %q, %v: a file of exactly max bytes is read whole", b, err)
+	}
+	if _, err := d.ReadFile(context.Background(), "small", 4); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Fatalf("ReadFile(small, 4) = %v, want ErrTooLarge", err)
+	}
 }
 
 func TestWriteFileNeverFollowsAPlantedName(t *testing.T) {
@@ -214,5 +232,38 @@ func TestCreateIsExclusiveAndNeverFollows(t *testing.T) {
 	}
 	if _, err := d.Create("../escape", 0o600); err == nil {
 		t.Error("Create(\"../escape\") succeeded, want refused")
+	}
+}
+
+// TestClosedDirReachesNothing: a Dir used after Close fails, even when its descriptor's
+// number was taken since by another directory (a raw descriptor is reused at once).
+func TestClosedDirReachesNothing(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(b, "x"), []byte("b's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	da, err := OpenDir(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := da.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.Close(); err == nil {
+		t.Error("a second Close succeeded")
+	}
+	db, err := OpenDir(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got, err := da.ReadFile(context.Background(), "x", 100); err == nil {
+		t.Fatalf("a closed Dir read %q (through the number the next directory took)", got)
+	}
+	if err := da.Remove("x"); err == nil {
+		t.Fatal("a closed Dir removed a name")
+	}
+	if _, err := os.Stat(filepath.Join(b, "x")); err != nil {
+		t.Fatalf("b's file: %v", err)
 	}
 }
