@@ -88,3 +88,7 @@ bench: deps build
 	$(GO) run ./cmd/zygo-bench -root . -out docs/BENCHMARKS.md -cpuprofile $(BIN)/bench-daemon.pprof
 	./scripts/bench-sandbox.sh 2>/dev/null | grep -v ' INFO ' | tee $(BIN)/bench-sandbox.txt
 	./scripts/bench-append.sh $(BIN)/bench-sandbox.txt docs/BENCHMARKS.md
+	./scripts/bench-e2b.sh | tee $(BIN)/bench-e2b.txt
+	{ echo; echo "## E2B's SDK against Zygo's own API (scripts/bench-e2b.sh)"; echo; \
+	  echo "The same operations through E2B's npm \`e2b\` (on \`zygo serve --e2b\`) and Zygo's Node SDK, one run, medians."; \
+	  echo; cat $(BIN)/bench-e2b.txt; } >> docs/BENCHMARKS.md
