@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -59,10 +58,10 @@ func ParseTemplate(s string) (Template, error) {
 	if name == BaseTemplate {
 		return Template{}, fmt.Errorf("template %q: %q is built in", s, BaseTemplate)
 	}
-	if err := ValidateRootfs(dir); err != nil || dir == "" {
-		return Template{}, fmt.Errorf("template %q: %v", s, err)
+	if dir == "" {
+		return Template{}, fmt.Errorf("template %q: DIR is empty", s)
 	}
-	if _, err := os.Stat(dir); err != nil {
+	if err := ValidateRootfs(dir); err != nil {
 		return Template{}, fmt.Errorf("template %q: %w", s, err)
 	}
 	return Template{Name: name, RootfsDir: dir, Description: "rootfs " + dir}, nil
