@@ -318,5 +318,5 @@ type Interface struct {
 // errorBody is the JSON body of a non-2xx answer.
 type errorBody struct {
 	Error string `json:"error"`
-	Code  string `json:"code"` // "not_found", "invalid", "permission_denied", "conflict", "unauthorized", "internal"
+	Code  string `json:"code"` // "not_found", "invalid", "permission_denied", "conflict", "exists", "too_large", "unauthorized", "internal"
 }
