@@ -94,9 +94,10 @@ type proc struct {
 	stdin     *os.File // the write end; nil once closed (or when not kept open). Guarded by stdinSem.
 	stdinFile *os.File // the write end as started, never changed (nil without stdin)
 
-	mu        sync.Mutex // guards listeners, exited, end, endedAt
+	mu        sync.Mutex // guards listeners, exited, exitedAt, end, endedAt
 	listeners map[*listener]struct{}
 	exited    bool // reaped: its pid may be another process's now
+	exitedAt  time.Time
 	end       *ProcessEvent // set once output is drained after the exit
 	endedAt   time.Time
 	done      chan struct{} // closed once end is set
@@ -199,8 +200,9 @@ func (t *procTable) supervise(p *proc, outR, errR *os.File, done <-chan syscall.
 	go func() { defer wg.Done(); p.pump(errR, ProcessStderr) }()
 	ws := <-done
 	p.mu.Lock()
-	p.exited = true
+	p.exited, p.exitedAt = true, time.Now()
 	p.mu.Unlock()
+	// Wakes a pump waiting for data; a pump that was busy sets its own before its next read.
 	deadline := time.Now().Add(drainGrace)
 	_ = outR.SetReadDeadline(deadline)
 	_ = errR.SetReadDeadline(deadline)
@@ -252,6 +254,9 @@ func (t *procTable) supervise(p *proc, outR, errR *os.File, done <-chan syscall.
 func (p *proc) pump(r *os.File, kind string) {
 	buf := make([]byte, 32<<10)
 	for {
+		if d, ok := p.drainDeadline(); ok {
+			_ = r.SetReadDeadline(d)
+		}
 		n, err := r.Read(buf)
 		if n > 0 {
 			ev := ProcessEvent{Kind: kind, Data: append([]byte(nil), buf[:n]...)}
@@ -266,6 +271,27 @@ func (p *proc) pump(r *os.File, kind string) {
 			return
 		}
 	}
+}
+
+// drainMax bounds the drain of a process's pipes after its exit, the time spent waiting for
+// slow listeners included.
+const drainMax = 5 * time.Second
+
+// drainDeadline returns the read deadline of p's pipes once it exited: drainGrace without
+// data from now (a background child may hold the pipes open), at most drainMax after the
+// exit. The time a pump spent waiting for a listener does not count against drainGrace, so
+// what a process wrote just before it exited reaches a listener that was slow for a moment.
+func (p *proc) drainDeadline() (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.exited {
+		return time.Time{}, false
+	}
+	d := time.Now().Add(drainGrace)
+	if hard := p.exitedAt.Add(drainMax); d.After(hard) {
+		d = hard
+	}
+	return d, true
 }
 
 func (p *proc) connected() []*listener {
@@ -337,13 +363,14 @@ func (p *proc) write(ctx context.Context, data []byte) error {
 		return ctx.Err()
 	}
 	defer func() { p.stdinSem <- struct{}{} }()
-	if p.stdin == nil {
+	f := p.stdin
+	if f == nil {
 		return errStdinClosed
 	}
-	stop := context.AfterFunc(ctx, func() { _ = p.stdin.SetWriteDeadline(time.Now()) })
-	_, err := p.stdin.Write(data)
+	stop := context.AfterFunc(ctx, func() { _ = f.SetWriteDeadline(time.Now()) })
+	_, err := f.Write(data)
 	if !stop() {
-		_ = p.stdin.SetWriteDeadline(time.Time{})
+		_ = f.SetWriteDeadline(time.Time{})
 		if err != nil {
 			return ctx.Err()
 		}

@@ -123,7 +123,7 @@ const (
 	// MaxOpenStreams bounds the long-lived streams (connected processes, watches) open on one
 	// guest channel at once; the channel's HTTP/2 connection carries at most
 	// maxChannelStreams requests, and the rest are for ordinary calls.
-	MaxOpenStreams = 128
+	MaxOpenStreams = 64
 	// MaxInputBytes bounds one SendInput.
 	MaxInputBytes = 8 << 20
 )
