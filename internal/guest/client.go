@@ -57,6 +57,7 @@ type Client struct {
 	// wait for a connection fail with it at once (guarded by mu).
 	incompatible error
 	pending      int // connections in the Hello exchange (guarded by mu)
+	streams      int // long-lived streams open, at most MaxOpenStreams (guarded by mu)
 	rejects      rateLog
 }
 
@@ -350,6 +351,10 @@ func decodeError(resp *http.Response) error {
 		cat = errdefs.ErrNotFound
 	case "invalid":
 		cat = errdefs.ErrInvalidArgument
+	case "exists":
+		cat = errdefs.ErrExists
+	case "too_large":
+		cat = errdefs.ErrTooLarge
 	case "unauthorized", "conflict":
 		cat = errdefs.ErrFailedPrecondition
 	case "permission_denied":
