@@ -5,7 +5,6 @@ package api
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/sdk/go/wire"

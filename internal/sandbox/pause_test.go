@@ -216,7 +216,7 @@ func TestLifecycleValidation(t *testing.T) {
 	if _, err := m.Create(ctx, CreateOptions{Template: "nope"}); !errdefs.IsNotFound(err) {
 		t.Errorf("an unknown template: %v, want not found", err)
 	}
-	if got := m.Templates(); len(got) != 1 || got[0].Name != BaseTemplate {
+	if got := m.Templates(); len(got) != 2 || got[0].Name != BaseTemplate || got[1].Name != CodeInterpreterTemplate {
 		t.Errorf("templates: %+v", got)
 	}
 }

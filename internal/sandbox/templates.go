@@ -22,7 +22,11 @@ import (
 // the host's /usr.
 const BaseTemplate = "base"
 
-// baseUser is what the base template's setup adds: /etc/passwd and /etc/group lines and a
+// CodeInterpreterTemplate is the template @e2b/code-interpreter creates by default: the same
+// as BaseTemplate (Zygo's interpreter is the guest's, in every sandbox).
+const CodeInterpreterTemplate = "code-interpreter-v1"
+
+// baseSetup is what the base template's setup adds: /etc/passwd and /etc/group lines and a
 // home owned by the user. The root's files are in memory (writes never reach the host), so
 // the setup edits them in place; it leaves a root that has the user already as it is.
 const baseSetup = `set -e
@@ -55,8 +59,8 @@ func ParseTemplate(s string) (Template, error) {
 	if !ok || !templateNameRE.MatchString(name) {
 		return Template{}, fmt.Errorf("template %q: want NAME=DIR, NAME 1-63 of [a-z0-9_.-] starting with a letter or digit", s)
 	}
-	if name == BaseTemplate {
-		return Template{}, fmt.Errorf("template %q: %q is built in", s, BaseTemplate)
+	if name == BaseTemplate || name == CodeInterpreterTemplate {
+		return Template{}, fmt.Errorf("template %q: %q is built in", s, name)
 	}
 	if dir == "" {
 		return Template{}, fmt.Errorf("template %q: DIR is empty", s)
@@ -67,10 +71,12 @@ func ParseTemplate(s string) (Template, error) {
 	return Template{Name: name, RootfsDir: dir, Description: "rootfs " + dir}, nil
 }
 
-// Templates returns the registered templates by name, BaseTemplate first.
+// Templates returns the templates: the built-in BaseTemplate and CodeInterpreterTemplate, then
+// the registered ones by name.
 func (m *Manager) Templates() []Template {
-	out := []Template{{Name: BaseTemplate, Setup: baseSetup,
-		Description: "the default root (the host's /usr: Python 3, Node) with the user \"user\" (uid 1000, /home/user)"}}
+	base := "the default root (the host's /usr: Python 3, Node) with the user \"user\" (uid 1000, /home/user)"
+	out := []Template{{Name: BaseTemplate, Setup: baseSetup, Description: base},
+		{Name: CodeInterpreterTemplate, Setup: baseSetup, Description: "as base (E2B's code interpreter's default)"}}
 	extra := slices.Clone(m.cfg.Templates)
 	slices.SortFunc(extra, func(a, b Template) int { return strings.Compare(a.Name, b.Name) })
 	return append(out, extra...)

@@ -37,14 +37,14 @@ async function identity(sbx) {
 
 let sbx // the sandbox most tests share, from the base template
 
-test('create from base: user, home, Python 3 and Node', async () => {
+test('create (the code interpreter\'s default template, as base): user, home, Python 3 and Node', async () => {
   sbx = track(await Sandbox.create({ timeoutMs: 600_000, metadata: { suite: 'zygo-e2b' } }))
   assert.match(sbx.sandboxId, /^sb-/)
   const who = await sbx.commands.run('id -un; echo $HOME; pwd; python3 -c "print(6*7)"; node -e "console.log(6*7)"')
   assert.deepEqual(who.stdout.trim().split('\n'), ['user', '/home/user', '/home/user', '42', '42'])
   const info = await Base.getInfo(sbx.sandboxId)
   assert.equal(info.state, 'running')
-  assert.equal(info.templateId, 'base')
+  assert.equal(info.templateId, 'code-interpreter-v1') // @e2b/code-interpreter's default template
   assert.deepEqual(info.metadata, { suite: 'zygo-e2b' })
   const listed = await Base.list({ query: { metadata: { suite: 'zygo-e2b' }, state: ['running'] } }).nextItems()
   assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId), 'listed by its metadata')

@@ -139,8 +139,12 @@ func TestE2BControlAPI(t *testing.T) {
 	req, _ := http.NewRequest("GET", e.URL+"/health", nil)
 	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != 401 {
-		t.Errorf("envd without X-Access-Token: %v %v, want 401", resp, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Errorf("envd without X-Access-Token: %d, want 401", resp.StatusCode)
 	}
 
 	// A timeout that passes kills the sandbox.
