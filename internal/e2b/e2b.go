@@ -4,9 +4,10 @@
 //
 // One handler serves both of E2B's APIs on one listener (zygo serve --e2b ADDR):
 //
-//   - a request that carries the header E2b-Sandbox-Id is for the sandbox's envd API (commands,
-//     files, the code interpreter): it must carry X-Access-Token, the sandbox's envd access
-//     token (AccessToken), and goes to Config.Envd (package internal/e2b/envd);
+//   - a request that names a sandbox (Config.IsEnvd: the header E2b-Sandbox-Id) is for that
+//     sandbox's envd API (commands, files, the code interpreter) and goes to Config.Envd
+//     (package internal/e2b/envd), which checks its X-Access-Token against the sandbox's envd
+//     access token (AccessToken, through the adapter's EnvdAccessToken);
 //   - any other request is for the control API (sandboxes: create, list, get, kill, timeout,
 //     refresh, connect, pause, resume, fork with count, snapshots, templates; control.go),
 //     authenticated by X-API-Key, which is a Zygo API token (Config.Auth).
@@ -20,7 +21,6 @@ package e2b
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"log/slog"
 	"net/http"
@@ -47,9 +47,12 @@ type Config struct {
 	// AccessKey derives each sandbox's envd access token (AccessToken): at least 32 random
 	// bytes the daemon keeps, so tokens survive its restarts. Required.
 	AccessKey []byte
-	// Envd serves the envd API of the sandbox named by E2b-Sandbox-Id, after the access token
-	// is checked. nil: such requests are answered 501.
+	// Envd serves the envd API of the sandbox a request names; it must check the request's
+	// access token (envd.Server does, through EnvdSandboxes.EnvdAccessToken). nil: such
+	// requests are answered 501.
 	Envd http.Handler
+	// IsEnvd reports whether a request is for the envd API [it carries E2b-Sandbox-Id].
+	IsEnvd func(*http.Request) bool
 	// EnvdVersion is reported as each sandbox's envdVersion [DefaultEnvdVersion].
 	EnvdVersion string
 	Log         *slog.Logger
@@ -83,11 +86,18 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.IsEnvd == nil {
+		cfg.IsEnvd = func(r *http.Request) bool { return r.Header.Get(SandboxIDHeader) != "" }
+	}
 	c := &control{cfg: cfg, log: cfg.Log}
 	ctl := c.routes()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := r.Header.Get(SandboxIDHeader); id != "" {
-			c.envd(w, r, id)
+		if cfg.IsEnvd(r) {
+			if cfg.Envd == nil {
+				writeError(w, http.StatusNotImplemented, "this daemon serves no envd API")
+				return
+			}
+			cfg.Envd.ServeHTTP(w, r)
 			return
 		}
 		if _, ok := c.authenticate(r); !ok {
@@ -123,21 +133,4 @@ func (c *control) authenticate(r *http.Request) (string, bool) {
 		return c.cfg.Auth.Authenticate(rest)
 	}
 	return "", false
-}
-
-// envd checks an envd request's access token and hands it to Config.Envd.
-func (c *control) envd(w http.ResponseWriter, r *http.Request, id string) {
-	want := AccessToken(c.cfg.AccessKey, id)
-	got := r.Header.Get(AccessTokenHeader)
-	if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-		c.log.Warn("e2b: envd access token refused", "remote_addr", r.RemoteAddr, "sandbox_id", id, "path", r.URL.Path)
-		writeError(w, http.StatusUnauthorized, "invalid or missing X-Access-Token for sandbox "+id+
-			" (it is the envdAccessToken the control API returned with the sandbox)")
-		return
-	}
-	if c.cfg.Envd == nil {
-		writeError(w, http.StatusNotImplemented, "this daemon serves no envd API")
-		return
-	}
-	c.cfg.Envd.ServeHTTP(w, r)
 }

@@ -614,9 +614,9 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 	m.mu.Lock()
 	e := m.live[rec.ID]
 	m.mu.Unlock()
-	if e == nil && (rec.State == Creating || rec.State == Restoring || rec.State == Resealing) {
-		// Not live yet: the create or fork making it owns it, and would mark it running
-		// after us. It either hands it out or destroys it; remove it then.
+	if e == nil && (rec.State == Creating || rec.State == Restoring || rec.State == Resealing || rec.State == Resuming) {
+		// Not live yet: the create, fork or resume making it owns it, and would mark it
+		// running after us. It either hands it out or destroys it; remove it then.
 		return fmt.Errorf("sandbox %s is %s (a create or fork is making it): remove it once that call has returned: %w",
 			rec.ID, rec.State, errdefs.ErrFailedPrecondition)
 	}

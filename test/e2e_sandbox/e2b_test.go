@@ -136,7 +136,7 @@ func TestE2BControlAPI(t *testing.T) {
 	}
 
 	// envd requests need the sandbox's access token.
-	req, _ := http.NewRequest("GET", e.URL+"/health", nil)
+	req, _ := http.NewRequest("GET", e.URL+"/files?path=/etc/hostname", nil)
 	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
