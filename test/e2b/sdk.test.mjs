@@ -29,7 +29,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 // identity returns what makes a copy itself: generation, hostname, machine-id, a kernel draw.
 async function identity(sbx) {
   const r = await sbx.commands.run(
-    'cat /run/zygo/generation; echo; hostname; cat /etc/machine-id; head -c 16 /dev/urandom | od -An -tx1 | tr -d " \\n"',
+    'printf "%s\\n" "$(cat /run/zygo/generation)" "$(hostname)" "$(cat /etc/machine-id)" "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d \' \\n\')"',
     { user: 'root' })
   const [generation, hostname, machineId, draw] = r.stdout.trim().split('\n').map((s) => s.trim())
   return { generation, hostname, machineId, draw }

@@ -280,9 +280,9 @@ func TestSandboxLifecycleCLI(t *testing.T) {
 	})
 
 	// A deadline that passes while the daemon is down is honoured at its next start.
-	late := d.OK("sandbox", "create", "--timeout", "3s", "--on-timeout", "pause")
+	late := d.OK("sandbox", "create", "--timeout", "6s", "--on-timeout", "pause")
 	d.Stop()
-	time.Sleep(4 * time.Second)
+	time.Sleep(7 * time.Second)
 	d.Start()
 	waitFor(t, 30*time.Second, "the sandbox whose timeout passed while the daemon was down is paused", func() bool {
 		return d.Record(late).State == "paused"
