@@ -262,8 +262,8 @@ func (c *control) createFrom(ctx context.Context, b newSandbox, life sandbox.Lif
 	for _, t := range sb.Templates() {
 		names = append(names, t.Name)
 	}
-	return sandbox.SandboxRecord{}, fmt.Errorf("template '%s' not found (templates: %s; or a snapshot id): %w",
-		b.TemplateID, strings.Join(names, ", "), errdefs.ErrNotFound)
+	return sandbox.SandboxRecord{}, fmt.Errorf("%w: template '%s' not found; the templates are %s (or a snapshot's id)",
+		errdefs.ErrNotFound, b.TemplateID, strings.Join(names, ", "))
 }
 
 // filtered returns the visible sandboxes matching the query's metadata and state filters.
