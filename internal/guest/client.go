@@ -493,7 +493,17 @@ func eventError(msg string) error {
 
 // PutFile writes r to path in the sandbox with mode perm, creating parent directories.
 func (c *Client) PutFile(ctx context.Context, path string, perm uint32, r io.Reader) error {
+	return c.PutFileAs(ctx, path, perm, "", r)
+}
+
+// PutFileAs is PutFile with the file, and the parent directories it makes, owned by user of
+// the sandbox's /etc/passwd ("" is root). An unknown user is an error wrapping
+// errdefs.ErrInvalidArgument.
+func (c *Client) PutFileAs(ctx context.Context, path string, perm uint32, user string, r io.Reader) error {
 	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(perm), 8)}}
+	if user != "" {
+		q.Set("user", user)
+	}
 	resp, err := c.do(ctx, http.MethodPut, "/v1/files", q, r)
 	if err != nil {
 		return err

@@ -26,8 +26,9 @@ const (
 	// maxAnswerBytes bounds one JSON answer: a process list (each config's argv and env at
 	// most 2 MiB) or a listing of MaxDirEntries entries (each path at most 4 KiB).
 	maxAnswerBytes = 64 << 20
-	// firstEventTimeout bounds the wait for a stream's start event once the agent has
-	// answered: it sends it at once.
+	// firstEventTimeout bounds the wait for a stream's answer and its start event (a watch's
+	// answer, once its watches are in), whatever the caller's ctx: a sound agent sends them at
+	// once.
 	firstEventTimeout = 30 * time.Second
 )
 
@@ -137,14 +138,19 @@ func (c *Client) processStream(ctx context.Context, path string, q url.Values, b
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
+	// The answer and its start event come at once from a sound agent: bounded, whatever ctx.
+	timer := time.AfterFunc(firstEventTimeout, cancel)
 	resp, err := c.do(rctx, http.MethodPost, path, q, body)
 	if err != nil {
+		timer.Stop()
 		cancel()
 		c.releaseStream()
+		if ctx.Err() == nil && rctx.Err() != nil {
+			return nil, fmt.Errorf("the guest did not answer %s within %s: %w", path, firstEventTimeout, errdefs.ErrUnavailable)
+		}
 		return nil, err
 	}
 	lr := newLineReader(resp.Body, maxEventBytes)
-	timer := time.AfterFunc(firstEventTimeout, cancel)
 	first, err := readProcessEvent(lr)
 	if !timer.Stop() && err != nil {
 		err = fmt.Errorf("no start event within %s", firstEventTimeout)
@@ -279,10 +285,18 @@ func (c *Client) WatchDir(ctx context.Context, path string, recursive bool) (<-c
 		q.Set("recursive", "1")
 	}
 	rctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(firstEventTimeout, cancel) // the agent answers once its watches are in
 	resp, err := c.do(rctx, http.MethodGet, "/v1/fs/watch", q, nil)
+	if !timer.Stop() && err == nil {
+		resp.Body.Close()
+		err = fmt.Errorf("the guest did not answer the watch of %s within %s: %w", path, firstEventTimeout, errdefs.ErrUnavailable)
+	}
 	if err != nil {
 		cancel()
 		c.releaseStream()
+		if ctx.Err() == nil && rctx.Err() != nil {
+			return nil, fmt.Errorf("the guest did not answer the watch of %s within %s: %w", path, firstEventTimeout, errdefs.ErrUnavailable)
+		}
 		return nil, err
 	}
 	ch := make(chan FsEvent)

@@ -198,6 +198,19 @@ func makeDirs(p string, acc *account) error {
 	if _, err := os.Lstat(p); err == nil {
 		return fmt.Errorf("path %s: %w", p, fs.ErrExist)
 	}
+	return mkdirs(p, acc, true)
+}
+
+// ensureDirs makes the directory p and its missing parents as makeDirs does; p may exist.
+func ensureDirs(p string, acc *account) error {
+	if st, err := os.Stat(p); err == nil && st.IsDir() {
+		return nil
+	}
+	return mkdirs(p, acc, false)
+}
+
+// mkdirs makes each missing component of p; with exclusive, p itself must be new.
+func mkdirs(p string, acc *account, exclusive bool) error {
 	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
 	cur := "/"
 	for i, part := range parts {
@@ -210,7 +223,7 @@ func makeDirs(p string, acc *account) error {
 					return fmt.Errorf("giving %s to user %s: %w", cur, acc.Name, err)
 				}
 			}
-		case errors.Is(err, fs.ErrExist) && i < len(parts)-1:
+		case errors.Is(err, fs.ErrExist) && (i < len(parts)-1 || !exclusive):
 			// A parent that exists: it must be a directory (or lead to one) for the next Mkdir.
 		case errors.Is(err, fs.ErrExist):
 			return fmt.Errorf("path %s: %w", p, fs.ErrExist) // made by someone else meanwhile

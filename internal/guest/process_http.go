@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -54,7 +55,8 @@ func writeOpError(w http.ResponseWriter, err error) {
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
 		writeError(w, http.StatusForbidden, "permission_denied", err.Error())
 	case errors.Is(err, syscall.EBUSY), errors.Is(err, syscall.ETXTBSY), errors.Is(err, syscall.ENOTEMPTY),
-		errors.Is(err, errStdinClosed):
+		errors.Is(err, errStdinClosed), errors.Is(err, syscall.EPIPE), errors.Is(err, os.ErrDeadlineExceeded):
+		// A stdin closed meanwhile (by CloseStdin, or the process's exit) is the same conflict.
 		writeError(w, http.StatusConflict, "conflict", err.Error())
 	case errors.Is(err, fs.ErrInvalid), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR),
 		errors.Is(err, syscall.EXDEV), errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.ELOOP),

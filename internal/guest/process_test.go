@@ -325,6 +325,17 @@ func TestFsOperations(t *testing.T) {
 	if err != nil || names(l3) != "a a/b a/b/c a/f.txt a/link" {
 		t.Fatalf("ListDir depth 3 = %q, %v", names(l3), err)
 	}
+	big := filepath.Join(dir, "big")
+	os.Mkdir(big, 0o755)
+	for i := 0; i <= MaxDirEntries; i++ {
+		if f, err := os.Create(filepath.Join(big, fmt.Sprint(i))); err == nil {
+			f.Close()
+		}
+	}
+	if _, err := c.ListDir(ctx, big, 1); !errors.Is(err, errdefs.ErrTooLarge) || !strings.Contains(err.Error(), "10000") {
+		t.Fatalf("ListDir of %d entries = %v, want too large naming the bound", MaxDirEntries+1, err)
+	}
+	os.RemoveAll(big)
 	if _, err := c.ListDir(ctx, filepath.Join(dir, "a/f.txt"), 1); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("ListDir(file) = %v", err)
 	}

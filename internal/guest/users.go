@@ -107,7 +107,7 @@ func (a *Agent) lookupUser(name string) (account, error) {
 		if err != nil || uint32(gid) == acc.GID {
 			continue
 		}
-		for _, m := range strings.Split(g[3], ",") {
+		for m := range strings.SplitSeq(g[3], ",") {
 			if m == name {
 				acc.Groups = append(acc.Groups, uint32(gid))
 				break

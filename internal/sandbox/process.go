@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"io"
 	"regexp"
 	"sort"
 	"strings"
@@ -31,9 +32,9 @@ import (
 // is back (a process by its pid, a watch anew); output the process wrote, and changes made,
 // between the cut and the re-attach are lost: the agent keeps no output for a stream that
 // is gone. A process that ended meanwhile still gets its end (the agent remembers ended
-// processes for a minute). A rollback replaces the engine instance: its streams end (the
-// channel closes without an end event) and the caller connects again to the processes of
-// the restored copy. A fork child has the parent's processes, pids and tags; nothing is
+// processes for a minute). A rollback (or anything else that replaces the engine instance)
+// ends its streams (the channel closes without an end event) and the caller connects again
+// to the processes of the restored copy. A fork child has the parent's processes, pids and tags; nothing is
 // connected to them until a caller connects to the child.
 
 // Bounds of the process calls.
@@ -238,6 +239,22 @@ func (m *Manager) UserInfo(ctx context.Context, idOrName, name string) (guest.Us
 		return err
 	})
 	return u, err
+}
+
+// PutFileAs is PutFile with the file, and the parent directories it makes, owned by user of
+// the sandbox's /etc/passwd ("" is root, as PutFile). An unknown user wraps
+// errdefs.ErrInvalidArgument.
+func (m *Manager) PutFileAs(ctx context.Context, idOrName, path string, perm uint32, user string, r io.Reader) error {
+	if err := ValidatePath("path", path); err != nil {
+		return err
+	}
+	if perm > 0o7777 {
+		return invalid("mode", "%o: want permission bits (at most 7777)", perm)
+	}
+	if err := validateUser("user", user); err != nil {
+		return err
+	}
+	return m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error { return c.PutFileAs(ctx, path, perm, user, r) })
 }
 
 // stream is an admitted stream: its ctx (the caller's, ended too when the sandbox goes), the

@@ -131,7 +131,7 @@ func TestProcessStreamLetsTheSandboxGo(t *testing.T) {
 		t.Fatalf("end = %+v, want killed by SIGTERM", end)
 	}
 	// A stream of a removed sandbox closes.
-	ch2, err := m.StartProcess(ctx, sb.ID, guest.ProcessConfig{Cmd: "sleep", Args: []string{"60"}})
+	ch2, err := m.StartProcess(ctx, sb.ID, guest.ProcessConfig{Cmd: "sleep", Args: []string{"3"}})
 	if err != nil {
 		t.Fatal(err)
 	}

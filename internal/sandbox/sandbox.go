@@ -143,6 +143,8 @@ type Guest interface {
 	Move(ctx context.Context, src, dst string) (guest.EntryInfo, error)
 	RemovePath(ctx context.Context, path string) error
 	WatchDir(ctx context.Context, path string, recursive bool) (<-chan guest.FsEvent, error)
+	// PutFileAs is PutFile with the file and the parents it makes owned by user ("" root).
+	PutFileAs(ctx context.Context, path string, perm uint32, user string, r io.Reader) error
 	// UserInfo returns a user of the guest's /etc/passwd ("" is root).
 	UserInfo(ctx context.Context, name string) (guest.UserInfo, error)
 }

@@ -115,6 +115,15 @@ func TestManagerProcessesForkAndFiles(t *testing.T) {
 		t.Fatalf("MakeDir /home/user = %+v, %v", e, err)
 	}
 
+	if err := h.m.PutFileAs(ctx, sb.ID, "/home/user/new/f.txt", 0o644, "user", strings.NewReader("hi")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/home/user/new", "/home/user/new/f.txt"} {
+		if e, err := h.m.Stat(ctx, sb.ID, p); err != nil || e.Owner != "user" {
+			t.Fatalf("Stat(%s) after PutFileAs = %+v, %v; want owned by user", p, e, err)
+		}
+	}
+
 	startCtx, detach := context.WithCancel(ctx)
 	s1, pid := openedStream(t)(h.m.StartProcess(startCtx, sb.ID, guest.ProcessConfig{Cmd: "/bin/sh",
 		Args: []string{"-c", `while read l; do echo "got $l $(id -u) $(pwd) $GREETING"; done; echo bye`},
