@@ -30,7 +30,9 @@ func newFakeSandboxes() *fakeSandboxes {
 	return &fakeSandboxes{recs: map[string]sandbox.SandboxRecord{}, cps: map[string]sandbox.CheckpointRecord{}}
 }
 
-func (f *fakeSandboxes) note(format string, a ...any) { f.calls = append(f.calls, fmt.Sprintf(format, a...)) }
+func (f *fakeSandboxes) note(format string, a ...any) {
+	f.calls = append(f.calls, fmt.Sprintf(format, a...))
+}
 
 func (f *fakeSandboxes) add(opts sandbox.CreateOptions) sandbox.SandboxRecord {
 	f.n++

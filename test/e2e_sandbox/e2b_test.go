@@ -343,4 +343,3 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-
