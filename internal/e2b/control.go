@@ -60,6 +60,7 @@ type control struct {
 func (c *control) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sandboxes", c.create)
+	mux.HandleFunc("POST /v2/sandboxes", c.create) // the SDKs from 2.5x; NewSandboxV2 is NewSandbox without secure
 	mux.HandleFunc("GET /sandboxes", c.listV1)
 	mux.HandleFunc("GET /v2/sandboxes", c.listV2)
 	mux.HandleFunc("GET /sandboxes/{id}", c.get)
@@ -67,6 +68,7 @@ func (c *control) routes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", c.setTimeout)
 	mux.HandleFunc("POST /sandboxes/{id}/refreshes", c.refresh)
 	mux.HandleFunc("POST /sandboxes/{id}/connect", c.connect)
+	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", c.connectV2)
 	mux.HandleFunc("POST /sandboxes/{id}/pause", c.pause)
 	mux.HandleFunc("POST /sandboxes/{id}/resume", c.resume)
 	mux.HandleFunc("POST /sandboxes/{id}/fork", c.fork)
@@ -467,7 +469,14 @@ func (c *control) refresh(w http.ResponseWriter, r *http.Request) {
 
 // connect answers a running sandbox (its deadline only ever moved later) and resumes a paused
 // one (201).
-func (c *control) connect(w http.ResponseWriter, r *http.Request) {
+func (c *control) connect(w http.ResponseWriter, r *http.Request) { c.connectWith(w, r, 0) }
+
+// connectV2 is connect with ConnectSandboxV2's default timeout, 300 s.
+func (c *control) connectV2(w http.ResponseWriter, r *http.Request) {
+	c.connectWith(w, r, 300*time.Second)
+}
+
+func (c *control) connectWith(w http.ResponseWriter, r *http.Request, def time.Duration) {
 	var b timeoutBody
 	if !decode(w, r, &b) {
 		return
@@ -476,7 +485,7 @@ func (c *control) connect(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d, err := seconds("timeout", b.Timeout, 0)
+	d, err := seconds("timeout", b.Timeout, def)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return

@@ -219,7 +219,7 @@ func TestEnvdRouting(t *testing.T) {
 func TestCreateListGetKill(t *testing.T) {
 	f := newFakeSandboxes()
 	h := newTestHandler(f, nil)
-	st, body := do(t, h, "POST", "/sandboxes", "zygo_abc",
+	st, body := do(t, h, "POST", "/v2/sandboxes", "zygo_abc",
 		`{"templateID":"base","timeout":300,"metadata":{"team":"a b"},"envVars":{"B":"2","A":"1"},"secure":true,"allow_internet_access":true,"autoPause":true}`)
 	var sb sandboxBody
 	if st != 201 || json.Unmarshal([]byte(body), &sb) != nil || sb.SandboxID == "" || sb.EnvdAccessToken != AccessToken(testKey, sb.SandboxID) ||
@@ -287,6 +287,13 @@ func TestPauseConnectForkSnapshot(t *testing.T) {
 	}
 	if st, body = do(t, h, "POST", "/sandboxes/"+id+"/connect", "zygo_abc", `{"timeout":60}`); st != 200 {
 		t.Errorf("connect of a running sandbox: %d %s", st, body)
+	}
+	if _, err := f.Pause(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if st, body = do(t, h, "POST", "/v2/sandboxes/"+id+"/connect", "zygo_abc", `{"memory":true}`); st != 201 ||
+		f.calls[len(f.calls)-1] != "resume "+id+" 5m0s" {
+		t.Errorf("v2 connect of a paused sandbox: %d %s, called %q", st, body, f.calls[len(f.calls)-1])
 	}
 	st, body = do(t, h, "POST", "/sandboxes/"+id+"/resume", "zygo_abc", `{"timeout":60}`)
 	wantE2BError(t, "resume of a running sandbox", st, body, 409, "already running")

@@ -82,6 +82,9 @@ type sandboxDetail struct {
 type timeoutBody struct {
 	Timeout   *int  `json:"timeout,omitempty"`
 	AutoPause *bool `json:"autoPause,omitempty"` // resume's, deprecated
+	// Memory (connect and resume from disk only when false) is accepted and ignored: a Zygo
+	// pause always keeps memory.
+	Memory *bool `json:"memory,omitempty"`
 }
 
 type refreshBody struct {
