@@ -315,7 +315,7 @@ func parseMetadata(s string) (map[string]string, error) {
 	}
 	vals, err := url.ParseQuery(s)
 	if err != nil {
-		return nil, fmt.Errorf("metadata: %q: want key=value pairs joined by &: %v", s, err)
+		return nil, fmt.Errorf("metadata: %q: want key=value pairs joined by &: %w", s, err)
 	}
 	out := map[string]string{}
 	for k, vs := range vals {
