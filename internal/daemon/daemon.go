@@ -391,10 +391,11 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithTokens(tokens).WithMetrics(reg.Handler()).WithPools(pools)
-	e2bHandler, err := e2bAPI(cfg, sbx, tokens)
+	e2bHandler, closeE2B, err := e2bAPI(cfg, sbx, tokens)
 	if err != nil {
 		return err
 	}
+	defer closeE2B()
 	err = serveAPI(ctx, cfg, apiSrv, reg.Handler(), e2bHandler, ready)
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/api"
 	"github.com/zygo-run/zygo/internal/e2b"
+	"github.com/zygo-run/zygo/internal/e2b/envd"
 )
 
 // E2BKeyName is the file in the state dir holding the key the envd access tokens of the E2B
@@ -38,11 +39,12 @@ func tlsOrLoopback(flag, addr string, withTLS bool) (string, error) {
 	return addr, nil
 }
 
-// e2bAPI returns the handler of the --e2b listener, or nil without --e2b. Without sandboxes
-// every call on it answers 503 in E2B's shape.
-func e2bAPI(cfg Config, sbx *sandboxes, tokens *api.Tokens) (http.Handler, error) {
+// e2bAPI returns the handler of the --e2b listener and what stops it (the envd API's watchers),
+// or nil and a no-op without --e2b. Without sandboxes every call on it answers 503 in E2B's
+// shape.
+func e2bAPI(cfg Config, sbx *sandboxes, tokens *api.Tokens) (http.Handler, func(), error) {
 	if cfg.E2B == "" {
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	if sbx.mgr == nil {
 		msg := "sandboxes are unavailable on this daemon"
@@ -53,20 +55,20 @@ func e2bAPI(cfg Config, sbx *sandboxes, tokens *api.Tokens) (http.Handler, error
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "{\"code\":503,\"message\":%q}\n", msg)
-		}), nil
+		}), func() {}, nil
 	}
 	keyHex, err := api.LoadToken(filepath.Join(cfg.StateDir, E2BKeyName))
 	if err != nil {
-		return nil, fmt.Errorf("--e2b: %w", err)
+		return nil, nil, fmt.Errorf("--e2b: %w", err)
 	}
 	key, err := hex.DecodeString(keyHex)
 	if err != nil {
-		return nil, fmt.Errorf("--e2b: %s: %w", E2BKeyName, err)
+		return nil, nil, fmt.Errorf("--e2b: %s: %w", E2BKeyName, err)
 	}
-	return e2b.Handler(e2b.Config{Sandboxes: sbx.mgr, Auth: tokens, AccessKey: key, Envd: newEnvd(sbx),
-		Log: cfg.Log.With("component", "e2b")}), nil
+	// The envd API over the Manager, through the adapter that also gives it each sandbox's
+	// access token (so it checks X-Access-Token on every call on a sandbox).
+	ev := envd.New(e2b.EnvdSandboxes{M: sbx.mgr, Key: key}, cfg.Log.With("component", "envd"))
+	h := e2b.Handler(e2b.Config{Sandboxes: sbx.mgr, Auth: tokens, AccessKey: key, Envd: ev, IsEnvd: envd.IsEnvdRequest,
+		Log: cfg.Log.With("component", "e2b")})
+	return h, ev.Close, nil
 }
-
-// newEnvd returns the envd API over the daemon's sandboxes (internal/e2b/envd, through the
-// adapter internal/e2b.EnvdSandboxes); nil until that package is wired.
-func newEnvd(*sandboxes) http.Handler { return nil }
