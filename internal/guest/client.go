@@ -259,7 +259,12 @@ func (c *Client) dropLocked(cc *http2.ClientConn) {
 	c.changed = make(chan struct{})
 }
 
-// Close drops the connection and fails every waiting and later call with ErrUnavailable.
+// ErrClientClosed is the error of every call on a closed Client (its instance destroyed); it
+// comes wrapped with errdefs.ErrUnavailable.
+var ErrClientClosed = errors.New("guest client closed")
+
+// Close drops the connection and fails every waiting and later call with ErrClientClosed and
+// ErrUnavailable.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -283,7 +288,7 @@ func (c *Client) current(ctx context.Context) (*http2.ClientConn, error) {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return nil, fmt.Errorf("guest client closed: %w", errdefs.ErrUnavailable)
+			return nil, fmt.Errorf("%w: %w", ErrClientClosed, errdefs.ErrUnavailable)
 		}
 		cc, ch := c.cc, c.changed
 		if cc == nil && c.incompatible != nil {

@@ -142,10 +142,10 @@ func (c *Client) processStream(ctx context.Context, path string, q url.Values, b
 	timer := time.AfterFunc(firstEventTimeout, cancel)
 	resp, err := c.do(rctx, http.MethodPost, path, q, body)
 	if err != nil {
-		timer.Stop()
+		timedOut := !timer.Stop()
 		cancel()
 		c.releaseStream()
-		if ctx.Err() == nil && rctx.Err() != nil {
+		if timedOut && ctx.Err() == nil {
 			return nil, fmt.Errorf("the guest did not answer %s within %s: %w", path, firstEventTimeout, errdefs.ErrUnavailable)
 		}
 		return nil, err
@@ -287,16 +287,15 @@ func (c *Client) WatchDir(ctx context.Context, path string, recursive bool) (<-c
 	rctx, cancel := context.WithCancel(ctx)
 	timer := time.AfterFunc(firstEventTimeout, cancel) // the agent answers once its watches are in
 	resp, err := c.do(rctx, http.MethodGet, "/v1/fs/watch", q, nil)
-	if !timer.Stop() && err == nil {
-		resp.Body.Close()
+	if !timer.Stop() && ctx.Err() == nil {
+		if err == nil {
+			resp.Body.Close()
+		}
 		err = fmt.Errorf("the guest did not answer the watch of %s within %s: %w", path, firstEventTimeout, errdefs.ErrUnavailable)
 	}
 	if err != nil {
 		cancel()
 		c.releaseStream()
-		if ctx.Err() == nil && rctx.Err() != nil {
-			return nil, fmt.Errorf("the guest did not answer the watch of %s within %s: %w", path, firstEventTimeout, errdefs.ErrUnavailable)
-		}
 		return nil, err
 	}
 	ch := make(chan FsEvent)

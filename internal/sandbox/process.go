@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"io"
 	"regexp"
 	"sort"
@@ -283,8 +284,9 @@ func (m *Manager) openStream(ctx context.Context, idOrName string, open func(con
 	return &stream{ctx: sctx, g: g, release: func() { stop(); cancel(nil) }}, nil
 }
 
-// maxReattachTries bounds the attempts of one re-attach that the guest's channel fails
-// (the agent not back yet, or the instance gone: a rolled-back sandbox's old client is closed).
+// maxReattachTries bounds the attempts of one re-attach that the guest's channel fails (the
+// agent not back yet). A closed client (the instance replaced by a rollback, or destroyed)
+// ends the stream at once.
 const maxReattachTries = 5
 
 // wait waits before a stream's next re-attach: backoff doubles unless the stream lived
@@ -318,8 +320,8 @@ func reopen[T any](s *stream, backoff *time.Duration, lived time.Duration, open 
 		if ch, err = open(); err == nil {
 			return ch, nil
 		}
-		if !errdefs.IsUnavailable(err) {
-			return nil, err
+		if !errdefs.IsUnavailable(err) || errors.Is(err, guest.ErrClientClosed) {
+			return nil, err // the process is gone, or the instance (a rollback replaced it)
 		}
 	}
 	return nil, err

@@ -17,7 +17,7 @@ import (
 )
 
 // fakeSandboxes is a Sandboxes of two running sandboxes (they share the state) with an in-memory filesystem
-// and scripted processes:
+// and scripted processes (run directly, or as the SDK's `/bin/bash -l -c "..."`):
 //
 //	echo ARGS...  prints ARGS on stdout and exits 0
 //	fail          prints "boom" on stderr and exits 3
@@ -158,10 +158,15 @@ func (f *fakeSandboxes) StartProcess(ctx context.Context, id string, cfg Process
 	if err := f.check(id); err != nil {
 		return nil, err
 	}
-	switch cfg.Cmd {
+	name, args := cfg.Cmd, cfg.Args
+	if name == "/bin/bash" && len(args) == 3 && args[1] == "-c" { // the SDK's commands.run
+		words := strings.Fields(args[2])
+		name, args = words[0], words[1:]
+	}
+	switch name {
 	case "echo", "fail", "cat":
 	default:
-		return nil, fmt.Errorf("command %q: %w", cfg.Cmd, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("command %q: %w", name, errdefs.ErrNotFound)
 	}
 	f.mu.Lock()
 	f.nextPID++
@@ -171,9 +176,9 @@ func (f *fakeSandboxes) StartProcess(ctx context.Context, id string, cfg Process
 	f.mu.Unlock()
 	sub := p.subscribe(ctx)
 	p.emit(ProcessEvent{Kind: EventStart, PID: p.pid})
-	switch cfg.Cmd {
+	switch name {
 	case "echo":
-		p.emit(ProcessEvent{Kind: EventStdout, Data: []byte(strings.Join(cfg.Args, " ") + "\n")})
+		p.emit(ProcessEvent{Kind: EventStdout, Data: []byte(strings.Join(args, " ") + "\n")})
 		f.end(p, ProcessEvent{})
 	case "fail":
 		p.emit(ProcessEvent{Kind: EventStderr, Data: []byte("boom\n")})

@@ -1,12 +1,14 @@
 package envd
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	fspb "github.com/zygo-run/zygo/internal/e2b/envd/spec/filesystem"
+	"github.com/zygo-run/zygo/internal/errdefs"
 )
 
 func TestFilesystemCalls(t *testing.T) {
@@ -173,4 +175,25 @@ func TestPollingWatcher(t *testing.T) {
 	wantCode(t, err, connect.CodeNotFound, "watcher")
 	_, err = h.fs.RemoveWatcher(ctx, connect.NewRequest(&fspb.RemoveWatcherRequest{WatcherId: wid}))
 	wantCode(t, err, connect.CodeNotFound, "watcher")
+}
+
+func TestForgetDropsWatchers(t *testing.T) {
+	fake := newFake()
+	s := New(fake, slog.New(slog.DiscardHandler))
+	defer s.Close()
+	wid, err := s.watchers.create(s, fakeID, "/home/user", false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Forget(fakeID)
+	if _, err := s.watchers.take(fakeID, wid); !errdefs.IsNotFound(err) {
+		t.Fatalf("take after Forget: %v, want not found", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for fake.watching("/home/user") {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch still runs 5 s after Forget")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -172,6 +172,7 @@ func TestManagerProcessesForkAndFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		if s2.within(t, "got d 1000 /home/user hi\n", time.Second) {
+			t.Logf("the parent's stream, re-attached after the fork, answered input %d", i+1)
 			break
 		}
 		if i == 10 {
@@ -196,6 +197,21 @@ func TestManagerProcessesForkAndFiles(t *testing.T) {
 	}
 	if err := h.m.SignalProcess(ctx, sb.ID, sel, syscall.SIGTERM); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("signal to an ended process: %v, want ErrNotFound", err)
+	}
+
+	// A rollback to the fork's checkpoint brings the process back as it was (same pid and tag,
+	// running); a stream open on the replaced instance closes without an end.
+	s3, _ := openedStream(t)(h.m.StartProcess(ctx, sb.ID, guest.ProcessConfig{Cmd: "sleep", Args: []string{"30"}}))
+	if _, err := h.m.Rollback(ctx, sb.ID, res.Checkpoint.ID); err != nil {
+		t.Fatalf("Rollback: %v", err)
+	}
+	for ev := range s3.ch {
+		if ev.Kind == guest.ProcessEnd {
+			t.Fatalf("a stream of the replaced instance got an end: %+v", ev)
+		}
+	}
+	if rl, err := h.m.ListProcesses(ctx, sb.ID); err != nil || len(rl) != 1 || rl[0].PID != pid || rl[0].Tag != "reader" {
+		t.Fatalf("processes after the rollback = %+v, %v; want the checkpoint's", rl, err)
 	}
 
 	// Files.
