@@ -68,7 +68,7 @@ func e2bAPI(cfg Config, sbx *sandboxes, tokens *api.Tokens) (http.Handler, func(
 	// The envd API over the Manager, through the adapter that also gives it each sandbox's
 	// access token (so it checks X-Access-Token on every call on a sandbox).
 	ev := envd.New(e2b.EnvdSandboxes{M: sbx.mgr, Key: key}, cfg.Log.With("component", "envd"))
-	h := e2b.Handler(e2b.Config{Sandboxes: sbx.mgr, Auth: tokens, AccessKey: key, Envd: ev, IsEnvd: envd.IsEnvdRequest,
+	h := e2b.Handler(e2b.Config{Sandboxes: sbx.mgr, Auth: tokens, AccessKey: key, Envd: ev, IsEnvd: envd.IsEnvdRequest, Removed: ev.Forget,
 		Log: cfg.Log.With("component", "e2b")})
 	return h, ev.Close, nil
 }

@@ -410,6 +410,9 @@ func (c *control) kill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.dropPauseImages(r.Context(), rec.ID)
+	if c.cfg.Removed != nil {
+		c.cfg.Removed(rec.ID)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -51,6 +51,8 @@ type Config struct {
 	// access token (envd.Server does, through EnvdSandboxes.EnvdAccessToken). nil: such
 	// requests are answered 501.
 	Envd http.Handler
+	// Removed, when set, is told each sandbox the control API killed (envd.Server.Forget).
+	Removed func(id string)
 	// IsEnvd reports whether a request is for the envd API [it carries E2b-Sandbox-Id].
 	IsEnvd func(*http.Request) bool
 	// EnvdVersion is reported as each sandbox's envdVersion [DefaultEnvdVersion].
