@@ -63,6 +63,25 @@ lint: $(GOLANGCI)
 	$(GOLANGCI) run ./...
 	cd sdk/go && $(abspath $(GOLANGCI)) run --config ../../.golangci.yml ./...
 
+# The envd API's Go code (internal/e2b/envd/spec/**/*.go) is generated from Zygo's .proto files
+# there by buf, protoc-gen-go and protoc-gen-connect-go, all pinned and built from the Go module
+# proxy into bin/tools (a cache, as the lint binary; buf takes minutes to build once). The
+# output is committed: only `make envd-proto`, after a .proto changes, needs the tools.
+BUF_VERSION           := v1.75.0
+PROTOC_GEN_GO_VERSION := v1.36.12
+CONNECT_GO_VERSION    := v1.21.1
+PROTO_TOOLS := $(BIN)/tools/proto-buf$(BUF_VERSION)-go$(PROTOC_GEN_GO_VERSION)-connect$(CONNECT_GO_VERSION)
+
+$(PROTO_TOOLS)/buf:
+	@mkdir -p $(PROTO_TOOLS)
+	GOBIN=$(abspath $(PROTO_TOOLS)) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	GOBIN=$(abspath $(PROTO_TOOLS)) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(abspath $(PROTO_TOOLS)) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(CONNECT_GO_VERSION)
+
+.PHONY: envd-proto
+envd-proto: $(PROTO_TOOLS)/buf
+	cd internal/e2b/envd/spec && PATH=$(abspath $(PROTO_TOOLS)):$$PATH buf generate
+
 test: deps build tidy-check lint
 	cd agents/python && $(PY) -m unittest discover -s tests
 	cd agents/node && node --test test/
@@ -88,3 +107,7 @@ bench: deps build
 	$(GO) run ./cmd/zygo-bench -root . -out docs/BENCHMARKS.md -cpuprofile $(BIN)/bench-daemon.pprof
 	./scripts/bench-sandbox.sh 2>/dev/null | grep -v ' INFO ' | tee $(BIN)/bench-sandbox.txt
 	./scripts/bench-append.sh $(BIN)/bench-sandbox.txt docs/BENCHMARKS.md
+	./scripts/bench-e2b.sh | tee $(BIN)/bench-e2b.txt
+	{ echo; echo "## E2B's SDK against Zygo's own API (scripts/bench-e2b.sh)"; echo; \
+	  echo "The same operations through E2B's npm \`e2b\` (on \`zygo serve --e2b\`) and Zygo's Node SDK, one run, medians."; \
+	  echo; cat $(BIN)/bench-e2b.txt; } >> docs/BENCHMARKS.md

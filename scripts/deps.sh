@@ -11,6 +11,7 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || need+=(python3-numpy)
 /usr/bin/python3 -c 'import grpc' >/dev/null 2>&1 || need+=(python3-grpcio)
 [ -x /usr/bin/node ] || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm) # test/e2b installs E2B's SDKs with npm ci (TestE2BSDK)
 command -v gcc >/dev/null 2>&1 || need+=(gcc) # bin/zygo_rand.so, and the native test libraries
 command -v ip >/dev/null 2>&1 || need+=(iproute2) # network tests' test hosts (internal/network/nettest)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd) # TestMakeInstall verifies packaging/zygo.service

@@ -1,6 +1,6 @@
 // Command zygo-guest is PID 1 of every Zygo gVisor sandbox: it reads its boot file, dials the
-// host's socket in /zygo/host and serves exec, run-code, files and reseal (package
-// internal/guest). It must be built static: CGO_ENABLED=0 go build ./cmd/zygo-guest.
+// host's socket in /zygo/host and serves exec, run-code, files, reseal, its process table and
+// filesystem operations (package internal/guest). It must be built static: CGO_ENABLED=0 go build ./cmd/zygo-guest.
 //
 // Hidden subcommand: `zygo-guest probe ...` is the Go probe of `zygo check sandboxes`
 // (package internal/forkcheck/goprobe); it is here because this binary is inside every sandbox.

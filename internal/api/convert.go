@@ -6,6 +6,7 @@ package api
 
 import (
 	"io/fs"
+	"time"
 
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/guest"
@@ -75,7 +76,8 @@ func servicesOf(svcs []guest.Service) []wire.Service {
 
 func createOptionsOf(o sandbox.CreateOptions) wire.CreateSandboxBody {
 	b := wire.CreateSandboxBody{Name: o.Name, RootfsDir: o.RootfsDir, Services: servicesOf(o.Services), Env: o.Env,
-		Secrets: o.Secrets, MemoryMiB: o.MemoryMiB, PIDs: o.PIDs, CPUs: o.CPUs}
+		Secrets: o.Secrets, MemoryMiB: o.MemoryMiB, PIDs: o.PIDs, CPUs: o.CPUs, Template: o.Template,
+		TimeoutMS: o.Lifecycle.Timeout.Milliseconds(), OnTimeout: o.Lifecycle.OnTimeout, Metadata: o.Metadata}
 	if n := o.Network; n.Mode != "" || len(n.Allow) > 0 || len(n.Deny) > 0 {
 		b.Network = &wire.SandboxNetwork{Mode: n.Mode, Allow: n.Allow, Deny: n.Deny}
 	}
@@ -85,7 +87,8 @@ func createOptionsOf(o sandbox.CreateOptions) wire.CreateSandboxBody {
 // createOptionsFrom is the request's side of createOptionsOf.
 func createOptionsFrom(b wire.CreateSandboxBody) sandbox.CreateOptions {
 	o := sandbox.CreateOptions{Name: b.Name, RootfsDir: b.RootfsDir, Env: b.Env, Secrets: b.Secrets,
-		MemoryMiB: b.MemoryMiB, PIDs: b.PIDs, CPUs: b.CPUs}
+		MemoryMiB: b.MemoryMiB, PIDs: b.PIDs, CPUs: b.CPUs, Template: b.Template, Metadata: b.Metadata,
+		Lifecycle: sandbox.Lifecycle{Timeout: millis(b.TimeoutMS), OnTimeout: b.OnTimeout}}
 	if n := b.Network; n != nil {
 		o.Network = sandbox.NetworkOptions{Mode: n.Mode, Allow: n.Allow, Deny: n.Deny}
 	}
@@ -104,8 +107,15 @@ func sandboxOf(r sandbox.SandboxRecord) wire.Sandbox {
 	if r.Net != nil {
 		s.Address, s.MAC = r.Net.Address, r.Net.MAC
 	}
+	if exp := r.Options.Lifecycle.ExpiresAt; !exp.IsZero() {
+		s.ExpiresAt = &exp
+	}
 	return s
 }
+
+// millis is a timeout_ms field as a duration; a negative one stays negative, for the
+// Manager to refuse naming the field.
+func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 func sandboxesOf(rs []sandbox.SandboxRecord) []wire.Sandbox {
 	out := make([]wire.Sandbox, 0, len(rs))

@@ -208,6 +208,23 @@ func (f *specSandboxes) Services(context.Context, string) ([]guest.ServiceStatus
 func (f *specSandboxes) Port(context.Context, string, int) (string, error) {
 	return "127.0.0.1:40000", f.err
 }
+func (f *specSandboxes) Pause(context.Context, string) (sandbox.SandboxRecord, error) {
+	rec := sbRec
+	rec.State = sandbox.Paused
+	return rec, f.err
+}
+func (f *specSandboxes) Resume(context.Context, string, time.Duration) (sandbox.SandboxRecord, error) {
+	return sbRec, f.err
+}
+func (f *specSandboxes) SetTimeout(context.Context, string, time.Duration, string) (sandbox.SandboxRecord, error) {
+	return sbRec, f.err
+}
+func (f *specSandboxes) Restore(context.Context, string, sandbox.RestoreOptions) (sandbox.SandboxRecord, error) {
+	return sbRec, f.err
+}
+func (f *specSandboxes) Templates() []sandbox.Template {
+	return []sandbox.Template{{Name: "base", Description: "the default root"}, {Name: "py", RootfsDir: "/srv/py", Description: "rootfs /srv/py"}}
+}
 
 // driver is a server of fakes, each failing with err when it is set. Its handler is made
 // by handler, after a call's setup.
@@ -343,6 +360,11 @@ var happyCalls = []call{
 	{route: "GET /v1/checkpoints", target: "/v1/checkpoints?sandbox=agent"},
 	{route: "GET /v1/checkpoints/{id}", target: "/v1/checkpoints/base"},
 	{route: "DELETE /v1/checkpoints/{id}", target: "/v1/checkpoints/base"},
+	{route: "POST /v1/sandboxes/{id}/pause", target: "/v1/sandboxes/agent/pause"},
+	{route: "POST /v1/sandboxes/{id}/resume", target: "/v1/sandboxes/agent/resume", body: `{"timeout_ms": 60000}`, ctype: "application/json"},
+	{route: "POST /v1/sandboxes/{id}/timeout", target: "/v1/sandboxes/agent/timeout", body: `{"timeout_ms": 60000, "on_timeout": "pause"}`, ctype: "application/json"},
+	{route: "POST /v1/checkpoints/{id}/restore", target: "/v1/checkpoints/base/restore", body: `{"timeout_ms": 60000, "metadata": {"a": "b"}}`, ctype: "application/json"},
+	{route: "GET /v1/templates", target: "/v1/templates"},
 
 	{route: "POST /v1/functions", target: "/v1/functions", body: "tarball", ctype: "application/gzip", accept: wire.DeployStreamType,
 		setup: func(d *driver) { streamDeploy(d, nil) }},

@@ -41,6 +41,11 @@ type Sandboxes interface {
 	Rollback(ctx context.Context, id, checkpoint string) (sandbox.SandboxRecord, error)
 	Services(ctx context.Context, id string) ([]guest.ServiceStatus, error)
 	Port(ctx context.Context, id string, port int) (string, error)
+	Pause(ctx context.Context, id string) (sandbox.SandboxRecord, error)
+	Resume(ctx context.Context, id string, timeout time.Duration) (sandbox.SandboxRecord, error)
+	SetTimeout(ctx context.Context, id string, timeout time.Duration, onTimeout string) (sandbox.SandboxRecord, error)
+	Restore(ctx context.Context, checkpoint string, opts sandbox.RestoreOptions) (sandbox.SandboxRecord, error)
+	Templates() []sandbox.Template
 }
 
 var _ Sandboxes = (*sandbox.Manager)(nil)

@@ -18,7 +18,7 @@ var createFlags = []fieldFlag{
 	{"network.mode", "--network"}, {"network.allow", "--allow"}, {"network.deny", "--deny"},
 	{"network", "--network"}, {"memory_mib", "--memory"}, {"pids", "--pids"}, {"cpus", "--cpus"},
 	{"rootfs_dir", "--rootfs"}, {"services", "--service"}, {"secrets", "--secret"},
-	{"env", "--env"}, {"name", "--name"},
+	{"env", "--env"}, {"name", "--name"}, {"template", "--template"}, {"timeout", "--timeout"}, {"on_timeout", "--on-timeout"},
 }
 
 // fieldIndex is a field's element index (network.allow[0]); the flag's value, quoted in the

@@ -32,6 +32,7 @@ var noOutputFlag = map[string]string{
 var listCommands = map[string]bool{
 	"zygo ls": true, "zygo versions": true, "zygo pool ls": true, "zygo secret ls": true, "zygo token ls": true,
 	"zygo sandbox ls": true, "zygo sandbox services": true, "zygo sandbox files ls": true, "zygo sandbox checkpoints": true,
+	"zygo sandbox templates": true,
 }
 
 func TestEveryResultTakesOutput(t *testing.T) {

@@ -32,7 +32,8 @@ func newSandboxCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newSandboxCreateCmd(g), newSandboxLsCmd(g), newSandboxGetCmd(g), newSandboxRmCmd(g), newSandboxGenerationCmd(g),
 		newSandboxExecCmd(g), newSandboxRunCodeCmd(g), newSandboxFilesCmd(g),
 		newSandboxCheckpointCmd(g), newSandboxCheckpointsCmd(g), newSandboxForkCmd(g), newSandboxRollbackCmd(g),
-		newSandboxServicesCmd(g), newSandboxPortCmd(g))
+		newSandboxServicesCmd(g), newSandboxPortCmd(g), newSandboxPauseCmd(g), newSandboxResumeCmd(g), newSandboxTimeoutCmd(g),
+		newSandboxRestoreCmd(g), newSandboxTemplatesCmd(g))
 	return cmd
 }
 
@@ -41,9 +42,10 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	var services, onFork, restart []string
 	var memory, netMode string
 	var allow, deny []string
+	var timeout time.Duration
 	var out *Output
 	cmd := &cobra.Command{
-		Use:   "create [--name NAME] [--rootfs DIR] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--restart NAME=POLICY]... [--env KEY=VALUE]... [--secret NAME]... [--memory MIB] [--pids N] [--cpus N] [--network none|egress] [--allow CIDR]... [--deny CIDR]...",
+		Use:   "create [--name NAME] [--template NAME | --rootfs DIR] [--timeout DURATION [--on-timeout kill|pause]] [--service NAME=CMD]... [--on-fork NAME=POLICY]... [--restart NAME=POLICY]... [--env KEY=VALUE]... [--secret NAME]... [--memory MIB] [--pids N] [--cpus N] [--network none|egress] [--allow CIDR]... [--deny CIDR]...",
 		Short: "Start a sandbox and print its id",
 		Long: "Start a sandbox and print its id once its guest agent answers.\n" +
 			"--service NAME=CMD starts CMD (run by /bin/sh -c) at boot and keeps it running.\n" +
@@ -56,9 +58,16 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 			"--network egress (the default) gives the sandbox an address of its own and NAT to the outside;\n" +
 			"every fork child and rollback gets its own address and MAC. --allow CIDR limits it to those\n" +
 			"ranges, --deny CIDR refuses ranges; the host, other sandboxes and 169.254.0.0/16 never answer.\n" +
+			"--template NAME creates it from a template (zygo sandbox templates; base has the user \"user\",\n" +
+			"/home/user, Python 3 and Node). --timeout 10m removes it (or, with --on-timeout pause, pauses it)\n" +
+			"10 minutes after it starts; `zygo sandbox timeout ID DURATION` moves that.\n" +
 			limitsHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if timeout < 0 {
+				return usagef("--timeout %s: must not be negative", timeout)
+			}
+			body.TimeoutMS = timeout.Milliseconds()
 			mib, err := parseMiB(memory)
 			if err != nil {
 				return fmt.Errorf("--memory: %w", err)
@@ -92,6 +101,9 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 	out = addOutput(cmd, singleCmd)
 	cmd.Flags().StringVar(&body.Name, "name", "", "a unique name (default: the id)")
 	cmd.Flags().StringVar(&body.RootfsDir, "rootfs", "", "a directory to use, read-only, as the root instead of the host's /usr")
+	cmd.Flags().StringVar(&body.Template, "template", "", "a template's name (zygo sandbox templates), instead of --rootfs")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "end the sandbox this long after it starts, e.g. 10m (default: never)")
+	cmd.Flags().StringVar(&body.OnTimeout, "on-timeout", "", "kill (default: removed) or pause, when --timeout passes")
 	cmd.Flags().StringArrayVar(&services, "service", nil, "NAME=CMD: a service started at boot (repeatable)")
 	cmd.Flags().StringArrayVar(&onFork, "on-fork", nil, "NAME=restart|keep|signal[:SIGNAL]: a service's fork policy (repeatable)")
 	cmd.Flags().StringArrayVar(&restart, "restart", nil, "NAME=on-failure|always|no: a service's restart policy (repeatable; default on-failure)")

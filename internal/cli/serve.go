@@ -28,7 +28,8 @@ func newServeCmd(g *globals) *cobra.Command {
 	var tmpfsMiB, logRetention, keepVersions int
 	var readyTimeout time.Duration
 	var debug bool
-	var logFormat, logLevel, metricsListen string
+	var logFormat, logLevel, metricsListen, e2bListen string
+	var templates []string
 	var sbx daemon.SandboxConfig
 	var nc daemon.NetworkConfig
 	cmd := &cobra.Command{
@@ -59,10 +60,11 @@ func newServeCmd(g *globals) *cobra.Command {
 				}
 				defer stop()
 			}
+			sbx.Templates = templates
 			return daemon.Run(cmd.Context(), daemon.Config{
 				StateDir: g.resolveStateDir(), Listen: listen, TLSCert: tlsCert, TLSKey: tlsKey, Bwrap: bwrap,
 				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, KeepVersions: keepVersions, Sandbox: sbx, Network: nc, Log: log,
-				RandGuard: randGuard, LogRetentionLines: logRetention, MetricsListen: metricsListen,
+				RandGuard: randGuard, LogRetentionLines: logRetention, MetricsListen: metricsListen, E2B: e2bListen,
 			}, nil)
 		},
 	}
@@ -73,6 +75,9 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) the --listen address serves TLS with; needs --tls-key")
 	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "also serve GET /metrics (Prometheus) alone on this loopback TCP address, without a token (any local user can read it: function names and counts)")
+	cmd.Flags().StringVar(&e2bListen, "e2b", "", "also serve E2B's API (control and envd, for E2B's SDKs: E2B_API_URL and E2B_SANDBOX_URL) on this TCP address: "+
+		"loopback in plain HTTP, any other only with --tls-cert and --tls-key; its API keys are the API tokens (docs/sandboxes.md, \"E2B\")")
+	cmd.Flags().StringArrayVar(&templates, "template", nil, "a sandbox template NAME=DIR: a root directory sandboxes are created from by name (repeatable; base is built in)")
 	cmd.Flags().StringVar(&bwrap, "bwrap", "", "path of bwrap (default: found on PATH)")
 	cmd.Flags().StringVar(&uidRange, "uid-range", "auto", "host uids the daemon owns, START-END or START:COUNT, claimed on the host while it runs; each function runs as one of its own (root only). "+
 		"auto: the first free block of 65536 from "+fmt.Sprint(hostid.Default.First)+" (the last run's first). Refused if another daemon claims it, "+

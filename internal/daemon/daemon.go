@@ -30,6 +30,7 @@ import (
 	"github.com/zygo-run/zygo/internal/function"
 	"github.com/zygo-run/zygo/internal/hostid"
 	"github.com/zygo-run/zygo/internal/metrics"
+	"github.com/zygo-run/zygo/internal/sandbox"
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 	"github.com/zygo-run/zygo/internal/secret"
 	"github.com/zygo-run/zygo/internal/store"
@@ -99,6 +100,10 @@ type Config struct {
 	// should not hold the API's token. Every local user can read it (function
 	// names and counts, never code, events or secrets).
 	MetricsListen string
+	// E2B is an optional TCP address serving E2B's API (internal/e2b; e2b.go): loopback in
+	// plain HTTP, any other only with TLSCert and TLSKey, as Listen. Its API keys are the
+	// API tokens.
+	E2B string
 	// LogRetentionLines is how many log lines each function keeps, its newest
 	// (1..store.MaxLogRetentionLines); 0 is store.DefaultLogRetentionLines.
 	LogRetentionLines int
@@ -136,14 +141,18 @@ func (c *Config) validateListen() error {
 		return errors.New("--tls-cert and --tls-key go together: give both, or neither")
 	}
 	if c.TLSCert != "" {
-		if c.Listen == "" {
-			return errors.New("--tls-cert: serving TLS needs --listen ADDR")
+		if c.Listen == "" && c.E2B == "" {
+			return errors.New("--tls-cert: serving TLS needs --listen ADDR or --e2b ADDR")
 		}
 		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
 		if err != nil {
 			return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", c.TLSCert, c.TLSKey, err)
 		}
 		c.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	var err error
+	if c.E2B, err = tlsOrLoopback("--e2b", c.E2B, c.tlsConfig != nil); err != nil {
+		return err
 	}
 	if c.Listen == "" {
 		return nil
@@ -188,6 +197,11 @@ func (c *Config) validate() error {
 	}
 	if err := c.validateMetricsListen(); err != nil {
 		return err
+	}
+	for _, t := range c.Sandbox.Templates {
+		if _, err := sandbox.ParseTemplate(t); err != nil {
+			return fmt.Errorf("--template: %w", err)
+		}
 	}
 	if os.Geteuid() == 0 {
 		if c.UIDRange == "" || c.UIDRange == "auto" {
@@ -377,7 +391,12 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithTokens(tokens).WithMetrics(reg.Handler()).WithPools(pools)
-	err = serveAPI(ctx, cfg, apiSrv, reg.Handler(), ready)
+	e2bHandler, closeE2B, err := e2bAPI(cfg, sbx, tokens)
+	if err != nil {
+		return err
+	}
+	defer closeE2B()
+	err = serveAPI(ctx, cfg, apiSrv, reg.Handler(), e2bHandler, ready)
 	os.Remove(SocketPath(cfg.StateDir))
 	log.Info("zygo daemon stopped")
 	return err
@@ -405,7 +424,7 @@ func functionConfig(cfg Config, st *store.Store, agentDir string) function.Confi
 // TokenPath (loaded, or made on first use) is among them as "default".
 func openTokens(ctx context.Context, cfg Config, st *store.Store) (*api.Tokens, error) {
 	def := ""
-	if cfg.Listen != "" {
+	if cfg.Listen != "" || cfg.E2B != "" {
 		var err error
 		if def, err = api.LoadToken(TokenPath(cfg.StateDir)); err != nil {
 			return nil, err
@@ -417,8 +436,8 @@ func openTokens(ctx context.Context, cfg Config, st *store.Store) (*api.Tokens, 
 // serveAPI serves srv on the daemon's listeners and metrics on the
 // --metrics-listen one (see listen), calls ready, if not nil, once they accept calls, and returns when ctx ends (nil) or a
 // listener fails (its error), after shutting every server down.
-func serveAPI(ctx context.Context, cfg Config, srv *api.Server, metrics http.Handler, ready func()) error {
-	eps, err := listen(cfg, srv, metrics)
+func serveAPI(ctx context.Context, cfg Config, srv *api.Server, metrics, e2bHandler http.Handler, ready func()) error {
+	eps, err := listen(cfg, srv, metrics, e2bHandler)
 	if err != nil {
 		return err
 	}
@@ -435,9 +454,12 @@ func serveAPI(ctx context.Context, cfg Config, srv *api.Server, metrics http.Han
 	}
 	attrs := []any{"state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir), "version", Version}
 	for _, ep := range eps[1:] {
-		if ep.metricsOnly {
+		switch {
+		case ep.metricsOnly:
 			attrs = append(attrs, "metrics_listen", ep.l.Addr().String())
-		} else {
+		case ep.e2b:
+			attrs = append(attrs, "e2b_listen", ep.l.Addr().String())
+		default:
 			attrs = append(attrs, "listen", ep.l.Addr().String(), "tls", cfg.tlsConfig != nil, "token_file", TokenPath(cfg.StateDir))
 		}
 	}
@@ -534,6 +556,7 @@ type endpoint struct {
 	l           net.Listener
 	srv         *http.Server
 	metricsOnly bool // the --metrics-listen listener
+	e2b         bool // the --e2b listener
 }
 
 // onlyLoopbackHost returns h behind a check of the request's Host: a loopback IP literal or
@@ -558,7 +581,7 @@ func onlyLoopbackHost(h http.Handler) http.Handler {
 // served by srv.TCPHandler: behind the API tokens, and with cfg.MetricsListen a
 // loopback TCP listener answering GET /metrics with metrics (and 404 to
 // anything else). On error nothing is left listening.
-func listen(cfg Config, srv *api.Server, metrics http.Handler) ([]endpoint, error) {
+func listen(cfg Config, srv *api.Server, metrics, e2bHandler http.Handler) ([]endpoint, error) {
 	h := srv.Handler()
 	newServer := func(h http.Handler) *http.Server {
 		// IdleTimeout: a kept-alive connection with no request for this long is closed.
@@ -599,6 +622,19 @@ func listen(cfg Config, srv *api.Server, metrics http.Handler) ([]endpoint, erro
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", metrics)
 		eps = append(eps, endpoint{l: ml, srv: newServer(onlyLoopbackHost(mux)), metricsOnly: true})
+	}
+	if cfg.E2B != "" {
+		el, err := net.Listen("tcp", cfg.E2B)
+		if err != nil {
+			for _, ep := range eps {
+				ep.l.Close()
+			}
+			return nil, fmt.Errorf("listening on %s (--e2b): %w", cfg.E2B, err)
+		}
+		if cfg.tlsConfig != nil {
+			el = tls.NewListener(el, cfg.tlsConfig)
+		}
+		eps = append(eps, endpoint{l: el, srv: newServer(e2bHandler), e2b: true})
 	}
 	return eps, nil
 }

@@ -14,7 +14,7 @@ import (
 
 // sandboxStates are the states zygo_sandboxes exports (at 0 when none is in them).
 var sandboxStates = []sandbox.State{sandbox.Creating, sandbox.Restoring, sandbox.Resealing, sandbox.Running,
-	sandbox.Checkpointing, sandbox.RollingBack, sandbox.Dead, sandbox.Failed, sandbox.Removing, sandbox.Recovering}
+	sandbox.Checkpointing, sandbox.RollingBack, sandbox.Paused, sandbox.Resuming, sandbox.Dead, sandbox.Failed, sandbox.Removing, sandbox.Recovering}
 
 // watchFunctions makes the function gauges of reg read mgr at scrape time.
 func watchFunctions(reg *metrics.Registry, mgr *function.Manager) {

@@ -49,6 +49,8 @@ type SandboxConfig struct {
 	SecretImagesMiB int
 	// Network configures the sandboxes' network (sandboxnet.go).
 	Network SandboxNetConfig
+	// Templates are NAME=DIR templates besides the built-in base (sandbox.ParseTemplate).
+	Templates []string
 }
 
 // MaxEngineDir is the longest engine state directory: the guest's socket is
@@ -105,6 +107,7 @@ func openSandboxes(ctx context.Context, cfg Config, st *store.Store, secrets *se
 	}()
 	s.mgr, s.be, s.memImages = mgr, be, secretImageDir(cfg.StateDir)
 	watchSandboxes(reg, mgr)
+	mgr.StartExpiry(ctx) // deadlines are in the records: ones that passed while the daemon was down end now
 	return s
 }
 
@@ -138,6 +141,14 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 	if err != nil {
 		return nil, nil, err
 	}
+	var templates []sandbox.Template
+	for _, t := range sc.Templates {
+		tm, err := sandbox.ParseTemplate(t)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--template: %w", err)
+		}
+		templates = append(templates, tm)
+	}
 	memImages := secretImageDir(cfg.StateDir)
 	if err := mountSecretImages(memImages, sc.SecretImagesMiB, log); err != nil {
 		return nil, nil, err
@@ -147,7 +158,7 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 		ProtectedDirs: []string{cfg.StateDir, engineDir},
 		ImageDir:      filepath.Join(cfg.StateDir, "images"), SecretImageDir: memImages, Log: log.With("component", "sandbox"),
 		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets), HostIDs: hostid.NewAllocator(st, cfg.uidRange),
-		Reseal: meteredReseal(mreg, sandbox.DefaultReseal)}
+		Reseal: meteredReseal(mreg, sandbox.DefaultReseal), Templates: templates}
 	if nh != nil {
 		mcfg.Network = sandbox.HostNetwork{Host: nh}
 	}

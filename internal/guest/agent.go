@@ -66,6 +66,7 @@ type Agent struct {
 	reaper    *reaper
 	interp    *interp
 	services  *services
+	procs     *procTable
 	startedAt time.Time
 
 	bootServices      []Service // declared at boot, started after the first connection
@@ -82,6 +83,7 @@ func New(cfg Config) *Agent {
 	cfg.setDefaults()
 	a := &Agent{cfg: cfg, log: cfg.Log, reaper: newReaper(), startedAt: time.Now(), env: defaultEnv}
 	a.interp = &interp{python: cfg.Python, env: a.baseEnv, reaper: a.reaper, log: cfg.Log, grace: InterruptGrace, busy: make(chan struct{}, 1)}
+	a.procs = newProcTable(a.reaper)
 	a.services = &services{log: cfg.Log, reaper: a.reaper, env: a.baseEnv, root: cfg.Root}
 	return a
 }
@@ -199,6 +201,19 @@ func (a *Agent) mux() http.Handler {
 	m.HandleFunc("GET /v1/files/list", a.handleListFiles)
 	m.HandleFunc("PUT /v1/secrets", a.handleSecrets)
 	m.HandleFunc("POST /v1/reseal", a.handleReseal)
+	m.HandleFunc("POST /v1/processes", a.handleStartProcess)
+	m.HandleFunc("POST /v1/processes/connect", a.handleConnectProcess)
+	m.HandleFunc("GET /v1/processes", a.handleListProcesses)
+	m.HandleFunc("POST /v1/processes/input", a.handleProcessInput)
+	m.HandleFunc("POST /v1/processes/close-stdin", a.handleProcessCloseStdin)
+	m.HandleFunc("POST /v1/processes/signal", a.handleProcessSignal)
+	m.HandleFunc("GET /v1/fs/stat", a.handleStat)
+	m.HandleFunc("GET /v1/fs/list", a.handleListDir)
+	m.HandleFunc("POST /v1/fs/mkdir", a.handleMakeDir)
+	m.HandleFunc("POST /v1/fs/move", a.handleMove)
+	m.HandleFunc("POST /v1/fs/remove", a.handleRemove)
+	m.HandleFunc("GET /v1/fs/watch", a.handleWatch)
+	m.HandleFunc("GET /v1/users", a.handleUser)
 	return a.authenticate(m)
 }
 

@@ -57,6 +57,7 @@ type Client struct {
 	// wait for a connection fail with it at once (guarded by mu).
 	incompatible error
 	pending      int // connections in the Hello exchange (guarded by mu)
+	streams      int // long-lived streams open, at most MaxOpenStreams (guarded by mu)
 	rejects      rateLog
 }
 
@@ -258,7 +259,12 @@ func (c *Client) dropLocked(cc *http2.ClientConn) {
 	c.changed = make(chan struct{})
 }
 
-// Close drops the connection and fails every waiting and later call with ErrUnavailable.
+// ErrClientClosed is the error of every call on a closed Client (its instance destroyed); it
+// comes wrapped with errdefs.ErrUnavailable.
+var ErrClientClosed = errors.New("guest client closed")
+
+// Close drops the connection and fails every waiting and later call with ErrClientClosed and
+// ErrUnavailable.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -282,7 +288,7 @@ func (c *Client) current(ctx context.Context) (*http2.ClientConn, error) {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return nil, fmt.Errorf("guest client closed: %w", errdefs.ErrUnavailable)
+			return nil, fmt.Errorf("%w: %w", ErrClientClosed, errdefs.ErrUnavailable)
 		}
 		cc, ch := c.cc, c.changed
 		if cc == nil && c.incompatible != nil {
@@ -350,6 +356,10 @@ func decodeError(resp *http.Response) error {
 		cat = errdefs.ErrNotFound
 	case "invalid":
 		cat = errdefs.ErrInvalidArgument
+	case "exists":
+		cat = errdefs.ErrExists
+	case "too_large":
+		cat = errdefs.ErrTooLarge
 	case "unauthorized", "conflict":
 		cat = errdefs.ErrFailedPrecondition
 	case "permission_denied":
@@ -488,7 +498,17 @@ func eventError(msg string) error {
 
 // PutFile writes r to path in the sandbox with mode perm, creating parent directories.
 func (c *Client) PutFile(ctx context.Context, path string, perm uint32, r io.Reader) error {
+	return c.PutFileAs(ctx, path, perm, "", r)
+}
+
+// PutFileAs is PutFile with the file, and the parent directories it makes, owned by user of
+// the sandbox's /etc/passwd ("" is root). An unknown user is an error wrapping
+// errdefs.ErrInvalidArgument.
+func (c *Client) PutFileAs(ctx context.Context, path string, perm uint32, user string, r io.Reader) error {
 	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(perm), 8)}}
+	if user != "" {
+		q.Set("user", user)
+	}
 	resp, err := c.do(ctx, http.MethodPut, "/v1/files", q, r)
 	if err != nil {
 		return err

@@ -89,18 +89,31 @@ func (a *Agent) handlePutFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("%s is not a regular file (%s); put writes files", p, st.Mode().Type()))
 		return
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	// With ?user=NAME the file, and the parents the put makes, belong to that user of the
+	// sandbox's /etc/passwd (E2B writes files as its user); else to root.
+	var owner *account
+	if u := r.URL.Query().Get("user"); u != "" {
+		acc, err := a.lookupUser(u)
+		if err != nil {
+			writeOpError(w, err)
+			return
+		}
+		owner = &acc
+	}
+	if err := ensureDirs(filepath.Dir(p), owner); err != nil {
 		writeFSError(w, err)
 		return
 	}
-	if err := writeFileAtomic(p, r.Body, fs.FileMode(mode)&fs.ModePerm); err != nil {
+	if err := writeFileAtomic(p, r.Body, fs.FileMode(mode)&fs.ModePerm, owner); err != nil {
 		writeFSError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func writeFileAtomic(p string, r io.Reader, perm fs.FileMode) error {
+// writeFileAtomic writes r to a temporary file beside p, with perm (and owner, when not nil),
+// then renames it to p.
+func writeFileAtomic(p string, r io.Reader, perm fs.FileMode, owner *account) error {
 	tmp, err := os.CreateTemp(filepath.Dir(p), ".zygo-put-*")
 	if err != nil {
 		return err
@@ -110,7 +123,13 @@ func writeFileAtomic(p string, r io.Reader, perm fs.FileMode) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Chmod(perm); err != nil {
+	if owner != nil {
+		if err := tmp.Chown(int(owner.UID), int(owner.GID)); err != nil {
+			tmp.Close()
+			return fmt.Errorf("giving %s to user %s: %w", p, owner.Name, err)
+		}
+	}
+	if err := tmp.Chmod(perm); err != nil { // after the chown, which clears setuid bits
 		tmp.Close()
 		return err
 	}

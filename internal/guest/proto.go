@@ -1,6 +1,6 @@
 // Package guest is both ends of the host–guest channel of a Zygo sandbox: the agent that runs
 // as PID 1 inside it (zygo-guest: exec, the persistent code interpreter, files, services,
-// reseal) and the host-side Client that the sandbox backends hand to the Manager.
+// reseal, a process table and filesystem operations for E2B's envd API) and the host-side Client that the sandbox backends hand to the Manager.
 //
 // # The channel
 //
@@ -318,5 +318,5 @@ type Interface struct {
 // errorBody is the JSON body of a non-2xx answer.
 type errorBody struct {
 	Error string `json:"error"`
-	Code  string `json:"code"` // "not_found", "invalid", "permission_denied", "conflict", "unauthorized", "internal"
+	Code  string `json:"code"` // "not_found", "invalid", "permission_denied", "conflict", "exists", "too_large", "unauthorized", "internal"
 }

@@ -254,6 +254,9 @@ type ForkOptions struct {
 	// has been restored and resealed or has failed, from the goroutine that did the work (calls
 	// are serialized). It must not block.
 	Progress func(ForkProgress)
+	// Lifecycle is each child's own timeout (its Timeout counted from when the child runs);
+	// zero: the children never end by themselves. The parent's deadline does not move.
+	Lifecycle Lifecycle
 }
 
 // ForkProgress is how far a Fork has got.
@@ -348,7 +351,7 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 		if s.err == nil && dup[i] != nil {
 			s.err = dup[i]
 		}
-		res.Children = append(res.Children, m.finishChild(ctx, s))
+		res.Children = append(res.Children, m.finishChild(ctx, s, opts.Lifecycle))
 		if s.err != nil {
 			errs = append(errs, s.err)
 		}
@@ -408,6 +411,7 @@ func (m *Manager) restoreChild(ctx context.Context, be Backend, ck Checkpointer,
 		Options: cp.Options, CreatedAt: now, UpdatedAt: now}}
 	s.rec.Name = childName(parent.Name, s.rec.ID)
 	s.rec.Options.Name = s.rec.Name
+	s.rec.Options.Lifecycle = Lifecycle{} // set by the caller (ForkOptions.Lifecycle) once it runs
 	s.rec.EngineID = newEngineID(s.rec.ID)
 	if s.err = m.reg.PutSandbox(ctx, s.rec); s.err != nil {
 		return s
@@ -452,8 +456,9 @@ func childName(parent, id string) string {
 }
 
 // finishChild marks a staged child Running, or runs its undo stack.
-func (m *Manager) finishChild(ctx context.Context, s *staged) ForkChild {
+func (m *Manager) finishChild(ctx context.Context, s *staged, life Lifecycle) ForkChild {
 	if s.err == nil {
+		s.rec.Options.Lifecycle = life.started(m.cfg.Now())
 		s.err = m.setState(ctx, &s.rec, Running, nil)
 	}
 	if s.err != nil {
@@ -525,6 +530,7 @@ func (m *Manager) rollbackLocked(ctx context.Context, be Backend, ck Checkpointe
 	}
 	next.CheckpointID, next.Options = cp.ID, cp.Options
 	next.Options.Name = rec.Options.Name
+	next.Options.Lifecycle = rec.Options.Lifecycle // a rollback does not move the sandbox's deadline
 	// The record names the new instance before the entry does: until it is saved the old
 	// instance is the sandbox, and a failure to save destroys the new one.
 	back := context.WithoutCancel(ctx)

@@ -46,6 +46,15 @@ type CreateOptions struct {
 	// Network is the sandbox's network; forks and rollbacks keep it, each copy with an
 	// address and MAC of its own.
 	Network NetworkOptions `json:"network,omitempty"`
+	// Lifecycle is when the sandbox ends by itself (a timeout) and how; zero: never.
+	// Kept per sandbox: a fork child or a restored copy gets its own (lifecycle.go).
+	Lifecycle Lifecycle `json:"lifecycle,omitzero"`
+	// Template is the name of the template the sandbox was made from ("" for none: the
+	// default root or RootfsDir as given); for listings and the E2B API's templateID.
+	Template string `json:"template,omitempty"`
+	// Metadata is the caller's labels (E2B's metadata): at most MaxMetadata pairs, kept and
+	// listed, never interpreted. Copies inherit it.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // ManagerConfig configures a Manager. Zero fields take the defaults in brackets.
@@ -92,6 +101,8 @@ type ManagerConfig struct {
 	// child gets its own, a rollback keeps its sandbox's, Remove gives it back. nil: every
 	// instance runs as the engine's default.
 	HostIDs HostIDs
+	// Templates are the templates besides BaseTemplate (CreateOptions.Template).
+	Templates []Template
 	// Network gives each engine instance with network (CreateOptions.Network) an endpoint of
 	// its own: a fork child and a rollback get a new address and MAC. nil: sandboxes run
 	// without network, and asking for it is errdefs.ErrFailedPrecondition.
@@ -128,6 +139,13 @@ type Manager struct {
 
 	portMu sync.Mutex // guards ports; held while a listener is made, never across a connection
 	ports  map[portKey]*portProxy
+
+	// recMu serializes SetTimeout's read-modify-write of a record.
+	recMu sync.Mutex
+	// resumeMu guards resuming: the ids of paused sandboxes a Resume is restoring (they have
+	// no live entry to serialize on).
+	resumeMu sync.Mutex
+	resuming map[string]bool
 }
 
 // NewManager returns a Manager. It starts nothing; call Recover to adopt sandboxes left by an
@@ -171,7 +189,8 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, bes: bes, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
 		recovering: map[string]chan struct{}{}, ckLeases: map[string]int{}, ckRemoving: map[string]bool{},
-		removeImage: os.RemoveAll, nets: map[string]NetEndpoint{}, ports: map[portKey]*portProxy{}}
+		removeImage: os.RemoveAll, nets: map[string]NetEndpoint{}, ports: map[portKey]*portProxy{},
+		resuming: map[string]bool{}}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())
 	return m, nil
 }
@@ -281,6 +300,17 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 	if err := validateCreate(opts); err != nil {
 		return SandboxRecord{}, err
 	}
+	var tmpl Template
+	if opts.Template != "" {
+		if opts.RootfsDir != "" {
+			return SandboxRecord{}, invalid("template", "%s: give a template or rootfs_dir, not both", short(opts.Template))
+		}
+		var err error
+		if tmpl, err = m.template(opts.Template); err != nil {
+			return SandboxRecord{}, err
+		}
+		opts.RootfsDir = tmpl.RootfsDir
+	}
 	opts = opts.WithDefaults()
 	var err error
 	if opts.Network, err = m.networkDefaults(opts.Network); err != nil {
@@ -363,6 +393,10 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (SandboxRecord
 			return SandboxRecord{}, fmt.Errorf("writing the secrets of sandbox %s: %w", rec.ID, err)
 		}
 	}
+	if err := runSetup(cctx, inst.Guest, tmpl); err != nil {
+		return SandboxRecord{}, fmt.Errorf("creating sandbox %s: %w", rec.ID, err)
+	}
+	rec.Options.Lifecycle = opts.Lifecycle.started(m.cfg.Now())
 	if err := m.setState(ctx, &rec, Running, nil); err != nil {
 		return SandboxRecord{}, err
 	}
@@ -580,9 +614,9 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 	m.mu.Lock()
 	e := m.live[rec.ID]
 	m.mu.Unlock()
-	if e == nil && (rec.State == Creating || rec.State == Restoring || rec.State == Resealing) {
-		// Not live yet: the create or fork making it owns it, and would mark it running
-		// after us. It either hands it out or destroys it; remove it then.
+	if e == nil && (rec.State == Creating || rec.State == Restoring || rec.State == Resealing || rec.State == Resuming) {
+		// Not live yet: the create, fork or resume making it owns it, and would mark it
+		// running after us. It either hands it out or destroys it; remove it then.
 		return fmt.Errorf("sandbox %s is %s (a create or fork is making it): remove it once that call has returned: %w",
 			rec.ID, rec.State, errdefs.ErrFailedPrecondition)
 	}

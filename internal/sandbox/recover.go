@@ -168,6 +168,16 @@ func (m *Manager) recoverOne(ctx context.Context, r *Recovery, rec SandboxRecord
 		default:
 			r.add(&r.rep.Interrupted, rec.ID)
 		}
+	case Paused: // no engine instance: one left by a pause the old process did not finish goes
+		if err := m.destroyEngine(ctx, be, rec.EngineID); err != nil {
+			m.log.Error("destroying the instance of a paused sandbox", "sandbox_id", rec.ID, "err", err)
+		}
+		r.add(&r.rep.Adopted, rec.ID)
+	case Resuming: // the restore died with the old process; its instance is an orphan
+		if err := m.setState(ctx, &rec, Paused, nil); err != nil {
+			m.log.Error("putting an interrupted resume back to paused", "sandbox_id", rec.ID, "err", err)
+		}
+		r.add(&r.rep.Adopted, rec.ID)
 	default: // Creating, Restoring, Resealing, Removing: never handed out, or going away
 		if err := m.destroyEngine(ctx, be, rec.EngineID); err != nil {
 			m.log.Error("destroying interrupted sandbox", "sandbox_id", rec.ID, "err", err)

@@ -130,6 +130,7 @@ func cloneSandbox(rec SandboxRecord) SandboxRecord {
 	rec.Options.Services = slices.Clone(rec.Options.Services)
 	rec.Options.Env = slices.Clone(rec.Options.Env)
 	rec.Options.Secrets = slices.Clone(rec.Options.Secrets)
+	rec.Options.Metadata = maps.Clone(rec.Options.Metadata)
 	return rec
 }
 
@@ -214,6 +215,7 @@ func cloneCheckpoint(rec CheckpointRecord) CheckpointRecord {
 	rec.Options.Services = slices.Clone(rec.Options.Services)
 	rec.Options.Env = slices.Clone(rec.Options.Env)
 	rec.Options.Secrets = slices.Clone(rec.Options.Secrets)
+	rec.Options.Metadata = maps.Clone(rec.Options.Metadata)
 	return rec
 }
 

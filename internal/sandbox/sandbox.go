@@ -35,6 +35,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"syscall"
 
 	"github.com/zygo-run/zygo/internal/guest"
 )
@@ -121,6 +122,31 @@ type Guest interface {
 	// Reseal makes a restored copy independent (new identity, token, entropy, secrets); the
 	// channel presents req.NewToken from then on.
 	Reseal(ctx context.Context, req guest.ResealRequest) (guest.ResealResult, error)
+
+	// StartProcess starts a process of the guest's process table and streams its events
+	// (start, output, end); the channel closes after end, when ctx ends or when the channel
+	// to the guest breaks, and the process keeps running. ConnectProcess streams the events of
+	// a running one from now on, beginning with start.
+	StartProcess(ctx context.Context, cfg guest.ProcessConfig) (<-chan guest.ProcessEvent, error)
+	ConnectProcess(ctx context.Context, sel guest.ProcessSelector) (<-chan guest.ProcessEvent, error)
+	// ListProcesses returns the table's running processes.
+	ListProcesses(ctx context.Context) ([]guest.ProcessInfo, error)
+	// SendInput, CloseStdin and SignalProcess act on one process of the table.
+	SendInput(ctx context.Context, sel guest.ProcessSelector, data []byte) error
+	CloseStdin(ctx context.Context, sel guest.ProcessSelector) error
+	SignalProcess(ctx context.Context, sel guest.ProcessSelector, sig syscall.Signal) error
+	// Stat, ListDir, MakeDir, Move and RemovePath are filesystem operations on absolute guest
+	// paths; WatchDir streams changes under a directory until ctx ends or the channel breaks.
+	Stat(ctx context.Context, path string) (guest.EntryInfo, error)
+	ListDir(ctx context.Context, path string, depth int) ([]guest.EntryInfo, error)
+	MakeDir(ctx context.Context, path, user string) (guest.EntryInfo, error)
+	Move(ctx context.Context, src, dst string) (guest.EntryInfo, error)
+	RemovePath(ctx context.Context, path string) error
+	WatchDir(ctx context.Context, path string, recursive bool) (<-chan guest.FsEvent, error)
+	// PutFileAs is PutFile with the file and the parents it makes owned by user ("" root).
+	PutFileAs(ctx context.Context, path string, perm uint32, user string, r io.Reader) error
+	// UserInfo returns a user of the guest's /etc/passwd ("" is root).
+	UserInfo(ctx context.Context, name string) (guest.UserInfo, error)
 }
 
 // Backend runs sandboxes on one engine.

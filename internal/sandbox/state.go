@@ -18,6 +18,11 @@ const (
 	Running       State = "running"
 	Checkpointing State = "checkpointing"
 	RollingBack   State = "rolling_back"
+	// Paused: checkpointed and stopped (pause.go). No engine instance runs: it holds no CPU
+	// or memory, only its image (CheckpointID). Resume restores it, resealed.
+	Paused State = "paused"
+	// Resuming: a paused sandbox's image is being restored and resealed.
+	Resuming State = "resuming"
 	// Dead: the engine instance died (killed, crashed, PID 1 gone), noticed while the daemon
 	// ran or at its start; Error says why. Calls fail at once (ErrDead); rm cleans it up.
 	Dead State = "dead"
@@ -36,7 +41,9 @@ var transitions = map[State][]State{
 	Creating:      {Running, Failed},
 	Restoring:     {Resealing, Failed},
 	Resealing:     {Running, Failed},
-	Running:       {Checkpointing, RollingBack, Dead, Failed},
+	Running:       {Checkpointing, RollingBack, Paused, Dead, Failed},
+	Paused:        {Resuming},
+	Resuming:      {Running, Paused, Failed},
 	Checkpointing: {Running, Dead, Failed},
 	RollingBack:   {Running, Dead, Failed},
 	Dead:          {},

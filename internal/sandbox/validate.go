@@ -217,6 +217,12 @@ func validateCreate(o CreateOptions) error {
 	if err := validateNetwork(o.Network); err != nil {
 		return err
 	}
+	if err := validateLifecycle(o.Lifecycle); err != nil {
+		return err
+	}
+	if err := validateMetadata(o.Metadata); err != nil {
+		return err
+	}
 	return ValidateLimits(o)
 }
 

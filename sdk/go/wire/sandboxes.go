@@ -49,6 +49,45 @@ type CreateSandboxBody struct {
 	// Network is the sandbox's network; nil: the daemon's default, egress (or none on a daemon
 	// without network).
 	Network *SandboxNetwork `json:"network,omitempty"`
+	// Template names a template of the daemon (GET /v1/templates; "base" is built in): its
+	// root, and its setup run before the sandbox is handed out. Not with rootfs_dir; unknown
+	// is a 404.
+	Template string `json:"template,omitempty"`
+	// TimeoutMS ends the sandbox this many milliseconds after it starts running (create,
+	// fork, restore, resume; POST …/timeout moves it): removed, or paused with
+	// on_timeout "pause". 0: never. The deadline is in the daemon's store: a restarted daemon
+	// honours it.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// OnTimeout is "kill" (the default) or "pause".
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// Metadata is the caller's labels: at most 64 pairs of at most 256 bytes each.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// TimeoutBody is the body of POST /v1/sandboxes/{id}/timeout: a new timeout counted from now.
+type TimeoutBody struct {
+	TimeoutMS int64  `json:"timeout_ms"`           // 0: none
+	OnTimeout string `json:"on_timeout,omitempty"` // "kill" or "pause"; empty: unchanged
+}
+
+// ResumeBody is the body of POST /v1/sandboxes/{id}/resume; every field is optional.
+type ResumeBody struct {
+	// TimeoutMS replaces the sandbox's timeout, counted from the resume; 0: its own.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// RestoreBody is the body of POST /v1/checkpoints/{id}/restore; every field is optional.
+type RestoreBody struct {
+	TimeoutMS int64             `json:"timeout_ms,omitempty"` // the new sandbox's timeout; 0: none
+	OnTimeout string            `json:"on_timeout,omitempty"` // "kill" (default) or "pause"
+	Metadata  map[string]string `json:"metadata,omitempty"`   // replaces the checkpoint's sandbox's
+}
+
+// Template is one template of the daemon (GET /v1/templates).
+type Template struct {
+	Name        string `json:"name"`
+	RootfsDir   string `json:"rootfs_dir,omitempty"` // empty: the default root (the host's /usr)
+	Description string `json:"description,omitempty"`
 }
 
 // SandboxNetwork is a sandbox's network. Every fork child and rollback gets an address and MAC
@@ -85,7 +124,8 @@ type Sandbox struct {
 	Name     string `json:"name"`
 	Backend  string `json:"backend"`
 	EngineID string `json:"engine_id"` // the current engine instance; changes on rollback
-	// State: creating, restoring, resealing, running, checkpointing, rolling_back, dead (the
+	// State: creating, restoring, resealing, running, checkpointing, rolling_back, paused
+	// (checkpointed and stopped: no CPU or memory), resuming, dead (the
 	// engine died; Error says why), failed, removing, recovering (retry shortly).
 	State        string `json:"state"`
 	ParentID     string `json:"parent_id,omitempty"`     // the sandbox it was forked from
@@ -96,11 +136,14 @@ type Sandbox struct {
 	Services []Service         `json:"services,omitempty"`
 	// Address and MAC are the current instance's network identity, new on every fork and
 	// rollback; empty without network.
-	Address   string    `json:"address,omitempty"`
-	MAC       string    `json:"mac,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Address string `json:"address,omitempty"`
+	MAC     string `json:"mac,omitempty"`
+	// ExpiresAt is when its timeout passes (options.timeout_ms); absent without one and
+	// while paused.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Error     string     `json:"error,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
 }
 
 // Checkpoint is an immutable image of a sandbox at one moment. Images form a tree: ParentID

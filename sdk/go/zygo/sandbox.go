@@ -239,3 +239,32 @@ func (sb *Sandbox) Rollback(ctx context.Context, checkpoint string) error {
 	sb.Sandbox = rec
 	return nil
 }
+
+// Pause checkpoints the sandbox and stops it (no CPU or memory held until Resume). sb is
+// updated in place.
+func (sb *Sandbox) Pause(ctx context.Context) error {
+	rec, err := sb.c.Pause(ctx, sb.ID)
+	if err == nil {
+		sb.Sandbox = rec
+	}
+	return err
+}
+
+// Resume restores the paused sandbox, resealed (same id, new generation); timeout, when
+// positive, replaces its timeout. sb is updated in place.
+func (sb *Sandbox) Resume(ctx context.Context, timeout time.Duration) error {
+	rec, err := sb.c.ResumeSandbox(ctx, sb.ID, timeout.Milliseconds())
+	if err == nil {
+		sb.Sandbox = rec
+	}
+	return err
+}
+
+// SetTimeout gives the sandbox a new timeout counted from now (0: none). sb is updated in place.
+func (sb *Sandbox) SetTimeout(ctx context.Context, timeout time.Duration) error {
+	rec, err := sb.c.SetTimeout(ctx, sb.ID, timeout.Milliseconds(), "")
+	if err == nil {
+		sb.Sandbox = rec
+	}
+	return err
+}

@@ -326,3 +326,37 @@ func (c *Client) Generation(ctx context.Context, id string) (wire.GenerationBody
 	var g wire.GenerationBody
 	return g, c.call(ctx, "GET", sbPath(id, "generation"), nil, &g)
 }
+
+// Pause checkpoints the sandbox (tag "pause") and stops it: it holds no CPU or memory until
+// ResumeSandbox. It returns the record (state "paused"), or an *Error (409 when it is not
+// running).
+func (c *Client) Pause(ctx context.Context, id string) (wire.Sandbox, error) {
+	var rec wire.Sandbox
+	return rec, c.call(ctx, "POST", sbPath(id, "pause"), nil, &rec)
+}
+
+// ResumeSandbox restores a paused sandbox and reseals it: the same id, a new generation.
+// timeoutMS, when positive, replaces its timeout (counted from now).
+func (c *Client) ResumeSandbox(ctx context.Context, id string, timeoutMS int64) (wire.Sandbox, error) {
+	var rec wire.Sandbox
+	return rec, c.call(ctx, "POST", sbPath(id, "resume"), wire.ResumeBody{TimeoutMS: timeoutMS}, &rec)
+}
+
+// SetTimeout gives a running sandbox a new timeout counted from now (0: none); onTimeout
+// "kill" or "pause", or "" to keep its own.
+func (c *Client) SetTimeout(ctx context.Context, id string, timeoutMS int64, onTimeout string) (wire.Sandbox, error) {
+	var rec wire.Sandbox
+	return rec, c.call(ctx, "POST", sbPath(id, "timeout"), wire.TimeoutBody{TimeoutMS: timeoutMS, OnTimeout: onTimeout}, &rec)
+}
+
+// Restore makes a new sandbox from a checkpoint (an id or tag), which may have outlived its
+// sandbox; the copy is resealed as a fork child is.
+func (c *Client) Restore(ctx context.Context, checkpoint string, opts wire.RestoreBody) (wire.Sandbox, error) {
+	var rec wire.Sandbox
+	return rec, c.call(ctx, "POST", "/v1/checkpoints/"+url.PathEscape(checkpoint)+"/restore", opts, &rec)
+}
+
+// Templates lists the templates sandboxes are created from by name (CreateOptions.Template).
+func (c *Client) Templates(ctx context.Context) ([]wire.Template, error) {
+	return all[wire.Template](ctx, c, "/v1/templates", nil)
+}

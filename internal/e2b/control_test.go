@@ -1,0 +1,349 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+	"github.com/zygo-run/zygo/internal/sandbox"
+)
+
+// fakeSandboxes is a Sandboxes in memory: records by id, checkpoints by id; calls are noted.
+type fakeSandboxes struct {
+	recs  map[string]sandbox.SandboxRecord
+	cps   map[string]sandbox.CheckpointRecord
+	calls []string
+	n     int
+}
+
+var _ Sandboxes = (*fakeSandboxes)(nil)
+
+func newFakeSandboxes() *fakeSandboxes {
+	return &fakeSandboxes{recs: map[string]sandbox.SandboxRecord{}, cps: map[string]sandbox.CheckpointRecord{}}
+}
+
+func (f *fakeSandboxes) note(format string, a ...any) {
+	f.calls = append(f.calls, fmt.Sprintf(format, a...))
+}
+
+func (f *fakeSandboxes) add(opts sandbox.CreateOptions) sandbox.SandboxRecord {
+	f.n++
+	rec := sandbox.SandboxRecord{ID: fmt.Sprintf("sb-%016d", f.n), State: sandbox.Running, Options: opts, CreatedAt: time.Unix(0, 0)}
+	rec.Options.Lifecycle.ExpiresAt = time.Unix(0, 0).Add(opts.Lifecycle.Timeout)
+	f.recs[rec.ID] = rec
+	return rec
+}
+
+func (f *fakeSandboxes) get(id string) (sandbox.SandboxRecord, error) {
+	rec, ok := f.recs[id]
+	if !ok {
+		return rec, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return rec, nil
+}
+
+func (f *fakeSandboxes) Create(_ context.Context, o sandbox.CreateOptions) (sandbox.SandboxRecord, error) {
+	f.note("create %s env=%v timeout=%s on=%s", o.Template, o.Env, o.Lifecycle.Timeout, o.Lifecycle.OnTimeout)
+	return f.add(o), nil
+}
+func (f *fakeSandboxes) Get(_ context.Context, id string) (sandbox.SandboxRecord, error) {
+	return f.get(id)
+}
+func (f *fakeSandboxes) List(context.Context) ([]sandbox.SandboxRecord, error) {
+	var out []sandbox.SandboxRecord
+	for i := 1; i <= f.n; i++ {
+		if r, ok := f.recs[fmt.Sprintf("sb-%016d", i)]; ok {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+func (f *fakeSandboxes) Remove(_ context.Context, id string) error {
+	if _, err := f.get(id); err != nil {
+		return err
+	}
+	delete(f.recs, id)
+	f.note("remove %s", id)
+	return nil
+}
+func (f *fakeSandboxes) Fork(_ context.Context, id string, o sandbox.ForkOptions) (sandbox.ForkResult, error) {
+	f.note("fork %s n=%d timeout=%s", id, o.N, o.Lifecycle.Timeout)
+	var res sandbox.ForkResult
+	for i := range o.N {
+		if i == 1 {
+			err := fmt.Errorf("restoring: %w", errdefs.ErrUnavailable)
+			res.Children = append(res.Children, sandbox.ForkChild{Err: err, Error: err.Error()})
+			continue
+		}
+		res.Children = append(res.Children, sandbox.ForkChild{Sandbox: f.add(sandbox.CreateOptions{})})
+	}
+	return res, nil
+}
+func (f *fakeSandboxes) Pause(_ context.Context, id string) (sandbox.SandboxRecord, error) {
+	rec, err := f.get(id)
+	if err != nil {
+		return rec, err
+	}
+	rec.State = sandbox.Paused
+	f.recs[id] = rec
+	f.note("pause %s", id)
+	return rec, nil
+}
+func (f *fakeSandboxes) Resume(_ context.Context, id string, d time.Duration) (sandbox.SandboxRecord, error) {
+	rec, err := f.get(id)
+	if err != nil {
+		return rec, err
+	}
+	rec.State = sandbox.Running
+	f.recs[id] = rec
+	f.note("resume %s %s", id, d)
+	return rec, nil
+}
+func (f *fakeSandboxes) Restore(_ context.Context, cp string, o sandbox.RestoreOptions) (sandbox.SandboxRecord, error) {
+	f.note("restore %s timeout=%s", cp, o.Lifecycle.Timeout)
+	return f.add(sandbox.CreateOptions{}), nil
+}
+func (f *fakeSandboxes) SetTimeout(_ context.Context, id string, d time.Duration, _ string) (sandbox.SandboxRecord, error) {
+	f.note("timeout %s %s", id, d)
+	return f.get(id)
+}
+func (f *fakeSandboxes) Checkpoint(_ context.Context, id, tag string) (sandbox.CheckpointRecord, error) {
+	cp := sandbox.CheckpointRecord{ID: "cp-00000000000000" + fmt.Sprintf("%02d", len(f.cps)), Tag: tag, SandboxID: id}
+	f.cps[cp.ID] = cp
+	return cp, nil
+}
+func (f *fakeSandboxes) Checkpoints(_ context.Context, id string) ([]sandbox.CheckpointRecord, error) {
+	var out []sandbox.CheckpointRecord
+	for _, cp := range f.cps {
+		if id == "" || cp.SandboxID == id {
+			out = append(out, cp)
+		}
+	}
+	return out, nil
+}
+func (f *fakeSandboxes) GetCheckpoint(_ context.Context, id string) (sandbox.CheckpointRecord, error) {
+	if cp, ok := f.cps[id]; ok {
+		return cp, nil
+	}
+	return sandbox.CheckpointRecord{}, fmt.Errorf("checkpoint %q: %w", id, errdefs.ErrNotFound)
+}
+func (f *fakeSandboxes) RemoveCheckpoint(_ context.Context, id string) error {
+	if _, ok := f.cps[id]; !ok {
+		return fmt.Errorf("checkpoint %q: %w", id, errdefs.ErrNotFound)
+	}
+	delete(f.cps, id)
+	f.note("rmcp %s", id)
+	return nil
+}
+func (f *fakeSandboxes) Templates() []sandbox.Template {
+	return []sandbox.Template{{Name: sandbox.BaseTemplate}}
+}
+func (f *fakeSandboxes) MaxFork() int { return 16 }
+
+type keys map[string]string
+
+func (k keys) Authenticate(s string) (string, bool) { n, ok := k[s]; return n, ok }
+
+var testKey = make([]byte, 32)
+
+func newTestHandler(f *fakeSandboxes, envd http.Handler) http.Handler {
+	return Handler(Config{Sandboxes: f, Auth: keys{"zygo_abc": "ci", "0123": "default"}, AccessKey: testKey, Envd: envd,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+// do sends one request and returns the status and body.
+func do(t *testing.T, h http.Handler, method, path, key, body string, hdr ...string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
+}
+
+func wantE2BError(t *testing.T, what string, status int, body string, want int, sub string) {
+	t.Helper()
+	var e errorBody
+	if status != want || json.Unmarshal([]byte(body), &e) != nil || e.Code != want || !strings.Contains(e.Message, sub) {
+		t.Errorf("%s: %d %s, want %d with %q", what, status, body, want, sub)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	h := newTestHandler(newFakeSandboxes(), nil)
+	for _, k := range []string{"zygo_abc", "e2b_abc", "e2b_0123", "0123"} {
+		if st, body := do(t, h, "GET", "/v2/sandboxes", k, ""); st != 200 {
+			t.Errorf("key %q: %d %s", k, st, body)
+		}
+	}
+	for _, k := range []string{"", "e2b_", "e2b_abd", "zygo_0123"} {
+		st, body := do(t, h, "GET", "/v2/sandboxes", k, "")
+		wantE2BError(t, "key "+k, st, body, 401, "API key")
+	}
+	st, body := do(t, h, "GET", "/nope", "zygo_abc", "")
+	wantE2BError(t, "an unknown route", st, body, 404, "no route")
+}
+
+func TestEnvdRouting(t *testing.T) {
+	served := 0
+	envd := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++; w.WriteHeader(204) })
+	h := newTestHandler(newFakeSandboxes(), envd)
+	id := "sb-0000000000000001"
+	if st, _ := do(t, h, "GET", "/health", "", "", SandboxIDHeader, id); st != 204 || served != 1 {
+		t.Errorf("a request naming a sandbox: %d, served by envd %d times", st, served)
+	}
+	if st, _ := do(t, h, "GET", "/health", "", ""); st != 401 || served != 1 {
+		t.Errorf("a request naming none, without a key: %d (envd served %d)", st, served)
+	}
+	h = newTestHandler(newFakeSandboxes(), nil)
+	st, body := do(t, h, "GET", "/health", "", "", SandboxIDHeader, id)
+	wantE2BError(t, "no envd", st, body, 501, "envd")
+	if a, b := AccessToken(testKey, id), AccessToken(testKey, "sb-0000000000000002"); a == b || len(a) != 64 {
+		t.Errorf("access tokens %s, %s: want 64 hex digits, one per sandbox", a, b)
+	}
+}
+
+func TestCreateListGetKill(t *testing.T) {
+	f := newFakeSandboxes()
+	h := newTestHandler(f, nil)
+	st, body := do(t, h, "POST", "/v2/sandboxes", "zygo_abc",
+		`{"templateID":"base","timeout":300,"metadata":{"team":"a b"},"envVars":{"B":"2","A":"1"},"secure":true,"allow_internet_access":true,"autoPause":true}`)
+	var sb sandboxBody
+	if st != 201 || json.Unmarshal([]byte(body), &sb) != nil || sb.SandboxID == "" || sb.EnvdAccessToken != AccessToken(testKey, sb.SandboxID) ||
+		sb.TemplateID != "base" || sb.EnvdVersion != DefaultEnvdVersion {
+		t.Fatalf("create: %d %s", st, body)
+	}
+	if want := "create base env=[A=1 B=2] timeout=5m0s on=pause"; f.calls[0] != want {
+		t.Errorf("create called %q, want %q", f.calls[0], want)
+	}
+	f.add(sandbox.CreateOptions{Metadata: map[string]string{"team": "b"}})
+
+	for _, c := range []struct {
+		body, sub string
+		status    int
+	}{
+		{`{"templateID":"nope"}`, "template 'nope' not found", 404},
+		{`{"templateID":"base","colour":1}`, "colour", 400},
+		{`{"timeout":1}`, "templateID", 400},
+		{`{"templateID":"base","timeout":-1}`, "timeout", 400},
+		{`{"templateID":"base","network":{"allowOut":["1.1.1.1"]}}`, "network", 400},
+		{`{"templateID":"base"} {}`, "after the JSON", 400},
+	} {
+		st, body := do(t, h, "POST", "/sandboxes", "zygo_abc", c.body)
+		wantE2BError(t, c.body, st, body, c.status, c.sub)
+	}
+
+	var listed []sandboxDetail
+	st, body = do(t, h, "GET", "/v2/sandboxes?metadata="+`team%3Da%2520b`+"&state=running,paused", "zygo_abc", "")
+	if st != 200 || json.Unmarshal([]byte(body), &listed) != nil || len(listed) != 1 || listed[0].SandboxID != sb.SandboxID {
+		t.Errorf("list by metadata: %d %s", st, body)
+	}
+	st, body = do(t, h, "GET", "/v2/sandboxes?limit=1", "zygo_abc", "")
+	if st != 200 || json.Unmarshal([]byte(body), &listed) != nil || len(listed) != 1 {
+		t.Errorf("list limit 1: %d %s", st, body)
+	}
+	st, body = do(t, h, "GET", "/v2/sandboxes?state=gone", "zygo_abc", "")
+	wantE2BError(t, "a bad state", st, body, 400, "state")
+
+	var d sandboxDetail
+	st, body = do(t, h, "GET", "/sandboxes/"+sb.SandboxID, "zygo_abc", "")
+	if st != 200 || json.Unmarshal([]byte(body), &d) != nil || d.State != "running" || d.Metadata["team"] != "a b" || d.EnvdAccessToken == "" {
+		t.Errorf("get: %d %s", st, body)
+	}
+	if st, body = do(t, h, "DELETE", "/sandboxes/"+sb.SandboxID, "zygo_abc", ""); st != 204 {
+		t.Errorf("kill: %d %s", st, body)
+	}
+	st, body = do(t, h, "DELETE", "/sandboxes/"+sb.SandboxID, "zygo_abc", "")
+	wantE2BError(t, "second kill", st, body, 404, "not found")
+	st, body = do(t, h, "GET", "/sandboxes/"+sb.SandboxID, "zygo_abc", "")
+	wantE2BError(t, "get of a killed sandbox", st, body, 404, "not found")
+}
+
+func TestPauseConnectForkSnapshot(t *testing.T) {
+	f := newFakeSandboxes()
+	h := newTestHandler(f, nil)
+	rec := f.add(sandbox.CreateOptions{Template: "base"})
+	id := rec.ID
+	if st, body := do(t, h, "POST", "/sandboxes/"+id+"/pause", "zygo_abc", `{"memory":true}`); st != 204 {
+		t.Fatalf("pause: %d %s", st, body)
+	}
+	st, body := do(t, h, "POST", "/sandboxes/"+id+"/pause", "zygo_abc", "")
+	wantE2BError(t, "pause of a paused sandbox", st, body, 409, "already paused")
+	if st, body = do(t, h, "POST", "/sandboxes/"+id+"/connect", "zygo_abc", `{"timeout":60}`); st != 201 {
+		t.Errorf("connect of a paused sandbox: %d %s", st, body)
+	}
+	if st, body = do(t, h, "POST", "/sandboxes/"+id+"/connect", "zygo_abc", `{"timeout":60}`); st != 200 {
+		t.Errorf("connect of a running sandbox: %d %s", st, body)
+	}
+	if _, err := f.Pause(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if st, body = do(t, h, "POST", "/v2/sandboxes/"+id+"/connect", "zygo_abc", `{"memory":true}`); st != 201 ||
+		f.calls[len(f.calls)-1] != "resume "+id+" 5m0s" {
+		t.Errorf("v2 connect of a paused sandbox: %d %s, called %q", st, body, f.calls[len(f.calls)-1])
+	}
+	st, body = do(t, h, "POST", "/sandboxes/"+id+"/resume", "zygo_abc", `{"timeout":60}`)
+	wantE2BError(t, "resume of a running sandbox", st, body, 409, "already running")
+	if st, body = do(t, h, "POST", "/sandboxes/"+id+"/timeout", "zygo_abc", `{"timeout":30}`); st != 204 {
+		t.Errorf("timeout: %d %s", st, body)
+	}
+	st, body = do(t, h, "POST", "/sandboxes/"+id+"/timeout", "zygo_abc", `{}`)
+	wantE2BError(t, "timeout without one", st, body, 400, "timeout")
+	if st, body = do(t, h, "POST", "/sandboxes/"+id+"/refreshes", "zygo_abc", `{"duration":30}`); st != 204 {
+		t.Errorf("refresh: %d %s", st, body)
+	}
+
+	var forks []forkResult
+	st, body = do(t, h, "POST", "/sandboxes/"+id+"/fork", "zygo_abc", `{"count":3,"timeout":60}`)
+	if st != 201 || json.Unmarshal([]byte(body), &forks) != nil || len(forks) != 3 || forks[0].Sandbox == nil ||
+		forks[1].Error == nil || forks[1].Error.Code != 503 || forks[2].Sandbox == nil {
+		t.Errorf("fork: %d %s", st, body)
+	}
+	st, body = do(t, h, "POST", "/sandboxes/"+id+"/fork", "zygo_abc", `{"count":17}`)
+	wantE2BError(t, "fork count 17", st, body, 400, "count")
+
+	var snap snapshotInfo
+	st, body = do(t, h, "POST", "/sandboxes/"+id+"/snapshots", "zygo_abc", `{"name":"warm"}`)
+	if st != 201 || json.Unmarshal([]byte(body), &snap) != nil || !strings.HasPrefix(snap.SnapshotID, "cp-") || snap.Names[0] != "warm" {
+		t.Fatalf("snapshot: %d %s", st, body)
+	}
+	if st, body = do(t, h, "POST", "/sandboxes", "zygo_abc", `{"templateID":"`+snap.SnapshotID+`","timeout":60}`); st != 201 {
+		t.Errorf("create from a snapshot: %d %s", st, body)
+	}
+	if f.calls[len(f.calls)-1] != "restore "+snap.SnapshotID+" timeout=1m0s" {
+		t.Errorf("create from a snapshot called %q", f.calls[len(f.calls)-1])
+	}
+	var snaps []snapshotInfo
+	if st, body = do(t, h, "GET", "/snapshots?sandboxID="+id, "zygo_abc", ""); st != 200 || json.Unmarshal([]byte(body), &snaps) != nil || len(snaps) != 1 {
+		t.Errorf("list snapshots: %d %s", st, body)
+	}
+	if st, body = do(t, h, "DELETE", "/templates/"+snap.SnapshotID, "zygo_abc", ""); st != 204 {
+		t.Errorf("delete snapshot: %d %s", st, body)
+	}
+	st, body = do(t, h, "DELETE", "/templates/"+snap.SnapshotID, "zygo_abc", "")
+	wantE2BError(t, "delete of a deleted snapshot", st, body, 404, "not found")
+}
+
+func TestStatusOf(t *testing.T) {
+	for err, want := range map[error]int{
+		errdefs.ErrNotFound: 404, errdefs.ErrInvalidArgument: 400, errdefs.ErrExists: 409, errdefs.ErrFailedPrecondition: 409,
+		errdefs.ErrUnavailable: 503, context.DeadlineExceeded: 504, fmt.Errorf("x"): 500,
+	} {
+		if got := statusOf(fmt.Errorf("doing: %w", err)); got != want {
+			t.Errorf("statusOf(%v) = %d, want %d", err, got, want)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/zygo-run/zygo/internal/errdefs"
+)
+
+// ErrPaused ends the calls waiting on a sandbox that Pause stops. It wraps
+// errdefs.ErrFailedPrecondition.
+var ErrPaused = fmt.Errorf("paused while the call was waiting: %w", errdefs.ErrFailedPrecondition)
+
+// Pause checkpoints the sandbox (tag "pause") and stops it: its engine instance is destroyed,
+// so a paused sandbox holds no CPU or memory, only its image, which its record names
+// (CheckpointID) and which therefore cannot be removed while it is paused. Its deadline is
+// cleared (Resume sets a new one). It waits for the calls in flight as Checkpoint does. It
+// returns the record as saved (Paused), or an error wrapping errdefs.ErrNotFound for an unknown
+// sandbox and errdefs.ErrFailedPrecondition for one that is not Running (a paused one
+// included); on error the sandbox is as it was.
+func (m *Manager) Pause(ctx context.Context, idOrName string) (SandboxRecord, error) {
+	rec, err := m.get(ctx, idOrName)
+	if err != nil {
+		return SandboxRecord{}, err
+	}
+	if rec.State == Paused {
+		return rec, fmt.Errorf("sandbox %s is already paused: %w", rec.ID, errdefs.ErrFailedPrecondition)
+	}
+	be, ck, err := m.bes.checkpointer(rec.Backend)
+	if err != nil {
+		return rec, err
+	}
+	c, err := m.begin(ctx, rec.ID, false, m.cfg.BusyWait)
+	if err != nil {
+		return rec, err
+	}
+	cp, err := m.checkpointLocked(c.ctx, ck, &c.rec, c.e, "pause")
+	if err != nil {
+		return c.rec, c.end(err)
+	}
+	next := c.rec
+	next.CheckpointID = cp.ID
+	next.Options.Lifecycle.ExpiresAt = time.Time{}
+	if err := m.settle(c.ctx, &next, Paused, nil); err != nil {
+		return c.rec, c.end(fmt.Errorf("pausing sandbox %s: %w", rec.ID, err))
+	}
+	// From here the record says Paused: the instance goes, whatever happens to the caller.
+	c.e.cancel(fmt.Errorf("sandbox %s: %w", rec.ID, ErrPaused))
+	m.dropLive(c.e)
+	m.closePorts(rec.ID)
+	_ = c.end(nil)
+	if err := m.destroyEngine(context.WithoutCancel(ctx), be, next.EngineID); err != nil {
+		m.log.Error("destroying the instance of a paused sandbox", "sandbox_id", rec.ID, "engine_id", next.EngineID, "err", err)
+	}
+	m.log.Info("paused sandbox", "sandbox_id", rec.ID, "checkpoint", cp.ID)
+	return next, nil
+}
+
+// Resume restores a paused sandbox from its pause image under a new engine instance, reseals
+// it (a new generation, hostname, machine-id: it is a copy in time, as a rollback is) and
+// marks it Running, keeping its id and name. timeout, when positive, replaces the sandbox's
+// Lifecycle.Timeout; the deadline is counted from now. On error the sandbox stays Paused and
+// nothing of the new instance is left. Errors: errdefs.ErrNotFound for an unknown sandbox,
+// errdefs.ErrFailedPrecondition for one that is not Paused or is being resumed already, or
+// whose image is lost or corrupted.
+func (m *Manager) Resume(ctx context.Context, idOrName string, timeout time.Duration) (SandboxRecord, error) {
+	if timeout < 0 || timeout > MaxTimeout {
+		return SandboxRecord{}, invalid("timeout", "%s: must be from 0 (keep the sandbox's) to %s", timeout, MaxTimeout)
+	}
+	rec, err := m.get(ctx, idOrName)
+	if err != nil {
+		return SandboxRecord{}, err
+	}
+	if m.isRecovering(rec.ID) {
+		return rec, fmt.Errorf("sandbox %s is %w", rec.ID, ErrRecovering)
+	}
+	m.resumeMu.Lock()
+	busy := m.resuming[rec.ID]
+	m.resuming[rec.ID] = true
+	m.resumeMu.Unlock()
+	if busy {
+		return rec, fmt.Errorf("sandbox %s is being resumed by another call: %w", rec.ID, errdefs.ErrFailedPrecondition)
+	}
+	defer func() {
+		m.resumeMu.Lock()
+		delete(m.resuming, rec.ID)
+		m.resumeMu.Unlock()
+	}()
+	if rec, err = m.reg.GetSandbox(ctx, rec.ID); err != nil { // the state may have moved meanwhile
+		return rec, err
+	}
+	if rec.State != Paused {
+		return rec, fmt.Errorf("sandbox %s is %s: only a paused sandbox resumes: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+	}
+	cp, err := m.getCheckpoint(ctx, rec.CheckpointID)
+	if err != nil {
+		return rec, fmt.Errorf("resuming sandbox %s: its pause image: %w", rec.ID, err)
+	}
+	be, ck, err := m.bes.restorer(cp, rec.Backend)
+	if err != nil {
+		return rec, fmt.Errorf("resuming sandbox %s: %w", rec.ID, err)
+	}
+	release, err := m.leaseCheckpoint(ctx, cp)
+	if err != nil {
+		return rec, err
+	}
+	defer release()
+	if err := m.verifyImage(ctx, cp); err != nil {
+		return rec, err
+	}
+	if err := m.setState(ctx, &rec, Resuming, nil); err != nil {
+		return rec, err
+	}
+	next := rec
+	next.EngineID = newEngineID(rec.ID)
+	inst, err := m.restoreInPlace(ctx, be, ck, &next, cp)
+	if err != nil {
+		return m.abortResume(ctx, rec, fmt.Errorf("resuming sandbox %s from %s: %w", rec.ID, cp.ID, err))
+	}
+	next.CheckpointID = cp.ID
+	if timeout > 0 {
+		next.Options.Lifecycle.Timeout = timeout
+	}
+	next.Options.Lifecycle = next.Options.Lifecycle.started(m.cfg.Now())
+	if err := m.settle(ctx, &next, Running, nil); err != nil {
+		if derr := m.destroyEngine(context.WithoutCancel(ctx), be, inst.ID); derr != nil {
+			m.log.Error("destroying the copy of a failed resume", "sandbox_id", rec.ID, "engine_id", inst.ID, "err", derr)
+		}
+		return m.abortResume(ctx, rec, fmt.Errorf("resuming sandbox %s: %w", rec.ID, err))
+	}
+	m.addLive(next.ID, be, inst)
+	m.log.Info("resumed sandbox", "sandbox_id", rec.ID, "checkpoint", cp.ID, "generation", next.Generation)
+	return next, nil
+}
+
+// abortResume puts a sandbox whose resume failed back to Paused and returns cause.
+func (m *Manager) abortResume(ctx context.Context, rec SandboxRecord, cause error) (SandboxRecord, error) {
+	if err := m.settle(ctx, &rec, Paused, nil); err != nil {
+		m.log.Error("saving a sandbox as paused after a failed resume", "sandbox_id", rec.ID, "err", err)
+		return rec, fmt.Errorf("%w; and saving it as paused again: %w", cause, err)
+	}
+	return rec, cause
+}
+
+// RestoreOptions configure Restore.
+type RestoreOptions struct {
+	// Lifecycle is the new sandbox's timeout (counted from when it runs); zero: none.
+	Lifecycle Lifecycle
+	// Metadata replaces the checkpoint's sandbox's metadata when not nil.
+	Metadata map[string]string
+	// Template names what the sandbox is made from in listings ("" keeps the checkpoint's).
+	Template string
+}
+
+// Restore makes a new sandbox from a checkpoint, which may have outlived the sandbox it was
+// taken of: restored and resealed as a fork child is (its own id, generation, hostname,
+// machine-id, host uid and network address), its parent the checkpoint's sandbox, its name
+// that sandbox's name and a dash and 8 digits of its id. The image is verified first. It
+// returns the new record, or an error wrapping errdefs.ErrNotFound for an unknown checkpoint,
+// errdefs.ErrInvalidArgument for bad options, errdefs.ErrFailedPrecondition for an image that
+// is lost or corrupted; on error nothing of the new sandbox is left.
+func (m *Manager) Restore(ctx context.Context, checkpoint string, opts RestoreOptions) (SandboxRecord, error) {
+	if err := ValidateCheckpointRef("checkpoint", checkpoint); err != nil {
+		return SandboxRecord{}, err
+	}
+	if err := validateLifecycle(opts.Lifecycle); err != nil {
+		return SandboxRecord{}, err
+	}
+	if err := validateMetadata(opts.Metadata); err != nil {
+		return SandboxRecord{}, err
+	}
+	cp, err := m.getCheckpoint(ctx, checkpoint)
+	if err != nil {
+		return SandboxRecord{}, err
+	}
+	be, ck, err := m.bes.restorer(cp, cp.Backend)
+	if err != nil {
+		return SandboxRecord{}, fmt.Errorf("restoring %s: %w", cp.ID, err)
+	}
+	release, err := m.leaseCheckpoint(ctx, cp)
+	if err != nil {
+		return SandboxRecord{}, err
+	}
+	defer release()
+	if err := m.verifyImage(ctx, cp); err != nil {
+		return SandboxRecord{}, err
+	}
+	if opts.Metadata != nil {
+		cp.Options.Metadata = opts.Metadata
+	}
+	if opts.Template != "" {
+		cp.Options.Template = opts.Template
+	}
+	parent := SandboxRecord{ID: cp.SandboxID, Name: cp.Options.Name}
+	if parent.Name == "" {
+		parent.Name = "restored"
+	}
+	s := m.restoreChild(ctx, be, ck, parent, cp)
+	child := m.finishChild(ctx, s, opts.Lifecycle)
+	if child.Err != nil {
+		return SandboxRecord{}, fmt.Errorf("restoring checkpoint %s: %w", cp.ID, child.Err)
+	}
+	m.log.Info("restored checkpoint into a new sandbox", "checkpoint", cp.ID, "sandbox_id", child.Sandbox.ID)
+	return child.Sandbox, nil
+}
