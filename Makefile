@@ -5,7 +5,7 @@ BIN     := bin
 PY      := /usr/bin/python3
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test tidy-check lint demo bench clean install
+.PHONY: all build deps test tidy-check lint demo bench clean install manifests manifests-check controller
 
 all: build
 
@@ -58,12 +58,35 @@ $(GOLANGCI):
 	GOBIN=$(abspath $(BIN)/tools/gobin) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 	mv $(BIN)/tools/gobin/golangci-lint $@
 
+# controller-gen, pinned, built from the Go module proxy into bin/tools like golangci-lint.
+# make manifests writes the deep copies of internal/kube/api and the CRDs of deploy/crds from
+# the Go types' kubebuilder markers; manifests-check fails when they are not what it writes.
+CONTROLLER_GEN_VERSION := v0.23.0
+CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
+
+$(CONTROLLER_GEN):
+	@mkdir -p $(BIN)/tools
+	GOBIN=$(abspath $(BIN)/tools/gobin) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	mv $(BIN)/tools/gobin/controller-gen $@
+
+manifests: $(CONTROLLER_GEN)
+	$(CONTROLLER_GEN) object paths=./internal/kube/api/...
+	$(CONTROLLER_GEN) crd paths=./internal/kube/api/... output:crd:artifacts:config=deploy/crds
+
+manifests-check: manifests
+	git diff --exit-code -- deploy/crds internal/kube/api
+	@test -z "$$(git status --porcelain -- deploy/crds internal/kube/api)" || { git status --porcelain -- deploy/crds internal/kube/api; echo "manifests-check: run make manifests and commit what it writes" >&2; exit 1; }
+
+# The Kubernetes controller (docs/kubernetes.md); not part of build: only clusters need it.
+controller:
+	$(GO) build -o $(BIN)/zygo-controller ./cmd/zygo-controller
+
 # The SDK is its own module: linted from its directory with the same configuration.
 lint: $(GOLANGCI)
 	$(GOLANGCI) run ./...
 	cd sdk/go && $(abspath $(GOLANGCI)) run --config ../../.golangci.yml ./...
 
-test: deps build tidy-check lint
+test: deps build tidy-check manifests-check lint
 	cd agents/python && $(PY) -m unittest discover -s tests
 	cd agents/node && node --test test/
 	cd sdk/python && $(PY) -m unittest discover -s tests
