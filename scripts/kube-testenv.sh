@@ -93,17 +93,21 @@ ln -s kube-testenv "$tmp/kube-apiserver"
 ln -s kube-testenv "$tmp/etcd"
 
 # Each name must start the program it says, or envtest's error would be far from the cause.
-"$tmp/kube-apiserver" --version | grep -qx "Kubernetes $kube_version" || {
-	echo "kube-testenv: $tmp/kube-apiserver --version did not say Kubernetes $kube_version" >&2
+said="$("$tmp/kube-apiserver" --version)"
+if [ "$said" != "Kubernetes $kube_version" ]; then
+	echo "kube-testenv: kube-apiserver --version said \"$said\", want \"Kubernetes $kube_version\"" >&2
 	exit 1
-}
-"$tmp/etcd" --version | grep -q "^etcd Version: ${etcd_version#v}$" || {
-	echo "kube-testenv: $tmp/etcd --version did not say etcd Version: ${etcd_version#v}" >&2
+fi
+said="$("$tmp/etcd" --version | sed -n 1p)"
+if [ "$said" != "etcd Version: ${etcd_version#v}" ]; then
+	echo "kube-testenv: etcd --version said \"$said\", want \"etcd Version: ${etcd_version#v}\"" >&2
 	exit 1
-}
+fi
 
 for old in "$cache"/k8s-*; do
-	[ -e "$old" ] && [ "$old" != "$dir" ] && rm -rf "$old"
+	if [ -e "$old" ] && [ "$old" != "$dir" ]; then
+		rm -rf "$old"
+	fi
 done
 mv "$tmp" "$dir"
 trap - EXIT
