@@ -5,7 +5,7 @@ BIN     := bin
 PY      := /usr/bin/python3
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test tidy-check lint demo bench clean install manifests manifests-check controller
+.PHONY: all build deps test tidy-check lint demo bench clean install manifests manifests-check controller kube-testenv
 
 all: build
 
@@ -45,6 +45,7 @@ install: build
 tidy-check:
 	$(GO) mod tidy -diff
 	cd sdk/go && $(GO) mod tidy -diff
+	cd tools/kube && $(GO) mod tidy -diff
 
 # golangci-lint, pinned, built from the Go module proxy into bin/tools (a cache: installed once
 # per checkout; measured on this 2-core machine: 76 s with an empty module cache, downloads
@@ -86,7 +87,13 @@ lint: $(GOLANGCI)
 	$(GOLANGCI) run ./...
 	cd sdk/go && $(abspath $(GOLANGCI)) run --config ../../.golangci.yml ./...
 
-test: deps build tidy-check manifests-check lint
+# The real kube-apiserver and etcd of the Kubernetes tests (internal/kube/kubetest), built from
+# the Go module proxy into bin/tools/kube/<versions>-<hash>/ once (tools/kube pins them); the
+# script prints that directory. A cold build takes minutes: docs/kubernetes-testing.md.
+kube-testenv:
+	./scripts/kube-testenv.sh
+
+test: deps build tidy-check manifests-check lint kube-testenv
 	cd agents/python && $(PY) -m unittest discover -s tests
 	cd agents/node && node --test test/
 	cd sdk/python && $(PY) -m unittest discover -s tests
