@@ -39,8 +39,7 @@ type SecretRef struct {
 	// +kubebuilder:validation:MinLength=1
 	// +required
 	Name string `json:"name"`
-	// key in its data.
-	// +kubebuilder:default=token
+	// key in its data (default: token for a token, ca.crt for a CA).
 	// +optional
 	Key string `json:"key,omitempty"`
 }
