@@ -315,6 +315,29 @@ func (e *env) testFunction(t *testing.T) {
 		t.Fatalf("after scaling to 2 the route served from %v, want node-a and node-b", seen)
 	}
 
+	// node-b dies: once its probe fails the route serves from node-a alone, and the Function
+	// says it has fewer nodes than asked.
+	e.nodes["node-b"].Stop(60 * time.Second)
+	nb := &zygov1.ZygoNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}
+	waitFor(t, time.Minute, "ZygoNode node-b not Ready", func() (bool, string) {
+		if err := e.get(nb); err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionFalse(nb.Status.Conditions, zygov1.ConditionReady), condStr(nb.Status.Conditions, zygov1.ConditionReady)
+	})
+	for range 3 {
+		if got := invoke(); got != "node-a" {
+			t.Fatalf("with node-b dead the route served from %q", got)
+		}
+	}
+	waitFor(t, time.Minute, "Function hello says NotEnoughNodes", func() (bool, string) {
+		if err := e.get(fn); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(fn.Status.Conditions, zygov1.ConditionReady)
+		return c != nil && c.Reason == zygov1.ReasonNotEnoughNodes && fn.Status.ReadyReplicas == 1, condStr(fn.Status.Conditions, zygov1.ConditionReady)
+	})
+
 	if err := e.c.Delete(ctx, fn); err != nil {
 		t.Fatal(err)
 	}
@@ -323,6 +346,9 @@ func (e *env) testFunction(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 	for name, n := range e.nodes {
+		if !n.Running() {
+			continue
+		}
 		fns, err := zygo.NewTCPClient(n.addr, n.token).Functions(ctx)
 		if err != nil || len(fns) != 0 {
 			t.Fatalf("node %s still serves %v (%v) after the delete", name, fns, err)
