@@ -59,7 +59,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	before := cl.DeepCopy()
 	res, err := r.sync(ctx, &cl)
-	if perr := r.Client.Status().Patch(ctx, &cl, client.MergeFrom(before)); perr != nil && !apierrors.IsNotFound(perr) {
+	if perr := patchStatus(ctx, r.Client, &cl, before, before.Status, cl.Status); perr != nil && !apierrors.IsNotFound(perr) {
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing the status: %w", perr))
 	}
 	return res, err

@@ -59,7 +59,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	before := fn.DeepCopy()
 	res, err := r.sync(ctx, &fn)
-	if perr := r.Client.Status().Patch(ctx, &fn, client.MergeFrom(before)); perr != nil {
+	if perr := patchStatus(ctx, r.Client, &fn, before, before.Status, fn.Status); perr != nil {
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing the status: %w", perr))
 	}
 	return res, err

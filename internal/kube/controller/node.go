@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,6 +27,15 @@ const ProbeEvery = 15 * time.Second
 
 // agentCallTimeout bounds one call to an agent that is not a create, fork or deploy.
 const agentCallTimeout = 10 * time.Second
+
+// patchStatus writes obj's status (a merge patch from before) when it differs from the old one
+// (oldStatus, newStatus): a reconcile that observed nothing new costs the API server nothing.
+func patchStatus(ctx context.Context, c client.Client, obj, before client.Object, oldStatus, newStatus any) error {
+	if equality.Semantic.DeepEqual(oldStatus, newStatus) {
+		return nil
+	}
+	return c.Status().Patch(ctx, obj, client.MergeFrom(before))
+}
 
 // setCondition sets a condition of conds (by type) with the object's generation; it reports
 // whether anything changed.

@@ -72,7 +72,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	before := sb.DeepCopy()
 	res, err := r.sync(ctx, &sb)
-	if perr := r.Client.Status().Patch(ctx, &sb, client.MergeFrom(before)); perr != nil {
+	if perr := patchStatus(ctx, r.Client, &sb, before, before.Status, sb.Status); perr != nil {
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing the status: %w", perr))
 	}
 	return res, err

@@ -59,7 +59,7 @@ func (r *WarmPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	before := p.DeepCopy()
 	err := r.sync(ctx, &p, srcs.Items)
-	if perr := r.Client.Status().Patch(ctx, &p, client.MergeFrom(before)); perr != nil && err == nil {
+	if perr := patchStatus(ctx, r.Client, &p, before, before.Status, p.Status); perr != nil && err == nil {
 		err = fmt.Errorf("writing the status: %w", perr)
 	}
 	return ctrl.Result{}, err

@@ -191,6 +191,7 @@ type SandboxSpec struct {
 	// nodeName pins the sandbox to one ZygoNode; absent: the controller picks the Ready node
 	// with the fewest sandboxes. Immutable once set.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="nodeName is immutable"
+	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
 }

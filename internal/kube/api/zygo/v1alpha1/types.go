@@ -116,6 +116,7 @@ type ZygoNodeList struct {
 type LocalRef struct {
 	// name of the object.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	// +required
 	Name string `json:"name"`
 }
@@ -126,7 +127,7 @@ type CheckpointSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sandboxRef is immutable"
 	// +required
 	SandboxRef LocalRef `json:"sandboxRef"`
-	// tag is the checkpoint's tag on the node (default: the object's name).
+	// tag is the checkpoint's tag on the node (default: "k8s-" and the object's UID).
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`
 	// +optional
 	Tag string `json:"tag,omitempty"`
@@ -190,6 +191,7 @@ type SandboxForkSpec struct {
 	CheckpointRef *LocalRef `json:"checkpointRef,omitempty"`
 	// nodeName asks for the copies on another node (not implemented: the image would have to
 	// be copied first; refused with CrossNodeUnsupported).
+	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
 }
