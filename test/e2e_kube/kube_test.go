@@ -249,6 +249,8 @@ func (e *env) testClaim(t *testing.T) {
 		}
 	}
 
+	e.forkIt(t, sb, agent)
+
 	if err := e.c.Delete(ctx, cl); err != nil {
 		t.Fatal(err)
 	}
@@ -509,3 +511,71 @@ func (e *env) testManifests(t *testing.T) {
 
 // execBody is the body of an exec of argv with a 30 s bound.
 func execBody(argv ...string) wire.ExecBody { return wire.ExecBody{Argv: argv, TimeoutMs: 30000} }
+
+// forkIt checkpoints sb (a Checkpoint on its node), forks that image two ways (a SandboxFork),
+// checks each copy is a Ready Sandbox of its own generation on the same node, then deletes
+// both and checks the node holds neither the copies nor the image.
+func (e *env) forkIt(t *testing.T, sb *agentsv1.Sandbox, agent *zygo.Client) {
+	ctx := context.Background()
+	cp := &zygov1.Checkpoint{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: "cp1"},
+		Spec: zygov1.CheckpointSpec{SandboxRef: zygov1.LocalRef{Name: sb.Name}}}
+	e.mustCreate(cp)
+	waitFor(t, 2*time.Minute, "Checkpoint cp1 Ready", func() (bool, string) {
+		if err := e.get(cp); err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionTrue(cp.Status.Conditions, zygov1.ConditionReady), condStr(cp.Status.Conditions, zygov1.ConditionReady)
+	})
+	if cp.Status.NodeName != sb.Status.NodeName {
+		t.Fatalf("the checkpoint is on %q, the sandbox on %q", cp.Status.NodeName, sb.Status.NodeName)
+	}
+	f := &zygov1.SandboxFork{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: "f1"},
+		Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: sb.Name}, Count: 2, CheckpointRef: &zygov1.LocalRef{Name: "cp1"}}}
+	e.mustCreate(f)
+	waitFor(t, 3*time.Minute, "SandboxFork f1 Complete", func() (bool, string) {
+		if err := e.get(f); err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionTrue(f.Status.Conditions, zygov1.ConditionComplete), condStr(f.Status.Conditions, zygov1.ConditionComplete)
+	})
+	if f.Status.Succeeded != 2 || len(f.Status.Children) != 2 || f.Status.CheckpointID != cp.Status.CheckpointID {
+		t.Fatalf("fork status %+v, want 2 copies of %s", f.Status, cp.Status.CheckpointID)
+	}
+	gens := map[string]bool{sb.Status.Zygo.Generation: true}
+	var copies []*agentsv1.Sandbox
+	for _, ch := range f.Status.Children {
+		c := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: ch.Sandbox}}
+		waitFor(t, time.Minute, "copy "+ch.Sandbox+" Ready", func() (bool, string) {
+			if err := e.get(c); err != nil {
+				return false, err.Error()
+			}
+			return meta.IsStatusConditionTrue(c.Status.Conditions, agentsv1.ConditionReady), condStr(c.Status.Conditions, agentsv1.ConditionReady)
+		})
+		if c.Status.NodeName != sb.Status.NodeName || c.Status.Zygo.ParentID != sb.Status.Zygo.SandboxID || gens[c.Status.Zygo.Generation] {
+			t.Fatalf("copy %s: %+v (source %s, generations so far %v)", c.Name, c.Status, sb.Status.Zygo.SandboxID, gens)
+		}
+		gens[c.Status.Zygo.Generation] = true
+		copies = append(copies, c)
+	}
+	for _, o := range []client.Object{f, cp} {
+		if err := e.c.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, time.Minute, "the fork, its copies and the checkpoint gone", func() (bool, string) {
+		for _, o := range append([]client.Object{f, cp}, copies[0], copies[1]) {
+			if err := e.get(o); !apierrors.IsNotFound(err) {
+				return false, fmt.Sprintf("%s: %v", o.GetName(), err)
+			}
+		}
+		return true, ""
+	})
+	for _, c := range copies {
+		if _, err := agent.GetSandbox(ctx, c.Status.Zygo.SandboxID); !zygo.IsNotFound(err) {
+			t.Fatalf("the node still has copy %s (%v)", c.Status.Zygo.SandboxID, err)
+		}
+	}
+	if _, err := agent.GetCheckpoint(ctx, cp.Status.CheckpointID); !zygo.IsNotFound(err) {
+		t.Fatalf("the node still has checkpoint %s (%v)", cp.Status.CheckpointID, err)
+	}
+}
