@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,7 +80,7 @@ func (r *FunctionReconciler) sync(ctx context.Context, fn *zygov1.Function) (ctr
 		reason := zygov1.ReasonSourceFailed
 		if errors.Is(err, errUnsupported) {
 			reason = zygov1.ReasonSourceUnsupported
-		} else if strings.Contains(err.Error(), "not found") {
+		} else if apierrors.IsNotFound(err) {
 			reason = zygov1.ReasonSourceNotFound
 		}
 		cond(false, reason, err.Error())
