@@ -10,16 +10,16 @@ const (
 	// ConditionReady is True once the sandbox runs on its node and has been resealed.
 	ConditionReady = "Ready"
 
-	ReasonRunning          = "SandboxRunning"  // Ready=True
-	ReasonCreating         = "Creating"        // Ready=False: the create call is under way
-	ReasonNoReadyNode      = "NoReadyNode"     // no ZygoNode is Ready (or the pinned one is not)
-	ReasonNodeUnreachable  = "NodeUnreachable" // the node agent did not answer the create
-	ReasonNodeLost         = "NodeLost"        // the sandbox's node stopped answering: its memory is gone with it
-	ReasonCreateFailed     = "CreateFailed"    // the agent refused or failed the create; the message is its error
-	ReasonSandboxGone      = "SandboxGone"     // the agent no longer has the sandbox (removed outside Kubernetes, or dead)
-	ReasonSecretNotFound   = "SecretNotFound"  // a spec.zygo.secrets entry names a missing Secret or key
-	ReasonExpired          = "SandboxExpired"  // shutdownTime passed: the Zygo sandbox was removed
-	ReasonInvalidSpec      = "InvalidSpec"     // what the schema could not check (the agent's 400, verbatim)
+	ReasonRunning          = "SandboxRunning"   // Ready=True
+	ReasonCreating         = "Creating"         // Ready=False: the create call is under way
+	ReasonNoReadyNode      = "NoReadyNode"      // no ZygoNode is Ready (or the pinned one is not)
+	ReasonNodeUnreachable  = "NodeUnreachable"  // the node agent did not answer the create
+	ReasonNodeLost         = "NodeLost"         // the sandbox's node stopped answering: its memory is gone with it
+	ReasonCreateFailed     = "CreateFailed"     // the agent refused or failed the create; the message is its error
+	ReasonSandboxGone      = "SandboxGone"      // the agent no longer has the sandbox (removed outside Kubernetes, or dead)
+	ReasonSecretNotFound   = "SecretNotFound"   // a spec.zygo.secrets entry names a missing Secret or key
+	ReasonExpired          = "SandboxExpired"   // shutdownTime passed: the Zygo sandbox was removed
+	ReasonInvalidSpec      = "InvalidSpec"      // what the schema could not check (the agent's 400, verbatim)
 	ReasonAgentUnavailable = "AgentUnavailable" // the agent answered 503 (sandboxes disabled, draining)
 )
 

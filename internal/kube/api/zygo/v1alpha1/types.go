@@ -15,22 +15,22 @@ const (
 	// False with a reason when it could not run at all).
 	ConditionComplete = "Complete"
 
-	ReasonAgentReady       = "AgentReady"
-	ReasonAgentUnreachable = "AgentUnreachable"
-	ReasonTokenMissing     = "TokenMissing"      // the token Secret or key is missing
-	ReasonSourceNotFound   = "SourceNotFound"    // the Sandbox, Checkpoint or ConfigMap named does not exist
-	ReasonSourceNotReady   = "SourceNotReady"    // it exists and is not Ready
-	ReasonCrossNode        = "CrossNodeUnsupported"
+	ReasonAgentReady        = "AgentReady"
+	ReasonAgentUnreachable  = "AgentUnreachable"
+	ReasonTokenMissing      = "TokenMissing"   // the token Secret or key is missing
+	ReasonSourceNotFound    = "SourceNotFound" // the Sandbox, Checkpoint or ConfigMap named does not exist
+	ReasonSourceNotReady    = "SourceNotReady" // it exists and is not Ready
+	ReasonCrossNode         = "CrossNodeUnsupported"
 	ReasonSourceUnsupported = "SourceUnsupported" // an OCI source (not implemented yet)
-	ReasonSourceFailed     = "SourceFailed"      // the URL could not be fetched or did not match its sha256
-	ReasonForked           = "Forked"
-	ReasonForkFailed       = "ForkFailed"
-	ReasonCheckpointed     = "Checkpointed"
-	ReasonCheckpointFailed = "CheckpointFailed"
-	ReasonDeployed         = "Deployed"
-	ReasonDeployFailed     = "DeployFailed"
-	ReasonNotEnoughNodes   = "NotEnoughNodes" // fewer Ready nodes than spec.replicas; it serves on those there are
-	ReasonNodeLost         = "NodeLost"
+	ReasonSourceFailed      = "SourceFailed"      // the URL could not be fetched or did not match its sha256
+	ReasonForked            = "Forked"
+	ReasonForkFailed        = "ForkFailed"
+	ReasonCheckpointed      = "Checkpointed"
+	ReasonCheckpointFailed  = "CheckpointFailed"
+	ReasonDeployed          = "Deployed"
+	ReasonDeployFailed      = "DeployFailed"
+	ReasonNotEnoughNodes    = "NotEnoughNodes" // fewer Ready nodes than spec.replicas; it serves on those there are
+	ReasonNodeLost          = "NodeLost"
 )
 
 // SecretRef names a key of a Secret in the controller's namespace.
