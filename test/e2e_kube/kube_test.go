@@ -497,7 +497,7 @@ func (e *env) testManifests(t *testing.T) {
 			if len(u.Object) == 0 {
 				continue
 			}
-			err := e.c.Patch(context.Background(), u, client.Apply, client.DryRunAll, client.FieldOwner("zygo-e2e"), client.ForceOwnership)
+			err := e.c.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(u), client.DryRunAll, client.FieldOwner("zygo-e2e"), client.ForceOwnership)
 			if err != nil {
 				t.Errorf("%s: %s %s refused by the API server: %v", r, u.GetKind(), u.GetName(), err)
 			}
