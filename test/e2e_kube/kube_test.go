@@ -123,7 +123,6 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() (bool, st
 
 // env is the API server, the client and the controller's route.
 type env struct {
-	t     *testing.T
 	c     client.Client
 	route string
 	nodes map[string]*node
@@ -133,10 +132,10 @@ func (e *env) get(obj client.Object) error {
 	return e.c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
 }
 
-func (e *env) mustCreate(obj client.Object) {
-	e.t.Helper()
+func (e *env) mustCreate(t *testing.T, obj client.Object) {
+	t.Helper()
 	if err := e.c.Create(context.Background(), obj); err != nil {
-		e.t.Fatalf("creating %s: %v", obj.GetName(), err)
+		t.Fatalf("creating %s: %v", obj.GetName(), err)
 	}
 }
 
@@ -156,11 +155,11 @@ func TestKubernetes(t *testing.T) {
 	}
 	c = client.WithFieldValidation(c, metav1.FieldValidationStrict) // what kubectl apply does
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &env{t: t, c: c, nodes: map[string]*node{"node-a": startNode(t, "node-a"), "node-b": startNode(t, "node-b")}}
-	e.mustCreate(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sysNS}})
+	e := &env{c: c, nodes: map[string]*node{"node-a": startNode(t, "node-a"), "node-b": startNode(t, "node-b")}}
+	e.mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sysNS}})
 	for name, n := range e.nodes {
-		e.mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sysNS, Name: name + "-token"}, Data: map[string][]byte{"token": []byte(n.token)}})
-		e.mustCreate(&zygov1.ZygoNode{ObjectMeta: metav1.ObjectMeta{Name: name},
+		e.mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sysNS, Name: name + "-token"}, Data: map[string][]byte{"token": []byte(n.token)}})
+		e.mustCreate(t, &zygov1.ZygoNode{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: zygov1.ZygoNodeSpec{Address: n.addr, TokenSecretRef: zygov1.SecretRef{Name: name + "-token", Key: "token"}}})
 	}
 
@@ -214,12 +213,12 @@ func (w *testWriter) Write(p []byte) (int, error) {
 func (e *env) testClaim(t *testing.T) {
 	ctx := context.Background()
 	mem := resource.MustParse("256Mi")
-	e.mustCreate(&extv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "py"},
+	e.mustCreate(t, &extv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "py"},
 		Spec: extv1.SandboxTemplateSpec{Zygo: agentsv1.ZygoSandboxSpec{Limits: agentsv1.Limits{Memory: &mem},
 			Env: []agentsv1.EnvVar{{Name: "GREETING", Value: "hello from k8s"}}}}})
 	cl := &extv1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "c1"},
 		Spec: extv1.SandboxClaimSpec{TemplateRef: extv1.SandboxTemplateRef{Name: "py"}}}
-	e.mustCreate(cl)
+	e.mustCreate(t, cl)
 	waitFor(t, 2*time.Minute, "claim c1 Ready", func() (bool, string) {
 		if err := e.get(cl); err != nil {
 			return false, err.Error()
@@ -267,15 +266,15 @@ func (e *env) testClaim(t *testing.T) {
 // by two nodes.
 func (e *env) testFunction(t *testing.T) {
 	ctx := context.Background()
-	e.mustCreate(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-code"},
+	e.mustCreate(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-code"},
 		Data: map[string]string{"main.py": "import os\n\ndef handler(event, context):\n    return {\"hello\": event.get(\"name\"), \"secret\": open(os.environ[\"ZYGO_SECRET_KEY\"]).read()}\n"}})
-	e.mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-secret"}, Data: map[string][]byte{"key": []byte("s3cret")}})
+	e.mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-secret"}, Data: map[string][]byte{"key": []byte("s3cret")}})
 	fn := &zygov1.Function{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
 		Spec: zygov1.FunctionSpec{Runtime: "python", Handler: "main:handler", Replicas: 1,
 			Source:  zygov1.FunctionSource{ConfigMap: &zygov1.ConfigMapSource{Name: "hello-code"}},
 			Limits:  zygov1.FunctionLimits{TimeoutMs: 10000},
 			Secrets: []agentsv1.SecretFile{{Name: "KEY", SecretKeyRef: agentsv1.SecretKeySelector{Name: "hello-secret", Key: "key"}}}}}
-	e.mustCreate(fn)
+	e.mustCreate(t, fn)
 	waitReplicas := func(n int32) {
 		waitFor(t, 3*time.Minute, fmt.Sprintf("Function hello served by %d nodes", n), func() (bool, string) {
 			if err := e.get(fn); err != nil {
@@ -390,7 +389,7 @@ func (e *env) testBadInput(t *testing.T) {
 	before := e.sandboxesOnNodes(t)
 	cl := &extv1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "orphan"},
 		Spec: extv1.SandboxClaimSpec{TemplateRef: extv1.SandboxTemplateRef{Name: "missing"}}}
-	e.mustCreate(cl)
+	e.mustCreate(t, cl)
 	waitFor(t, 30*time.Second, "claim orphan says TemplateNotFound", func() (bool, string) {
 		if err := e.get(cl); err != nil {
 			return false, err.Error()
@@ -409,9 +408,9 @@ func (e *env) testBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A node agent that does not answer: a Sandbox pinned to an unreachable ZygoNode says why.
-	e.mustCreate(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sysNS, Name: "dead-token"}, Data: map[string][]byte{"token": []byte("00")}})
+	e.mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sysNS, Name: "dead-token"}, Data: map[string][]byte{"token": []byte("00")}})
 	dead := &zygov1.ZygoNode{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Spec: zygov1.ZygoNodeSpec{Address: freeAddr(t), TokenSecretRef: zygov1.SecretRef{Name: "dead-token"}}}
-	e.mustCreate(dead)
+	e.mustCreate(t, dead)
 	waitFor(t, 30*time.Second, "ZygoNode dead not Ready", func() (bool, string) {
 		if err := e.get(dead); err != nil {
 			return false, err.Error()
@@ -420,7 +419,7 @@ func (e *env) testBadInput(t *testing.T) {
 		return c != nil && c.Reason == zygov1.ReasonAgentUnreachable, condStr(dead.Status.Conditions, zygov1.ConditionReady)
 	})
 	pinned := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pinned"}, Spec: agentsv1.SandboxSpec{NodeName: "dead"}}
-	e.mustCreate(pinned)
+	e.mustCreate(t, pinned)
 	waitFor(t, 30*time.Second, "Sandbox pinned says NoReadyNode", func() (bool, string) {
 		if err := e.get(pinned); err != nil {
 			return false, err.Error()
@@ -519,7 +518,7 @@ func (e *env) forkIt(t *testing.T, sb *agentsv1.Sandbox, agent *zygo.Client) {
 	ctx := context.Background()
 	cp := &zygov1.Checkpoint{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: "cp1"},
 		Spec: zygov1.CheckpointSpec{SandboxRef: zygov1.LocalRef{Name: sb.Name}}}
-	e.mustCreate(cp)
+	e.mustCreate(t, cp)
 	waitFor(t, 2*time.Minute, "Checkpoint cp1 Ready", func() (bool, string) {
 		if err := e.get(cp); err != nil {
 			return false, err.Error()
@@ -531,7 +530,7 @@ func (e *env) forkIt(t *testing.T, sb *agentsv1.Sandbox, agent *zygo.Client) {
 	}
 	f := &zygov1.SandboxFork{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: "f1"},
 		Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: sb.Name}, Count: 2, CheckpointRef: &zygov1.LocalRef{Name: "cp1"}}}
-	e.mustCreate(f)
+	e.mustCreate(t, f)
 	waitFor(t, 3*time.Minute, "SandboxFork f1 Complete", func() (bool, string) {
 		if err := e.get(f); err != nil {
 			return false, err.Error()
