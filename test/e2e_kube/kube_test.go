@@ -318,6 +318,7 @@ func (e *env) testFunction(t *testing.T) {
 
 	// node-b dies: once its probe fails the route serves from node-a alone, and the Function
 	// says it has fewer nodes than asked.
+	e.nodes["node-b"].T = t // its errors belong to this subtest
 	e.nodes["node-b"].Stop(60 * time.Second)
 	nb := &zygov1.ZygoNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}
 	waitFor(t, time.Minute, "ZygoNode node-b not Ready", func() (bool, string) {
