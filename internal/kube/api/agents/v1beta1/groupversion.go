@@ -7,8 +7,9 @@
 package v1beta1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -16,8 +17,16 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "agents.x-k8s.io", Version: "v1beta1"}
 
 	// SchemeBuilder registers this package's kinds.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds this package's kinds to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// addKnownTypes registers this package's kinds under GroupVersion.
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&Sandbox{}, &SandboxList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

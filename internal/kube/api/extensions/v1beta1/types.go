@@ -215,8 +215,3 @@ type SandboxWarmPoolList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SandboxWarmPool `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&SandboxTemplate{}, &SandboxTemplateList{}, &SandboxClaim{}, &SandboxClaimList{},
-		&SandboxWarmPool{}, &SandboxWarmPoolList{})
-}

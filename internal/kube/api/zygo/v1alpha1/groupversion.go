@@ -8,8 +8,9 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -17,8 +18,17 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "zygo.run", Version: "v1alpha1"}
 
 	// SchemeBuilder registers this package's kinds.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds this package's kinds to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// addKnownTypes registers this package's kinds under GroupVersion.
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&ZygoNode{}, &ZygoNodeList{}, &Checkpoint{}, &CheckpointList{},
+		&SandboxFork{}, &SandboxForkList{}, &Function{}, &FunctionList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -417,8 +417,3 @@ type FunctionList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Function `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ZygoNode{}, &ZygoNodeList{}, &Checkpoint{}, &CheckpointList{},
-		&SandboxFork{}, &SandboxForkList{}, &Function{}, &FunctionList{})
-}
