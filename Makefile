@@ -5,7 +5,7 @@ BIN     := bin
 PY      := /usr/bin/python3
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test tidy-check lint demo bench clean install
+.PHONY: all build deps test tidy-check lint demo bench clean install manifests manifests-check controller kube-testenv
 
 all: build
 
@@ -45,6 +45,7 @@ install: build
 tidy-check:
 	$(GO) mod tidy -diff
 	cd sdk/go && $(GO) mod tidy -diff
+	cd tools/kube && $(GO) mod tidy -diff
 
 # golangci-lint, pinned, built from the Go module proxy into bin/tools (a cache: installed once
 # per checkout; measured on this 2-core machine: 76 s with an empty module cache, downloads
@@ -57,6 +58,29 @@ $(GOLANGCI):
 	@mkdir -p $(BIN)/tools
 	GOBIN=$(abspath $(BIN)/tools/gobin) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 	mv $(BIN)/tools/gobin/golangci-lint $@
+
+# controller-gen, pinned, built from the Go module proxy into bin/tools like golangci-lint.
+# make manifests writes the deep copies of internal/kube/api and the CRDs of deploy/crds from
+# the Go types' kubebuilder markers; manifests-check fails when they are not what it writes.
+CONTROLLER_GEN_VERSION := v0.23.0
+CONTROLLER_GEN := $(BIN)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
+
+$(CONTROLLER_GEN):
+	@mkdir -p $(BIN)/tools
+	GOBIN=$(abspath $(BIN)/tools/gobin) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	mv $(BIN)/tools/gobin/controller-gen $@
+
+manifests: $(CONTROLLER_GEN)
+	$(CONTROLLER_GEN) object paths=./internal/kube/api/...
+	$(CONTROLLER_GEN) crd paths=./internal/kube/api/... output:crd:artifacts:config=deploy/crds
+
+manifests-check: manifests
+	git diff --exit-code -- deploy/crds internal/kube/api
+	@test -z "$$(git status --porcelain -- deploy/crds internal/kube/api)" || { git status --porcelain -- deploy/crds internal/kube/api; echo "manifests-check: run make manifests and commit what it writes" >&2; exit 1; }
+
+# The Kubernetes controller (docs/kubernetes.md); not part of build: only clusters need it.
+controller:
+	$(GO) build -o $(BIN)/zygo-controller ./cmd/zygo-controller
 
 # The SDK is its own module: linted from its directory with the same configuration.
 lint: $(GOLANGCI)
@@ -82,7 +106,14 @@ $(PROTO_TOOLS)/buf:
 envd-proto: $(PROTO_TOOLS)/buf
 	cd internal/e2b/envd/spec && PATH=$(abspath $(PROTO_TOOLS)):$$PATH buf generate
 
-test: deps build tidy-check lint
+
+# The real kube-apiserver and etcd of the Kubernetes tests (internal/kube/kubetest), built from
+# the Go module proxy into bin/tools/kube/<versions>-<hash>/ once (tools/kube pins them); the
+# script prints that directory. A cold build takes minutes: docs/kubernetes-testing.md.
+kube-testenv:
+	./scripts/kube-testenv.sh
+
+test: deps build tidy-check manifests-check lint kube-testenv
 	cd agents/python && $(PY) -m unittest discover -s tests
 	cd agents/node && node --test test/
 	cd sdk/python && $(PY) -m unittest discover -s tests

@@ -1,0 +1,221 @@
+package controller
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+)
+
+// fetchTimeout bounds the download of a Function's URL source.
+const fetchTimeout = 60 * time.Second
+
+// nodeFunctionName is a Function's name on the node agents: "NAMESPACE-NAME" cut to fit the
+// agents' pattern (^[a-z0-9][a-z0-9-]{0,62}$) and followed by 8 hex digits of the pair's
+// sha256, so two namespaces never share a function.
+func nodeFunctionName(namespace, name string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name))
+	base := strings.ReplaceAll(namespace+"-"+name, ".", "-")
+	if len(base) > 54 {
+		base = strings.TrimRight(base[:54], "-")
+	}
+	return base + "-" + hex.EncodeToString(sum[:4])
+}
+
+// errSource is wrapped by sourceFiles' error when the source itself is at fault (missing,
+// unreachable, a digest mismatch): a condition, not a retry storm.
+var errSource = errors.New("function source")
+
+// errUnsupported is wrapped when the source is of a kind not implemented (OCI).
+var errUnsupported = errors.New("not implemented")
+
+// sourceFiles returns the function's files, by path, from its source.
+func sourceFiles(ctx context.Context, c client.Reader, hc *http.Client, fn *zygov1.Function) (map[string][]byte, error) {
+	src := fn.Spec.Source
+	switch {
+	case src.ConfigMap != nil:
+		var cm corev1.ConfigMap
+		if err := c.Get(ctx, client.ObjectKey{Namespace: fn.Namespace, Name: src.ConfigMap.Name}, &cm); err != nil {
+			return nil, fmt.Errorf("%w: spec.source.configMap.name: ConfigMap %s/%s: %w", errSource, fn.Namespace, src.ConfigMap.Name, err)
+		}
+		files := map[string][]byte{}
+		for k, v := range cm.Data {
+			files[k] = []byte(v)
+		}
+		for k, v := range cm.BinaryData {
+			files[k] = v
+		}
+		return files, nil
+	case src.URL != nil:
+		return fetchArchive(ctx, hc, src.URL.URL, src.URL.SHA256)
+	case src.OCI != nil:
+		return nil, fmt.Errorf("%w: spec.source.oci: OCI artifact sources are %w yet; use configMap or url", errSource, errUnsupported)
+	}
+	return nil, fmt.Errorf("%w: spec.source: none of configMap, url, oci is set", errSource)
+}
+
+// fetchArchive downloads a gzip'd tar (at most wire.MaxBundleBytes), checks its sha256 and
+// returns its regular files by path.
+func fetchArchive(ctx context.Context, hc *http.Client, url, want string) (map[string][]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: spec.source.url: %w", errSource, err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: spec.source.url: fetching %s: %w", errSource, url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%w: spec.source.url: fetching %s: %s", errSource, url, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, wire.MaxBundleBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: spec.source.url: reading %s: %w", errSource, url, err)
+	}
+	if len(b) > wire.MaxBundleBytes {
+		return nil, fmt.Errorf("%w: spec.source.url: %s is larger than %d bytes", errSource, url, wire.MaxBundleBytes)
+	}
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); got != want {
+		return nil, fmt.Errorf("%w: spec.source.url.sha256: %s has sha256 %s, not %s", errSource, url, got, want)
+	}
+	return untar(b)
+}
+
+// untar returns the regular files of a gzip'd tar, by cleaned relative path; a path leaving
+// the archive is an error.
+func untar(b []byte) (map[string][]byte, error) {
+	gz, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%w: spec.source.url: not a gzip'd tar: %w", errSource, err)
+	}
+	tr := tar.NewReader(gz)
+	files := map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: spec.source.url: reading the tar: %w", errSource, err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		p := path.Clean(strings.TrimPrefix(h.Name, "./"))
+		if p == "." || strings.HasPrefix(p, "../") || path.IsAbs(p) {
+			return nil, fmt.Errorf("%w: spec.source.url: entry %q leaves the archive", errSource, h.Name)
+		}
+		data, err := io.ReadAll(io.LimitReader(tr, wire.MaxBundleBytes))
+		if err != nil {
+			return nil, fmt.Errorf("%w: spec.source.url: reading %s: %w", errSource, h.Name, err)
+		}
+		files[p] = data
+	}
+}
+
+// manifest is the zygo.toml the controller writes for a Function.
+type manifest struct {
+	Name    string            `toml:"name"`
+	Runtime string            `toml:"runtime"`
+	Handler string            `toml:"handler"`
+	Secrets []string          `toml:"secrets,omitempty"`
+	Env     map[string]string `toml:"env,omitempty"`
+	Limits  manifestLimits    `toml:"limits,omitempty"`
+}
+
+type manifestLimits struct {
+	TimeoutMs int32 `toml:"timeout_ms,omitempty"`
+	MemoryMiB int32 `toml:"memory_mib,omitempty"`
+	CPUMs     int32 `toml:"cpu_ms,omitempty"`
+}
+
+// bundle returns the gzip'd tar the agents deploy: files plus a zygo.toml written from the
+// spec (one in files is replaced), with fixed times and sorted names so that the same input
+// gives the same bytes.
+func bundle(fn *zygov1.Function, files map[string][]byte) ([]byte, error) {
+	m := manifest{Name: nodeFunctionName(fn.Namespace, fn.Name), Runtime: fn.Spec.Runtime, Handler: fn.Spec.Handler,
+		Limits: manifestLimits{TimeoutMs: fn.Spec.Limits.TimeoutMs, MemoryMiB: fn.Spec.Limits.MemoryMiB, CPUMs: fn.Spec.Limits.CPUMs}}
+	if len(fn.Spec.Env) > 0 || len(fn.Spec.Secrets) > 0 {
+		m.Env = map[string]string{}
+	}
+	for _, e := range fn.Spec.Env {
+		m.Env[e.Name] = e.Value
+	}
+	for _, s := range fn.Spec.Secrets {
+		k, v, _ := strings.Cut(secretEnv(fn.Namespace, s.Name), "=")
+		m.Env[k] = v
+		m.Secrets = append(m.Secrets, nodeSecretName(fn.Namespace, s.Name))
+	}
+	var mb bytes.Buffer
+	if err := toml.NewEncoder(&mb).Encode(m); err != nil {
+		return nil, fmt.Errorf("writing zygo.toml: %w", err)
+	}
+	all := map[string][]byte{}
+	for k, v := range files {
+		all[k] = v
+	}
+	all["zygo.toml"] = mb.Bytes()
+	names := make([]string, 0, len(all))
+	for k := range all {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var out bytes.Buffer
+	gz := gzip.NewWriter(&out)
+	tw := tar.NewWriter(gz)
+	dirs := map[string]bool{}
+	for _, n := range names {
+		for d := path.Dir(n); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	dirNames := make([]string, 0, len(dirs))
+	for d := range dirs {
+		dirNames = append(dirNames, d)
+	}
+	slices.Sort(dirNames) // a parent sorts before its children
+	for _, d := range dirNames {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: time.Unix(0, 0)}); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range names {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: n, Mode: 0o644, Size: int64(len(all[n])), ModTime: time.Unix(0, 0)}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(all[n]); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := gz.Close(); err != nil {
+		return nil, err
+	}
+	if out.Len() > wire.MaxBundleBytes {
+		return nil, fmt.Errorf("%w: the function's files take %d bytes packed, more than %d", errSource, out.Len(), wire.MaxBundleBytes)
+	}
+	return out.Bytes(), nil
+}

@@ -1,0 +1,58 @@
+package controller
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// NewCommand returns the zygo-controller command: flags, then Run until SIGTERM or SIGINT.
+func NewCommand() *cobra.Command {
+	var cfg Config
+	var kubeconfig, logLevel string
+	cmd := &cobra.Command{
+		Use:   "zygo-controller",
+		Short: "Place Zygo sandboxes and functions on the node agents of a Kubernetes cluster",
+		Long: "zygo-controller reconciles Sandbox, SandboxTemplate, SandboxClaim, SandboxWarmPool (agents.x-k8s.io) and " +
+			"ZygoNode, Checkpoint, SandboxFork, Function (zygo.run) into calls on the node agents (zygo serve), " +
+			"and serves POST /functions/NAMESPACE/NAME/invoke. docs/kubernetes.md is the design.",
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var lv slog.Level
+			if err := lv.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: must be debug, info, warn or error", logLevel)
+			}
+			cfg.Log = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lv}))
+			var rc *rest.Config
+			var err error
+			if kubeconfig != "" {
+				rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+			} else {
+				rc, err = ctrl.GetConfig()
+			}
+			if err != nil {
+				return fmt.Errorf("finding the API server (--kubeconfig, KUBECONFIG or in-cluster): %w", err)
+			}
+			return Run(ctrl.SetupSignalHandler(), rc, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account)")
+	f.StringVar(&cfg.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the node agents' token and CA Secrets (default $POD_NAMESPACE)")
+	f.StringVar(&cfg.RouteListen, "route-listen", ":8080", "TCP address of the function route (POST /functions/NAMESPACE/NAME/invoke); empty: none")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "controller-runtime's Prometheus metrics address; empty: none")
+	f.StringVar(&cfg.HealthListen, "health-listen", "", "address of /healthz and /readyz; empty: none")
+	f.BoolVar(&cfg.LeaderElection, "leader-elect", false, "elect one active controller among replicas (a Lease in --namespace)")
+	f.StringVar(&cfg.AgentSelector, "agent-selector", "", "label selector of the node-agent pods in --namespace; each running one gets a ZygoNode (empty: ZygoNodes are made by hand)")
+	f.IntVar(&cfg.AgentPort, "agent-port", 7443, "the node agents' --listen port, for --agent-selector")
+	f.StringVar(&cfg.AgentTokenSecret, "agent-token-secret", "zygo-node-token", "Secret (key token) with the agents' API token, for --agent-selector")
+	f.StringVar(&cfg.AgentTLSSecret, "agent-tls-secret", "zygo-node-tls", "Secret (key ca.crt) the agents' certificates verify against, for --agent-selector; empty: plain HTTP")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}

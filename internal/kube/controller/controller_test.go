@@ -1,0 +1,383 @@
+package controller
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
+	extv1 "github.com/zygo-run/zygo/internal/kube/api/extensions/v1beta1"
+	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
+)
+
+func decodeTOML(b []byte, v any) (toml.MetaData, error) { return toml.Decode(string(b), v) }
+
+// condition returns the condition typ of conds, failing the test when it is absent.
+func condition(t *testing.T, conds []metav1.Condition, typ string) metav1.Condition {
+	t.Helper()
+	c := meta.FindStatusCondition(conds, typ)
+	if c == nil {
+		t.Fatalf("no %s condition in %+v", typ, conds)
+	}
+	return *c
+}
+
+func TestSandboxCreatedOnLeastLoadedNode(t *testing.T) {
+	busy := &agentsv1.Sandbox{ObjectMeta: objMeta("busy"), Status: agentsv1.SandboxStatus{NodeName: "a"}}
+	mem, cpu := resource.MustParse("128Mi"), resource.MustParse("500m")
+	sb := &agentsv1.Sandbox{ObjectMeta: objMeta("sb"), Spec: agentsv1.SandboxSpec{Zygo: agentsv1.ZygoSandboxSpec{
+		Limits:  agentsv1.Limits{Memory: &mem, CPU: &cpu},
+		Env:     []agentsv1.EnvVar{{Name: "A", Value: "1"}},
+		Secrets: []agentsv1.SecretFile{{Name: "KEY", SecretKeyRef: agentsv1.SecretKeySelector{Name: "s", Key: "k"}}},
+	}}}
+	e := newEnv(t, busy, sb, secret("s", "k", "v1"))
+	r := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, sb)
+	e.get(sb)
+	if c := condition(t, sb.Status.Conditions, agentsv1.ConditionReady); c.Status != metav1.ConditionTrue {
+		t.Fatalf("Ready = %+v, want True", c)
+	}
+	if sb.Status.NodeName != "b" {
+		t.Fatalf("placed on %q, want b (a holds a sandbox already)", sb.Status.NodeName)
+	}
+	b := e.agents["b"]
+	if len(b.creates) != 1 {
+		t.Fatalf("node b got %d creates, want 1", len(b.creates))
+	}
+	o := b.creates[0]
+	sname := nodeSecretName("ns", "KEY")
+	if o.Name != "k8s-uid-sb" || o.MemoryMiB != 128 || o.CPUs != 0.5 || len(o.Secrets) != 1 || o.Secrets[0] != sname {
+		t.Fatalf("create options %+v", o)
+	}
+	if string(b.secrets[sname]) != "v1" {
+		t.Fatalf("secret on node = %q, want v1", b.secrets[sname])
+	}
+	if !strings.Contains(strings.Join(o.Env, " "), "ZYGO_SECRET_KEY=/run/secrets/"+sname) {
+		t.Fatalf("env %v lacks the secret's path", o.Env)
+	}
+	if sb.Status.Zygo.SandboxID == "" || sb.Status.PodIPs[0] != "10.0.0.1" || len(e.agents["a"].creates) != 0 {
+		t.Fatalf("status %+v", sb.Status)
+	}
+}
+
+func TestSandboxNodeUnreachableMakesNothing(t *testing.T) {
+	sb := &agentsv1.Sandbox{ObjectMeta: objMeta("sb"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	e := newEnv(t, sb)
+	e.agents["a"].down = true
+	r := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, sb)
+	e.get(sb)
+	c := condition(t, sb.Status.Conditions, agentsv1.ConditionReady)
+	if c.Status != metav1.ConditionFalse || c.Reason != agentsv1.ReasonNodeUnreachable || !strings.Contains(c.Message, "connection refused") {
+		t.Fatalf("Ready = %+v, want False NodeUnreachable with the agent's error", c)
+	}
+	if len(e.agents["a"].sandboxes)+len(e.agents["b"].sandboxes) != 0 {
+		t.Fatal("a sandbox was made")
+	}
+	// The agent answers again: the sandbox is made once, on the node recorded before.
+	e.agents["a"].down = false
+	e.reconcile(r, sb)
+	e.get(sb)
+	if c := condition(t, sb.Status.Conditions, agentsv1.ConditionReady); c.Status != metav1.ConditionTrue || sb.Status.NodeName != "a" {
+		t.Fatalf("after recovery: %+v on %s", c, sb.Status.NodeName)
+	}
+}
+
+func TestSandboxLostAnswerIsAdoptedNotMadeTwice(t *testing.T) {
+	sb := &agentsv1.Sandbox{ObjectMeta: objMeta("sb"), Status: agentsv1.SandboxStatus{NodeName: "a"}}
+	e := newEnv(t, sb)
+	// The create landed, its answer did not.
+	if _, err := e.agents["a"].CreateSandbox(context.Background(), wireCreate("k8s-uid-sb")); err != nil {
+		t.Fatal(err)
+	}
+	r := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, sb)
+	e.get(sb)
+	if len(e.agents["a"].creates) != 1 || len(e.agents["a"].sandboxes) != 1 {
+		t.Fatalf("node a has %d sandboxes after %d creates, want 1 and 1", len(e.agents["a"].sandboxes), len(e.agents["a"].creates))
+	}
+	if c := condition(t, sb.Status.Conditions, agentsv1.ConditionReady); c.Status != metav1.ConditionTrue {
+		t.Fatalf("Ready = %+v", c)
+	}
+}
+
+func TestSandboxDeleteCleansNode(t *testing.T) {
+	sb := &agentsv1.Sandbox{ObjectMeta: objMeta("sb")}
+	e := newEnv(t, sb)
+	r := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, sb)
+	e.get(sb)
+	node := e.agents[sb.Status.NodeName]
+	if len(node.sandboxes) != 1 {
+		t.Fatalf("node %s has %d sandboxes", sb.Status.NodeName, len(node.sandboxes))
+	}
+	if err := e.c.Delete(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(r, sb)
+	if len(node.sandboxes) != 0 {
+		t.Fatalf("node still has %v", node.sandboxes)
+	}
+	if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(sb), sb); !apierrors.IsNotFound(err) {
+		t.Fatalf("the Sandbox is still there (%v): the finalizer was not removed", err)
+	}
+}
+
+func TestSandboxNodeLostSaysSo(t *testing.T) {
+	sb := &agentsv1.Sandbox{ObjectMeta: objMeta("sb"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	e := newEnv(t, sb)
+	r := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, sb)
+	e.agents["a"].down = true
+	e.reconcile(r, sb)
+	e.get(sb)
+	if c := condition(t, sb.Status.Conditions, agentsv1.ConditionReady); c.Reason != agentsv1.ReasonNodeLost {
+		t.Fatalf("Ready = %+v, want NodeLost", c)
+	}
+}
+
+func TestClaimMissingTemplate(t *testing.T) {
+	cl := &extv1.SandboxClaim{ObjectMeta: objMeta("cl"), Spec: extv1.SandboxClaimSpec{TemplateRef: extv1.SandboxTemplateRef{Name: "nope"}}}
+	e := newEnv(t, cl)
+	e.reconcile(&ClaimReconciler{Client: e.c}, cl)
+	e.get(cl)
+	c := condition(t, cl.Status.Conditions, agentsv1.ConditionReady)
+	if c.Reason != extv1.ReasonTemplateNotFound || !strings.Contains(c.Message, "spec.sandboxTemplateRef.name") {
+		t.Fatalf("Ready = %+v, want TemplateNotFound naming the field", c)
+	}
+	var sbs agentsv1.SandboxList
+	if err := e.c.List(context.Background(), &sbs); err != nil || len(sbs.Items) != 0 {
+		t.Fatalf("Sandboxes: %v, %v; want none", sbs.Items, err)
+	}
+}
+
+func TestClaimColdAndWarm(t *testing.T) {
+	tpl := &extv1.SandboxTemplate{ObjectMeta: objMeta("tpl"), Spec: extv1.SandboxTemplateSpec{Zygo: agentsv1.ZygoSandboxSpec{Env: []agentsv1.EnvVar{{Name: "T", Value: "1"}}}}}
+	cold := &extv1.SandboxClaim{ObjectMeta: objMeta("cold"), Spec: extv1.SandboxClaimSpec{TemplateRef: extv1.SandboxTemplateRef{Name: "tpl"}}}
+	pool := &extv1.SandboxWarmPool{ObjectMeta: objMeta("pool"), Spec: extv1.SandboxWarmPoolSpec{Replicas: 1, TemplateRef: extv1.SandboxTemplateRef{Name: "tpl"}}}
+	e := newEnv(t, tpl, cold)
+	cr := &ClaimReconciler{Client: e.c}
+	e.reconcile(cr, cold)
+	var sb agentsv1.Sandbox
+	sb.Namespace, sb.Name = "ns", "cold"
+	e.get(&sb)
+	if sb.Annotations[AnnotationForkFrom] != "" || len(sb.Spec.Zygo.Env) != 1 || !metav1.IsControlledBy(&sb, cold) {
+		t.Fatalf("cold claim's Sandbox: %+v", sb.ObjectMeta)
+	}
+
+	// A warm pool: its source runs and is checkpointed; the next claim forks it.
+	e.create(pool)
+	pr := &WarmPoolReconciler{Client: e.c, Dialer: e.agents}
+	sr := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(pr, pool)
+	src := &agentsv1.Sandbox{}
+	src.Namespace, src.Name = "ns", sourceName("pool", 0)
+	e.get(src)
+	e.reconcile(sr, src)
+	e.reconcile(pr, pool)
+	e.get(pool)
+	if pool.Status.ReadyReplicas != 1 {
+		t.Fatalf("pool status %+v", pool.Status)
+	}
+	warm := &extv1.SandboxClaim{ObjectMeta: objMeta("warm"), Spec: extv1.SandboxClaimSpec{TemplateRef: extv1.SandboxTemplateRef{Name: "tpl"}}}
+	e.create(warm)
+	e.reconcile(cr, warm)
+	var wsb agentsv1.Sandbox
+	wsb.Namespace, wsb.Name = "ns", "warm"
+	e.get(&wsb)
+	if !strings.Contains(wsb.Annotations[AnnotationForkFrom], "/cp-warm-") {
+		t.Fatalf("warm claim's Sandbox annotations %v, want a fork of the pool's checkpoint", wsb.Annotations)
+	}
+	e.reconcile(sr, &wsb)
+	e.get(&wsb)
+	if c := condition(t, wsb.Status.Conditions, agentsv1.ConditionReady); c.Status != metav1.ConditionTrue || wsb.Status.Zygo.ParentID == "" {
+		t.Fatalf("warm Sandbox: %+v, status %+v", c, wsb.Status.Zygo)
+	}
+	e.reconcile(cr, warm)
+	e.get(warm)
+	if warm.Status.SandboxStatus.LaunchType != LaunchWarm || condition(t, warm.Status.Conditions, agentsv1.ConditionReady).Status != metav1.ConditionTrue {
+		t.Fatalf("warm claim status %+v", warm.Status)
+	}
+}
+
+func TestForkCrossNodeRefused(t *testing.T) {
+	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Status: agentsv1.SandboxStatus{NodeName: "a",
+		Zygo:       agentsv1.ZygoSandboxStatus{SandboxID: "sb-x"},
+		Conditions: []metav1.Condition{{Type: agentsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "SandboxRunning", LastTransitionTime: metav1.Now()}}}}
+	f := &zygov1.SandboxFork{ObjectMeta: objMeta("f"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 2, NodeName: "b"}}
+	e := newEnv(t, src, f)
+	e.reconcile(&ForkReconciler{Client: e.c, Dialer: e.agents}, f)
+	e.get(f)
+	if c := condition(t, f.Status.Conditions, zygov1.ConditionComplete); c.Reason != zygov1.ReasonCrossNode {
+		t.Fatalf("Complete = %+v, want CrossNodeUnsupported", c)
+	}
+	if e.agents["a"].forks+e.agents["b"].forks != 0 {
+		t.Fatal("a fork was attempted")
+	}
+}
+
+func TestForkMakesChildren(t *testing.T) {
+	e := newEnv(t)
+	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	e.create(src)
+	e.reconcile(&SandboxReconciler{Client: e.c, Dialer: e.agents}, src)
+	f := &zygov1.SandboxFork{ObjectMeta: objMeta("f"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 3}}
+	e.create(f)
+	e.reconcile(&ForkReconciler{Client: e.c, Dialer: e.agents}, f)
+	e.get(f)
+	if f.Status.Succeeded != 3 || len(f.Status.Children) != 3 || f.Status.NodeName != "a" {
+		t.Fatalf("fork status %+v", f.Status)
+	}
+	for _, ch := range f.Status.Children {
+		var sb agentsv1.Sandbox
+		sb.Namespace, sb.Name = "ns", ch.Sandbox
+		e.get(&sb)
+		if sb.Annotations[agentsv1.AnnotationSandboxID] != ch.SandboxID || sb.Labels[LabelFork] != "f" {
+			t.Fatalf("child %s: %+v", ch.Sandbox, sb.ObjectMeta)
+		}
+	}
+}
+
+func TestFunctionDeployScaleAndRoute(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "code"}, Data: map[string]string{"main.py": "def handler(e, c):\n    return e\n"}}
+	fn := &zygov1.Function{ObjectMeta: objMeta("hello"), Spec: zygov1.FunctionSpec{Runtime: "python", Handler: "main:handler",
+		Source: zygov1.FunctionSource{ConfigMap: &zygov1.ConfigMapSource{Name: "code"}}, Replicas: 1,
+		Limits: zygov1.FunctionLimits{TimeoutMs: 5000}}}
+	e := newEnv(t, cm, fn)
+	r := &FunctionReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, fn)
+	e.get(fn)
+	if fn.Status.ReadyReplicas != 1 || condition(t, fn.Status.Conditions, zygov1.ConditionReady).Status != metav1.ConditionTrue {
+		t.Fatalf("status %+v", fn.Status)
+	}
+	name := nodeFunctionName("ns", "hello")
+	b, ok := e.agents[fn.Status.Nodes[0].Name].functions[name]
+	if !ok {
+		t.Fatalf("node %s has no function %s", fn.Status.Nodes[0].Name, name)
+	}
+	files, err := untar(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m manifest
+	if _, err := decodeTOML(files["zygo.toml"], &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Name != name || m.Runtime != "python" || m.Limits.TimeoutMs != 5000 || string(files["main.py"]) != cm.Data["main.py"] {
+		t.Fatalf("bundle: manifest %+v, files %v", m, files)
+	}
+
+	fn.Spec.Replicas = 2
+	if err := e.c.Update(context.Background(), fn); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(r, fn)
+	e.get(fn)
+	if fn.Status.ReadyReplicas != 2 || len(e.agents["a"].functions) != 1 || len(e.agents["b"].functions) != 1 {
+		t.Fatalf("after scaling to 2: %+v", fn.Status)
+	}
+
+	rt := &Route{Reader: e.c, Dialer: e.agents}
+	srv := httptest.NewServer(rt.Handler())
+	defer srv.Close()
+	seen := map[string]bool{}
+	for range 4 {
+		resp, err := http.Post(srv.URL+RoutePath("ns", "hello"), "application/json", strings.NewReader(`{"x":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"event":{"x":1}`) {
+			t.Fatalf("invoke: %d %s", resp.StatusCode, body)
+		}
+		seen[resp.Header.Get(NodeHeader)] = true
+	}
+	if !seen["a"] || !seen["b"] {
+		t.Fatalf("the route served from %v, want both nodes", seen)
+	}
+	resp, err := http.Post(srv.URL+RoutePath("ns", "nope"), "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown function: %d, want 404", resp.StatusCode)
+	}
+}
+
+func TestFunctionOCIUnsupported(t *testing.T) {
+	fn := &zygov1.Function{ObjectMeta: objMeta("f"), Spec: zygov1.FunctionSpec{Runtime: "python", Handler: "main:handler",
+		Source: zygov1.FunctionSource{OCI: &zygov1.OCISource{Reference: "r/x@sha256:00"}}, Replicas: 1}}
+	e := newEnv(t, fn)
+	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents}, fn)
+	e.get(fn)
+	if c := condition(t, fn.Status.Conditions, zygov1.ConditionReady); c.Reason != zygov1.ReasonSourceUnsupported || !strings.Contains(c.Message, "spec.source.oci") {
+		t.Fatalf("Ready = %+v", c)
+	}
+	if len(e.agents["a"].functions)+len(e.agents["b"].functions) != 0 {
+		t.Fatal("something was deployed")
+	}
+}
+
+func TestPlanNodes(t *testing.T) {
+	ready := []zygov1.ZygoNode{*readyNode("a"), *readyNode("c")}
+	cur := []zygov1.FunctionNode{{Name: "b"}, {Name: "c"}} // b died
+	keep, drop := planNodes(cur, ready, 2)
+	if strings.Join(keep, ",") != "c,a" || len(drop) != 0 {
+		t.Fatalf("keep %v drop %v", keep, drop)
+	}
+	keep, drop = planNodes([]zygov1.FunctionNode{{Name: "a"}, {Name: "c"}}, ready, 1)
+	if strings.Join(keep, ",") != "a" || strings.Join(drop, ",") != "c" {
+		t.Fatalf("scale down: keep %v drop %v", keep, drop)
+	}
+}
+
+func TestNodeProbe(t *testing.T) {
+	e := newEnv(t)
+	e.agents["b"].down = true
+	r := &NodeReconciler{Client: e.c, Dialer: e.agents}
+	for _, name := range []string{"a", "b"} {
+		n := &zygov1.ZygoNode{}
+		n.Name = name
+		e.reconcile(r, n)
+		e.get(n)
+		c := condition(t, n.Status.Conditions, zygov1.ConditionReady)
+		if want := name == "a"; (c.Status == metav1.ConditionTrue) != want {
+			t.Fatalf("node %s: %+v", name, c)
+		}
+	}
+}
+
+func TestNodeCollectsLeftovers(t *testing.T) {
+	kept := &agentsv1.Sandbox{ObjectMeta: objMeta("kept")}
+	e := newEnv(t, kept)
+	a := e.agents["a"]
+	ctx := context.Background()
+	for _, n := range []string{"k8s-uid-kept", "k8s-uid-gone", "by-hand"} {
+		if _, err := a.CreateSandbox(ctx, wireCreate(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := &zygov1.ZygoNode{}
+	n.Name = "a"
+	e.reconcile(&NodeReconciler{Client: e.c, Dialer: e.agents}, n)
+	var names []string
+	for _, s := range a.sandboxes {
+		names = append(names, s.Name)
+	}
+	if len(names) != 2 || strings.Contains(strings.Join(names, ","), "gone") {
+		t.Fatalf("node a keeps %v, want k8s-uid-kept and by-hand", names)
+	}
+}

@@ -1,0 +1,209 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
+	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
+)
+
+// LabelFork marks a fork's copies with the SandboxFork's name.
+const LabelFork = "zygo.run/fork"
+
+// ForkReconciler runs each SandboxFork once: one fork call on the source's node, then one
+// Sandbox object per copy that runs.
+type ForkReconciler struct {
+	Client client.Client
+	Dialer Dialer
+}
+
+// forkChildName is the Sandbox name of a fork's i-th copy.
+func forkChildName(fork string, i int) string { return fork + "-" + strconv.Itoa(i) }
+
+// Reconcile forks, records the copies, or deletes them with the SandboxFork.
+func (r *ForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var f zygov1.SandboxFork
+	if err := r.Client.Get(ctx, req.NamespacedName, &f); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if f.DeletionTimestamp != nil {
+		var kids agentsv1.SandboxList
+		if err := r.Client.List(ctx, &kids, client.InNamespace(f.Namespace), client.MatchingLabels{LabelFork: f.Name}); err != nil {
+			return ctrl.Result{}, fmt.Errorf("listing the copies: %w", err)
+		}
+		for i := range kids.Items {
+			if err := r.Client.Delete(ctx, &kids.Items[i]); err != nil && !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, fmt.Errorf("deleting copy %s: %w", kids.Items[i].Name, err)
+			}
+		}
+		if controllerutil.RemoveFinalizer(&f, Finalizer) {
+			return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, &f))
+		}
+		return ctrl.Result{}, nil
+	}
+	if controllerutil.AddFinalizer(&f, Finalizer) {
+		if err := r.Client.Update(ctx, &f); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+		}
+	}
+	if f.Status.CheckpointID != "" { // forked: make sure every running copy has its Sandbox
+		return ctrl.Result{}, r.ensureChildren(ctx, &f)
+	}
+	if c := meta.FindStatusCondition(f.Status.Conditions, zygov1.ConditionComplete); c != nil && c.Reason == zygov1.ReasonCrossNode {
+		return ctrl.Result{}, nil // the spec is immutable: it will not become possible
+	}
+	before := f.DeepCopy()
+	res, ferr := r.fork(ctx, &f)
+	if err := r.Client.Status().Patch(ctx, &f, client.MergeFrom(before)); err != nil {
+		// The copies run and are not recorded: remove them rather than leave them behind.
+		return ctrl.Result{}, errors.Join(ferr, fmt.Errorf("writing the status: %w", err), r.undo(ctx, &f))
+	}
+	if ferr != nil || f.Status.CheckpointID == "" {
+		return res, ferr
+	}
+	return res, r.ensureChildren(ctx, &f)
+}
+
+// fork makes the copies and records them in f.Status.
+func (r *ForkReconciler) fork(ctx context.Context, f *zygov1.SandboxFork) (ctrl.Result, error) {
+	done := func(ok bool, reason, msg string) {
+		setCondition(&f.Status.Conditions, f.Generation, zygov1.ConditionComplete, ok, reason, msg)
+	}
+	var src agentsv1.Sandbox
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: f.Namespace, Name: f.Spec.SourceRef.Name}, &src); err != nil {
+		if apierrors.IsNotFound(err) {
+			done(false, zygov1.ReasonSourceNotFound, fmt.Sprintf("spec.sourceRef.name: Sandbox %s does not exist; nothing was made", f.Spec.SourceRef.Name))
+			return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("reading the source: %w", err)
+	}
+	if !meta.IsStatusConditionTrue(src.Status.Conditions, agentsv1.ConditionReady) {
+		done(false, zygov1.ReasonSourceNotReady, fmt.Sprintf("Sandbox %s is not Ready (%s); nothing was made", src.Name, conditionMessage(src.Status.Conditions, agentsv1.ConditionReady)))
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	}
+	nodeName := src.Status.NodeName
+	from := ""
+	if ref := f.Spec.CheckpointRef; ref != nil {
+		var cp zygov1.Checkpoint
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: f.Namespace, Name: ref.Name}, &cp); err != nil || cp.Status.CheckpointID == "" {
+			done(false, zygov1.ReasonSourceNotFound, fmt.Sprintf("spec.checkpointRef.name: Checkpoint %s does not exist or has no image yet; nothing was made", ref.Name))
+			return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+		}
+		if cp.Status.NodeName != nodeName {
+			done(false, zygov1.ReasonCrossNode, fmt.Sprintf("Checkpoint %s is on node %s and Sandbox %s on node %s: copying an image between nodes is not implemented (docs/kubernetes.md)", cp.Name, cp.Status.NodeName, src.Name, nodeName))
+			return ctrl.Result{}, nil
+		}
+		from = cp.Status.CheckpointID
+	}
+	if f.Spec.NodeName != "" && f.Spec.NodeName != nodeName {
+		done(false, zygov1.ReasonCrossNode, fmt.Sprintf("spec.nodeName %s: the source is on node %s; a cross-node fork must copy the checkpoint image first, which is not implemented (docs/kubernetes.md); nothing was made", f.Spec.NodeName, nodeName))
+		return ctrl.Result{}, nil
+	}
+	node, err := getNode(ctx, r.Client, nodeName)
+	if err != nil {
+		done(false, zygov1.ReasonNodeLost, err.Error())
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	}
+	a, err := r.Dialer.Agent(ctx, node)
+	if err != nil {
+		done(false, zygov1.ReasonForkFailed, err.Error())
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	ans, err := a.Fork(cctx, src.Status.Zygo.SandboxID, int(f.Spec.Count), from, nil)
+	if err != nil && ans.Succeeded == 0 {
+		done(false, zygov1.ReasonForkFailed, fmt.Sprintf("forking sandbox %s on node %s: %v", src.Status.Zygo.SandboxID, node.Name, err))
+		f.Status.Failed, f.Status.Children = int32(len(ans.Children)), forkChildren(f.Name, ans) //nolint:gosec // at most 16
+		if zygo.IsBadRequest(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	}
+	f.Status.NodeName, f.Status.CheckpointID = node.Name, ans.Checkpoint.ID
+	f.Status.Succeeded, f.Status.Failed = int32(ans.Succeeded), int32(ans.Failed) //nolint:gosec // at most 16
+	f.Status.Children = forkChildren(f.Name, ans)
+	done(true, zygov1.ReasonForked, fmt.Sprintf("%d of %d copies run on node %s (checkpoint %s)", ans.Succeeded, f.Spec.Count, node.Name, ans.Checkpoint.ID))
+	return ctrl.Result{}, nil
+}
+
+// forkChildren turns a fork's answer into per-copy status.
+func forkChildren(fork string, ans wire.ForkAnswer) []zygov1.ForkChild {
+	out := make([]zygov1.ForkChild, 0, len(ans.Children))
+	for _, ch := range ans.Children {
+		c := zygov1.ForkChild{Index: int32(ch.Index)} //nolint:gosec // at most 16
+		switch {
+		case ch.Sandbox != nil:
+			c.Sandbox, c.SandboxID, c.Generation = forkChildName(fork, ch.Index), ch.Sandbox.ID, ch.Sandbox.Generation
+		case ch.Error != nil:
+			c.Error = ch.Error.Message
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// ensureChildren creates the Sandbox of each running copy in f.Status, adopting the copy.
+func (r *ForkReconciler) ensureChildren(ctx context.Context, f *zygov1.SandboxFork) error {
+	var src agentsv1.Sandbox
+	srcErr := r.Client.Get(ctx, client.ObjectKey{Namespace: f.Namespace, Name: f.Spec.SourceRef.Name}, &src)
+	for _, ch := range f.Status.Children {
+		if ch.SandboxID == "" {
+			continue
+		}
+		sb := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: ch.Sandbox,
+			Labels:      map[string]string{LabelFork: f.Name},
+			Annotations: map[string]string{agentsv1.AnnotationNode: f.Status.NodeName, agentsv1.AnnotationSandboxID: ch.SandboxID}}}
+		if srcErr == nil {
+			sb.Spec.Zygo = *src.Spec.Zygo.DeepCopy()
+		}
+		sb.Spec.NodeName = f.Status.NodeName
+		if err := controllerutil.SetControllerReference(f, sb, r.Client.Scheme()); err != nil {
+			return fmt.Errorf("owning copy %s: %w", sb.Name, err)
+		}
+		if err := r.Client.Create(ctx, sb); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating Sandbox %s for copy %s: %w", sb.Name, ch.SandboxID, err)
+		}
+	}
+	return nil
+}
+
+// undo removes the copies a fork made when they could not be recorded.
+func (r *ForkReconciler) undo(ctx context.Context, f *zygov1.SandboxFork) error {
+	node, err := getNode(ctx, r.Client, f.Status.NodeName)
+	if err != nil {
+		return nil //nolint:nilerr // nothing was forked (no node recorded), or the node is gone with its copies
+	}
+	a, err := r.Dialer.Agent(ctx, node)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, ch := range f.Status.Children {
+		if ch.SandboxID != "" {
+			if err := a.RemoveSandbox(ctx, ch.SandboxID); err != nil && !zygo.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("removing unrecorded copy %s: %w", ch.SandboxID, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SetupWithManager registers the reconciler; a Sandbox's change requeues the forks waiting
+// on it through the periodic requeue, and its copies' changes through ownership.
+func (r *ForkReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).For(&zygov1.SandboxFork{}).Named("sandboxfork").
+		Owns(&agentsv1.Sandbox{}).Complete(r)
+}

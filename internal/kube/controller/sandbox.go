@@ -1,0 +1,387 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
+	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
+)
+
+// Finalizer is on every Sandbox, Checkpoint and Function: its removal waits for the node
+// agents to drop what the object made.
+const Finalizer = "zygo.run/cleanup"
+
+// AnnotationForkFrom on a Sandbox asks for a copy of a sandbox instead of a fresh create:
+// "NODE/SANDBOX-ID/CHECKPOINT" (a claim served from a warm pool sets it).
+const AnnotationForkFrom = "zygo.run/fork-from"
+
+// createTimeout bounds a create or fork call (a gVisor start, a restore and a reseal).
+const createTimeout = 2 * time.Minute
+
+// nodeSandboxName is the Zygo sandbox name of a Sandbox made by a create: deterministic, so a
+// create whose answer was lost is found again on its node instead of made twice.
+func nodeSandboxName(sb *agentsv1.Sandbox) string { return "k8s-" + string(sb.UID) }
+
+// SandboxReconciler keeps each Sandbox's Zygo sandbox on its node and its status true.
+type SandboxReconciler struct {
+	Client client.Client
+	Dialer Dialer
+	Now    func() time.Time // nil: time.Now
+}
+
+func (r *SandboxReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile makes, adopts, observes, expires or removes one Sandbox's Zygo sandbox.
+func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var sb agentsv1.Sandbox
+	if err := r.Client.Get(ctx, req.NamespacedName, &sb); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if sb.DeletionTimestamp != nil {
+		return ctrl.Result{}, r.finalize(ctx, &sb)
+	}
+	if controllerutil.AddFinalizer(&sb, Finalizer) {
+		if err := r.Client.Update(ctx, &sb); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+		}
+	}
+	if t := sb.Spec.ShutdownTime; t != nil && !r.now().Before(t.Time) {
+		return r.expire(ctx, &sb)
+	}
+	before := sb.DeepCopy()
+	res, err := r.sync(ctx, &sb)
+	if perr := patchStatus(ctx, r.Client, &sb, before, before.Status, sb.Status); perr != nil {
+		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing the status: %w", perr))
+	}
+	return res, err
+}
+
+// sync brings sb's Zygo sandbox into being or observes it, writing sb.Status (the caller
+// patches it). It returns an error only for what a retry may cure.
+func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
+	if sb.Status.Zygo.SandboxID == "" && sb.Status.NodeName == "" {
+		if node, id := sb.Annotations[agentsv1.AnnotationNode], sb.Annotations[agentsv1.AnnotationSandboxID]; node != "" && id != "" {
+			sb.Status.NodeName, sb.Status.Zygo.SandboxID = node, id // adopt a copy made by a fork
+		}
+	}
+	if sb.Status.NodeName == "" { // place it
+		node, err := r.place(ctx, sb)
+		if err != nil {
+			ready(sb, false, agentsv1.ReasonNoReadyNode, err.Error())
+			return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+		}
+		// The node is recorded before the create: a create whose answer is lost is looked
+		// for there (by its deterministic name), never made again on another node.
+		sb.Status.NodeName = node
+		ready(sb, false, agentsv1.ReasonCreating, "creating the sandbox on node "+node)
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	node, err := getNode(ctx, r.Client, sb.Status.NodeName)
+	if err != nil {
+		ready(sb, false, agentsv1.ReasonNodeLost, err.Error())
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	}
+	a, err := r.Dialer.Agent(ctx, node)
+	if err != nil {
+		ready(sb, false, agentsv1.ReasonNodeUnreachable, err.Error())
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	}
+	sb.Status.Zygo.AgentAddress = node.Spec.Address
+	if sb.Status.Zygo.SandboxID == "" {
+		return r.make(ctx, sb, node, a)
+	}
+	return r.observe(ctx, sb, node, a)
+}
+
+// place returns the node sb goes on: spec.nodeName if Ready, the fork source's node, or the
+// least loaded Ready node.
+func (r *SandboxReconciler) place(ctx context.Context, sb *agentsv1.Sandbox) (string, error) {
+	want := sb.Spec.NodeName
+	if from := sb.Annotations[AnnotationForkFrom]; from != "" {
+		want, _, _ = strings.Cut(from, "/")
+	}
+	if want != "" {
+		n, err := getNode(ctx, r.Client, want)
+		if err != nil {
+			return "", err
+		}
+		if !nodeReady(n) {
+			return "", fmt.Errorf("ZygoNode %s is not Ready: %s", want, conditionMessage(n.Status.Conditions, zygov1.ConditionReady))
+		}
+		return want, nil
+	}
+	n, err := pickNode(ctx, r.Client, nil)
+	if err != nil {
+		return "", err
+	}
+	return n.Name, nil
+}
+
+// make creates (or forks) the Zygo sandbox on its node.
+func (r *SandboxReconciler) make(ctx context.Context, sb *agentsv1.Sandbox, node *zygov1.ZygoNode, a Agent) (ctrl.Result, error) {
+	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	if from := sb.Annotations[AnnotationForkFrom]; from != "" {
+		return r.forkOne(cctx, sb, node, a, from)
+	}
+	name := nodeSandboxName(sb)
+	if rec, err := a.GetSandbox(cctx, name); err == nil { // made before the last answer was lost
+		r.record(sb, node, rec)
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	} else if !zygo.IsNotFound(err) {
+		return r.agentFailed(sb, node, "looking for sandbox "+name, err)
+	}
+	opts, err := r.options(cctx, sb, a)
+	if err != nil {
+		var snf *errSecretNotFound
+		if errors.As(err, &snf) {
+			ready(sb, false, agentsv1.ReasonSecretNotFound, snf.Error())
+			return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+		}
+		return r.agentFailed(sb, node, "storing the sandbox's secrets", err)
+	}
+	opts.Name = name
+	rec, err := a.CreateSandbox(cctx, opts)
+	if err != nil {
+		return r.agentFailed(sb, node, "creating the sandbox", err)
+	}
+	r.record(sb, node, rec)
+	log.FromContext(ctx).Info("sandbox created", "node", node.Name, "sandbox_id", rec.ID)
+	return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+}
+
+// forkOne makes sb a resealed copy of the sandbox that from ("NODE/ID/CHECKPOINT") names.
+func (r *SandboxReconciler) forkOne(ctx context.Context, sb *agentsv1.Sandbox, node *zygov1.ZygoNode, a Agent, from string) (ctrl.Result, error) {
+	parts := strings.SplitN(from, "/", 3)
+	if len(parts) != 3 || parts[0] != node.Name {
+		ready(sb, false, agentsv1.ReasonInvalidSpec, fmt.Sprintf("annotation %s %q: want NODE/SANDBOX-ID/CHECKPOINT on node %s", AnnotationForkFrom, from, node.Name))
+		return ctrl.Result{}, nil
+	}
+	ans, err := a.Fork(ctx, parts[1], 1, parts[2], nil)
+	if err == nil && (len(ans.Children) != 1 || ans.Children[0].Sandbox == nil) {
+		err = errors.New("the fork answered no running copy")
+	}
+	if err != nil {
+		return r.agentFailed(sb, node, "forking warm sandbox "+parts[1], err)
+	}
+	r.record(sb, node, *ans.Children[0].Sandbox)
+	return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+}
+
+// options turns sb's spec into the agent's create options, storing its secrets on the agent.
+func (r *SandboxReconciler) options(ctx context.Context, sb *agentsv1.Sandbox, a Agent) (wire.CreateSandboxBody, error) {
+	z := sb.Spec.Zygo
+	var o wire.CreateSandboxBody
+	names, err := pushSecrets(ctx, r.Client, a, sb.Namespace, z.Secrets, "spec.zygo.secrets")
+	if err != nil {
+		return o, err
+	}
+	o.Secrets = names
+	for _, e := range z.Env {
+		o.Env = append(o.Env, e.Name+"="+e.Value)
+	}
+	for _, f := range z.Secrets {
+		o.Env = append(o.Env, secretEnv(sb.Namespace, f.Name))
+	}
+	if q := z.Limits.Memory; q != nil {
+		o.MemoryMiB = int(math.Ceil(float64(q.Value()) / (1 << 20)))
+	}
+	if q := z.Limits.CPU; q != nil {
+		o.CPUs = float64(q.MilliValue()) / 1000
+	}
+	if p := z.Limits.PIDs; p != nil {
+		o.PIDs = int(*p)
+	}
+	for _, s := range z.Services {
+		o.Services = append(o.Services, wire.Service{Name: s.Name, Argv: s.Argv, OnFork: s.OnFork})
+	}
+	if n := z.Network; n != nil {
+		o.Network = &wire.SandboxNetwork{Mode: n.Mode, Allow: n.Allow, Deny: n.Deny}
+	}
+	return o, nil
+}
+
+// observe refreshes sb's status from its node.
+func (r *SandboxReconciler) observe(ctx context.Context, sb *agentsv1.Sandbox, node *zygov1.ZygoNode, a Agent) (ctrl.Result, error) {
+	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
+	defer cancel()
+	rec, err := a.GetSandbox(cctx, sb.Status.Zygo.SandboxID)
+	switch {
+	case zygo.IsNotFound(err):
+		ready(sb, false, agentsv1.ReasonSandboxGone, fmt.Sprintf("node %s has no sandbox %s any more", node.Name, sb.Status.Zygo.SandboxID))
+		sb.Status.PodIPs = nil
+		return ctrl.Result{}, nil
+	case err != nil && isUnreachable(err):
+		ready(sb, false, agentsv1.ReasonNodeLost, fmt.Sprintf("node %s does not answer (%v): a sandbox's memory lives on its node, so it is lost while the node is", node.Name, err))
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	case err != nil:
+		return r.agentFailed(sb, node, "reading the sandbox", err)
+	}
+	r.record(sb, node, rec)
+	return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+}
+
+// record writes what the agent said of the sandbox into sb's status.
+func (r *SandboxReconciler) record(sb *agentsv1.Sandbox, node *zygov1.ZygoNode, rec wire.Sandbox) {
+	z := &sb.Status.Zygo
+	z.SandboxID, z.Generation, z.ParentID, z.CheckpointID, z.State = rec.ID, rec.Generation, rec.ParentID, rec.CheckpointID, rec.State
+	z.AgentAddress = node.Spec.Address
+	sb.Status.NodeName = node.Name
+	sb.Status.PodIPs = nil
+	if rec.Address != "" {
+		sb.Status.PodIPs = []string{rec.Address}
+	}
+	if rec.State == "running" {
+		ready(sb, true, agentsv1.ReasonRunning, fmt.Sprintf("sandbox %s runs on node %s", rec.ID, node.Name))
+		return
+	}
+	msg := fmt.Sprintf("sandbox %s is %s on node %s", rec.ID, rec.State, node.Name)
+	if rec.Error != "" {
+		msg += ": " + rec.Error
+	}
+	ready(sb, false, agentsv1.ReasonCreating, msg)
+}
+
+// agentFailed records an agent's error as a condition; errors worth retrying soon are
+// requeued after ProbeEvery, a refusal (400) is not retried until the object changes.
+func (r *SandboxReconciler) agentFailed(sb *agentsv1.Sandbox, node *zygov1.ZygoNode, doing string, err error) (ctrl.Result, error) {
+	msg := fmt.Sprintf("%s on node %s: %v", doing, node.Name, err)
+	switch {
+	case isUnreachable(err):
+		ready(sb, false, agentsv1.ReasonNodeUnreachable, msg)
+	case zygo.IsBadRequest(err):
+		ready(sb, false, agentsv1.ReasonInvalidSpec, msg)
+		return ctrl.Result{}, nil
+	case zygo.IsUnavailable(err):
+		ready(sb, false, agentsv1.ReasonAgentUnavailable, msg)
+	default:
+		ready(sb, false, agentsv1.ReasonCreateFailed, msg)
+	}
+	return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+}
+
+// expire removes sb's Zygo sandbox once its shutdownTime passed and applies its policy.
+func (r *SandboxReconciler) expire(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
+	if err := r.removeOnNode(ctx, sb); err != nil {
+		return ctrl.Result{}, err
+	}
+	if p := sb.Spec.ShutdownPolicy; p != nil && *p == agentsv1.ShutdownPolicyDelete {
+		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Delete(ctx, sb))
+	}
+	before := sb.DeepCopy()
+	sb.Status.PodIPs, sb.Status.Zygo.State = nil, ""
+	ready(sb, false, agentsv1.ReasonExpired, "shutdownTime passed: the sandbox was removed")
+	return ctrl.Result{}, r.Client.Status().Patch(ctx, sb, client.MergeFrom(before))
+}
+
+// finalize removes the Zygo sandbox from its node, then the finalizer.
+func (r *SandboxReconciler) finalize(ctx context.Context, sb *agentsv1.Sandbox) error {
+	if !controllerutil.ContainsFinalizer(sb, Finalizer) {
+		return nil
+	}
+	if err := r.removeOnNode(ctx, sb); err != nil {
+		return err
+	}
+	controllerutil.RemoveFinalizer(sb, Finalizer)
+	return client.IgnoreNotFound(r.Client.Update(ctx, sb))
+}
+
+// removeOnNode removes sb's Zygo sandbox (by id, or by its deterministic name when a create
+// may have landed unrecorded). A node that is gone, or not Ready, cannot be asked: the
+// sandbox is lost with it, and the node's garbage collection removes a "k8s-" leftover
+// when it answers again.
+func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandbox) error {
+	if sb.Status.NodeName == "" {
+		return nil
+	}
+	node, err := getNode(ctx, r.Client, sb.Status.NodeName)
+	if err != nil || !nodeReady(node) {
+		log.FromContext(ctx).Info("sandbox's node is gone or not Ready: not removing on it", "node", sb.Status.NodeName)
+		return nil
+	}
+	a, err := r.Dialer.Agent(ctx, node)
+	if err != nil {
+		return err
+	}
+	id := sb.Status.Zygo.SandboxID
+	if id == "" {
+		if sb.Annotations[AnnotationForkFrom] != "" {
+			return nil // a fork that did not answer made nothing (the agent destroys failed copies)
+		}
+		id = nodeSandboxName(sb)
+	}
+	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	if err := a.RemoveSandbox(cctx, id); err != nil && !zygo.IsNotFound(err) {
+		return fmt.Errorf("removing sandbox %s on node %s: %w", id, node.Name, err)
+	}
+	if cp := sb.Annotations[AnnotationWarmCheckpoint]; cp != "" { // a warm pool's source keeps an image
+		err := a.RemoveCheckpoint(cctx, cp)
+		switch {
+		case zygo.IsConflict(err):
+			// Claims' copies restored from it still run: the agent keeps an image its
+			// sandboxes come from. It stays on the node (docs/kubernetes.md, known gaps).
+			log.FromContext(ctx).Info("warm checkpoint still used by copies; left on the node", "checkpoint", cp, "node", node.Name)
+		case err != nil && !zygo.IsNotFound(err):
+			return fmt.Errorf("removing warm checkpoint %s on node %s: %w", cp, node.Name, err)
+		}
+	}
+	return nil
+}
+
+// ready sets sb's Ready condition.
+func ready(sb *agentsv1.Sandbox, ok bool, reason, msg string) {
+	setCondition(&sb.Status.Conditions, sb.Generation, agentsv1.ConditionReady, ok, reason, msg)
+}
+
+// conditionMessage returns the message of the condition typ in conds ("" when absent).
+func conditionMessage(conds []metav1.Condition, typ string) string {
+	if c := meta.FindStatusCondition(conds, typ); c != nil {
+		return c.Reason + ": " + c.Message
+	}
+	return "no " + typ + " condition yet"
+}
+
+// SetupWithManager registers the reconciler; a ZygoNode's change requeues its Sandboxes.
+func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).For(&agentsv1.Sandbox{}).Named("sandbox").
+		Watches(&zygov1.ZygoNode{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesOnNode), builder.WithPredicates(readinessChanged())).
+		Complete(r)
+}
+
+// sandboxesOnNode lists the Sandboxes placed on a node.
+func (r *SandboxReconciler) sandboxesOnNode(ctx context.Context, o client.Object) []reconcile.Request {
+	var list agentsv1.SandboxList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, s := range list.Items {
+		if s.Status.NodeName == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
+		}
+	}
+	return out
+}

@@ -1,0 +1,57 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
+)
+
+// nodeSecretName is the name a namespace's secret NAME has in a node agent's secret store:
+// "k8s" + 8 hex digits of the namespace's sha256 + "_" + NAME. Secret names are per node,
+// so two namespaces asking for API_KEY must not share (or overwrite) one file.
+func nodeSecretName(namespace, name string) string {
+	sum := sha256.Sum256([]byte(namespace))
+	return "k8s" + hex.EncodeToString(sum[:4]) + "_" + name
+}
+
+// secretEnv is the environment variable that tells code where secret NAME's file is.
+func secretEnv(namespace, name string) string {
+	return "ZYGO_SECRET_" + name + "=/run/secrets/" + nodeSecretName(namespace, name)
+}
+
+// errSecretNotFound is wrapped when a SecretFile names a missing Secret or key.
+type errSecretNotFound struct{ msg string }
+
+func (e *errSecretNotFound) Error() string { return e.msg }
+
+// pushSecrets reads each SecretFile's value from the namespace's Secrets and stores it on the
+// agent under its node name; it returns those names. A missing Secret or key is an
+// *errSecretNotFound naming the field; an agent error is wrapped.
+func pushSecrets(ctx context.Context, c client.Reader, a Agent, namespace string, files []agentsv1.SecretFile, field string) ([]string, error) {
+	var names []string
+	for i, f := range files {
+		var s corev1.Secret
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: f.SecretKeyRef.Name}, &s); err != nil {
+			return nil, &errSecretNotFound{fmt.Sprintf("%s[%d].secretKeyRef: secret %s/%s: %v", field, i, namespace, f.SecretKeyRef.Name, err)}
+		}
+		v, ok := s.Data[f.SecretKeyRef.Key]
+		if !ok {
+			return nil, &errSecretNotFound{fmt.Sprintf("%s[%d].secretKeyRef: secret %s/%s has no key %q", field, i, namespace, f.SecretKeyRef.Name, f.SecretKeyRef.Key)}
+		}
+		n := nodeSecretName(namespace, f.Name)
+		cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
+		err := a.SetSecret(cctx, n, v)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("storing secret %s on the agent: %w", f.Name, err)
+		}
+		names = append(names, n)
+	}
+	return names, nil
+}
