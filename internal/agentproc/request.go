@@ -210,11 +210,11 @@ func stepName(s string) bool {
 // real ones out; a lie about a duration reaches only the handler's own caller, who
 // receives whatever the handler returns anyway.
 var childSteps = map[string]bool{
-	"pre.fdreset": true, "pre.privatise": true, "pre.reseed": true, "pre.textio": true, "pre.rehearse": true,
-	"close_socket": true, "stdio": true, "fdreset": true, "privatise": true, "reseed": true,
-	"tmpdir": true, "dumpable": true, "landlock": true, "atexit_clear": true, "strict": true,
-	"step": true, "event": true, "handler": true, "encode": true, "atexit+flush": true,
-	"script.confine": true, "script.import": true, "script.find": true, "script.compile": true,
+	"pre.fdreset": true, "pre.privatise": true, "pre.reseed": true, "pre.textio": true,
+	"pre.rehearse": true, "close_socket": true, "stdio": true, "fdreset": true,
+	"privatise": true, "reseed": true, "tmpdir": true, "dumpable": true, "landlock": true,
+	"atexit_clear": true, "strict": true, "step": true, "event": true, "handler": true,
+	"encode": true, "atexit+flush": true, "script.confine": true, "script.import": true,
 }
 
 // childPhases returns the child's steps with a known name (childSteps), each once (the
