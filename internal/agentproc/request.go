@@ -203,7 +203,7 @@ func stepName(s string) bool {
 	return true
 }
 
-// childSteps are the names the agents time (agents/python/zygo_agent/child.py's _lap
+// childSteps are the names the agents time (agents/python/zygo_agent/child.py's and pool.py's _lap
 // calls). The child runs the handler, so what it reports is its claim, not a measurement:
 // a handler can append to the list or lie about a duration. Only these names are passed
 // on, each once (its last report), so a handler can neither invent phases nor push the
@@ -211,9 +211,10 @@ func stepName(s string) bool {
 // receives whatever the handler returns anyway.
 var childSteps = map[string]bool{
 	"pre.fdreset": true, "pre.privatise": true, "pre.reseed": true, "pre.textio": true,
-	"close_socket": true, "stdio": true, "fdreset": true, "privatise": true, "reseed": true,
-	"tmpdir": true, "dumpable": true, "landlock": true, "atexit_clear": true, "strict": true,
-	"step": true, "event": true, "handler": true, "encode": true, "atexit+flush": true,
+	"pre.rehearse": true, "close_socket": true, "stdio": true, "fdreset": true,
+	"privatise": true, "reseed": true, "tmpdir": true, "dumpable": true, "landlock": true,
+	"atexit_clear": true, "strict": true, "step": true, "event": true, "handler": true,
+	"encode": true, "atexit+flush": true, "script.confine": true, "script.import": true,
 }
 
 // childPhases returns the child's steps with a known name (childSteps), each once (the

@@ -66,9 +66,13 @@ func TestChildStepsAreBoundedTokens(t *testing.T) {
 // and _STEP_TOKENS) is one childPhases passes on, so a renamed or new step is not dropped
 // silently.
 func TestChildStepsNameEveryAgentStep(t *testing.T) {
-	src, err := os.ReadFile("../../agents/python/zygo_agent/child.py")
-	if err != nil {
-		t.Fatal(err)
+	var src []byte
+	for _, f := range []string{"child.py", "pool.py"} {
+		b, err := os.ReadFile("../../agents/python/zygo_agent/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
 	}
 	names := regexp.MustCompile(`_lap\("([^"]+)"\)|": "([a-z_+.]+)",\n`).FindAllStringSubmatch(string(src), -1)
 	if len(names) < 8 {

@@ -77,8 +77,11 @@ class PoolLoaderTest(unittest.TestCase):
         outside = tempfile.mkdtemp()
 
         def probe():
+            pool.handler.zygo_prewarm()  # a ruleset for shared = true made ahead: not this one
             if not pool.confine(self.req):
                 return 2
+            if pool._ahead:
+                return 3  # the unused ruleset made ahead was left open for the script
             with open(os.path.join(self.req, "ok"), "w") as f:  # inside: allowed
                 f.write("x")
             with open("/dev/null", "w") as f:
@@ -116,8 +119,12 @@ class PoolLoaderTest(unittest.TestCase):
         self.addCleanup(abstract.close)
         pre = socket.socket()  # made before the filter: only Landlock stands in its way
 
-        def probe():
+        def probe(ahead):
+            if ahead:  # the pre-forked child's preparation before GO made the ruleset
+                pool.handler.zygo_prewarm()
             pool.confine(self.req, shared=True)
+            if pool._ahead:
+                return 2  # a ruleset made ahead was left open for the script
             pool.install_shared_filter()
             libc_ = ctypes.CDLL(None, use_errno=True)
             attempts = {
@@ -152,7 +159,9 @@ class PoolLoaderTest(unittest.TestCase):
                 print(reached, ok, file=sys.stderr)
                 return 1
             return 0
-        self.assertEqual(_in_child(probe), 0)
+        for ahead in (False, True):
+            with self.subTest(ahead=ahead):
+                self.assertEqual(_in_child(lambda: probe(ahead)), 0)
         pre.close()
 
     def test_shared_filter_needs_a_known_architecture(self):

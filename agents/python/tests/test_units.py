@@ -230,7 +230,9 @@ class LandlockTest(unittest.TestCase):
         def write(path):
             return _errno_of(lambda: os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)))
 
-        def probe():
+        def probe(ahead):
+            if ahead:  # the pre-forked child's rehearsal made the ruleset before GO
+                child._rehearse()
             entered = child.enter_own_domain(child.writable_dirs(reqdir))
             r, w = os.pipe()
             return " ".join([str(entered), write(f"/proc/{sub.pid}/oom_score_adj"),
@@ -239,13 +241,16 @@ class LandlockTest(unittest.TestCase):
                              write(os.path.join(reqdir, "result.json")),
                              write(os.path.join(base, "req-2")), write("/dev/null"),
                              _errno_of(lambda: os.write(kept, b"x")),
-                             _errno_of(lambda: os.close(os.open(f"/proc/self/fd/{w}", os.O_WRONLY)))])
+                             _errno_of(lambda: os.close(os.open(f"/proc/self/fd/{w}", os.O_WRONLY))),
+                             str(child._domain_ahead[0])])
 
-        out = _in_child(probe)
-        if libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
-            self.assertEqual(out, "True EACCES EACCES EACCES EACCES ok ok ok ok ok")
-        else:
-            self.assertEqual(out.split()[0], "False", "no scoping: the request must carry on")
+        for ahead in (False, True):
+            with self.subTest(ahead=ahead):
+                out = _in_child(lambda: probe(ahead))
+                if libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
+                    self.assertEqual(out, "True EACCES EACCES EACCES EACCES ok ok ok ok ok -1")
+                else:
+                    self.assertEqual(out.split()[0], "False", "no scoping: the request must carry on")
 
     def test_renames_between_writable_dirs_still_work(self):
         """A domain that handles file writes refuses every cross-directory rename (EXDEV)

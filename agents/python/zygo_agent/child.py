@@ -133,7 +133,7 @@ def _serve(fd: int, handler, forked: bool) -> int:
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)  # a default timeout set at import must not apply here
     if forked:  # before hello: a child the supervisor hears from is ready for go at once
-        _prewarm(sock.fileno())
+        _prewarm(sock.fileno(), handler)
     wire.send_with_credentials(sock, {"type": "hello", "pid": os.getpid()})
     go = _wait_for_go(sock)
     if go is None:
@@ -169,12 +169,15 @@ def _serve(fd: int, handler, forked: bool) -> int:
     return EXIT_OK
 
 
-def _prewarm(request_fd: int) -> None:
+def _prewarm(request_fd: int, handler=None) -> None:
     """Do, before GO, the work that does not depend on the request, so that a pre-forked
     child has paid its copy-on-write faults off the request path: replace inherited kernel
     objects (rule 9 needs nothing from the request) and run the reseed hooks once. The reseed
     hooks run again after GO (rule 7): what user code sees is seeded after the request is
-    known. Never raises: a failure here is retried, and reported, after GO."""
+    known. Then (:func:`_rehearse`) the ruleset of the request's Landlock domain is made
+    with the rules that do not depend on the request, and the steps after GO are rehearsed
+    on what is not the request's; and a handler object's ``zygo_prewarm`` (a pool's) runs.
+    Never raises: a failure here is retried, and reported, after GO."""
     _lap_at[0] = time.perf_counter_ns()
     try:
         fdreset.reset_inherited(keep=(request_fd,))
@@ -185,8 +188,59 @@ def _prewarm(request_fd: int) -> None:
         _lap("pre.reseed")
         io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True).write("")
         _lap("pre.textio")
+        _rehearse()
+        prewarm = getattr(handler, "zygo_prewarm", None)
+        if prewarm is not None:
+            prewarm()
+        _lap("pre.rehearse")
     except Exception:  # noqa: BLE001 - the same steps run, and report, after GO
         pass
+
+
+_domain_ahead = [-1]  # the request domain's ruleset made before GO (prepare_own_domain)
+_FIXED_WRITABLE = ("/tmp", "/dev")  # writable_dirs without the request's own root
+
+
+def prepare_own_domain() -> None:
+    """Before GO: make the ruleset :func:`enter_own_domain` enters, with the rules of the
+    directories that do not depend on the request (``/tmp``, ``/dev``). Nothing is entered
+    here; a kernel without scoped Landlock gets nothing. Raises ``OSError``."""
+    if _domain_ahead[0] != -1 or libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
+        return
+    fd = libc.landlock_ruleset(libc.LANDLOCK_WRITE, 0, REQUEST_SCOPES)
+    try:
+        for path in _FIXED_WRITABLE:
+            libc.landlock_allow(fd, path, libc.LANDLOCK_WRITE)
+    except BaseException:
+        os.close(fd)
+        raise
+    _domain_ahead[0] = fd
+
+
+def _rehearse() -> None:
+    """Run, before GO, what the steps after GO run, on what is not the request's: the
+    ruleset of the request's domain (:func:`prepare_own_domain`), ``PR_SET_DUMPABLE 0`` (set
+    already: inherited), the event's read and decode and the result's encode on a constant,
+    a text stream over ``/dev/null`` as :func:`redirect_stdio` makes them, and an
+    ``os.environ`` write of the values it holds. Each is done again, for real, after GO;
+    this only pays the copy-on-write faults of their first use in this child."""
+    prepare_own_domain()
+    libc.set_dumpable(False)
+    with open(os.devnull, "rb") as f:
+        f.read()
+    decode_event(b'{"n": 1, "s": "x", "l": [1.5, null, true]}')
+    encode_result({"ok": True, "value": {"n": 1, "l": [1.5, None, True]}})
+    fd = os.open(os.devnull, _FILE_FLAGS | os.O_APPEND, 0o600)
+    try:
+        stream = open(fd, "w", encoding="utf-8", errors="backslashreplace", buffering=1,
+                      closefd=False)
+        stream.write("\n")
+        stream.close()  # flushes; closefd=False leaves fd to the finally
+    finally:
+        os.close(fd)
+    for name in ("TMPDIR", "HOME"):
+        if name in os.environ:
+            os.environ[name] = os.environ[name]
 
 
 def _wait_for_go(sock: socket.socket):
@@ -325,6 +379,9 @@ def enter_own_domain(writable: Sequence[str]) -> bool:
     bound outside it, while the zygote, outside every request's domain, still reaches, signals
     and reaps them all. Must run while the process has one thread (a forked child does).
 
+    The ruleset :func:`prepare_own_domain` made before GO is used (and closed) when
+    ``writable`` holds its directories: only the others' rules are added here.
+
     Returns True once in the domain, False when the kernel's Landlock is absent or older than
     ABI 6 (the request then carries on unscoped; the zygote's ``landlock`` warm-up check has
     said so). Raises ``OSError`` when Landlock with scoping is there but refuses, and
@@ -336,7 +393,13 @@ def enter_own_domain(writable: Sequence[str]) -> bool:
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
         raise RuntimeError(f"{threads} threads alive: Landlock would restrict only this one")
-    libc.landlock_scope_self(REQUEST_SCOPES, write_beneath=writable)
+    ruleset, _domain_ahead[0] = _domain_ahead[0], -1
+    if ruleset != -1 and not set(_FIXED_WRITABLE) <= set(writable):
+        os.close(ruleset)  # made for other directories than these
+        ruleset = -1
+    if ruleset != -1:  # made before GO (prepare_own_domain) with the rules of _FIXED_WRITABLE
+        writable = [d for d in writable if d not in _FIXED_WRITABLE]
+    libc.landlock_scope_self(REQUEST_SCOPES, write_beneath=writable, ruleset=ruleset)
     return True
 
 

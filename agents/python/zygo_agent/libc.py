@@ -99,21 +99,80 @@ class _LandlockPathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+_abi = [None]  # the kernel's Landlock ABI once asked (a property of the kernel: children inherit it)
+
+
 def landlock_abi() -> int:
     """Return the kernel's Landlock ABI version (1 and up), or 0 when the kernel has no
-    Landlock (``ENOSYS``) or it is not enabled at boot (``EOPNOTSUPP``). Raises ``OSError``
-    for any other failure (a seccomp filter refusing the call with ``EPERM``, say)."""
+    Landlock (``ENOSYS``) or it is not enabled at boot (``EOPNOTSUPP``). The answer is kept
+    (the zygote's warm-up asks first, so a child makes no system call for it). Raises
+    ``OSError`` for any other failure (a seccomp filter refusing the call with ``EPERM``,
+    say); a failure is not kept."""
+    if _abi[0] is not None:
+        return _abi[0]
     value = _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0),
                           ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
-    if value >= 0:
-        return value
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EOPNOTSUPP):
-        return 0
-    raise OSError(err, "landlock_create_ruleset(VERSION): " + os.strerror(err))
+    if value < 0:
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, "landlock_create_ruleset(VERSION): " + os.strerror(err))
+        value = 0
+    _abi[0] = value
+    return value
 
 
-def landlock_scope_self(scoped: int, write_beneath: Sequence[str] = ()) -> None:
+def landlock_ruleset(handled_fs: int, handled_net: int = 0, scoped: int = 0) -> int:
+    """Create a Landlock ruleset handling ``handled_fs`` and ``handled_net`` access and
+    scoping ``scoped`` (``LANDLOCK_SCOPE_*``). Returns its descriptor (close-on-exec), which
+    the caller owns and closes. Raises ``OSError``."""
+    attr = _LandlockRulesetAttr(handled_fs, handled_net, scoped)
+    fd = _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr),
+                       ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "landlock_create_ruleset: " + os.strerror(err))
+    return fd
+
+
+def landlock_allow(ruleset: int, path: str, access: int, directory: bool = True) -> None:
+    """Add a ``LANDLOCK_RULE_PATH_BENEATH`` rule granting ``access`` beneath ``path`` (a
+    directory, or with ``directory`` false also a single file) to the ruleset descriptor
+    ``ruleset``; a missing ``path`` is skipped. Raises ``OSError``."""
+    flags = os.O_PATH | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
+    try:
+        target = os.open(path, flags)
+    except FileNotFoundError:
+        return
+    try:
+        rule = _LandlockPathBeneathAttr(access, target)
+        if _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset),
+                         ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule),
+                         ctypes.c_uint32(0)) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"landlock_add_rule({path}): " + os.strerror(err))
+    finally:
+        os.close(target)
+
+
+def landlock_restrict(ruleset: int) -> None:
+    """Set ``PR_SET_NO_NEW_PRIVS`` (``landlock_restrict_self`` requires it of a process
+    without ``CAP_SYS_ADMIN``; bubblewrap has set it already in a sandbox) and enter the
+    domain of the ruleset descriptor ``ruleset`` (not closed: the caller owns it). Only the
+    calling thread is restricted. Raises ``OSError``."""
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "prctl(PR_SET_NO_NEW_PRIVS): " + os.strerror(err))
+    if _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset),
+                     ctypes.c_uint32(0)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "landlock_restrict_self: " + os.strerror(err))
+
+
+LANDLOCK_WRITE = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REFER
+
+
+def landlock_scope_self(scoped: int, write_beneath: Sequence[str] = (),
+                        ruleset: int = -1) -> None:
     """Put the calling thread, and every process and thread it creates from now on, in a
     new Landlock domain that scopes ``scoped`` (``LANDLOCK_SCOPE_*`` bits; the kernel's ABI
     must be ``LANDLOCK_SCOPED_ABI`` or later) and handles no network access.
@@ -128,6 +187,10 @@ def landlock_scope_self(scoped: int, write_beneath: Sequence[str] = ()) -> None:
     file renamed or linked from one of them into another, or into a subdirectory (a temp
     file moved into place), moves as it would without Landlock.
 
+    ``ruleset``, when not -1, is a ruleset made ahead (:func:`landlock_ruleset` with
+    ``LANDLOCK_WRITE`` handled and ``scoped``, some of the rules added already): the rules
+    of ``write_beneath`` are added to it and it is entered; it is closed either way.
+
     The domain also confines ptrace-class access (``/proc/PID/mem``, ``process_vm_*``,
     ``pidfd_getfd``) to processes in the same domain or one nested in it, whatever the
     ``scoped`` bits. Only the calling thread is restricted: call it while the process has one
@@ -135,41 +198,11 @@ def landlock_scope_self(scoped: int, write_beneath: Sequence[str] = ()) -> None:
     process without ``CAP_SYS_ADMIN`` (bubblewrap has set it already in a sandbox).
     Returns nothing; raises ``OSError`` if a call fails; the descriptor of the ruleset is
     closed either way."""
-    write = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REFER
-    handled = write if write_beneath else 0
-    attr = _LandlockRulesetAttr(handled, 0, scoped)
-    fd = _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr),
-                       ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, "landlock_create_ruleset: " + os.strerror(err))
+    if ruleset == -1:
+        ruleset = landlock_ruleset(LANDLOCK_WRITE if write_beneath else 0, 0, scoped)
     try:
         for path in write_beneath:
-            _landlock_allow_beneath(fd, path, write)
-        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, "prctl(PR_SET_NO_NEW_PRIVS): " + os.strerror(err))
-        if _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(fd),
-                         ctypes.c_uint32(0)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, "landlock_restrict_self: " + os.strerror(err))
+            landlock_allow(ruleset, path, LANDLOCK_WRITE)
+        landlock_restrict(ruleset)
     finally:
-        os.close(fd)
-
-
-def _landlock_allow_beneath(ruleset: int, path: str, access: int) -> None:
-    """Add a ``LANDLOCK_RULE_PATH_BENEATH`` rule granting ``access`` beneath directory
-    ``path`` to ``ruleset``; a missing ``path`` is skipped. Raises ``OSError``."""
-    try:
-        parent = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
-        rule = _LandlockPathBeneathAttr(access, parent)
-        if _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset),
-                         ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule),
-                         ctypes.c_uint32(0)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"landlock_add_rule({path}): " + os.strerror(err))
-    finally:
-        os.close(parent)
+        os.close(ruleset)

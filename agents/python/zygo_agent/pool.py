@@ -18,16 +18,16 @@ the text is read by the child alone, from
   mount (a daemon that is not root); the daemon logs that for the request.
 """
 
-import ctypes
 import errno
 import importlib
+from importlib import _bootstrap_external
 import os
 import platform
 import struct
 import sys
 from typing import Callable, Sequence
 
-from . import libc
+from . import child, libc
 
 # Landlock filesystem rights (linux/landlock.h).
 _FS_WRITE_FILE = 1 << 1
@@ -69,6 +69,24 @@ class SharedPoolUnsupported(OSError):
     cannot be kept from other tenants' requests, so it does not run."""
 
 
+# What PoolHandler.zygo_prewarm compiles: the constructs a script's module typically has.
+_PREWARM_SOURCE = '''"""A module."""
+import os
+LIMIT = 1 << 10
+class Box:
+    def get(self, key, *rest, **options):
+        return {"key": key, "rest": [r for r in rest if r], "o": f"{options!r:>4}"}
+def handler(event, context):
+    n = int(event.get("n", 1000))
+    try:
+        total = sum(i * 2.5 for i in range(n)) if n else None
+    except (ValueError, KeyError) as exc:
+        raise RuntimeError(str(exc)) from exc
+    print(f"{context.request_id}: {n}")
+    return {"n": n, "total": total, "name": "x" + str(n), "ok": True, "none": None}
+'''
+
+
 class ScriptError(Exception):
     """The go message's script is malformed (a protocol error, not the tenant's)."""
 
@@ -79,6 +97,19 @@ class PoolHandler:
 
     def __call__(self, event, context):
         raise ScriptError("this pool request came without a script")
+
+    def zygo_prewarm(self) -> None:
+        """Before ``go`` (:func:`child._prewarm`), what a request's script path does not need
+        the request for: the ruleset of its nested domain with the device rules
+        (:func:`prepare_confine`), and one compile and one lookup in a directory of the
+        kind an import makes, so that the copy-on-write faults of the compiler's and
+        importlib's first use in this child are paid while it waits (measured: docs/
+        BENCHMARKS.md, fifth round). Nothing of a tenant is touched. Raises ``OSError``."""
+        prepare_confine(shared=True)
+        compile(_PREWARM_SOURCE, "<zygo-prewarm>", "exec", dont_inherit=True)
+        finder = _bootstrap_external.FileFinder(
+            os.path.dirname(__file__), *_bootstrap_external._get_supported_file_loaders())
+        finder.find_spec("zygo_prewarm_absent")
 
     def zygo_bind_request(self, go) -> Callable:
         """Return the handler of the request ``go`` (:class:`child._Go`: ``body`` and
@@ -119,6 +150,7 @@ def run_script(root: str, entry: str, request_dir: str, event, context, shared: 
     confine(request_dir, shared=shared)
     if shared:
         install_shared_filter()
+    child._lap("script.confine")
     sys.dont_write_bytecode = True  # the mount is read-only; nothing is cached anywhere
     sys.path.insert(0, root)
     module_name, _, attr_path = entry.partition(":")
@@ -127,6 +159,7 @@ def run_script(root: str, entry: str, request_dir: str, event, context, shared: 
         obj = getattr(obj, part)
     if not callable(obj):
         raise TypeError(f"entry {entry!r} is a {type(obj).__name__}, not a function")
+    child._lap("script.import")
     return obj(event, context)
 
 
@@ -153,44 +186,52 @@ def confine(request_dir: str, devices: Sequence[str] = WRITABLE_DEVICES,
     if abi < _CONFINED_ABI:
         return False
     net, scoped = (SHARED_NET_RIGHTS, SHARED_SCOPES) if shared else (0, 0)
-    attr = libc._LandlockRulesetAttr(CONFINED_RIGHTS, net, scoped)
-    fd = libc._libc.syscall(ctypes.c_long(libc._SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr),
-                            ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, "landlock_create_ruleset: " + os.strerror(err))
+    fd = _take_ruleset(net, scoped, tuple(devices))
     try:
-        _allow(fd, request_dir, CONFINED_RIGHTS)
-        for device in devices:
-            _allow(fd, device, _FILE_RIGHTS)
-        if libc._libc.prctl(libc._PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, "prctl(PR_SET_NO_NEW_PRIVS): " + os.strerror(err))
-        if libc._libc.syscall(ctypes.c_long(libc._SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(fd),
-                              ctypes.c_uint32(0)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, "landlock_restrict_self: " + os.strerror(err))
+        libc.landlock_allow(fd, request_dir, CONFINED_RIGHTS, directory=False)
+        libc.landlock_restrict(fd)
     finally:
         os.close(fd)
     return True
 
 
-def _allow(ruleset: int, path: str, access: int) -> None:
-    """Grant ``access`` beneath ``path`` (a directory, or a single file) in ``ruleset``; a
-    missing ``path`` is skipped. Raises ``OSError``."""
+_ahead = {}  # (net, scoped, devices) -> a ruleset descriptor made before go (prepare_confine)
+
+
+def _new_ruleset(net: int, scoped: int, devices: Sequence[str]) -> int:
+    """A ruleset of a pool request's domain with the rules of ``devices``; the caller owns
+    the descriptor. Raises ``OSError``."""
+    fd = libc.landlock_ruleset(CONFINED_RIGHTS, net, scoped)
     try:
-        target = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except FileNotFoundError:
+        for device in devices:
+            libc.landlock_allow(fd, device, _FILE_RIGHTS, directory=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _take_ruleset(net: int, scoped: int, devices: Sequence[str]) -> int:
+    """The ruleset :func:`prepare_confine` made for these arguments (taken: the caller
+    closes it), or a new one. Any other ruleset made ahead is closed: none reaches the
+    script."""
+    fd = _ahead.pop((net, scoped, devices), None)
+    for other in _ahead.values():
+        os.close(other)
+    _ahead.clear()
+    return fd if fd is not None else _new_ruleset(net, scoped, devices)
+
+
+def prepare_confine(shared: bool = True, devices: Sequence[str] = WRITABLE_DEVICES) -> None:
+    """Before ``go``: make the ruleset :func:`confine` will enter, with the rules that do not
+    depend on the request (the devices); :func:`confine` adds the request directory's rule
+    and enters it. Nothing is entered here. Raises ``OSError``."""
+    if libc.landlock_abi() < (SHARED_ABI if shared else _CONFINED_ABI):
         return
-    try:
-        rule = libc._LandlockPathBeneathAttr(access, target)
-        if libc._libc.syscall(ctypes.c_long(libc._SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset),
-                              ctypes.c_int(libc._LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule),
-                              ctypes.c_uint32(0)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"landlock_add_rule({path}): " + os.strerror(err))
-    finally:
-        os.close(target)
+    net, scoped = (SHARED_NET_RIGHTS, SHARED_SCOPES) if shared else (0, 0)
+    key = (net, scoped, tuple(devices))
+    if key not in _ahead:
+        _ahead[key] = _new_ruleset(net, scoped, devices)
 
 
 # seccomp (Documentation/userspace-api/seccomp_filter.rst): struct seccomp_data offsets,
@@ -246,10 +287,16 @@ def shared_filter(machine: str = "") -> bytes:
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
 
+try:  # built once, in the zygote (this module is the pool's boot import)
+    _SHARED_FILTER = shared_filter()
+except SharedPoolUnsupported:
+    _SHARED_FILTER = b""  # install_shared_filter raises the reason
+
+
 def install_shared_filter() -> None:
     """Install :func:`shared_filter` on this process (and what it starts). Raises
     ``SharedPoolUnsupported`` or ``OSError``."""
-    libc.install_seccomp_filter(shared_filter())
+    libc.install_seccomp_filter(_SHARED_FILTER or shared_filter())
 
 
 def _close(fds) -> None:

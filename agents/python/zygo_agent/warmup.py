@@ -142,6 +142,12 @@ def _sweep_generators(seen: set) -> List[Tuple[object, str, Optional[bool]]]:
     np_random = sys.modules.get("numpy.random")
     np_types = (np_random.Generator, np_random.BitGenerator) if np_random else ()
     found = []
+    # NumPy's global RandomState and the MT19937 it draws from: reseeded by the reseed's
+    # numpy_global hook (legacy seeding of that MT19937). Registered here too, the bit
+    # generator was reseeded a second time in every child, through a new MT19937 and its
+    # SeedSequence: 0.5 of the reseed's 0.9 ms after GO in the sandbox (fifth round).
+    legacy = getattr(getattr(np_random, "mtrand", None), "_rand", None)
+    legacy_bitgen = getattr(legacy, "_bit_generator", None)
 
     def consider(obj) -> None:
         if id(obj) in seen:
@@ -150,7 +156,7 @@ def _sweep_generators(seen: set) -> List[Tuple[object, str, Optional[bool]]]:
             seen.add(id(obj))
             found.append((obj, "_random.Random", None))
         elif np_types and isinstance(obj, np_types):
-            if np_random is not None and obj is getattr(np_random.mtrand, "_rand", None):
+            if obj is legacy or obj is legacy_bitgen:  # the numpy_global hook reseeds it
                 return
             seen.add(id(obj))
             explicit = _numpy_seed_explicit(obj, np_random)
