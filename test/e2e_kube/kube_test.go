@@ -267,8 +267,9 @@ func (e *env) testClaim(t *testing.T) {
 func (e *env) testFunction(t *testing.T) {
 	ctx := context.Background()
 	// The Secret reaches the handler as a Zygo secret does: the file /run/secrets/NAME, NAME
-	// being the secret's name on the node (per namespace).
-	secretFile := "/run/secrets/" + controller.NodeSecretName("default", "KEY")
+	// being the secret's name on the node (per namespace and Secret).
+	keyFile := agentsv1.SecretFile{Name: "KEY", SecretKeyRef: agentsv1.SecretKeySelector{Name: "hello-secret", Key: "key"}}
+	secretFile := "/run/secrets/" + controller.NodeSecretName("default", keyFile)
 	e.mustCreate(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-code"},
 		Data: map[string]string{"main.py": "def handler(event, context):\n    with open(" + fmt.Sprintf("%q", secretFile) + ") as f:\n        return {\"hello\": event.get(\"name\"), \"secret\": f.read()}\n"}})
 	e.mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-secret"}, Data: map[string][]byte{"key": []byte("s3cret")}})
@@ -276,7 +277,7 @@ func (e *env) testFunction(t *testing.T) {
 		Spec: zygov1.FunctionSpec{Runtime: "python", Handler: "main:handler", Replicas: 1,
 			Source:  zygov1.FunctionSource{ConfigMap: &zygov1.ConfigMapSource{Name: "hello-code"}},
 			Limits:  zygov1.FunctionLimits{TimeoutMs: 10000},
-			Secrets: []agentsv1.SecretFile{{Name: "KEY", SecretKeyRef: agentsv1.SecretKeySelector{Name: "hello-secret", Key: "key"}}}}}
+			Secrets: []agentsv1.SecretFile{keyFile}}}
 	e.mustCreate(t, fn)
 	waitReplicas := func(n int32) {
 		waitFor(t, 3*time.Minute, fmt.Sprintf("Function hello served by %d nodes", n), func() (bool, string) {

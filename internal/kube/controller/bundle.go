@@ -163,7 +163,7 @@ func bundle(fn *zygov1.Function, files map[string][]byte) ([]byte, error) {
 		m.Env[e.Name] = e.Value
 	}
 	for _, s := range fn.Spec.Secrets { // the daemon writes each as /run/secrets/NAME per request
-		m.Secrets = append(m.Secrets, NodeSecretName(fn.Namespace, s.Name))
+		m.Secrets = append(m.Secrets, NodeSecretName(fn.Namespace, s))
 	}
 	var mb bytes.Buffer
 	if err := toml.NewEncoder(&mb).Encode(m); err != nil {

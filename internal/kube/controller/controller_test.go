@@ -58,7 +58,7 @@ func TestSandboxCreatedOnLeastLoadedNode(t *testing.T) {
 		t.Fatalf("node b got %d creates, want 1", len(b.creates))
 	}
 	o := b.creates[0]
-	sname := NodeSecretName("ns", "KEY")
+	sname := NodeSecretName("ns", sb.Spec.Zygo.Secrets[0])
 	if o.Name != "k8s-uid-sb" || o.MemoryMiB != 128 || o.CPUs != 0.5 || len(o.Secrets) != 1 || o.Secrets[0] != sname {
 		t.Fatalf("create options %+v", o)
 	}
@@ -483,13 +483,16 @@ func TestFunctionSecretsAreZygoSecrets(t *testing.T) {
 		t.Fatalf("status %+v", fn.Status)
 	}
 	a := e.agents[fn.Status.Nodes[0].Name]
-	sname := NodeSecretName("ns", "KEY")
-	longest := NodeSecretName("a-namespace-of-63-characters-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", strings.Repeat("N", 101))
+	sname := NodeSecretName("ns", fn.Spec.Secrets[0])
+	longest := NodeSecretName("a-namespace-of-63-characters-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+		agentsv1.SecretFile{Name: strings.Repeat("N", 101), SecretKeyRef: agentsv1.SecretKeySelector{Name: "s", Key: "k"}})
 	if re := regexp.MustCompile(`^` + zygosecret.NamePattern + `$`); !re.MatchString(sname) || !re.MatchString(longest) {
 		t.Fatalf("node secret names %q, %q do not match the daemon's %s", sname, longest, zygosecret.NamePattern)
 	}
-	if string(a.secrets[sname]) != "v1" || sname == NodeSecretName("other", "KEY") {
-		t.Fatalf("node secrets %v, want %s = v1 (and a name of its own per namespace)", a.secrets, sname)
+	otherNS := NodeSecretName("other", fn.Spec.Secrets[0])
+	otherSecret := NodeSecretName("ns", agentsv1.SecretFile{Name: "KEY", SecretKeyRef: agentsv1.SecretKeySelector{Name: "s2", Key: "k"}})
+	if string(a.secrets[sname]) != "v1" || sname == otherNS || sname == otherSecret || !strings.HasSuffix(sname, "_KEY") {
+		t.Fatalf("node secrets %v, want %s = v1 (a name of its own per namespace and per Secret)", a.secrets, sname)
 	}
 	files, err := untar(a.functions[nodeFunctionName("ns", "hello")])
 	if err != nil {
