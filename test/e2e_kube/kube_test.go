@@ -266,14 +266,18 @@ func (e *env) testClaim(t *testing.T) {
 // by two nodes.
 func (e *env) testFunction(t *testing.T) {
 	ctx := context.Background()
+	// The Secret reaches the handler as a Zygo secret does: the file /run/secrets/NAME, NAME
+	// being the secret's name on the node (per namespace and Secret).
+	keyFile := agentsv1.SecretFile{Name: "KEY", SecretKeyRef: agentsv1.SecretKeySelector{Name: "hello-secret", Key: "key"}}
+	secretFile := "/run/secrets/" + controller.NodeSecretName("default", keyFile)
 	e.mustCreate(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-code"},
-		Data: map[string]string{"main.py": "import os\n\ndef handler(event, context):\n    return {\"hello\": event.get(\"name\"), \"secret\": open(os.environ[\"ZYGO_SECRET_KEY\"]).read()}\n"}})
+		Data: map[string]string{"main.py": "def handler(event, context):\n    with open(" + fmt.Sprintf("%q", secretFile) + ") as f:\n        return {\"hello\": event.get(\"name\"), \"secret\": f.read()}\n"}})
 	e.mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello-secret"}, Data: map[string][]byte{"key": []byte("s3cret")}})
 	fn := &zygov1.Function{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello"},
 		Spec: zygov1.FunctionSpec{Runtime: "python", Handler: "main:handler", Replicas: 1,
 			Source:  zygov1.FunctionSource{ConfigMap: &zygov1.ConfigMapSource{Name: "hello-code"}},
 			Limits:  zygov1.FunctionLimits{TimeoutMs: 10000},
-			Secrets: []agentsv1.SecretFile{{Name: "KEY", SecretKeyRef: agentsv1.SecretKeySelector{Name: "hello-secret", Key: "key"}}}}}
+			Secrets: []agentsv1.SecretFile{keyFile}}}
 	e.mustCreate(t, fn)
 	waitReplicas := func(n int32) {
 		waitFor(t, 3*time.Minute, fmt.Sprintf("Function hello served by %d nodes", n), func() (bool, string) {

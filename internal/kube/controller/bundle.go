@@ -156,16 +156,14 @@ type manifestLimits struct {
 func bundle(fn *zygov1.Function, files map[string][]byte) ([]byte, error) {
 	m := manifest{Name: nodeFunctionName(fn.Namespace, fn.Name), Runtime: fn.Spec.Runtime, Handler: fn.Spec.Handler,
 		Limits: manifestLimits{TimeoutMs: fn.Spec.Limits.TimeoutMs, MemoryMiB: fn.Spec.Limits.MemoryMiB, CPUMs: fn.Spec.Limits.CPUMs}}
-	if len(fn.Spec.Env) > 0 || len(fn.Spec.Secrets) > 0 {
+	if len(fn.Spec.Env) > 0 {
 		m.Env = map[string]string{}
 	}
 	for _, e := range fn.Spec.Env {
 		m.Env[e.Name] = e.Value
 	}
-	for _, s := range fn.Spec.Secrets {
-		k, v, _ := strings.Cut(secretEnv(fn.Namespace, s.Name), "=")
-		m.Env[k] = v
-		m.Secrets = append(m.Secrets, nodeSecretName(fn.Namespace, s.Name))
+	for _, s := range fn.Spec.Secrets { // the daemon writes each as /run/secrets/NAME per request
+		m.Secrets = append(m.Secrets, NodeSecretName(fn.Namespace, s))
 	}
 	var mb bytes.Buffer
 	if err := toml.NewEncoder(&mb).Encode(m); err != nil {

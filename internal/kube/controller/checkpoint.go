@@ -3,12 +3,14 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
@@ -29,13 +31,7 @@ func (r *CheckpointReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if cp.DeletionTimestamp != nil {
-		if err := r.remove(ctx, &cp); err != nil {
-			return ctrl.Result{}, err
-		}
-		if controllerutil.RemoveFinalizer(&cp, Finalizer) {
-			return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, &cp))
-		}
-		return ctrl.Result{}, nil
+		return r.finalize(ctx, &cp)
 	}
 	if cp.Status.CheckpointID != "" {
 		return ctrl.Result{}, nil // an image is immutable: nothing more to do
@@ -100,26 +96,70 @@ func (r *CheckpointReconciler) take(ctx context.Context, cp *zygov1.Checkpoint) 
 	return ctrl.Result{}
 }
 
-// remove deletes the image from its node; a node that is gone or not Ready is skipped (the
-// image is lost with it).
-func (r *CheckpointReconciler) remove(ctx context.Context, cp *zygov1.Checkpoint) error {
-	if cp.Status.CheckpointID == "" {
-		return nil
+// removeRetry is how soon a removal the agent refused (copies restored from the image still
+// exist) is tried again.
+const removeRetry = 2 * time.Second
+
+// finalize removes the image from its node, then the finalizer. The finalizer stays, with the
+// reason in the Ready condition, while the image cannot be removed: an image on a node that
+// still exists is never orphaned.
+func (r *CheckpointReconciler) finalize(ctx context.Context, cp *zygov1.Checkpoint) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(cp, Finalizer) {
+		return ctrl.Result{}, nil
 	}
-	node, err := getNode(ctx, r.Client, cp.Status.NodeName)
-	if err != nil || !nodeReady(node) {
-		return nil
-	}
-	a, err := r.Dialer.Agent(ctx, node)
+	before := cp.DeepCopy()
+	wait, reason, msg, err := r.remove(ctx, cp)
 	if err != nil {
-		return err
+		return ctrl.Result{}, err
+	}
+	if wait > 0 {
+		setCondition(&cp.Status.Conditions, cp.Generation, zygov1.ConditionReady, false, reason, msg)
+		if perr := patchStatus(ctx, r.Client, cp, before, before.Status, cp.Status); perr != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("writing the status: %w", perr))
+		}
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	controllerutil.RemoveFinalizer(cp, Finalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, cp))
+}
+
+// remove deletes cp's image from its node. It returns wait > 0, with the condition's reason
+// and message, when the image is still there and the removal must be tried again after wait:
+// the agent refuses it while sandboxes restored from it exist (a fork's copies, whose own
+// finalizers remove them), or the node is not Ready or failed. Only a ZygoNode that no longer
+// exists lets the image go unremoved: it is lost with its node. err is for reading the node.
+func (r *CheckpointReconciler) remove(ctx context.Context, cp *zygov1.Checkpoint) (wait time.Duration, reason, msg string, err error) {
+	if cp.Status.CheckpointID == "" {
+		return 0, "", "", nil // no image was taken
+	}
+	var node zygov1.ZygoNode
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: cp.Status.NodeName}, &node); err != nil {
+		if apierrors.IsNotFound(err) {
+			log.FromContext(ctx).Info("the checkpoint's node is gone: its image is lost with it", "node", cp.Status.NodeName, "checkpoint", cp.Status.CheckpointID)
+			return 0, "", "", nil
+		}
+		return 0, "", "", fmt.Errorf("reading ZygoNode %s: %w", cp.Status.NodeName, err)
+	}
+	failed := func(m string) (time.Duration, string, string, error) {
+		return ProbeEvery, zygov1.ReasonRemoveFailed, fmt.Sprintf("removing image %s on node %s: %s; retried, the finalizer stays", cp.Status.CheckpointID, node.Name, m), nil
+	}
+	if !nodeReady(&node) {
+		return failed("the node is not Ready (" + conditionMessage(node.Status.Conditions, zygov1.ConditionReady) + ")")
+	}
+	a, err := r.Dialer.Agent(ctx, &node)
+	if err != nil {
+		return failed(err.Error())
 	}
 	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
 	defer cancel()
-	if err := a.RemoveCheckpoint(cctx, cp.Status.CheckpointID); err != nil && !zygo.IsNotFound(err) {
-		return fmt.Errorf("removing checkpoint %s on node %s: %w", cp.Status.CheckpointID, node.Name, err)
+	err = a.RemoveCheckpoint(cctx, cp.Status.CheckpointID)
+	switch {
+	case err == nil || zygo.IsNotFound(err):
+		return 0, "", "", nil
+	case zygo.IsConflict(err):
+		return removeRetry, zygov1.ReasonInUse, fmt.Sprintf("node %s refuses to remove image %s yet: %v; the finalizer waits until those sandboxes are gone", node.Name, cp.Status.CheckpointID, err), nil
 	}
-	return nil
+	return failed(err.Error())
 }
 
 // SetupWithManager registers the reconciler.

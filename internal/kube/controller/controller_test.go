@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -19,6 +20,7 @@ import (
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 	extv1 "github.com/zygo-run/zygo/internal/kube/api/extensions/v1beta1"
 	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
+	zygosecret "github.com/zygo-run/zygo/internal/secret"
 )
 
 func decodeTOML(b []byte, v any) (toml.MetaData, error) { return toml.Decode(string(b), v) }
@@ -56,15 +58,15 @@ func TestSandboxCreatedOnLeastLoadedNode(t *testing.T) {
 		t.Fatalf("node b got %d creates, want 1", len(b.creates))
 	}
 	o := b.creates[0]
-	sname := nodeSecretName("ns", "KEY")
+	sname := NodeSecretName("ns", sb.Spec.Zygo.Secrets[0])
 	if o.Name != "k8s-uid-sb" || o.MemoryMiB != 128 || o.CPUs != 0.5 || len(o.Secrets) != 1 || o.Secrets[0] != sname {
 		t.Fatalf("create options %+v", o)
 	}
 	if string(b.secrets[sname]) != "v1" {
 		t.Fatalf("secret on node = %q, want v1", b.secrets[sname])
 	}
-	if !strings.Contains(strings.Join(o.Env, " "), "ZYGO_SECRET_KEY=/run/secrets/"+sname) {
-		t.Fatalf("env %v lacks the secret's path", o.Env)
+	if strings.Contains(strings.Join(o.Env, " "), "ZYGO_") {
+		t.Fatalf("env %v names a variable the daemon reserves", o.Env)
 	}
 	if sb.Status.Zygo.SandboxID == "" || sb.Status.PodIPs[0] != "10.0.0.1" || len(e.agents["a"].creates) != 0 {
 		t.Fatalf("status %+v", sb.Status)
@@ -379,5 +381,128 @@ func TestNodeCollectsLeftovers(t *testing.T) {
 	}
 	if len(names) != 2 || strings.Contains(strings.Join(names, ","), "gone") {
 		t.Fatalf("node a keeps %v, want k8s-uid-kept and by-hand", names)
+	}
+}
+
+// TestCheckpointDeleteWaitsForCopiesAndNode: a deleted Checkpoint keeps its finalizer, with
+// the reason in Ready, while the agent refuses to remove the image (a copy restored from it
+// still exists) and while its node is not Ready; it goes once the image is removed, or with a
+// ZygoNode that no longer exists.
+func TestCheckpointDeleteWaitsForCopiesAndNode(t *testing.T) {
+	ctx := context.Background()
+	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src")}
+	e := newEnv(t, src)
+	sr := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(sr, src)
+	e.get(src)
+	cp := &zygov1.Checkpoint{ObjectMeta: objMeta("cp"), Spec: zygov1.CheckpointSpec{SandboxRef: zygov1.LocalRef{Name: "src"}}}
+	e.create(cp)
+	cr := &CheckpointReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(cr, cp)
+	e.get(cp)
+	a := e.agents[cp.Status.NodeName]
+	if cp.Status.CheckpointID == "" || !a.images[cp.Status.CheckpointID] {
+		t.Fatalf("checkpoint status %+v, node images %v", cp.Status, a.images)
+	}
+	ans, err := a.Fork(ctx, src.Status.Zygo.SandboxID, 1, cp.Status.CheckpointID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	deleting := func(reason string) {
+		t.Helper()
+		res := e.reconcile(cr, cp)
+		e.get(cp)
+		c := condition(t, cp.Status.Conditions, zygov1.ConditionReady)
+		if res.RequeueAfter == 0 || c.Status != metav1.ConditionFalse || c.Reason != reason || !a.images[cp.Status.CheckpointID] {
+			t.Fatalf("while deleting: requeue %v, Ready %+v, image kept %v; want a retry, reason %s, the image kept",
+				res.RequeueAfter, c, a.images[cp.Status.CheckpointID], reason)
+		}
+	}
+	deleting(zygov1.ReasonInUse)
+
+	// The node stops answering: still kept, never orphaned.
+	node := &zygov1.ZygoNode{ObjectMeta: metav1.ObjectMeta{Name: cp.Status.NodeName}}
+	e.get(node)
+	meta.SetStatusCondition(&node.Status.Conditions, metav1.Condition{Type: zygov1.ConditionReady, Status: metav1.ConditionFalse, Reason: zygov1.ReasonAgentUnreachable})
+	if err := e.c.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	deleting(zygov1.ReasonRemoveFailed)
+	meta.SetStatusCondition(&node.Status.Conditions, metav1.Condition{Type: zygov1.ConditionReady, Status: metav1.ConditionTrue, Reason: zygov1.ReasonAgentReady})
+	if err := e.c.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	deleting(zygov1.ReasonInUse)
+
+	// The copy is gone: the image is removed, then the finalizer.
+	if err := a.RemoveSandbox(ctx, ans.Children[0].Sandbox.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(cr, cp)
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(cp), cp); !apierrors.IsNotFound(err) {
+		t.Fatalf("the Checkpoint after its image was removed: %v, want it gone", err)
+	}
+	if len(a.images) != 0 {
+		t.Fatalf("node images %v, want none", a.images)
+	}
+
+	// A Checkpoint whose ZygoNode no longer exists goes: its image is lost with the node.
+	lost := &zygov1.Checkpoint{ObjectMeta: objMeta("lost"), Spec: zygov1.CheckpointSpec{SandboxRef: zygov1.LocalRef{Name: "src"}}}
+	e.create(lost)
+	e.reconcile(cr, lost)
+	e.get(lost)
+	if err := e.c.Delete(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(cr, lost)
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(lost), lost); !apierrors.IsNotFound(err) {
+		t.Fatalf("a Checkpoint whose node is gone: %v, want it gone", err)
+	}
+}
+
+// TestFunctionSecretsAreZygoSecrets: a Function's Kubernetes Secret is stored on the node as
+// a Zygo secret named per namespace and listed in the manifest's secrets, and no reserved
+// ZYGO_ variable is written into [env].
+func TestFunctionSecretsAreZygoSecrets(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "code"}, Data: map[string]string{"main.py": "def handler(e, c):\n    return e\n"}}
+	fn := &zygov1.Function{ObjectMeta: objMeta("hello"), Spec: zygov1.FunctionSpec{Runtime: "python", Handler: "main:handler",
+		Source: zygov1.FunctionSource{ConfigMap: &zygov1.ConfigMapSource{Name: "code"}}, Replicas: 1,
+		Env:     []agentsv1.EnvVar{{Name: "A", Value: "1"}},
+		Secrets: []agentsv1.SecretFile{{Name: "KEY", SecretKeyRef: agentsv1.SecretKeySelector{Name: "s", Key: "k"}}}}}
+	e := newEnv(t, cm, fn, secret("s", "k", "v1"))
+	r := &FunctionReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, fn)
+	e.get(fn)
+	if fn.Status.ReadyReplicas != 1 {
+		t.Fatalf("status %+v", fn.Status)
+	}
+	a := e.agents[fn.Status.Nodes[0].Name]
+	sname := NodeSecretName("ns", fn.Spec.Secrets[0])
+	longest := NodeSecretName("a-namespace-of-63-characters-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+		agentsv1.SecretFile{Name: strings.Repeat("N", 101), SecretKeyRef: agentsv1.SecretKeySelector{Name: "s", Key: "k"}})
+	if re := regexp.MustCompile(`^` + zygosecret.NamePattern + `$`); !re.MatchString(sname) || !re.MatchString(longest) {
+		t.Fatalf("node secret names %q, %q do not match the daemon's %s", sname, longest, zygosecret.NamePattern)
+	}
+	otherNS := NodeSecretName("other", fn.Spec.Secrets[0])
+	otherSecret := NodeSecretName("ns", agentsv1.SecretFile{Name: "KEY", SecretKeyRef: agentsv1.SecretKeySelector{Name: "s2", Key: "k"}})
+	if string(a.secrets[sname]) != "v1" || sname == otherNS || sname == otherSecret || !strings.HasSuffix(sname, "_KEY") {
+		t.Fatalf("node secrets %v, want %s = v1 (a name of its own per namespace and per Secret)", a.secrets, sname)
+	}
+	files, err := untar(a.functions[nodeFunctionName("ns", "hello")])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m manifest
+	if _, err := decodeTOML(files["zygo.toml"], &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Secrets) != 1 || m.Secrets[0] != sname || len(m.Env) != 1 || m.Env["A"] != "1" {
+		t.Fatalf("manifest secrets %v, env %v; want [%s] and only A", m.Secrets, m.Env, sname)
 	}
 }

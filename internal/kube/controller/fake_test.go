@@ -31,6 +31,7 @@ type fakeAgent struct {
 	next      int
 	sandboxes map[string]wire.Sandbox // by id
 	secrets   map[string][]byte
+	images    map[string]bool   // checkpoint ids
 	functions map[string][]byte // name -> bundle
 	creates   []wire.CreateSandboxBody
 	forks     int
@@ -38,7 +39,7 @@ type fakeAgent struct {
 }
 
 func newFakeAgent(name string) *fakeAgent {
-	return &fakeAgent{name: name, sandboxes: map[string]wire.Sandbox{}, secrets: map[string][]byte{}, functions: map[string][]byte{}}
+	return &fakeAgent{name: name, sandboxes: map[string]wire.Sandbox{}, secrets: map[string][]byte{}, images: map[string]bool{}, functions: map[string][]byte{}}
 }
 
 func (f *fakeAgent) unreachable() error {
@@ -130,10 +131,29 @@ func (f *fakeAgent) Checkpoint(_ context.Context, id, tag string) (wire.Checkpoi
 	if _, ok := f.find(id); !ok {
 		return wire.Checkpoint{}, notFound("sandbox " + id)
 	}
+	f.images["cp-"+tag] = true
 	return wire.Checkpoint{ID: "cp-" + tag, Tag: tag, SandboxID: id}, nil
 }
 
-func (f *fakeAgent) RemoveCheckpoint(context.Context, string) error { return nil }
+// RemoveCheckpoint refuses, as the daemon does, while a sandbox restored from the image exists.
+func (f *fakeAgent) RemoveCheckpoint(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return f.unreachable()
+	}
+	if !f.images[id] {
+		return notFound("checkpoint " + id)
+	}
+	for _, s := range f.sandboxes {
+		if s.CheckpointID == id {
+			return &zygo.Error{Status: http.StatusConflict, ErrorBody: wire.ErrorBody{Code: wire.CodeFailedPrecondition,
+				Message: "checkpoint " + id + " is still referenced by sandbox " + s.ID}}
+		}
+	}
+	delete(f.images, id)
+	return nil
+}
 
 func (f *fakeAgent) Fork(_ context.Context, id string, n int, from string, _ func(wire.ForkProgress)) (wire.ForkAnswer, error) {
 	f.mu.Lock()
@@ -146,11 +166,15 @@ func (f *fakeAgent) Fork(_ context.Context, id string, n int, from string, _ fun
 		return wire.ForkAnswer{}, notFound("sandbox " + id)
 	}
 	f.forks++
-	ans := wire.ForkAnswer{Checkpoint: wire.Checkpoint{ID: "cp-fork" + from}}
+	ans := wire.ForkAnswer{Checkpoint: wire.Checkpoint{ID: from}}
+	if from == "" {
+		ans.Checkpoint.ID = "cp-fork" + id
+		f.images[ans.Checkpoint.ID] = true
+	}
 	for i := range n {
 		f.next++
 		rec := wire.Sandbox{ID: fmt.Sprintf("sb-%s%d", f.name, f.next), Name: fmt.Sprintf("%s-%d", src.Name, i), State: "running",
-			ParentID: src.ID, Generation: fmt.Sprintf("gen%d", f.next)}
+			ParentID: src.ID, CheckpointID: ans.Checkpoint.ID, Generation: fmt.Sprintf("gen%d", f.next)}
 		f.sandboxes[rec.ID] = rec
 		ans.Children = append(ans.Children, wire.ForkChild{Index: i, Sandbox: &rec})
 		ans.Succeeded++

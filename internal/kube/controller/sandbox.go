@@ -202,9 +202,6 @@ func (r *SandboxReconciler) options(ctx context.Context, sb *agentsv1.Sandbox, a
 	for _, e := range z.Env {
 		o.Env = append(o.Env, e.Name+"="+e.Value)
 	}
-	for _, f := range z.Secrets {
-		o.Env = append(o.Env, secretEnv(sb.Namespace, f.Name))
-	}
 	if q := z.Limits.Memory; q != nil {
 		o.MemoryMiB = int(math.Ceil(float64(q.Value()) / (1 << 20)))
 	}

@@ -12,17 +12,17 @@ import (
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 )
 
-// nodeSecretName is the name a namespace's secret NAME has in a node agent's secret store:
-// "k8s" + 8 hex digits of the namespace's sha256 + "_" + NAME. Secret names are per node,
-// so two namespaces asking for API_KEY must not share (or overwrite) one file.
-func nodeSecretName(namespace, name string) string {
-	sum := sha256.Sum256([]byte(namespace))
-	return "k8s" + hex.EncodeToString(sum[:4]) + "_" + name
-}
-
-// secretEnv is the environment variable that tells code where secret NAME's file is.
-func secretEnv(namespace, name string) string {
-	return "ZYGO_SECRET_" + name + "=/run/secrets/" + nodeSecretName(namespace, name)
+// NodeSecretName is the name SecretFile f of a namespace's object has in a node agent's
+// secret store, and so the name of its file, /run/secrets/NODE-SECRET-NAME, which the daemon
+// writes into a Sandbox (and each of its copies) and for each request of a Function (tmpfs,
+// 0400): "k8s" + the first 8 hex digits of the sha256 of "NAMESPACE/SECRET/KEY" (where the
+// value comes from) + "_" + f.Name. Secret names are per node: two namespaces, or two objects
+// of one namespace giving the same name to different Secrets, never share (or overwrite) one
+// secret. The result (at most 113 characters for a name of at most 101) matches the daemon's
+// secret-name pattern [A-Za-z_][A-Za-z0-9_]{0,127}.
+func NodeSecretName(namespace string, f agentsv1.SecretFile) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + f.SecretKeyRef.Name + "/" + f.SecretKeyRef.Key))
+	return "k8s" + hex.EncodeToString(sum[:4]) + "_" + f.Name
 }
 
 // errSecretNotFound is wrapped when a SecretFile names a missing Secret or key.
@@ -44,7 +44,7 @@ func pushSecrets(ctx context.Context, c client.Reader, a Agent, namespace string
 		if !ok {
 			return nil, &errSecretNotFound{fmt.Sprintf("%s[%d].secretKeyRef: secret %s/%s has no key %q", field, i, namespace, f.SecretKeyRef.Name, f.SecretKeyRef.Key)}
 		}
-		n := nodeSecretName(namespace, f.Name)
+		n := NodeSecretName(namespace, f)
 		cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
 		err := a.SetSecret(cctx, n, v)
 		cancel()

@@ -56,11 +56,13 @@ type SecretKeySelector struct {
 	Key string `json:"key"`
 }
 
-// SecretFile is a Kubernetes Secret's key delivered to the sandbox as a file on tmpfs
-// (mode 0400), written again into every fork child and rollback. The file is
-// /run/secrets/k8s<8 hex digits of the namespace>_NAME (secret names are per node, and two
-// namespaces must never read each other's); its path is in the environment variable
-// ZYGO_SECRET_NAME.
+// SecretFile is a Kubernetes Secret's key delivered as a Zygo secret: the controller stores
+// its value in each node agent's secret store and names it there (a sandbox's create
+// secrets, a function's manifest secrets), and the agent writes it as a file on tmpfs (mode
+// 0400): into a sandbox at create and again into every fork child and rollback, for a
+// function into each request's /run/secrets. The file is /run/secrets/k8s<first 8 hex
+// digits of the sha256 of "NAMESPACE/SECRET/KEY">_NAME (secret names are per node: two
+// namespaces, or two objects naming different Secrets NAME, must never share one).
 type SecretFile struct {
 	// name the secret has inside the sandbox.
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]{0,100}$`

@@ -31,6 +31,12 @@ const (
 	ReasonDeployFailed      = "DeployFailed"
 	ReasonNotEnoughNodes    = "NotEnoughNodes" // fewer Ready nodes than spec.replicas; it serves on those there are
 	ReasonNodeLost          = "NodeLost"
+	// ReasonInUse: a deleted Checkpoint's image is still used by sandboxes restored from it
+	// (a fork's copies); the agent refuses to remove it, and the finalizer waits for them.
+	ReasonInUse = "InUse"
+	// ReasonRemoveFailed: a deleted Checkpoint's image could not be removed yet (its node is
+	// not Ready or the agent failed); retried, the finalizer stays.
+	ReasonRemoveFailed = "RemoveFailed"
 )
 
 // SecretRef names a key of a Secret in the controller's namespace.
