@@ -196,7 +196,7 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pb
 	case pb.Signal_SIGNAL_SIGKILL:
 		sig = syscall.SIGKILL
 	default:
-		return nil, p.s.rpcError(ctx, "", invalidf("signal %d: want SIGNAL_SIGTERM (15) or SIGNAL_SIGKILL (9)", req.Msg.GetSignal()))
+		return nil, p.s.rpcError(ctx, "", invalidf("signal %s: want SIGNAL_SIGTERM (15) or SIGNAL_SIGKILL (9)", req.Msg.GetSignal()))
 	}
 	if err := p.s.sb.SignalProcess(ctx, id, sel, sig); err != nil {
 		return nil, p.s.rpcError(ctx, id, fmt.Errorf("signalling %s: %w", sel, err))
