@@ -73,6 +73,7 @@ type Server struct {
 	cancel context.CancelFunc
 
 	watchers *watchers
+	streams  *streams
 
 	// rpcErrors writes the errors of the Connect routes found before connect reads the
 	// request (authenticated), in the request's protocol.
@@ -91,6 +92,7 @@ func New(sb Sandboxes, log *slog.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{sb: sb, log: log, mux: http.NewServeMux(), ctx: ctx, cancel: cancel}
 	s.watchers = newWatchers(ctx, log)
+	s.streams = newStreams()
 	opts := []connect.HandlerOption{
 		connect.WithSendMaxBytes(maxSendBytes),
 		connect.WithCodec(strictJSON{name: "json"}),

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	fspb "github.com/zygo-run/zygo/internal/e2b/envd/spec/filesystem"
 	pb "github.com/zygo-run/zygo/internal/e2b/envd/spec/process"
 )
 
@@ -132,4 +133,56 @@ func TestRPCStrictInput(t *testing.T) {
 		Signal:  pb.Signal(3),
 	}))
 	wantCode(t, err, connect.CodeInvalidArgument, "signal 3")
+}
+
+// M4 and L7 of issue 19: watches have their own budget, below the guest's stream budget, so
+// abandoned polling watchers never lock commands out; each cap's error says what is open
+// and how to free it.
+func TestWatchBudget(t *testing.T) {
+	h := newHarness(t)
+	ctx := ctxT(t)
+	var ids []string
+	for range maxWatches {
+		cw, err := h.fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/home/user"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, cw.Msg.GetWatcherId())
+	}
+	_, err := h.fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/home/user"}))
+	wantCode(t, err, connect.CodeResourceExhausted, "16 watches open (0 watchDir streams, 16 polling watchers)")
+	wantCode(t, err, connect.CodeResourceExhausted, "RemoveWatcher")
+	ws, err := h.fs.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: "/home/user"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws.Receive() {
+		t.Fatal("WatchDir past the budget started")
+	}
+	wantCode(t, ws.Err(), connect.CodeResourceExhausted, "stop a watchDir handle")
+	_ = ws.Close()
+
+	// Commands are not held back by the watches.
+	stream, err := h.proc.Start(ctx, startReq("echo", "alive"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, out, _, _, _ := collect[*pb.StartResponse](t, stream); out != "alive\n" {
+		t.Fatalf("a command with every watch slot taken: stdout %q", out)
+	}
+	// The guest's own budget spent: the error says what this endpoint holds open.
+	stream, err = h.proc.Start(ctx, startReq("busy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+	}
+	wantCode(t, stream.Err(), connect.CodeResourceExhausted, "16 watches, at most 16")
+
+	if _, err := h.fs.RemoveWatcher(ctx, connect.NewRequest(&fspb.RemoveWatcherRequest{WatcherId: ids[0]})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/home/user"})); err != nil {
+		t.Fatalf("CreateWatcher after a RemoveWatcher: %v", err)
+	}
 }
