@@ -2,6 +2,8 @@ package envd
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"io"
 	"net/http"
 	"os"
@@ -184,5 +186,30 @@ func TestWatchBudget(t *testing.T) {
 	}
 	if _, err := h.fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/home/user"})); err != nil {
 		t.Fatalf("CreateWatcher after a RemoveWatcher: %v", err)
+	}
+}
+
+// L2 of issue 19: a gzip upload cut short is the client's bad input (400 naming the body),
+// not the sandbox unavailable; the file is left as it was.
+func TestTruncatedGzipUpload(t *testing.T) {
+	h := newHarness(t)
+	h.fake.files["/z"] = []byte("old")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(bytes.Repeat([]byte("zipped "), 100000))
+	_ = zw.Close()
+	cut := gz.Bytes()[:gz.Len()/2]
+	req, _ := http.NewRequestWithContext(ctxT(t), "POST", h.srv.URL+"/files?path=%2Fz", bytes.NewReader(cut))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Content-Encoding", "gzip")
+	res, err := h.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	wantError(t, res.StatusCode, string(b), http.StatusBadRequest, "gzip stream (Content-Encoding: gzip) is cut short")
+	if got := string(h.fake.files["/z"]); got != "old" {
+		t.Fatalf("file after a cut upload: %q, want it untouched", got)
 	}
 }
