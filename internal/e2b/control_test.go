@@ -378,3 +378,24 @@ func TestForkInheritsTimeoutAndTimeoutBounds(t *testing.T) {
 		wantE2BError(t, c.path+" "+c.body, st, body, 400, c.sub)
 	}
 }
+
+// countingBody counts the bytes read from it.
+type countingBody struct{ read int }
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	c.read += len(p)
+	return len(p), nil // endless
+}
+
+// H1 of issue 19: a control request without a valid key is refused before its body is read.
+func TestUnauthenticatedControlBodyNotRead(t *testing.T) {
+	h := newTestHandler(newFakeSandboxes(), nil)
+	body := &countingBody{}
+	req := httptest.NewRequest("POST", "/sandboxes", body)
+	req.Header.Set("X-API-Key", "e2b_wrong")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized || body.read != 0 {
+		t.Fatalf("status %d, %d body bytes read; want 401 and none", rec.Code, body.read)
+	}
+}
