@@ -574,8 +574,7 @@ func (c *control) fork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("count: %d: must be from 1 to %d", n, c.cfg.Sandboxes.MaxFork()))
 		return
 	}
-	d, err := seconds("timeout", b.Timeout, defaultTimeout)
-	if err != nil {
+	if _, err := seconds("timeout", b.Timeout, 0); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -583,6 +582,7 @@ func (c *control) fork(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	d, _ := seconds("timeout", b.Timeout, inheritedTimeout(parent, time.Now()))
 	life := sandbox.Lifecycle{Timeout: d, OnTimeout: parent.Options.Lifecycle.OnTimeout}
 	res, err := c.cfg.Sandboxes.Fork(r.Context(), parent.ID, sandbox.ForkOptions{N: n, Lifecycle: life})
 	if err != nil && len(res.Children) == 0 {
@@ -599,6 +599,17 @@ func (c *control) fork(w http.ResponseWriter, r *http.Request) {
 		out = append(out, forkResult{Sandbox: &sb})
 	}
 	writeJSON(w, http.StatusCreated, out)
+}
+
+// inheritedTimeout is the timeout of a fork child whose request names none: the parent's
+// remaining time to live (at least a second), as the child is a copy of the parent, or no
+// timeout when the parent has none (made by Zygo's own API without one).
+func inheritedTimeout(parent sandbox.SandboxRecord, now time.Time) time.Duration {
+	exp := parent.Options.Lifecycle.ExpiresAt
+	if exp.IsZero() {
+		return 0
+	}
+	return max(exp.Sub(now).Round(time.Second), time.Second)
 }
 
 // snapshot takes a checkpoint (tagged with the name, else "snapshot"); the sandbox runs on.

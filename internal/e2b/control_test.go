@@ -347,3 +347,55 @@ func TestStatusOf(t *testing.T) {
 		}
 	}
 }
+
+// M3 of issue 19: a fork without a timeout lives as long as its parent has left, never the
+// 15 s default; L2 and L3: a timeout of 0 or past the bound is refused naming it as sent.
+func TestForkInheritsTimeoutAndTimeoutBounds(t *testing.T) {
+	f := newFakeSandboxes()
+	h := newTestHandler(f, nil)
+	parent := f.add(sandbox.CreateOptions{Lifecycle: sandbox.Lifecycle{Timeout: 15 * time.Minute}})
+	parent.Options.Lifecycle.ExpiresAt = time.Now().Add(15 * time.Minute)
+	f.recs[parent.ID] = parent
+	if st, body := do(t, h, "POST", "/sandboxes/"+parent.ID+"/fork", "zygo_abc", `{"count":1}`); st != 201 {
+		t.Fatalf("fork: %d %s", st, body)
+	}
+	if last := f.calls[len(f.calls)-1]; last != "fork "+parent.ID+" n=1 timeout=15m0s" && last != "fork "+parent.ID+" n=1 timeout=14m59s" {
+		t.Errorf("fork without a timeout: %q, want the parent's remaining 15m", last)
+	}
+	if st, body := do(t, h, "POST", "/sandboxes/"+parent.ID+"/fork", "zygo_abc", `{"count":1,"timeout":120}`); st != 201 {
+		t.Fatalf("fork: %d %s", st, body)
+	}
+	if last := f.calls[len(f.calls)-1]; last != "fork "+parent.ID+" n=1 timeout=2m0s" {
+		t.Errorf("fork with a timeout: %q, want 2m0s", last)
+	}
+	for _, c := range []struct{ method, path, body, sub string }{
+		{"POST", "/sandboxes", `{"templateID":"base","timeout":0}`, "timeout: 0: must be at least 1 second"},
+		{"POST", "/sandboxes", `{"templateID":"base","timeout":9223372036854775807}`, "timeout: 9223372036854775807 seconds: must be at most 2592000"},
+		{"POST", "/sandboxes/" + parent.ID + "/fork", `{"timeout":0}`, "timeout: 0"},
+		{"POST", "/sandboxes/" + parent.ID + "/timeout", `{"timeout":0}`, "timeout: 0"},
+	} {
+		st, body := do(t, h, c.method, c.path, "zygo_abc", c.body)
+		wantE2BError(t, c.path+" "+c.body, st, body, 400, c.sub)
+	}
+}
+
+// countingBody counts the bytes read from it.
+type countingBody struct{ read int }
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	c.read += len(p)
+	return len(p), nil // endless
+}
+
+// H1 of issue 19: a control request without a valid key is refused before its body is read.
+func TestUnauthenticatedControlBodyNotRead(t *testing.T) {
+	h := newTestHandler(newFakeSandboxes(), nil)
+	body := &countingBody{}
+	req := httptest.NewRequest("POST", "/sandboxes", body)
+	req.Header.Set("X-API-Key", "e2b_wrong")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized || body.read != 0 {
+		t.Fatalf("status %d, %d body bytes read; want 401 and none", rec.Code, body.read)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/zygo-run/zygo/internal/sandbox"
 )
 
 // The JSON of E2B's control API (its OpenAPI document, spec/openapi.yml of e2b-dev/E2B, as the
@@ -162,13 +164,24 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, errorBody{Code: status, Message: msg})
 }
 
-// seconds turns a timeout field in seconds into a duration; field names the field for errors.
+// seconds turns a timeout field in seconds into a duration, def when the field is absent;
+// field names the field for errors. It refuses negative values, 0 (E2B has no "never") and
+// more than sandbox.MaxTimeout, each error naming the value as sent.
 func seconds(field string, v *int, def time.Duration) (time.Duration, error) {
 	if v == nil {
 		return def, nil
 	}
-	if *v < 0 {
+	maxSecs := int(sandbox.MaxTimeout / time.Second)
+	switch {
+	case *v < 0:
 		return 0, fmt.Errorf("%s: %d: must not be negative", field, *v)
+	case *v == 0:
+		// E2B's timeout is a time to live (minimum 0): it has no "never", and 0 would end the
+		// sandbox at once; Zygo refuses it rather than guess (a sandbox made to live forever
+		// by mistake is a leak).
+		return 0, fmt.Errorf("%s: 0: must be at least 1 second (a time to live; E2B has no \"no timeout\"): send the seconds the sandbox may live, at most %d", field, maxSecs)
+	case *v > maxSecs:
+		return 0, fmt.Errorf("%s: %d seconds: must be at most %d (%s)", field, *v, maxSecs, sandbox.MaxTimeout)
 	}
 	return time.Duration(*v) * time.Second, nil
 }

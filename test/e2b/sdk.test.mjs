@@ -143,6 +143,14 @@ test('fork count 3: the parent\'s files and state, each its own identity', async
     assert.equal(new Set(vals).size, 3, `${field} differs in the 3 forks: ${vals}`)
     if (field !== 'rnd') assert.ok(!vals.includes(parent[field]), `${field} differs from the parent's`)
   }
+  // Without timeoutMs a child lives as long as its parent has left (E2B finding M3), not 15 s.
+  const [kid] = await sbx.fork({ count: 1 })
+  assert.ok(!(kid instanceof Error), `a fork failed: ${kid?.message}`)
+  track(kid)
+  const parentEnd = (await Base.getInfo(sbx.sandboxId)).endAt.getTime()
+  const kidEnd = (await Base.getInfo(kid.sandboxId)).endAt.getTime()
+  assert.ok(Math.abs(kidEnd - parentEnd) < 30_000, `the child ends at ${new Date(kidEnd).toISOString()}, the parent at ${new Date(parentEnd).toISOString()}`)
+  await kid.kill()
 })
 
 test('pause and resume: the same id, files and state kept, a new generation', async () => {

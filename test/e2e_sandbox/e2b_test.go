@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,7 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,6 +120,8 @@ func TestE2BControlAPI(t *testing.T) {
 	if rec := wireRecord(t, e.Daemon, sb.SandboxID); rec.ExpiresAt == nil || rec.Options.Template != "base" {
 		t.Errorf("record: template %q, expires %v; want base and a deadline", rec.Options.Template, rec.ExpiresAt)
 	}
+
+	unauthenticatedFlood(t, e, sb.SandboxID)
 
 	st, body = e.call(t, "POST", "/sandboxes", e.Key, map[string]any{"templateID": "nope"}, nil)
 	wantError(t, "an unknown template", st, body, 404, "template 'nope' not found")
@@ -341,5 +346,75 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, limit)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// repeatA is an endless stream of 'a'.
+type repeatA struct{}
+
+func (repeatA) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// vmHWM is process pid's peak resident set in KiB.
+func vmHWM(t *testing.T, pid int) int {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			if err != nil {
+				t.Fatalf("VmHWM %q: %v", v, err)
+			}
+			return kib
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
+}
+
+// unauthenticatedFlood sends concurrent 30 MiB envd RPCs naming sandbox id without its
+// access token (H1 of issue 19): each is refused 401 and the daemon's peak RSS stays flat.
+func unauthenticatedFlood(t *testing.T, e *e2bDaemon, id string) {
+	t.Helper()
+	const calls, size = 12, 30 << 20
+	pid := e.Cmd.Process.Pid
+	before := vmHWM(t, pid)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	refused := 0
+	for range calls {
+		wg.Go(func() {
+			body := io.MultiReader(strings.NewReader(`{"path":"/`), io.LimitReader(repeatA{}, size), strings.NewReader(`"}`))
+			req, _ := http.NewRequest("POST", e.URL+"/filesystem.Filesystem/Stat", body)
+			req.ContentLength = size + 12
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("E2b-Sandbox-Id", id)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return // answered and closed before the body was sent
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("an unauthenticated 30 MiB Stat: %d, want 401", resp.StatusCode)
+			}
+			refused++
+		})
+	}
+	wg.Wait()
+	if refused == 0 {
+		t.Error("no unauthenticated 30 MiB Stat was answered")
+	}
+	if grew := vmHWM(t, pid) - before; grew > 64<<10 {
+		t.Errorf("the daemon's peak RSS grew by %d MiB for %d unauthenticated %d MiB RPCs, want it flat (< 64 MiB)", grew>>10, calls, size>>20)
 	}
 }

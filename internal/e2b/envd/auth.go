@@ -9,11 +9,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
-
-	"connectrpc.com/connect"
 )
 
 // headerAccessToken carries a sandbox's envd access token.
@@ -97,40 +96,29 @@ func (s *Server) checkFiles(ctx context.Context, id string, h http.Header, q url
 	return nil
 }
 
-// authInterceptor checks the access token of every RPC.
-type authInterceptor struct{ s *Server }
-
-var _ connect.Interceptor = authInterceptor{}
-
-func (a authInterceptor) check(ctx context.Context, h http.Header) error {
-	id, err := sandboxIDFrom(ctx)
-	if err != nil {
-		return a.s.rpcError(ctx, "", err)
-	}
-	if err := a.s.checkToken(ctx, id, h); err != nil {
-		return a.s.rpcError(ctx, id, err)
-	}
-	return nil
-}
-
-func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := a.check(ctx, req.Header()); err != nil {
-			return nil, err
+// authenticated wraps a Connect service: the sandbox id and its access token are checked
+// from the headers before any of the body is read, so that a caller without the token
+// costs the daemon nothing but its headers (net/http discards at most 256 KiB of an unread
+// body before closing the connection). A request that passes has its body bounded to
+// maxMessage bytes per message by connect's read limit; a unary body whose Content-Length
+// is over it is refused here as bad input (invalid_argument, HTTP 400) naming both sizes,
+// where connect would answer resource_exhausted, which the SDK raises as a rate limit.
+func (s *Server) authenticated(next http.Handler, maxMessage int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		id, err := sandboxIDFrom(ctx)
+		if err == nil {
+			err = s.checkToken(ctx, id, r.Header)
 		}
-		return next(ctx, req)
-	}
-}
-
-func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := a.check(ctx, conn.RequestHeader()); err != nil {
-			return err
+		if err != nil {
+			_ = s.rpcErrors.Write(w, r, s.rpcError(ctx, id, err)) // the client went away: nothing to tell it
+			return
 		}
-		return next(ctx, conn)
-	}
+		if r.ContentLength > maxMessage && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/connect+") {
+			err := invalidf("request body: %d bytes, over the %d bytes of the largest message %s takes", r.ContentLength, maxMessage, strings.Trim(path.Dir(r.URL.Path), "/"))
+			_ = s.rpcErrors.Write(w, r, s.rpcError(ctx, id, err))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

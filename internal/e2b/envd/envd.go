@@ -49,9 +49,16 @@ const (
 	EnvdPort            = 49983
 	CodeInterpreterPort = 49999
 
-	// maxMessageBytes bounds one Connect message, either way (a ListDir answer of many
+	// maxSendBytes bounds one Connect message the server sends (a ListDir answer of many
 	// entries is the largest).
-	maxMessageBytes = 32 << 20
+	maxSendBytes = 32 << 20
+	// maxProcessReadBytes bounds one message a client sends to process.Process: a Start
+	// (command line and environment; Linux caps one argument at 128 KiB and all at 2 MiB)
+	// or a chunk of stdin (SendInput, StreamInput).
+	maxProcessReadBytes = 4 << 20
+	// maxFilesystemReadBytes bounds one message a client sends to filesystem.Filesystem:
+	// a path or two (PATH_MAX is 4 KiB) and a few flags.
+	maxFilesystemReadBytes = 64 << 10
 )
 
 // Server is the envd API over a Sandboxes. It is safe for concurrent use. It owns the
@@ -66,6 +73,11 @@ type Server struct {
 	cancel context.CancelFunc
 
 	watchers *watchers
+	streams  *streams
+
+	// rpcErrors writes the errors of the Connect routes found before connect reads the
+	// request (authenticated), in the request's protocol.
+	rpcErrors *connect.ErrorWriter
 
 	// code holds each sandbox's code interpreter state (*codeState), made on its first run
 	// and dropped by Forget.
@@ -80,13 +92,19 @@ func New(sb Sandboxes, log *slog.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{sb: sb, log: log, mux: http.NewServeMux(), ctx: ctx, cancel: cancel}
 	s.watchers = newWatchers(ctx, log)
+	s.streams = newStreams()
 	opts := []connect.HandlerOption{
-		connect.WithReadMaxBytes(maxMessageBytes),
-		connect.WithSendMaxBytes(maxMessageBytes),
-		connect.WithInterceptors(authInterceptor{s: s}),
+		connect.WithSendMaxBytes(maxSendBytes),
+		connect.WithCodec(strictJSON{name: "json"}),
+		connect.WithCodec(strictJSON{name: "json; charset=utf-8"}),
 	}
-	s.mux.Handle(processconnect.NewProcessHandler(&processService{s: s}, opts...))
-	s.mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{s: s}, opts...))
+	s.rpcErrors = connect.NewErrorWriter(opts...)
+	procPath, procHandler := processconnect.NewProcessHandler(&processService{s: s},
+		append(opts, connect.WithReadMaxBytes(maxProcessReadBytes))...)
+	fsPath, fsHandler := filesystemconnect.NewFilesystemHandler(&filesystemService{s: s},
+		append(opts, connect.WithReadMaxBytes(maxFilesystemReadBytes))...)
+	s.mux.Handle(procPath, s.authenticated(procHandler, maxProcessReadBytes))
+	s.mux.Handle(fsPath, s.authenticated(fsHandler, maxFilesystemReadBytes))
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.HandleFunc("GET /files", s.download)
 	s.mux.HandleFunc("POST /files", s.upload)

@@ -254,7 +254,7 @@ func TestBackgroundProcessInputSignalConnectList(t *testing.T) {
 	_, err = h.proc.SendSignal(ctx, connect.NewRequest(&pb.SendSignalRequest{Process: sel, Signal: pb.Signal_SIGNAL_SIGKILL}))
 	wantCode(t, err, connect.CodeNotFound, "not found")
 	_, err = h.proc.SendSignal(ctx, connect.NewRequest(&pb.SendSignalRequest{Process: sel}))
-	wantCode(t, err, connect.CodeInvalidArgument, "signal 0")
+	wantCode(t, err, connect.CodeInvalidArgument, "signal SIGNAL_UNSPECIFIED")
 	_, err = h.proc.CloseStdin(ctx, connect.NewRequest(&pb.CloseStdinRequest{Process: sel}))
 	wantCode(t, err, connect.CodeNotFound, "process")
 	wantCode(t, connectErr(ctx, h, &pb.ProcessSelector{Selector: &pb.ProcessSelector_Tag{Tag: "nope"}}), connect.CodeNotFound, `process with tag "nope"`)

@@ -164,6 +164,8 @@ func (f *fakeSandboxes) StartProcess(ctx context.Context, id string, cfg Process
 		name, args = words[0], words[1:]
 	}
 	switch name {
+	case "busy": // the guest's stream budget spent, as guest.Client says it
+		return nil, fmt.Errorf("the sandbox has 64 process and watch streams open, the most at once: close some: %w", errdefs.ErrTooManyRequests)
 	case "echo", "fail", "cat":
 	default:
 		return nil, fmt.Errorf("command %q: %w", name, errdefs.ErrNotFound)

@@ -140,6 +140,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxUploadBytes)
+	var body *capped // the inflating reader of a gzip body
 	if r.Header.Get("Content-Encoding") == "gzip" {
 		zr, err := gzip.NewReader(r.Body)
 		if err != nil {
@@ -147,7 +148,8 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer zr.Close()
-		r.Body = io.NopCloser(&capped{r: zr, left: maxUploadBytes})
+		body = &capped{r: zr, left: maxUploadBytes}
+		r.Body = io.NopCloser(body)
 	}
 	var done []uploaded
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -159,6 +161,10 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		} else if err = s.put(r, id, user, p, r.Body); err == nil {
 			done = append(done, uploaded{Path: p, Name: path.Base(p), Type: TypeFile})
 		}
+	}
+	if err != nil && body != nil && body.err != nil {
+		// The guest saw the body end early; the cause is the client's gzip stream.
+		err = body.err
 	}
 	if err != nil {
 		s.writeError(w, r, id, uploadError(err))
@@ -179,17 +185,31 @@ func orOctet(mt string) string {
 type capped struct {
 	r    io.Reader
 	left int64
+	// err is the first error of r but EOF: a cut or corrupt gzip stream (bad input,
+	// naming the body), or the bound.
+	err error
 }
 
 func (c *capped) Read(b []byte) (int, error) {
 	if c.left <= 0 {
-		return 0, fmt.Errorf("upload body inflates to over %d bytes: %w", int64(maxUploadBytes), errdefs.ErrTooLarge)
+		if c.err == nil {
+			c.err = fmt.Errorf("upload body inflates to over %d bytes: %w", int64(maxUploadBytes), errdefs.ErrTooLarge)
+		}
+		return 0, c.err
 	}
 	if int64(len(b)) > c.left {
 		b = b[:c.left]
 	}
 	n, err := c.r.Read(b)
 	c.left -= int64(n)
+	if err != nil && !errors.Is(err, io.EOF) && c.err == nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			c.err = err
+		} else {
+			c.err = invalidf("body: the gzip stream (Content-Encoding: gzip) is cut short or corrupt: %v", err)
+		}
+	}
 	return n, err
 }
 

@@ -152,9 +152,14 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return f.s.rpcError(ctx, "", err)
 	}
-	events, err := f.s.sb.WatchDir(ctx, id, p, req.Msg.GetRecursive())
+	release, err := f.s.streams.acquire(id, watchStream)
 	if err != nil {
 		return f.s.rpcError(ctx, id, fmt.Errorf("watching %s: %w", p, err))
+	}
+	defer release()
+	events, err := f.s.sb.WatchDir(ctx, id, p, req.Msg.GetRecursive())
+	if err != nil {
+		return f.s.rpcError(ctx, id, fmt.Errorf("watching %s: %w", p, f.s.streams.explain(id, err)))
 	}
 	if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Start{Start: &pb.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err

@@ -48,8 +48,10 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	}
 	events, err := p.s.sb.StartProcess(ctx, id, cfg)
 	if err != nil {
-		return p.s.rpcError(ctx, id, fmt.Errorf("starting %q: %w", cfg.Cmd, err))
+		return p.s.rpcError(ctx, id, fmt.Errorf("starting %q: %w", cfg.Cmd, p.s.streams.explain(id, err)))
 	}
+	release, _ := p.s.streams.acquire(id, procStream) // processes are not capped here (the guest caps them)
+	defer release()
 	return p.s.relayProcess(ctx, id, events, every, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: ev})
 	})
@@ -72,8 +74,10 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[pb.Co
 	}
 	events, err := p.s.sb.ConnectProcess(ctx, id, sel)
 	if err != nil {
-		return p.s.rpcError(ctx, id, fmt.Errorf("connecting to %s: %w", sel, err))
+		return p.s.rpcError(ctx, id, fmt.Errorf("connecting to %s: %w", sel, p.s.streams.explain(id, err)))
 	}
+	release, _ := p.s.streams.acquire(id, procStream) // processes are not capped here (the guest caps them)
+	defer release()
 	return p.s.relayProcess(ctx, id, events, every, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: ev})
 	})
@@ -196,7 +200,7 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pb
 	case pb.Signal_SIGNAL_SIGKILL:
 		sig = syscall.SIGKILL
 	default:
-		return nil, p.s.rpcError(ctx, "", invalidf("signal %d: want SIGNAL_SIGTERM (15) or SIGNAL_SIGKILL (9)", req.Msg.GetSignal()))
+		return nil, p.s.rpcError(ctx, "", invalidf("signal %s: want SIGNAL_SIGTERM (15) or SIGNAL_SIGKILL (9)", req.Msg.GetSignal()))
 	}
 	if err := p.s.sb.SignalProcess(ctx, id, sel, sig); err != nil {
 		return nil, p.s.rpcError(ctx, id, fmt.Errorf("signalling %s: %w", sel, err))

@@ -14,17 +14,16 @@ import (
 )
 
 const (
-	// maxWatchers bounds the polling watchers of one sandbox.
-	maxWatchers = 64
 	// maxWatcherEvents bounds the events a watcher keeps between two polls; later ones are
 	// dropped (and logged) until the next poll.
 	maxWatcherEvents = 10000
 	// watcherIdle is how long a watcher nobody polls lives: an SDK that went away without
-	// RemoveWatcher does not leak it.
-	watcherIdle = 10 * time.Minute
+	// RemoveWatcher does not hold one of the sandbox's maxWatches for long.
+	watcherIdle = 3 * time.Minute
 )
 
-// watchers holds the polling watchers (CreateWatcher) of every sandbox. Each runs a
+// watchers holds the polling watchers (CreateWatcher) of every sandbox, counted in the
+// Server's streams (at most maxWatches watches a sandbox, with WatchDir's). Each runs a
 // goroutine that collects its events until it is removed, idle for watcherIdle, its watch
 // ends, or the Server closes.
 type watchers struct {
@@ -39,8 +38,9 @@ type watchers struct {
 type watcher struct {
 	sandbox string
 	dir     string
-	cancel  context.CancelFunc
-	idle    *time.Timer // removes the watcher; reset by each poll
+	cancel  context.CancelFunc // ends the watch and releases its count
+	release func()             // uncounts the watch in the Server's streams; idempotent
+	idle    *time.Timer        // removes the watcher; reset by each poll
 
 	mu      sync.Mutex
 	events  []*pb.FilesystemEvent // guarded by mu; at most maxWatcherEvents
@@ -55,25 +55,19 @@ func newWatchers(ctx context.Context, log *slog.Logger) *watchers {
 // create starts a watcher of dir in sandbox id and returns its id. The watch is bound to
 // the Server, not to the call that creates it.
 func (ws *watchers) create(s *Server, id, dir string, recursive, withEntry bool) (string, error) {
-	ws.mu.Lock()
-	n := 0
-	for _, w := range ws.byID {
-		if w.sandbox == id {
-			n++
-		}
-	}
-	ws.mu.Unlock()
-	if n >= maxWatchers {
-		return "", fmt.Errorf("sandbox %s has %d watchers: at most %d, remove one first: %w", id, n, maxWatchers, errdefs.ErrTooManyRequests)
+	release, err := s.streams.acquire(id, pollerStream)
+	if err != nil {
+		return "", err
 	}
 	wctx, cancel := context.WithCancel(ws.ctx)
 	events, err := s.sb.WatchDir(wctx, id, dir, recursive)
 	if err != nil {
 		cancel()
-		return "", err
+		release()
+		return "", s.streams.explain(id, err)
 	}
 	wid := newWatcherID()
-	w := &watcher{sandbox: id, dir: dir, cancel: cancel}
+	w := &watcher{sandbox: id, dir: dir, cancel: func() { cancel(); release() }, release: release}
 	w.idle = time.AfterFunc(watcherIdle, func() { _ = ws.remove(id, wid) })
 	ws.mu.Lock()
 	ws.byID[wid] = w
@@ -94,6 +88,7 @@ func (w *watcher) collect(ctx context.Context, s *Server, events <-chan FsEvent,
 		}
 		w.mu.Unlock()
 	}
+	w.release() // the guest's stream is gone; the watcher stays until its last events are taken
 	w.mu.Lock()
 	w.ended = true
 	w.mu.Unlock()
