@@ -68,7 +68,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, "", err)
 		return
 	}
-	_, p, err := s.filesQuery(r, id, "read")
+	user, p, err := s.filesQuery(r, id, "read")
 	if err == nil && p == "" {
 		err = invalidf("query parameter path is missing: want the path of the file to download")
 	}
@@ -77,7 +77,12 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lw := &lazyWriter{w: w, name: path.Base(p)}
-	if err := s.sb.GetFile(r.Context(), id, p, lw); err != nil {
+	if ug, ok := s.sb.(UserFileGetter); ok {
+		err = ug.GetFileAs(r.Context(), id, p, user, lw)
+	} else {
+		err = s.sb.GetFile(r.Context(), id, p, lw)
+	}
+	if err != nil {
 		if lw.started {
 			s.log.Warn("envd: a download failed after its first byte", "sandbox_id", id, "path", p, "err", err)
 			panic(http.ErrAbortHandler)
