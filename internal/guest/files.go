@@ -126,7 +126,11 @@ func (a *Agent) handlePutFile(w http.ResponseWriter, r *http.Request) {
 func writeFileAtomic(p string, r io.Reader, perm fs.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(p), ".zygo-put-*")
 	if err != nil {
-		return err
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // name the file asked for, not the temporary one
+		}
+		return &fs.PathError{Op: "writing", Path: p, Err: err}
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := io.Copy(tmp, r); err != nil {

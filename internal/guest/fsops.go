@@ -244,7 +244,12 @@ func (a *Agent) handleMove(w http.ResponseWriter, r *http.Request) {
 		writeOpError(w, err)
 		return
 	}
-	if err := move(src, dst); err != nil {
+	if r.URL.Query().Get("replace") == "1" {
+		err = replaceFile(src, dst)
+	} else {
+		err = move(src, dst)
+	}
+	if err != nil {
 		writeOpError(w, err)
 		return
 	}
@@ -280,6 +285,22 @@ func move(src, dst string) error {
 		return fmt.Errorf("dst %s: %w", dst, fs.ErrExist)
 	case err != nil:
 		return fmt.Errorf("moving %s to %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// replaceFile renames the regular file src over dst, in one step: a reader of dst sees the
+// old file or the new, never neither. dst, when it exists, must be a regular file or a
+// symlink (replaced, not followed); its directory must exist.
+func replaceFile(src, dst string) error {
+	if st, err := os.Lstat(src); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("src %s: want a regular file: %w", src, fs.ErrInvalid)
+	}
+	if st, err := os.Lstat(dst); err == nil && !st.Mode().IsRegular() && st.Mode().Type() != fs.ModeSymlink {
+		return fmt.Errorf("dst %s is not a regular file (%s): %w", dst, st.Mode().Type(), fs.ErrInvalid)
+	}
+	if err := os.Rename(src, dst); err != nil {
+		return fmt.Errorf("moving %s over %s: %w", src, dst, err)
 	}
 	return nil
 }

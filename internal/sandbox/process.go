@@ -259,6 +259,18 @@ func (m *Manager) PutFileAs(ctx context.Context, idOrName, path string, perm uin
 	return m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error { return c.PutFileAs(ctx, path, perm, user, r) })
 }
 
+// ReplaceFile renames the regular file src over dst inside the sandbox in one step (dst, if
+// any, a regular file or a symlink, which is replaced, not followed).
+func (m *Manager) ReplaceFile(ctx context.Context, idOrName, src, dst string) error {
+	if err := ValidatePath("src", src); err != nil {
+		return err
+	}
+	if err := ValidatePath("dst", dst); err != nil {
+		return err
+	}
+	return m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error { return c.ReplaceFile(ctx, src, dst) })
+}
+
 // GetFileAs is GetFile with the file opened with the credentials of user of the sandbox's
 // /etc/passwd ("" is root, as GetFile): a file the user may not read wraps
 // errdefs.ErrPermission, an unknown user errdefs.ErrInvalidArgument.

@@ -81,6 +81,14 @@ type OwnedFilePutter interface {
 	PutFileAs(ctx context.Context, id, path string, perm uint32, user string, r io.Reader) error
 }
 
+// FileReplacer is an optional capability of a Sandboxes: ReplaceFile renames the regular
+// file src over dst in one step. With it, a multipart upload is all or nothing (each part is
+// staged beside its target, and renamed only once every part is in); without it, parts are
+// written in order and a failure leaves the earlier ones written.
+type FileReplacer interface {
+	ReplaceFile(ctx context.Context, id, src, dst string) error
+}
+
 // UserFileGetter is an optional capability of a Sandboxes: GetFileAs reads the file with the
 // credentials of user, as E2B's download does for its `username` (a file the user may not
 // read is refused). Without it, downloads read as root.
