@@ -2,8 +2,8 @@ package envd
 
 import (
 	"compress/gzip"
-	"crypto/rand"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
