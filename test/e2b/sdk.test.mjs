@@ -123,6 +123,14 @@ test('files as user have user\'s permissions: /etc and /root refused, a root-onl
   await assert.rejects(sbx.files.read('/root/secret', { user: 'user' }), denied)
   assert.equal(await sbx.files.read('/root/secret', { user: 'root' }), 's3cr3t\n')
   assert.equal((await sbx.commands.run('id -un', { user: 'user' })).stdout.trim(), 'user')
+  // Several files in one write are one multipart upload: all or nothing.
+  await assert.rejects(sbx.files.write([
+    { path: '/home/user/mp-ok.txt', data: 'ok' },
+    { path: '/etc/mp-evil.txt', data: 'x' },
+  ], { user: 'user' }), denied)
+  assert.equal(await sbx.files.exists('/home/user/mp-ok.txt'), false)
+  const staged = await sbx.commands.run('ls -A /home/user /etc | grep -c zygo-upload || true')
+  assert.equal(staged.stdout.trim(), '0')
 })
 
 test('runCode: state kept between calls; an error result', async () => {

@@ -143,6 +143,26 @@ func TestManagerProcessesForkAndFiles(t *testing.T) {
 	if err := h.m.GetFileAs(ctx, sb.ID, "/etc/hostname", "ghost", io.Discard); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("GetFileAs as an unknown user = %v; want invalid argument", err)
 	}
+	// ReplaceFile (how a multipart upload commits) renames a file over another whole, and
+	// refuses to replace a directory.
+	if err := h.m.PutFileAs(ctx, sb.ID, "/home/user/.staged", 0o644, "user", strings.NewReader("new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.PutFileAs(ctx, sb.ID, "/home/user/target", 0o644, "user", strings.NewReader("old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.ReplaceFile(ctx, sb.ID, "/home/user/.staged", "/home/user/d"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("ReplaceFile over a directory = %v; want invalid argument", err)
+	}
+	if err := h.m.ReplaceFile(ctx, sb.ID, "/home/user/.staged", "/home/user/target"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.file(t, sb.ID, "/home/user/target"); got != "new" {
+		t.Fatalf("/home/user/target after ReplaceFile = %q, want new", got)
+	}
+	if _, err := h.m.Stat(ctx, sb.ID, "/home/user/.staged"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Stat(staged) after ReplaceFile = %v; want not found", err)
+	}
 	// Special files keep their type; /tmp keeps its sticky bit.
 	if e, err := h.m.Stat(ctx, sb.ID, "/tmp/fifo"); err != nil || e.Type != guest.EntryFIFO {
 		t.Fatalf("Stat(/tmp/fifo) = %+v, %v; want type %s", e, err, guest.EntryFIFO)
