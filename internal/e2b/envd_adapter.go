@@ -183,6 +183,16 @@ func (a EnvdSandboxes) PutFileAs(ctx context.Context, id, path string, perm uint
 	return a.M.PutFileAs(ctx, id, path, perm, user, r)
 }
 
+// ReplaceFile renames the regular file src over dst in one step.
+func (a EnvdSandboxes) ReplaceFile(ctx context.Context, id, src, dst string) error {
+	return a.M.ReplaceFile(ctx, id, src, dst)
+}
+
+// GetFileAs reads the file with user's credentials (E2B reads files as its user).
+func (a EnvdSandboxes) GetFileAs(ctx context.Context, id, path, user string, w io.Writer) error {
+	return a.M.GetFileAs(ctx, id, path, user, w)
+}
+
 func (a EnvdSandboxes) GetFile(ctx context.Context, id, path string, w io.Writer) error {
 	return a.M.GetFile(ctx, id, path, w)
 }

@@ -519,7 +519,18 @@ func (c *Client) PutFileAs(ctx context.Context, path string, perm uint32, user s
 // GetFile copies the file at path to w. It returns an error wrapping ErrNotFound when the file
 // does not exist.
 func (c *Client) GetFile(ctx context.Context, path string, w io.Writer) error {
-	resp, err := c.do(ctx, http.MethodGet, "/v1/files", url.Values{"path": {path}}, nil)
+	return c.GetFileAs(ctx, path, "", w)
+}
+
+// GetFileAs is GetFile with the file opened with the credentials of user of the sandbox's
+// /etc/passwd ("" is root, as GetFile): a file the user may not read is an error wrapping
+// ErrPermission; an unknown user one wrapping ErrInvalidArgument.
+func (c *Client) GetFileAs(ctx context.Context, path, user string, w io.Writer) error {
+	q := url.Values{"path": {path}}
+	if user != "" {
+		q.Set("user", user)
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/v1/files", q, nil)
 	if err != nil {
 		return err
 	}

@@ -258,6 +258,12 @@ func (c *Client) Move(ctx context.Context, src, dst string) (EntryInfo, error) {
 	return e, err
 }
 
+// ReplaceFile renames the regular file src over dst in one step (dst, if any, a regular
+// file or a symlink; its directory must exist).
+func (c *Client) ReplaceFile(ctx context.Context, src, dst string) error {
+	return c.post(ctx, "/v1/fs/move", url.Values{"src": {src}, "dst": {dst}, "replace": {"1"}}, nil)
+}
+
 // RemovePath removes path and everything below it; a missing path is an error wrapping
 // errdefs.ErrNotFound.
 func (c *Client) RemovePath(ctx context.Context, path string) error {

@@ -55,9 +55,20 @@ func (a *Agent) handleGetFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", "path must be absolute")
 		return
 	}
+	// With ?user=NAME the file is opened with that user's credentials: what the user may not
+	// read is refused by the kernel (E2B reads files as its user).
+	acc, err := a.queryUser(r)
+	if err != nil {
+		writeOpError(w, err)
+		return
+	}
 	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It
 	// changes nothing for the regular files served below.
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	var f *os.File
+	err = asUser(acc, func() (err error) {
+		f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		return err
+	})
 	if err != nil {
 		writeFSError(w, err)
 		return
@@ -89,47 +100,44 @@ func (a *Agent) handlePutFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("%s is not a regular file (%s); put writes files", p, st.Mode().Type()))
 		return
 	}
-	// With ?user=NAME the file, and the parents the put makes, belong to that user of the
-	// sandbox's /etc/passwd (E2B writes files as its user); else to root.
-	var owner *account
-	if u := r.URL.Query().Get("user"); u != "" {
-		acc, err := a.lookupUser(u)
-		if err != nil {
-			writeOpError(w, err)
-			return
-		}
-		owner = &acc
-	}
-	if err := ensureDirs(filepath.Dir(p), owner); err != nil {
-		writeFSError(w, err)
+	// With ?user=NAME the parents the put makes, the file and the rename are made with that
+	// user's credentials, so they belong to the user and what the user may not write is
+	// refused by the kernel (E2B writes files as its user); else as root.
+	owner, err := a.queryUser(r)
+	if err != nil {
+		writeOpError(w, err)
 		return
 	}
-	if err := writeFileAtomic(p, r.Body, fs.FileMode(mode)&fs.ModePerm, owner); err != nil {
+	err = asUser(owner, func() error {
+		if err := ensureDirs(filepath.Dir(p)); err != nil {
+			return err
+		}
+		return writeFileAtomic(p, r.Body, fs.FileMode(mode)&fs.ModePerm)
+	})
+	if err != nil {
 		writeFSError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// writeFileAtomic writes r to a temporary file beside p, with perm (and owner, when not nil),
-// then renames it to p.
-func writeFileAtomic(p string, r io.Reader, perm fs.FileMode, owner *account) error {
+// writeFileAtomic writes r to a temporary file beside p, with perm, then renames it to p.
+// The file belongs to whoever the calling thread is (see asUser).
+func writeFileAtomic(p string, r io.Reader, perm fs.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(p), ".zygo-put-*")
 	if err != nil {
-		return err
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // name the file asked for, not the temporary one
+		}
+		return &fs.PathError{Op: "writing", Path: p, Err: err}
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := io.Copy(tmp, r); err != nil {
 		tmp.Close()
 		return err
 	}
-	if owner != nil {
-		if err := tmp.Chown(int(owner.UID), int(owner.GID)); err != nil {
-			tmp.Close()
-			return fmt.Errorf("giving %s to user %s: %w", p, owner.Name, err)
-		}
-	}
-	if err := tmp.Chmod(perm); err != nil { // after the chown, which clears setuid bits
+	if err := tmp.Chmod(perm); err != nil {
 		tmp.Close()
 		return err
 	}

@@ -56,6 +56,14 @@ func entryInfo(p string, fi fs.FileInfo, names idNames) EntryInfo {
 	case m&fs.ModeSymlink != 0:
 		e.Type = EntrySymlink
 		e.SymlinkTarget, _ = os.Readlink(p)
+	case m&fs.ModeNamedPipe != 0:
+		e.Type = EntryFIFO
+	case m&fs.ModeSocket != 0:
+		e.Type = EntrySocket
+	case m&fs.ModeCharDevice != 0:
+		e.Type = EntryCharDevice
+	case m&fs.ModeDevice != 0:
+		e.Type = EntryBlockDevice
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		e.Owner, e.Group = names.user(st.Uid), names.group(st.Gid)
@@ -170,17 +178,13 @@ func (a *Agent) handleMakeDir(w http.ResponseWriter, r *http.Request) {
 		writeOpError(w, err)
 		return
 	}
-	user := r.URL.Query().Get("user")
-	var acc *account
-	if user != "" {
-		u, err := a.lookupUser(user)
-		if err != nil {
-			writeOpError(w, err)
-			return
-		}
-		acc = &u
+	// With ?user=NAME the directories are made with that user's credentials (see asUser).
+	acc, err := a.queryUser(r)
+	if err != nil {
+		writeOpError(w, err)
+		return
 	}
-	if err := makeDirs(p, acc); err != nil {
+	if err := asUser(acc, func() error { return makeDirs(p) }); err != nil {
 		writeOpError(w, err)
 		return
 	}
@@ -192,25 +196,25 @@ func (a *Agent) handleMakeDir(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, e)
 }
 
-// makeDirs makes the directory p and its missing parents, mode 0755, owned by acc when it is
-// not nil. It returns an error wrapping fs.ErrExist when p exists (whatever it is).
-func makeDirs(p string, acc *account) error {
+// makeDirs makes the directory p and its missing parents, mode 0755, owned by whoever the
+// calling thread is (see asUser). It returns an error wrapping fs.ErrExist when p exists (whatever it is).
+func makeDirs(p string) error {
 	if _, err := os.Lstat(p); err == nil {
 		return fmt.Errorf("path %s: %w", p, fs.ErrExist)
 	}
-	return mkdirs(p, acc, true)
+	return mkdirs(p, true)
 }
 
 // ensureDirs makes the directory p and its missing parents as makeDirs does; p may exist.
-func ensureDirs(p string, acc *account) error {
+func ensureDirs(p string) error {
 	if st, err := os.Stat(p); err == nil && st.IsDir() {
 		return nil
 	}
-	return mkdirs(p, acc, false)
+	return mkdirs(p, false)
 }
 
 // mkdirs makes each missing component of p; with exclusive, p itself must be new.
-func mkdirs(p string, acc *account, exclusive bool) error {
+func mkdirs(p string, exclusive bool) error {
 	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
 	cur := "/"
 	for i, part := range parts {
@@ -218,11 +222,6 @@ func mkdirs(p string, acc *account, exclusive bool) error {
 		err := os.Mkdir(cur, 0o755)
 		switch {
 		case err == nil:
-			if acc != nil {
-				if err := os.Lchown(cur, int(acc.UID), int(acc.GID)); err != nil {
-					return fmt.Errorf("giving %s to user %s: %w", cur, acc.Name, err)
-				}
-			}
 		case errors.Is(err, fs.ErrExist) && (i < len(parts)-1 || !exclusive):
 			// A parent that exists: it must be a directory (or lead to one) for the next Mkdir.
 		case errors.Is(err, fs.ErrExist):
@@ -245,7 +244,12 @@ func (a *Agent) handleMove(w http.ResponseWriter, r *http.Request) {
 		writeOpError(w, err)
 		return
 	}
-	if err := move(src, dst); err != nil {
+	if r.URL.Query().Get("replace") == "1" {
+		err = replaceFile(src, dst)
+	} else {
+		err = move(src, dst)
+	}
+	if err != nil {
 		writeOpError(w, err)
 		return
 	}
@@ -281,6 +285,22 @@ func move(src, dst string) error {
 		return fmt.Errorf("dst %s: %w", dst, fs.ErrExist)
 	case err != nil:
 		return fmt.Errorf("moving %s to %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// replaceFile renames the regular file src over dst, in one step: a reader of dst sees the
+// old file or the new, never neither. dst, when it exists, must be a regular file or a
+// symlink (replaced, not followed); its directory must exist.
+func replaceFile(src, dst string) error {
+	if st, err := os.Lstat(src); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("src %s: want a regular file: %w", src, fs.ErrInvalid)
+	}
+	if st, err := os.Lstat(dst); err == nil && !st.Mode().IsRegular() && st.Mode().Type() != fs.ModeSymlink {
+		return fmt.Errorf("dst %s is not a regular file (%s): %w", dst, st.Mode().Type(), fs.ErrInvalid)
+	}
+	if err := os.Rename(src, dst); err != nil {
+		return fmt.Errorf("moving %s over %s: %w", src, dst, err)
 	}
 	return nil
 }

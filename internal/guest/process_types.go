@@ -94,6 +94,11 @@ const (
 	EntryFile    = "file"
 	EntryDir     = "dir"
 	EntrySymlink = "symlink"
+	// The special files: a named pipe, a Unix socket, a character and a block device.
+	EntryFIFO        = "fifo"
+	EntrySocket      = "socket"
+	EntryCharDevice  = "chardev"
+	EntryBlockDevice = "blockdev"
 )
 
 // FsEvent is one change under a watched directory.

@@ -241,7 +241,7 @@ func (a *Agent) publishIdentity(id Identity) error {
 }
 
 func writeAtomic(p string, data []byte, perm os.FileMode) error {
-	return writeFileAtomic(p, bytes.NewReader(data), perm, nil)
+	return writeFileAtomic(p, bytes.NewReader(data), perm)
 }
 
 // Interfaces returns the network interfaces of the calling process's network stack other than

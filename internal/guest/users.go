@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -149,4 +150,18 @@ func nameOr(m map[uint32]string, id uint32) string {
 		return s
 	}
 	return strconv.FormatUint(uint64(id), 10)
+}
+
+// queryUser is the account of the request's ?user= parameter, or nil (the agent, root) when
+// it has none. An unknown user is an error wrapping fs.ErrInvalid.
+func (a *Agent) queryUser(r *http.Request) (*account, error) {
+	name := r.URL.Query().Get("user")
+	if name == "" {
+		return nil, nil
+	}
+	acc, err := a.lookupUser(name)
+	if err != nil {
+		return nil, err
+	}
+	return &acc, nil
 }

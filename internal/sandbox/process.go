@@ -242,8 +242,9 @@ func (m *Manager) UserInfo(ctx context.Context, idOrName, name string) (guest.Us
 	return u, err
 }
 
-// PutFileAs is PutFile with the file, and the parent directories it makes, owned by user of
-// the sandbox's /etc/passwd ("" is root, as PutFile). An unknown user wraps
+// PutFileAs is PutFile done with the credentials of user of the sandbox's /etc/passwd ("" is
+// root, as PutFile): the file and the parent directories it makes belong to the user, and
+// what the user may not write wraps errdefs.ErrPermission. An unknown user wraps
 // errdefs.ErrInvalidArgument.
 func (m *Manager) PutFileAs(ctx context.Context, idOrName, path string, perm uint32, user string, r io.Reader) error {
 	if err := ValidatePath("path", path); err != nil {
@@ -256,6 +257,31 @@ func (m *Manager) PutFileAs(ctx context.Context, idOrName, path string, perm uin
 		return err
 	}
 	return m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error { return c.PutFileAs(ctx, path, perm, user, r) })
+}
+
+// ReplaceFile renames the regular file src over dst inside the sandbox in one step (dst, if
+// any, a regular file or a symlink, which is replaced, not followed).
+func (m *Manager) ReplaceFile(ctx context.Context, idOrName, src, dst string) error {
+	if err := ValidatePath("src", src); err != nil {
+		return err
+	}
+	if err := ValidatePath("dst", dst); err != nil {
+		return err
+	}
+	return m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error { return c.ReplaceFile(ctx, src, dst) })
+}
+
+// GetFileAs is GetFile with the file opened with the credentials of user of the sandbox's
+// /etc/passwd ("" is root, as GetFile): a file the user may not read wraps
+// errdefs.ErrPermission, an unknown user errdefs.ErrInvalidArgument.
+func (m *Manager) GetFileAs(ctx context.Context, idOrName, path, user string, w io.Writer) error {
+	if err := ValidatePath("path", path); err != nil {
+		return err
+	}
+	if err := validateUser("user", user); err != nil {
+		return err
+	}
+	return m.withGuest(ctx, idOrName, func(ctx context.Context, c Guest) error { return c.GetFileAs(ctx, path, user, w) })
 }
 
 // stream is an admitted stream: its ctx (the caller's, ended too when the sandbox goes), the

@@ -142,9 +142,13 @@ type Guest interface {
 	MakeDir(ctx context.Context, path, user string) (guest.EntryInfo, error)
 	Move(ctx context.Context, src, dst string) (guest.EntryInfo, error)
 	RemovePath(ctx context.Context, path string) error
+	// ReplaceFile renames the regular file src over dst in one step.
+	ReplaceFile(ctx context.Context, src, dst string) error
 	WatchDir(ctx context.Context, path string, recursive bool) (<-chan guest.FsEvent, error)
 	// PutFileAs is PutFile with the file and the parents it makes owned by user ("" root).
 	PutFileAs(ctx context.Context, path string, perm uint32, user string, r io.Reader) error
+	// GetFileAs is GetFile with the file opened as user ("" root).
+	GetFileAs(ctx context.Context, path, user string, w io.Writer) error
 	// UserInfo returns a user of the guest's /etc/passwd ("" is root).
 	UserInfo(ctx context.Context, name string) (guest.UserInfo, error)
 }

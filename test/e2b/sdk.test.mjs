@@ -115,6 +115,24 @@ test('files: write, read, list, exists, makeDir, rename, remove, watchDir; missi
   await assert.rejects(sbx.files.read('/home/user/nope.txt'), (e) => e instanceof NotFoundError)
 })
 
+test('files as user have user\'s permissions: /etc and /root refused, a root-only file unreadable', async () => {
+  const denied = (e) => /^403: |permission denied/i.test(e.message)
+  await assert.rejects(sbx.files.write('/etc/sdkwrite', 'x', { user: 'user' }), denied)
+  await assert.rejects(sbx.files.write('/root/owned', 'x', { user: 'user' }), denied)
+  await sbx.commands.run('echo s3cr3t > /root/secret && chmod 600 /root/secret', { user: 'root' })
+  await assert.rejects(sbx.files.read('/root/secret', { user: 'user' }), denied)
+  assert.equal(await sbx.files.read('/root/secret', { user: 'root' }), 's3cr3t\n')
+  assert.equal((await sbx.commands.run('id -un', { user: 'user' })).stdout.trim(), 'user')
+  // Several files in one write are one multipart upload: all or nothing.
+  await assert.rejects(sbx.files.write([
+    { path: '/home/user/mp-ok.txt', data: 'ok' },
+    { path: '/etc/mp-evil.txt', data: 'x' },
+  ], { user: 'user' }), denied)
+  assert.equal(await sbx.files.exists('/home/user/mp-ok.txt'), false)
+  const staged = await sbx.commands.run('ls -A /home/user /etc | grep -c zygo-upload || true')
+  assert.equal(staged.stdout.trim(), '0')
+})
+
 test('runCode: state kept between calls; an error result', async () => {
   await sbx.runCode('x = 41')
   const r = await sbx.runCode('x + 1')

@@ -340,6 +340,23 @@ func (f *fakeSandboxes) Move(_ context.Context, id, src, dst string) (EntryInfo,
 	return f.statLocked(dst)
 }
 
+func (f *fakeSandboxes) ReplaceFile(_ context.Context, id, src, dst string) error {
+	if err := f.check(id); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.files[src]
+	if !ok {
+		return fmt.Errorf("%s: %w", src, errdefs.ErrNotFound)
+	}
+	delete(f.files, src)
+	f.files[dst] = b
+	f.owners[dst] = f.owners[src]
+	delete(f.owners, src)
+	return nil
+}
+
 func (f *fakeSandboxes) RemovePath(_ context.Context, id, p string) error {
 	if err := f.check(id); err != nil {
 		return err

@@ -3,6 +3,7 @@ package envd
 import (
 	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -68,7 +69,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, "", err)
 		return
 	}
-	_, p, err := s.filesQuery(r, id, "read")
+	user, p, err := s.filesQuery(r, id, "read")
 	if err == nil && p == "" {
 		err = invalidf("query parameter path is missing: want the path of the file to download")
 	}
@@ -77,7 +78,12 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lw := &lazyWriter{w: w, name: path.Base(p)}
-	if err := s.sb.GetFile(r.Context(), id, p, lw); err != nil {
+	if ug, ok := s.sb.(UserFileGetter); ok {
+		err = ug.GetFileAs(r.Context(), id, p, user, lw)
+	} else {
+		err = s.sb.GetFile(r.Context(), id, p, lw)
+	}
+	if err != nil {
 		if lw.started {
 			s.log.Warn("envd: a download failed after its first byte", "sandbox_id", id, "path", p, "err", err)
 			panic(http.ErrAbortHandler)
@@ -122,8 +128,8 @@ type uploaded struct {
 // upload answers POST /files: a multipart/form-data body of "file" parts, each written to
 // the path parameter or, without one, to the path its filename gives (relative to the
 // user's home); or any other body, written whole to the path parameter. Missing parents
-// are created; existing files are replaced. The answer lists the files written. Parts are
-// written in order: on an error, the files before it stay written.
+// are created; existing files are replaced. The answer lists the files written. A multipart
+// upload is all or nothing (see uploadParts).
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	id, err := sandboxIDFrom(r.Context())
 	if err != nil {
@@ -240,13 +246,35 @@ func uploadError(err error) error {
 }
 
 // uploadParts writes the "file" parts of a multipart body; dest is the path parameter ("":
-// each part's filename names its path).
+// each part's filename names its path). When the backend is a FileReplacer the upload is all
+// or nothing: each part is written to a hidden file beside its target (as user), and only
+// once every part is in are they renamed over their targets; on any error the staged files
+// are removed and no target is touched (parent directories the staging made stay). The
+// error names the part that failed.
 func (s *Server) uploadParts(r *http.Request, id, user, dest string) ([]uploaded, error) {
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return nil, invalidf("body: %v", err)
 	}
+	fr, staged := s.sb.(FileReplacer)
+	tag := rand.Text()[:12]
 	var done []uploaded
+	var stages []string // stages[i] is where done[i] is staged
+	unstage := func() {
+		ctx := context.WithoutCancel(r.Context())
+		for _, st := range stages {
+			if err := s.sb.RemovePath(ctx, id, st); err != nil {
+				s.log.Warn("envd: removing a staged upload part", "sandbox_id", id, "path", st, "err", err)
+			}
+		}
+	}
+	fail := func(err error) ([]uploaded, error) {
+		if staged {
+			unstage()
+			return nil, err
+		}
+		return done, err
+	}
 	for n := 0; ; n++ {
 		part, err := mr.NextRawPart()
 		if errors.Is(err, io.EOF) {
@@ -254,29 +282,49 @@ func (s *Server) uploadParts(r *http.Request, id, user, dest string) ([]uploaded
 		}
 		if err != nil {
 			if e := uploadError(err); errors.Is(e, errdefs.ErrTooLarge) {
-				return done, e
+				return fail(fmt.Errorf("body: part %d: %w", n, e))
 			}
-			return done, invalidf("body: part %d: %v", n, err)
+			return fail(invalidf("body: part %d: %v", n, err))
 		}
 		if part.FormName() != "file" {
 			_ = part.Close()
-			return done, invalidf("body: part %d is named %q: want \"file\"", n, part.FormName())
+			return fail(invalidf("body: part %d is named %q: want \"file\"", n, part.FormName()))
 		}
 		if n >= maxUploadFiles {
-			return done, invalidf("body has more than %d files", maxUploadFiles)
+			_ = part.Close()
+			return fail(invalidf("body: part %d: the body has more than %d files", n, maxUploadFiles))
 		}
 		p, err := s.partPath(r.Context(), id, part, n, dest, user)
+		to := p
+		if err == nil && staged {
+			to = path.Join(path.Dir(p), fmt.Sprintf(".zygo-upload-%s-%d", tag, n))
+		}
 		if err == nil {
-			err = s.put(r, id, user, p, part)
+			err = s.put(r, id, user, to, part)
+			if err != nil {
+				err = fmt.Errorf("body: part %d: %w", n, err)
+			}
 		}
 		_ = part.Close()
 		if err != nil {
-			return done, err
+			return fail(err)
+		}
+		if staged {
+			stages = append(stages, to)
 		}
 		done = append(done, uploaded{Path: p, Name: path.Base(p), Type: TypeFile})
 	}
 	if len(done) == 0 {
 		return nil, invalidf("body has no part named \"file\"")
+	}
+	for i, st := range stages {
+		if err := fr.ReplaceFile(r.Context(), id, st, done[i].Path); err != nil {
+			// Renames before this one are done (each replaces its target whole); the rest
+			// are undone.
+			stages = stages[i:]
+			unstage()
+			return nil, fmt.Errorf("body: part %d: moving it to %s (parts before it are written, none after): %w", i, done[i].Path, err)
+		}
 	}
 	return done, nil
 }

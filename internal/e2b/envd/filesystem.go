@@ -3,7 +3,6 @@ package envd
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"path"
 	"strings"
 	"time"
@@ -267,14 +266,16 @@ func eventType(op string) pb.EventType {
 	return pb.EventType_EVENT_TYPE_UNSPECIFIED
 }
 
-// entryInfo is e on the wire; permissions reads as ls prints it ("-rw-r--r--").
+// entryInfo is e on the wire; permissions reads as ls prints it ("-rw-r--r--", "drwxrwxrwt").
+// A special file (a FIFO, a socket, a device) has no type of E2B's FileType: it is
+// FILE_TYPE_UNSPECIFIED, and its permissions string names its kind ("prw-r--r--").
 func entryInfo(e EntryInfo) *pb.EntryInfo {
 	out := &pb.EntryInfo{
 		Name:        e.Name,
 		Path:        e.Path,
 		Size:        e.Size,
 		Mode:        e.Mode,
-		Permissions: fileMode(e).String(),
+		Permissions: lsMode(e),
 		Owner:       e.Owner,
 		Group:       e.Group,
 	}
@@ -295,19 +296,43 @@ func entryInfo(e EntryInfo) *pb.EntryInfo {
 	return out
 }
 
-// fileMode is e's type and Unix mode bits as an fs.FileMode.
-func fileMode(e EntryInfo) fs.FileMode {
-	m := fs.FileMode(e.Mode & 0o777)
-	for bit, fm := range map[uint32]fs.FileMode{0o4000: fs.ModeSetuid, 0o2000: fs.ModeSetgid, 0o1000: fs.ModeSticky} {
-		if e.Mode&bit != 0 {
-			m |= fm
+// lsMode is e's type and mode bits as ls -l prints them: a type letter, then three rwx
+// triples where setuid/setgid show as s (S without x) and sticky as t (T without x).
+func lsMode(e EntryInfo) string {
+	b := []byte("?rwxrwxrwx")
+	switch e.Type {
+	case TypeFile:
+		b[0] = '-'
+	case TypeDir:
+		b[0] = 'd'
+	case TypeSymlink:
+		b[0] = 'l'
+	case TypeFIFO:
+		b[0] = 'p'
+	case TypeSocket:
+		b[0] = 's'
+	case TypeCharDevice:
+		b[0] = 'c'
+	case TypeBlockDevice:
+		b[0] = 'b'
+	}
+	for i := range 9 {
+		if e.Mode&(1<<(8-i)) == 0 {
+			b[1+i] = '-'
 		}
 	}
-	switch e.Type {
-	case TypeDir:
-		m |= fs.ModeDir
-	case TypeSymlink:
-		m |= fs.ModeSymlink
+	special := func(bit uint32, at int, set byte) {
+		if e.Mode&bit == 0 {
+			return
+		}
+		if b[at] == '-' {
+			b[at] = set - 'a' + 'A'
+		} else {
+			b[at] = set
+		}
 	}
-	return m
+	special(0o4000, 3, 's')
+	special(0o2000, 6, 's')
+	special(0o1000, 9, 't')
+	return string(b)
 }

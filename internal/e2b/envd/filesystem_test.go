@@ -197,3 +197,27 @@ func TestForgetDropsWatchers(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestLsModeNamesTypeAndSpecialBits(t *testing.T) {
+	for _, c := range []struct {
+		e    EntryInfo
+		want string
+	}{
+		{EntryInfo{Type: TypeDir, Mode: 0o1777}, "drwxrwxrwt"},
+		{EntryInfo{Type: TypeDir, Mode: 0o1770}, "drwxrwx--T"},
+		{EntryInfo{Type: TypeFile, Mode: 0o4755}, "-rwsr-xr-x"},
+		{EntryInfo{Type: TypeFile, Mode: 0o2644}, "-rw-r-Sr--"},
+		{EntryInfo{Type: TypeFIFO, Mode: 0o644}, "prw-r--r--"},
+		{EntryInfo{Type: TypeCharDevice, Mode: 0o666}, "crw-rw-rw-"},
+		{EntryInfo{Type: TypeBlockDevice, Mode: 0o660}, "brw-rw----"},
+		{EntryInfo{Type: TypeSocket, Mode: 0o777}, "srwxrwxrwx"},
+		{EntryInfo{Type: TypeSymlink, Mode: 0o777}, "lrwxrwxrwx"},
+	} {
+		if got := lsMode(c.e); got != c.want {
+			t.Errorf("lsMode(%s %o) = %q, want %q", c.e.Type, c.e.Mode, got, c.want)
+		}
+		if pe := entryInfo(c.e); c.e.Type != TypeFile && c.e.Type != TypeDir && c.e.Type != TypeSymlink && pe.GetType() != fspb.FileType_FILE_TYPE_UNSPECIFIED {
+			t.Errorf("entryInfo(%s).Type = %v, want FILE_TYPE_UNSPECIFIED (E2B has no such type)", c.e.Type, pe.GetType())
+		}
+	}
+}

@@ -8,10 +8,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
@@ -350,6 +352,74 @@ func TestErrorKinds(t *testing.T) {
 	for _, cat := range errdefs.All() {
 		if _, _, ok := classify(cat); !ok {
 			t.Errorf("category %v has no Connect code", cat)
+		}
+	}
+}
+
+// A multipart upload that fails leaves nothing written (no target, no staged part), and its
+// error names the part: one over the file cap, or a bad part between good ones.
+func TestUploadMultipartAllOrNothing(t *testing.T) {
+	h := newHarness(t)
+	h.fake.files["/tmp/mp/keep.txt"] = []byte("old")
+	for _, c := range []struct {
+		name  string
+		parts int
+		bad   int // index of a part not named "file"; -1 for none
+		want  string
+	}{
+		{"over the cap", maxUploadFiles + 200, -1, fmt.Sprintf("part %d: the body has more than %d files", maxUploadFiles, maxUploadFiles)},
+		{"a bad part in the middle", 5, 2, "part 2 is named"},
+	} {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		for i := range c.parts {
+			form, name := "file", fmt.Sprintf("/tmp/mp/f%d.txt", i)
+			if i == c.bad {
+				form = "other"
+			}
+			if i == 1 {
+				name = "/tmp/mp/keep.txt"
+			}
+			fw, _ := mw.CreateFormFile(form, name)
+			_, _ = fw.Write([]byte("new"))
+		}
+		_ = mw.Close()
+		st, body := h.do(t, "POST", "/files?username=user", mw.FormDataContentType(), &buf)
+		if st != http.StatusBadRequest || !strings.Contains(body, c.want) {
+			t.Fatalf("%s: upload = %d %s; want 400 naming %q", c.name, st, body, c.want)
+		}
+		h.fake.mu.Lock()
+		for p := range h.fake.files {
+			if p != "/tmp/mp/keep.txt" && strings.HasPrefix(p, "/tmp/mp/") {
+				t.Errorf("%s: %s left written", c.name, p)
+			}
+		}
+		if got := string(h.fake.files["/tmp/mp/keep.txt"]); got != "old" {
+			t.Errorf("%s: /tmp/mp/keep.txt = %q, want the old content kept", c.name, got)
+		}
+		h.fake.mu.Unlock()
+	}
+	// All parts good: every target written, nothing staged left.
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for i := range 3 {
+		fw, _ := mw.CreateFormFile("file", fmt.Sprintf("/tmp/ok/f%d.txt", i))
+		_, _ = fw.Write([]byte("ok"))
+	}
+	_ = mw.Close()
+	if st, body := h.do(t, "POST", "/files?username=user", mw.FormDataContentType(), &buf); st != http.StatusOK {
+		t.Fatalf("good upload = %d %s", st, body)
+	}
+	h.fake.mu.Lock()
+	defer h.fake.mu.Unlock()
+	for p := range h.fake.files {
+		if strings.HasPrefix(p, "/tmp/ok/") && !strings.HasPrefix(path.Base(p), "f") {
+			t.Errorf("%s left staged", p)
+		}
+	}
+	for i := range 3 {
+		if p := fmt.Sprintf("/tmp/ok/f%d.txt", i); string(h.fake.files[p]) != "ok" || h.fake.owners[p] != "user" {
+			t.Errorf("%s = %q owned by %q", p, h.fake.files[p], h.fake.owners[p])
 		}
 	}
 }

@@ -74,10 +74,26 @@ type Sandboxes interface {
 }
 
 // OwnedFilePutter is an optional capability of a Sandboxes: PutFileAs writes the file (and
-// the parents it creates) owned by user, as E2B's upload does for its `username`. Without
+// the parents it creates) with the credentials of user, as E2B's upload does for its
+// `username` (what the user may not write is refused). Without
 // it, uploads are owned by root.
 type OwnedFilePutter interface {
 	PutFileAs(ctx context.Context, id, path string, perm uint32, user string, r io.Reader) error
+}
+
+// FileReplacer is an optional capability of a Sandboxes: ReplaceFile renames the regular
+// file src over dst in one step. With it, a multipart upload is all or nothing (each part is
+// staged beside its target, and renamed only once every part is in); without it, parts are
+// written in order and a failure leaves the earlier ones written.
+type FileReplacer interface {
+	ReplaceFile(ctx context.Context, id, src, dst string) error
+}
+
+// UserFileGetter is an optional capability of a Sandboxes: GetFileAs reads the file with the
+// credentials of user, as E2B's download does for its `username` (a file the user may not
+// read is refused). Without it, downloads read as root.
+type UserFileGetter interface {
+	GetFileAs(ctx context.Context, id, path, user string, w io.Writer) error
 }
 
 // ProcessConfig is what to start (guest.ProcessConfig).
@@ -128,6 +144,12 @@ const (
 	TypeFile    = "file"
 	TypeDir     = "dir"
 	TypeSymlink = "symlink"
+	// Special files (guest.EntryFIFO...): E2B's FileType has no value for them, so they are
+	// FILE_TYPE_UNSPECIFIED on the wire, their kind in the permissions string ("prw-r--r--").
+	TypeFIFO        = "fifo"
+	TypeSocket      = "socket"
+	TypeCharDevice  = "chardev"
+	TypeBlockDevice = "blockdev"
 )
 
 // EntryInfo describes a filesystem entry (guest.EntryInfo).

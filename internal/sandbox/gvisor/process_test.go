@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"syscall"
 	"testing"
@@ -111,8 +112,63 @@ func TestManagerProcessesForkAndFiles(t *testing.T) {
 	if err := h.m.PutFile(ctx, sb.ID, "/etc/group", 0o644, strings.NewReader(group)); err != nil {
 		t.Fatal(err)
 	}
-	if e, err := h.m.MakeDir(ctx, sb.ID, "/home/user", "user"); err != nil || e.Owner != "user" || e.Group != "user" || e.Type != guest.EntryDir {
-		t.Fatalf("MakeDir /home/user = %+v, %v", e, err)
+	// Files and directories as a user are made with the user's credentials: "user" may not
+	// make /home/user (/home is root's), write /etc/passwd or into /root, nor read a
+	// root-only file; an unknown user is the caller's error.
+	if _, err := h.m.MakeDir(ctx, sb.ID, "/home/user", "user"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Fatalf("MakeDir /home/user as user = %v; want permission denied", err)
+	}
+	if st, err := h.m.Exec(ctx, sb.ID, guest.ExecRequest{Argv: []string{"sh", "-c",
+		"mkdir -p /home/user && chown user:user /home/user && echo s3cr3t > /root/secret && chmod 600 /root/secret && mkfifo /tmp/fifo"}}, io.Discard, io.Discard); err != nil || st.Code != 0 {
+		t.Fatalf("setting up /home/user = %+v, %v", st, err)
+	}
+	if e, err := h.m.MakeDir(ctx, sb.ID, "/home/user/d", "user"); err != nil || e.Owner != "user" || e.Group != "user" || e.Type != guest.EntryDir {
+		t.Fatalf("MakeDir /home/user/d = %+v, %v", e, err)
+	}
+	for _, p := range []string{"/etc/passwd", "/root/owned", "/etc/new/f"} {
+		if err := h.m.PutFileAs(ctx, sb.ID, p, 0o644, "user", strings.NewReader("pwned")); !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Fatalf("PutFileAs(%s) as user = %v; want permission denied", p, err)
+		}
+	}
+	if got := h.file(t, sb.ID, "/etc/passwd"); got != passwd {
+		t.Fatalf("/etc/passwd after a refused write = %q", got)
+	}
+	if err := h.m.GetFileAs(ctx, sb.ID, "/root/secret", "user", io.Discard); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Fatalf("GetFileAs(/root/secret) as user = %v; want permission denied", err)
+	}
+	var secret strings.Builder
+	if err := h.m.GetFileAs(ctx, sb.ID, "/root/secret", "root", &secret); err != nil || secret.String() != "s3cr3t\n" {
+		t.Fatalf("GetFileAs(/root/secret) as root = %q, %v", secret.String(), err)
+	}
+	if err := h.m.GetFileAs(ctx, sb.ID, "/etc/hostname", "ghost", io.Discard); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("GetFileAs as an unknown user = %v; want invalid argument", err)
+	}
+	// ReplaceFile (how a multipart upload commits) renames a file over another whole, and
+	// refuses to replace a directory.
+	if err := h.m.PutFileAs(ctx, sb.ID, "/home/user/.staged", 0o644, "user", strings.NewReader("new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.PutFileAs(ctx, sb.ID, "/home/user/target", 0o644, "user", strings.NewReader("old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.ReplaceFile(ctx, sb.ID, "/home/user/.staged", "/home/user/d"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("ReplaceFile over a directory = %v; want invalid argument", err)
+	}
+	if err := h.m.ReplaceFile(ctx, sb.ID, "/home/user/.staged", "/home/user/target"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.file(t, sb.ID, "/home/user/target"); got != "new" {
+		t.Fatalf("/home/user/target after ReplaceFile = %q, want new", got)
+	}
+	if _, err := h.m.Stat(ctx, sb.ID, "/home/user/.staged"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Stat(staged) after ReplaceFile = %v; want not found", err)
+	}
+	// Special files keep their type; /tmp keeps its sticky bit.
+	if e, err := h.m.Stat(ctx, sb.ID, "/tmp/fifo"); err != nil || e.Type != guest.EntryFIFO {
+		t.Fatalf("Stat(/tmp/fifo) = %+v, %v; want type %s", e, err, guest.EntryFIFO)
+	}
+	if e, err := h.m.Stat(ctx, sb.ID, "/tmp"); err != nil || e.Mode&0o1000 == 0 {
+		t.Fatalf("Stat(/tmp) = %+v, %v; want the sticky bit", e, err)
 	}
 
 	if err := h.m.PutFileAs(ctx, sb.ID, "/home/user/new/f.txt", 0o644, "user", strings.NewReader("hi")); err != nil {
