@@ -240,7 +240,10 @@ func (m *Manager) dropPauseImages(ctx context.Context, id, keep string) {
 		if cp.SandboxID != id || cp.Tag != PauseTag || cp.ID == keep {
 			continue
 		}
-		if err := m.RemoveCheckpoint(ctx, cp.ID); err != nil && !errdefs.IsNotFound(err) {
+		// A later pause image of the same sandbox names this one its parent (the sandbox was
+		// resumed from it); images are whole, so that lineage does not hold it.
+		samePause := func(c CheckpointRecord) bool { return c.SandboxID == id && c.Tag == PauseTag }
+		if err := m.removeCheckpoint(ctx, cp, samePause); err != nil && !errdefs.IsNotFound(err) {
 			m.log.Info("keeping a pause image", "sandbox_id", id, "checkpoint", cp.ID, "err", err)
 		}
 	}
