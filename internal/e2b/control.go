@@ -127,6 +127,13 @@ func visible(s sandbox.State) bool {
 	return false
 }
 
+// remains reports whether a sandbox in state s, which E2B does not show, may still hold
+// engine processes (a remove or the engine failed): DELETE removes it all the same, so an
+// E2B client can always free what it made.
+func remains(s sandbox.State) bool {
+	return s == sandbox.Failed || s == sandbox.Dead || s == sandbox.Removing
+}
+
 func stateOf(s sandbox.State) string {
 	if s == sandbox.Paused {
 		return "paused"
@@ -401,8 +408,13 @@ func (c *control) get(w http.ResponseWriter, r *http.Request) {
 
 // kill removes the sandbox (Remove drops its pause images).
 func (c *control) kill(w http.ResponseWriter, r *http.Request) {
-	rec, ok := c.lookup(w, r)
-	if !ok {
+	id := r.PathValue("id")
+	rec, err := c.cfg.Sandboxes.Get(r.Context(), id)
+	if err == nil && !visible(rec.State) && !remains(rec.State) {
+		err = fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		c.fail(w, err)
 		return
 	}
 	if err := c.cfg.Sandboxes.Remove(r.Context(), rec.ID); err != nil {
