@@ -3,6 +3,7 @@ package gvisor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,11 +17,12 @@ import (
 	"github.com/zygo-run/zygo/internal/sandbox/gvisor"
 )
 
-// TestManagerRemoveFrozen: rm of a sandbox whose engine stopped answering (its runsc-sandbox
-// process SIGSTOPped) still ends it: the call returns, the processes are gone (even the
-// stopped one) and so are the record and the engine's instance.
+// TestManagerRemoveFrozen: a sandbox whose engine stopped answering (its runsc-sandbox
+// process SIGSTOPped): a checkpoint (what pause and fork take) fails at ReadyTimeout with a
+// deadline error saying the engine did not answer, and rm still ends it: the call returns,
+// the processes are gone (even the stopped one) and so are the record and the instance.
 func TestManagerRemoveFrozen(t *testing.T) {
-	h := newHarness(t, nil)
+	h, _ := newHarnessTimeout(t, nil, 15*time.Second)
 	ctx := tctx(t)
 	src, err := h.m.Create(ctx, sandbox.CreateOptions{})
 	if err != nil {
@@ -40,6 +42,10 @@ func TestManagerRemoveFrozen(t *testing.T) {
 		t.Fatalf("freezing runsc-sandbox %d: %v", st.PID, err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(st.PID, syscall.SIGKILL) })
+	_, err = h.m.Checkpoint(ctx, src.ID, "frozen")
+	if !errors.Is(err, errdefs.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "did not answer") {
+		t.Errorf("checkpoint of a frozen sandbox = %v, want a deadline error saying the engine did not answer", err)
+	}
 	t0 := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
