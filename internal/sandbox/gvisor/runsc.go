@@ -168,7 +168,8 @@ const deleteWait = 10 * time.Second
 // gofer); an absent one is not an error. When the delete fails or takes longer than
 // deleteWait (the sandbox does not answer), the processes of the instance's cgroup are
 // SIGKILLed, which needs no answer from them, and the delete is tried once more, so it
-// returns within about twice deleteWait whatever the sandbox does.
+// returns within about twice deleteWait whatever the sandbox does; what still fails wraps
+// errdefs.ErrUnavailable.
 func (b *Backend) deleteContainer(ctx context.Context, id string) error {
 	del := func() error {
 		dctx, cancel := context.WithTimeout(ctx, deleteWait)
@@ -192,7 +193,7 @@ func (b *Backend) deleteContainer(ctx context.Context, id string) error {
 	if err = del(); err == nil || gone() {
 		return nil
 	}
-	return err
+	return fmt.Errorf("the sandbox's engine did not end, even after SIGKILL of its cgroup: %w: %w", errdefs.ErrUnavailable, err)
 }
 
 // killCgroup SIGKILLs every process in instance id's cgroup (a stopped one too) and returns
