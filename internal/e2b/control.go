@@ -47,7 +47,7 @@ const clientID = "zygo"
 
 // Tags of the checkpoints the control API takes: Pause's and a snapshot's default.
 const (
-	pauseTag    = "pause"
+	pauseTag    = sandbox.PauseTag
 	snapshotTag = "snapshot"
 )
 
@@ -125,6 +125,13 @@ func visible(s sandbox.State) bool {
 		return true
 	}
 	return false
+}
+
+// remains reports whether a sandbox in state s, which E2B does not show, may still hold
+// engine processes (a remove or the engine failed): DELETE removes it all the same, so an
+// E2B client can always free what it made.
+func remains(s sandbox.State) bool {
+	return s == sandbox.Failed || s == sandbox.Dead || s == sandbox.Removing
 }
 
 func stateOf(s sandbox.State) string {
@@ -399,37 +406,25 @@ func (c *control) get(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// kill removes the sandbox and, once it is gone, the pause images no sandbox uses any more.
+// kill removes the sandbox (Remove drops its pause images).
 func (c *control) kill(w http.ResponseWriter, r *http.Request) {
-	rec, ok := c.lookup(w, r)
-	if !ok {
+	id := r.PathValue("id")
+	rec, err := c.cfg.Sandboxes.Get(r.Context(), id)
+	if err == nil && !visible(rec.State) && !remains(rec.State) {
+		err = fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		c.fail(w, err)
 		return
 	}
 	if err := c.cfg.Sandboxes.Remove(r.Context(), rec.ID); err != nil {
 		c.fail(w, err)
 		return
 	}
-	c.dropPauseImages(r.Context(), rec.ID)
 	if c.cfg.Removed != nil {
 		c.cfg.Removed(rec.ID)
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// dropPauseImages removes the pause checkpoints of a removed sandbox (E2B forgets a killed
-// sandbox whole). One still referenced (a fork was restored from it) is left.
-func (c *control) dropPauseImages(ctx context.Context, id string) {
-	cps, err := c.cfg.Sandboxes.Checkpoints(ctx, id)
-	if err != nil {
-		return
-	}
-	for _, cp := range cps {
-		if cp.Tag == pauseTag {
-			if err := c.cfg.Sandboxes.RemoveCheckpoint(ctx, cp.ID); err != nil {
-				c.log.Info("e2b: keeping a pause image of a killed sandbox", "sandbox_id", id, "checkpoint", cp.ID, "err", err)
-			}
-		}
-	}
 }
 
 func (c *control) setTimeout(w http.ResponseWriter, r *http.Request) {
@@ -493,9 +488,18 @@ func (c *control) connectWith(w http.ResponseWriter, r *http.Request, def time.D
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if rec.State == sandbox.Paused {
-		c.resumeWith(w, r, rec, d)
-		return
+	if rec.State == sandbox.Paused || rec.State == sandbox.Resuming {
+		// Resume waits for a resume in progress; one that ended just before it started
+		// leaves the sandbox running, which connect answers as below.
+		next, rerr := c.cfg.Sandboxes.Resume(r.Context(), rec.ID, d)
+		if rerr == nil {
+			writeJSON(w, http.StatusCreated, c.sandboxBody(next))
+			return
+		}
+		if rec, err = c.cfg.Sandboxes.Get(r.Context(), rec.ID); err != nil || rec.State != sandbox.Running {
+			c.fail(w, rerr)
+			return
+		}
 	}
 	if d > 0 {
 		if exp := rec.Options.Lifecycle.ExpiresAt; !exp.IsZero() && time.Until(exp) < d {

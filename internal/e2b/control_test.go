@@ -397,5 +397,20 @@ func TestUnauthenticatedControlBodyNotRead(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusUnauthorized || body.read != 0 {
 		t.Fatalf("status %d, %d body bytes read; want 401 and none", rec.Code, body.read)
+// TestKillFailed: a sandbox whose removal failed (its engine's processes may still run) is
+// not listed nor shown, but DELETE still removes it rather than answering 404.
+func TestKillFailed(t *testing.T) {
+	f := newFakeSandboxes()
+	h := newTestHandler(f, nil)
+	rec := f.add(sandbox.CreateOptions{Template: "base"})
+	rec.State = sandbox.Failed
+	f.recs[rec.ID] = rec
+	st, body := do(t, h, "GET", "/sandboxes/"+rec.ID, "zygo_abc", "")
+	wantE2BError(t, "get of a failed sandbox", st, body, 404, "not found")
+	if st, body = do(t, h, "DELETE", "/sandboxes/"+rec.ID, "zygo_abc", ""); st != 204 {
+		t.Errorf("kill of a failed sandbox: %d %s", st, body)
+	}
+	if _, ok := f.recs[rec.ID]; ok {
+		t.Errorf("the failed sandbox's record is left after kill")
 	}
 }

@@ -93,11 +93,17 @@ func (m *Manager) RemoveCheckpoint(ctx context.Context, idOrTag string) error {
 	if err != nil {
 		return err
 	}
+	return m.removeCheckpoint(ctx, cp, nil)
+}
+
+// removeCheckpoint is RemoveCheckpoint of cp, where a checkpoint taken of a sandbox restored
+// from cp does not hold it when besides(that checkpoint) is true (nil: every one holds it).
+func (m *Manager) removeCheckpoint(ctx context.Context, cp CheckpointRecord, besides func(CheckpointRecord) bool) error {
 	if err := m.markRemoving(cp.ID); err != nil {
 		return err
 	}
 	defer m.unmarkRemoving(cp.ID)
-	refs, err := m.checkpointRefs(ctx, cp.ID)
+	refs, err := m.checkpointRefs(ctx, cp.ID, besides)
 	if err != nil {
 		return err
 	}
@@ -118,7 +124,7 @@ func (m *Manager) RemoveCheckpoint(ctx context.Context, idOrTag string) error {
 
 // checkpointRefs returns what refers to checkpoint id: "sandbox ID" for each sandbox restored
 // from it, "checkpoint ID" for each checkpoint taken of such a sandbox.
-func (m *Manager) checkpointRefs(ctx context.Context, id string) ([]string, error) {
+func (m *Manager) checkpointRefs(ctx context.Context, id string, besides func(CheckpointRecord) bool) ([]string, error) {
 	var refs []string
 	sbs, err := m.reg.ListSandboxes(ctx)
 	if err != nil {
@@ -134,7 +140,7 @@ func (m *Manager) checkpointRefs(ctx context.Context, id string) ([]string, erro
 		return nil, fmt.Errorf("listing checkpoints: %w", err)
 	}
 	for _, c := range cps {
-		if c.ParentID == id {
+		if c.ParentID == id && (besides == nil || !besides(c)) {
 			refs = append(refs, "checkpoint "+c.ID)
 		}
 	}

@@ -143,9 +143,9 @@ type Manager struct {
 	// recMu serializes SetTimeout's read-modify-write of a record.
 	recMu sync.Mutex
 	// resumeMu guards resuming: the ids of paused sandboxes a Resume is restoring (they have
-	// no live entry to serialize on).
+	// no live entry to serialize on), each with a channel closed when that Resume returns.
 	resumeMu sync.Mutex
-	resuming map[string]bool
+	resuming map[string]chan struct{}
 }
 
 // NewManager returns a Manager. It starts nothing; call Recover to adopt sandboxes left by an
@@ -190,7 +190,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	m := &Manager{cfg: cfg, bes: bes, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
 		recovering: map[string]chan struct{}{}, ckLeases: map[string]int{}, ckRemoving: map[string]bool{},
 		removeImage: os.RemoveAll, nets: map[string]NetEndpoint{}, ports: map[portKey]*portProxy{},
-		resuming: map[string]bool{}}
+		resuming: map[string]chan struct{}{}}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())
 	return m, nil
 }
@@ -594,7 +594,8 @@ func (m *Manager) ListFiles(ctx context.Context, idOrName, path string) (guest.L
 // whatever still runs after that ends when the engine is destroyed.
 const removeUnwind = 5 * time.Second
 
-// Remove destroys the sandbox's engine instance and deletes its record; its checkpoints stay.
+// Remove destroys the sandbox's engine instance and deletes its record and its pause images
+// (PauseTag) no other sandbox was restored from; its other checkpoints stay.
 // It does not wait for calls in flight: it ends them (their callers get ErrRemoved) and
 // removes at once. A sandbox still being recovered is waited for (bounded by ctx). It
 // returns an error wrapping errdefs.ErrNotFound for an unknown sandbox; when the engine
@@ -646,6 +647,7 @@ func (m *Manager) Remove(ctx context.Context, idOrName string) error {
 	if err := m.reg.DeleteSandbox(ctx, rec.ID); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("deleting sandbox record %s: %w", rec.ID, err)
 	}
+	m.dropPauseImages(context.WithoutCancel(ctx), rec.ID, "")
 	m.log.Info("removed sandbox", "sandbox_id", rec.ID)
 	return nil
 }

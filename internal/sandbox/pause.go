@@ -12,10 +12,15 @@ import (
 // errdefs.ErrFailedPrecondition.
 var ErrPaused = fmt.Errorf("paused while the call was waiting: %w", errdefs.ErrFailedPrecondition)
 
-// Pause checkpoints the sandbox (tag "pause") and stops it: its engine instance is destroyed,
+// PauseTag is the tag of the checkpoints Pause takes (pause images). They belong to their
+// sandbox: Pause drops the previous one once the new one is saved, and Remove drops them all,
+// so only the image a paused sandbox needs outlives it. Checkpoints of any other tag are kept.
+const PauseTag = "pause"
+
+// Pause checkpoints the sandbox (tag PauseTag) and stops it: its engine instance is destroyed,
 // so a paused sandbox holds no CPU or memory, only its image, which its record names
 // (CheckpointID) and which therefore cannot be removed while it is paused. Its deadline is
-// cleared (Resume sets a new one). It waits for the calls in flight as Checkpoint does. It
+// cleared (Resume sets a new one). The sandbox's previous pause image, if any, is removed. It waits for the calls in flight as Checkpoint does. It
 // returns the record as saved (Paused), or an error wrapping errdefs.ErrNotFound for an unknown
 // sandbox and errdefs.ErrFailedPrecondition for one that is not Running (a paused one
 // included); on error the sandbox is as it was.
@@ -35,7 +40,7 @@ func (m *Manager) Pause(ctx context.Context, idOrName string) (SandboxRecord, er
 	if err != nil {
 		return rec, err
 	}
-	cp, err := m.checkpointLocked(c.ctx, ck, &c.rec, c.e, "pause")
+	cp, err := m.checkpointLocked(c.ctx, ck, &c.rec, c.e, PauseTag)
 	if err != nil {
 		return c.rec, c.end(err)
 	}
@@ -53,6 +58,7 @@ func (m *Manager) Pause(ctx context.Context, idOrName string) (SandboxRecord, er
 	if err := m.destroyEngine(context.WithoutCancel(ctx), be, next.EngineID); err != nil {
 		m.log.Error("destroying the instance of a paused sandbox", "sandbox_id", rec.ID, "engine_id", next.EngineID, "err", err)
 	}
+	m.dropPauseImages(context.WithoutCancel(ctx), rec.ID, cp.ID)
 	m.log.Info("paused sandbox", "sandbox_id", rec.ID, "checkpoint", cp.ID)
 	return next, nil
 }
@@ -62,8 +68,9 @@ func (m *Manager) Pause(ctx context.Context, idOrName string) (SandboxRecord, er
 // marks it Running, keeping its id and name. timeout, when positive, replaces the sandbox's
 // Lifecycle.Timeout; the deadline is counted from now. On error the sandbox stays Paused and
 // nothing of the new instance is left. Errors: errdefs.ErrNotFound for an unknown sandbox,
-// errdefs.ErrFailedPrecondition for one that is not Paused or is being resumed already, or
-// whose image is lost or corrupted.
+// errdefs.ErrFailedPrecondition for one that is not Paused, or whose image is lost or
+// corrupted. A call that finds another resuming the sandbox waits for it (bounded by ctx)
+// and, when the sandbox then runs, returns its record as that call left it.
 func (m *Manager) Resume(ctx context.Context, idOrName string, timeout time.Duration) (SandboxRecord, error) {
 	if timeout < 0 || timeout > MaxTimeout {
 		return SandboxRecord{}, invalid("timeout", "%s: must be from 0 (keep the sandbox's) to %s", timeout, MaxTimeout)
@@ -76,19 +83,34 @@ func (m *Manager) Resume(ctx context.Context, idOrName string, timeout time.Dura
 		return rec, fmt.Errorf("sandbox %s is %w", rec.ID, ErrRecovering)
 	}
 	m.resumeMu.Lock()
-	busy := m.resuming[rec.ID]
-	m.resuming[rec.ID] = true
-	m.resumeMu.Unlock()
-	if busy {
-		return rec, fmt.Errorf("sandbox %s is being resumed by another call: %w", rec.ID, errdefs.ErrFailedPrecondition)
+	busy, waited := m.resuming[rec.ID], false
+	for busy != nil {
+		// Another call is resuming it: wait for it and answer as it did (E2B's connect is
+		// idempotent), from the record it left.
+		m.resumeMu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return rec, fmt.Errorf("waiting for another call resuming sandbox %s: %w", rec.ID, ctx.Err())
+		}
+		waited = true
+		m.resumeMu.Lock()
+		busy = m.resuming[rec.ID]
 	}
+	done := make(chan struct{})
+	m.resuming[rec.ID] = done
+	m.resumeMu.Unlock()
 	defer func() {
 		m.resumeMu.Lock()
 		delete(m.resuming, rec.ID)
 		m.resumeMu.Unlock()
+		close(done)
 	}()
 	if rec, err = m.reg.GetSandbox(ctx, rec.ID); err != nil { // the state may have moved meanwhile
 		return rec, err
+	}
+	if waited && rec.State == Running {
+		return rec, nil // resumed by the call waited for
 	}
 	if rec.State != Paused {
 		return rec, fmt.Errorf("sandbox %s is %s: only a paused sandbox resumes: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
@@ -203,4 +225,26 @@ func (m *Manager) Restore(ctx context.Context, checkpoint string, opts RestoreOp
 	}
 	m.log.Info("restored checkpoint into a new sandbox", "checkpoint", cp.ID, "sandbox_id", child.Sandbox.ID)
 	return child.Sandbox, nil
+}
+
+// dropPauseImages removes the pause images (PauseTag) taken of sandbox id except keep ("" for
+// none): the one place a pause image ends, called by Pause (the image it replaces) and Remove
+// (all). An image still referenced (a sandbox restored from it) or in use is kept, logged.
+func (m *Manager) dropPauseImages(ctx context.Context, id, keep string) {
+	cps, err := m.reg.ListCheckpoints(ctx)
+	if err != nil {
+		m.log.Warn("listing checkpoints to drop the pause images of a sandbox", "sandbox_id", id, "err", err)
+		return
+	}
+	for _, cp := range cps {
+		if cp.SandboxID != id || cp.Tag != PauseTag || cp.ID == keep {
+			continue
+		}
+		// A later pause image of the same sandbox names this one its parent (the sandbox was
+		// resumed from it); images are whole, so that lineage does not hold it.
+		samePause := func(c CheckpointRecord) bool { return c.SandboxID == id && c.Tag == PauseTag }
+		if err := m.removeCheckpoint(ctx, cp, samePause); err != nil && !errdefs.IsNotFound(err) {
+			m.log.Info("keeping a pause image", "sandbox_id", id, "checkpoint", cp.ID, "err", err)
+		}
+	}
 }

@@ -220,3 +220,53 @@ func TestLifecycleValidation(t *testing.T) {
 		t.Errorf("templates: %+v", got)
 	}
 }
+
+// TestResumeConcurrent: a Resume that finds another resuming the sandbox waits for it and
+// answers as it did (E2B's connect is idempotent), rather than failing.
+func TestResumeConcurrent(t *testing.T) {
+	ctx := context.Background()
+	be := newFake()
+	m, _ := newClockManager(t, be, NewMemRegistry())
+	src, err := m.Create(ctx, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Pause(ctx, src.ID); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	restores := 0 // under be.mu, which Restore does not hold while calling failRestore
+	be.mu.Lock()
+	be.failRestore = func(Spec) error {
+		be.mu.Lock()
+		restores++
+		be.mu.Unlock()
+		once.Do(func() { close(entered) })
+		<-release
+		return nil
+	}
+	be.mu.Unlock()
+	type result struct {
+		rec SandboxRecord
+		err error
+	}
+	first, second := make(chan result, 1), make(chan result, 1)
+	go func() { r, err := m.Resume(ctx, src.ID, 0); first <- result{r, err} }()
+	<-entered
+	go func() { r, err := m.Resume(ctx, src.ID, 0); second <- result{r, err} }()
+	time.Sleep(200 * time.Millisecond) // lets the second call reach the wait (ordering only)
+	close(release)
+	a, b := <-first, <-second
+	if a.err != nil || b.err != nil {
+		t.Fatalf("concurrent resumes: %v, %v; want both to succeed", a.err, b.err)
+	}
+	if a.rec.State != Running || b.rec.Generation != a.rec.Generation || b.rec.EngineID != a.rec.EngineID {
+		t.Errorf("the waiting resume answered %+v, want the first's %+v", b.rec, a.rec)
+	}
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if restores != 1 {
+		t.Errorf("restores: %d, want 1 (the waiting call restores nothing)", restores)
+	}
+}

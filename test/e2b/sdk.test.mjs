@@ -198,6 +198,18 @@ test('setTimeout and expiry: killed, or paused, as asked', async () => {
   assert.ok(await gone(short.sandboxId), 'the sandbox past its timeout is gone')
   assert.equal(await stateOf(paused.sandboxId), 'paused')
   assert.equal(await stateOf(kept.sandboxId), 'running')
+  // Concurrent connects of a paused sandbox (raw, as other SDKs send them): the later ones
+  // wait for the first one's resume and succeed, as E2B's connect does, rather than a 409.
+  const connect = () => fetch(`${process.env.E2B_API_URL}/sandboxes/${paused.sandboxId}/connect`, {
+    method: 'POST',
+    headers: { 'X-API-Key': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+    body: '{"timeout":60}',
+  })
+  const answers = await Promise.all([connect(), connect(), connect()])
+  const statuses = answers.map((r) => r.status)
+  assert.ok(statuses.every((st) => st === 200 || st === 201) && statuses.includes(201), `concurrent connects answered ${statuses}`)
+  for (const r of answers) assert.equal((await r.json()).sandboxID, paused.sandboxId)
+  assert.equal(await stateOf(paused.sandboxId), 'running')
 })
 
 test('kill, and the SDK\'s own errors for what does not exist', async () => {

@@ -20,11 +20,13 @@ package envd
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -199,8 +201,12 @@ func sandboxIDFrom(ctx context.Context) (string, error) {
 	return ref.id, nil
 }
 
-// health answers 204 when the sandbox runs, and 502 (E2B's proxy's answer for a sandbox
-// that is gone) when it does not: the SDK's isRunning reads the status.
+// healthPing bounds how long GET /health waits for the guest to answer a Stat of "/".
+const healthPing = 2 * time.Second
+
+// health answers 204 when the sandbox runs and its guest answers a Stat of "/" within
+// healthPing, and 502 (E2B's proxy's answer for a sandbox that is gone) otherwise: the SDK's
+// isRunning reads the status, so a frozen guest reads as not running.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	id, err := sandboxIDFrom(r.Context())
 	if err != nil {
@@ -208,6 +214,22 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.sb.CheckRunning(r.Context(), id); err != nil {
+		s.writeError(w, r, id, notRunning(id, err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), healthPing)
+	defer cancel()
+	pinged := make(chan error, 1) // buffered: a Stat that outlives ctx does not block
+	go func() {
+		_, err := s.sb.Stat(ctx, id, "/")
+		pinged <- err
+	}()
+	select {
+	case err = <-pinged:
+	case <-ctx.Done():
+		err = fmt.Errorf("the guest did not answer within %s", healthPing)
+	}
+	if err != nil {
 		s.writeError(w, r, id, notRunning(id, err))
 		return
 	}

@@ -36,6 +36,7 @@ type fakeSandboxes struct {
 	owners   map[string]string       // guarded by mu; path -> owner of PutFileAs
 	getFault error                   // GetFile fails with it after writing "partial"
 	figures  string                  // the value of figuresCode: base64 PNGs joined by commas
+	frozen   chan struct{}           // guarded by mu; when set, Stat waits for it, ignoring ctx (a frozen guest)
 }
 
 var (
@@ -276,6 +277,12 @@ func (f *fakeSandboxes) statLocked(p string) (EntryInfo, error) {
 func (f *fakeSandboxes) Stat(_ context.Context, id, p string) (EntryInfo, error) {
 	if err := f.check(id); err != nil {
 		return EntryInfo{}, err
+	}
+	f.mu.Lock()
+	frozen := f.frozen
+	f.mu.Unlock()
+	if frozen != nil {
+		<-frozen
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

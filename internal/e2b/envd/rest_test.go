@@ -56,6 +56,19 @@ func wantError(t *testing.T, status int, body string, wantStatus int, part strin
 	}
 }
 
+// TestHealthFrozen: a guest that does not answer a Stat within healthPing makes /health
+// answer 502 (not running), as E2B's does, rather than 204 or a stall.
+func TestHealthFrozen(t *testing.T) {
+	h := newHarness(t)
+	frozen := make(chan struct{})
+	defer close(frozen)
+	h.fake.mu.Lock()
+	h.fake.frozen = frozen
+	h.fake.mu.Unlock()
+	st, body := h.do(t, "GET", "/health", "", nil)
+	wantError(t, st, body, http.StatusBadGateway, "did not answer within")
+}
+
 func TestHealth(t *testing.T) {
 	h := newHarness(t)
 	if st, _ := h.do(t, "GET", "/health", "", nil); st != http.StatusNoContent {

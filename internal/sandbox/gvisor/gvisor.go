@@ -446,6 +446,10 @@ func (b *Backend) Checkpoint(ctx context.Context, id, imageDir string) error {
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
+		if ctx.Err() != nil { // the call's deadline ended runsc: the sandbox did not answer
+			return fmt.Errorf("checkpointing %s: the sandbox's engine did not answer in time (frozen or overloaded): %w: %w",
+				id, errdefs.ErrDeadlineExceeded, err)
+		}
 		return fmt.Errorf("checkpointing %s: %w", id, err)
 	}
 	if err := b.waitGuest(ctx, in); err != nil {

@@ -9,7 +9,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
@@ -157,15 +160,56 @@ func (b *Backend) list(ctx context.Context) ([]containerState, error) {
 	return sts, nil
 }
 
+// deleteWait bounds each `runsc delete --force` of deleteContainer: runsc talks to the
+// sandbox first, and a sandbox that stopped answering (frozen, SIGSTOPped) would hold it.
+const deleteWait = 10 * time.Second
+
 // deleteContainer kills and deletes the container (delete --force kills the sandbox and its
-// gofer); an absent one is not an error.
+// gofer); an absent one is not an error. When the delete fails or takes longer than
+// deleteWait (the sandbox does not answer), the processes of the instance's cgroup are
+// SIGKILLed, which needs no answer from them, and the delete is tried once more, so it
+// returns within about twice deleteWait whatever the sandbox does; what still fails wraps
+// errdefs.ErrUnavailable.
 func (b *Backend) deleteContainer(ctx context.Context, id string) error {
-	_, err := b.runsc(ctx, "delete", "--force", id)
-	if err == nil {
+	del := func() error {
+		dctx, cancel := context.WithTimeout(ctx, deleteWait)
+		defer cancel()
+		_, err := b.runsc(dctx, "delete", "--force", id)
+		return err
+	}
+	gone := func() bool {
+		sctx, cancel := context.WithTimeout(ctx, deleteWait)
+		defer cancel()
+		_, serr := b.state(sctx, id)
+		return errors.Is(serr, errdefs.ErrNotFound)
+	}
+	err := del()
+	if err == nil || gone() {
 		return nil
 	}
-	if _, serr := b.state(ctx, id); errors.Is(serr, errdefs.ErrNotFound) {
+	if n := b.killCgroup(id); n > 0 {
+		b.log.Warn("runsc delete did not end the sandbox: killed its processes", "engine_id", id, "processes", n, "err", err)
+	}
+	if err = del(); err == nil || gone() {
 		return nil
 	}
-	return err
+	return fmt.Errorf("the sandbox's engine did not end, even after SIGKILL of its cgroup: %w: %w", errdefs.ErrUnavailable, err)
+}
+
+// killCgroup SIGKILLs every process in instance id's cgroup (a stopped one too) and returns
+// how many it signalled.
+func (b *Backend) killCgroup(id string) int {
+	n := 0
+	for _, d := range b.cgroupDirs(id) {
+		data, err := os.ReadFile(filepath.Join(d, "cgroup.procs")) // a kernel file: small, never blocks
+		if err != nil {
+			continue
+		}
+		for f := range strings.FieldsSeq(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && syscall.Kill(pid, syscall.SIGKILL) == nil {
+				n++
+			}
+		}
+	}
+	return n
 }
