@@ -397,6 +397,9 @@ func TestUnauthenticatedControlBodyNotRead(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusUnauthorized || body.read != 0 {
 		t.Fatalf("status %d, %d body bytes read; want 401 and none", rec.Code, body.read)
+	}
+}
+
 // TestKillFailed: a sandbox whose removal failed (its engine's processes may still run) is
 // not listed nor shown, but DELETE still removes it rather than answering 404.
 func TestKillFailed(t *testing.T) {
