@@ -87,11 +87,32 @@ func startNode(t *testing.T, name string) *node {
 	p := &e2eutil.Process{T: t, Bin: zygoBin, StateDir: dir, Args: []string{"--listen", addr, "--no-sandbox-network"}}
 	p.Start(60 * time.Second)
 	t.Cleanup(func() { p.Stop(60 * time.Second) })
+	// Runs before Stop (cleanups run last-registered first): a daemon's sandboxes outlive it by
+	// design (recovered at its next start), so a node that still holds one at the end removes it,
+	// or its runsc processes and the null-netns mount under dir would outlive the test.
+	t.Cleanup(func() { removeSandboxes(t, p) })
 	tok, err := os.ReadFile(daemon.TokenPath(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &node{Process: p, name: name, addr: addr, token: strings.TrimSpace(string(tok))}
+}
+
+// removeSandboxes removes every sandbox p still holds, if p is running.
+func removeSandboxes(t *testing.T, p *e2eutil.Process) {
+	if !p.Running() {
+		return
+	}
+	out, errOut, code := p.CLI("", time.Minute, "sandbox", "ls", "-q")
+	if code != 0 {
+		t.Logf("listing the node's sandboxes at cleanup: exit %d: %s", code, errOut)
+		return
+	}
+	if ids := strings.Fields(out); len(ids) > 0 {
+		if _, errOut, code := p.CLI("", 2*time.Minute, append([]string{"sandbox", "rm"}, ids...)...); code != 0 {
+			t.Errorf("removing the node's sandboxes %v at cleanup: exit %d: %s", ids, code, errOut)
+		}
+	}
 }
 
 func freeAddr(t *testing.T) string {
