@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path"
 	"slices"
@@ -235,4 +236,24 @@ func bundle(fn *zygov1.Function, files map[string][]byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: the function's files take %d bytes packed, more than %d", errSource, out.Len(), wire.MaxBundleBytes)
 	}
 	return out.Bytes(), nil
+}
+
+// fetchHeaderTimeout bounds connecting to a Function's URL source and waiting for its
+// response headers; fetchTimeout bounds the whole download.
+const fetchHeaderTimeout = 10 * time.Second
+
+// defaultFetchClient fetches URL sources when FunctionReconciler.HTTP is nil.
+var defaultFetchClient = newFetchClient(fetchHeaderTimeout)
+
+// newFetchClient returns a client for URL sources whose connect, TLS handshake and wait for
+// the response headers each take at most d, so that a URL that accepts and never answers
+// fails in d, not after fetchTimeout; the environment's proxy settings apply.
+func newFetchClient(d time.Duration) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: d}).DialContext,
+		TLSHandshakeTimeout:   d,
+		ResponseHeaderTimeout: d,
+		IdleConnTimeout:       90 * time.Second,
+	}}
 }

@@ -4,9 +4,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // tarGzOf writes a gzip'd tar of the given headers, each followed by Size zero bytes.
@@ -77,4 +81,46 @@ func TestUntarBounds(t *testing.T) {
 			t.Fatalf("untar of exactly %d entries: %v", maxArchiveFiles, err)
 		}
 	})
+}
+
+// A URL that accepts the connection and never answers fails after the fetch client's header
+// timeout, naming spec.source.url, instead of holding the Function worker for fetchTimeout.
+func TestFetchArchiveHungURL(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accept, read nothing, answer nothing; close them all once ln is closed
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		_, err := fetchArchive(context.Background(), newFetchClient(300*time.Millisecond), "http://"+ln.Addr().String()+"/x.tgz", strings.Repeat("0", 64))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !errors.Is(err, errSource) || !strings.Contains(err.Error(), "spec.source.url") {
+			t.Fatalf("fetch of a hung URL: err %v, want errSource naming spec.source.url", err)
+		}
+		t.Logf("hung URL: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("fetch of a hung URL still waiting after 20s with a 300ms header timeout")
+	}
+	if defaultFetchClient.Transport.(*http.Transport).ResponseHeaderTimeout != fetchHeaderTimeout {
+		t.Errorf("the default fetch client has no header timeout")
+	}
 }
