@@ -193,11 +193,14 @@ func (r *FunctionReconciler) deployOn(ctx context.Context, fn *zygov1.Function, 
 	if err != nil {
 		return "", err
 	}
-	cctx, cancel := context.WithTimeout(ctx, createTimeout)
-	defer cancel()
-	if _, err := pushSecrets(cctx, r.Client, a, fn.Namespace, fn.Spec.Secrets, "spec.secrets"); err != nil {
+	sctx, scancel := context.WithTimeout(ctx, agentCallTimeout) // secret puts are small: a hung node fails them fast
+	_, err = pushSecrets(sctx, r.Client, a, fn.Namespace, fn.Spec.Secrets, "spec.secrets")
+	scancel()
+	if err != nil {
 		return "", fmt.Errorf("node %s: %w", nodeName, err)
 	}
+	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
 	res, err := a.Deploy(cctx, bytes.NewReader(b))
 	if err != nil {
 		return "", fmt.Errorf("deploying on node %s: %w", nodeName, err)
