@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path"
 	"slices"
@@ -102,8 +103,18 @@ func fetchArchive(ctx context.Context, hc *http.Client, url, want string) (map[s
 	return untar(b)
 }
 
+// Limits of a URL source once unpacked: the daemon's own bounds on a deployed bundle
+// (internal/function MaxUnpackedBytes and MaxBundleFiles, not imported: that package pulls in
+// the whole sandbox runtime), so the controller never holds more than an agent would accept.
+const (
+	maxUnpackedBytes = 256 << 20 // sum of the regular files' sizes, bytes
+	maxArchiveFiles  = 10_000    // tar entries of any type
+)
+
 // untar returns the regular files of a gzip'd tar, by cleaned relative path; a path leaving
-// the archive is an error.
+// the archive is an error. It reads the stream entry by entry and refuses, before reading its
+// data, an entry whose declared size would take the files past maxUnpackedBytes, and an
+// archive of more than maxArchiveFiles entries: a small archive never expands in memory.
 func untar(b []byte) (map[string][]byte, error) {
 	gz, err := gzip.NewReader(bytes.NewReader(b))
 	if err != nil {
@@ -111,13 +122,17 @@ func untar(b []byte) (map[string][]byte, error) {
 	}
 	tr := tar.NewReader(gz)
 	files := map[string][]byte{}
-	for {
+	var total int64
+	for entries := 0; ; entries++ {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			return files, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: spec.source.url: reading the tar: %w", errSource, err)
+		}
+		if entries >= maxArchiveFiles {
+			return nil, fmt.Errorf("%w: spec.source.url: the archive has more than %d entries", errSource, maxArchiveFiles)
 		}
 		if h.Typeflag != tar.TypeReg {
 			continue
@@ -126,10 +141,15 @@ func untar(b []byte) (map[string][]byte, error) {
 		if p == "." || strings.HasPrefix(p, "../") || path.IsAbs(p) {
 			return nil, fmt.Errorf("%w: spec.source.url: entry %q leaves the archive", errSource, h.Name)
 		}
-		data, err := io.ReadAll(io.LimitReader(tr, wire.MaxBundleBytes))
+		if h.Size < 0 || h.Size > maxUnpackedBytes-total {
+			return nil, fmt.Errorf("%w: spec.source.url: the archive unpacks to more than %d MiB (at entry %q, %d bytes)",
+				errSource, maxUnpackedBytes>>20, h.Name, h.Size)
+		}
+		data, err := io.ReadAll(io.LimitReader(tr, h.Size))
 		if err != nil {
 			return nil, fmt.Errorf("%w: spec.source.url: reading %s: %w", errSource, h.Name, err)
 		}
+		total += int64(len(data))
 		files[p] = data
 	}
 }
@@ -216,4 +236,24 @@ func bundle(fn *zygov1.Function, files map[string][]byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: the function's files take %d bytes packed, more than %d", errSource, out.Len(), wire.MaxBundleBytes)
 	}
 	return out.Bytes(), nil
+}
+
+// fetchHeaderTimeout bounds connecting to a Function's URL source and waiting for its
+// response headers; fetchTimeout bounds the whole download.
+const fetchHeaderTimeout = 10 * time.Second
+
+// defaultFetchClient fetches URL sources when FunctionReconciler.HTTP is nil.
+var defaultFetchClient = newFetchClient(fetchHeaderTimeout)
+
+// newFetchClient returns a client for URL sources whose connect, TLS handshake and wait for
+// the response headers each take at most d, so that a URL that accepts and never answers
+// fails in d, not after fetchTimeout; the environment's proxy settings apply.
+func newFetchClient(d time.Duration) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: d}).DialContext,
+		TLSHandshakeTimeout:   d,
+		ResponseHeaderTimeout: d,
+		IdleConnTimeout:       90 * time.Second,
+	}}
 }

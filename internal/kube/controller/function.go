@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -35,7 +36,7 @@ func RoutePath(namespace, name string) string {
 type FunctionReconciler struct {
 	Client client.Client
 	Dialer Dialer
-	HTTP   *http.Client // fetches URL sources; nil: http.DefaultClient
+	HTTP   *http.Client // fetches URL sources; nil: newFetchClient(fetchHeaderTimeout)
 }
 
 // Reconcile deploys, scales or removes one Function.
@@ -73,7 +74,7 @@ func (r *FunctionReconciler) sync(ctx context.Context, fn *zygov1.Function) (ctr
 	fn.Status.Route = RoutePath(fn.Namespace, fn.Name)
 	hc := r.HTTP
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = defaultFetchClient
 	}
 	files, err := sourceFiles(ctx, r.Client, hc, fn)
 	if err != nil {
@@ -192,11 +193,14 @@ func (r *FunctionReconciler) deployOn(ctx context.Context, fn *zygov1.Function, 
 	if err != nil {
 		return "", err
 	}
-	cctx, cancel := context.WithTimeout(ctx, createTimeout)
-	defer cancel()
-	if _, err := pushSecrets(cctx, r.Client, a, fn.Namespace, fn.Spec.Secrets, "spec.secrets"); err != nil {
+	sctx, scancel := context.WithTimeout(ctx, agentCallTimeout) // secret puts are small: a hung node fails them fast
+	_, err = pushSecrets(sctx, r.Client, a, fn.Namespace, fn.Spec.Secrets, "spec.secrets")
+	scancel()
+	if err != nil {
 		return "", fmt.Errorf("node %s: %w", nodeName, err)
 	}
+	cctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
 	res, err := a.Deploy(cctx, bytes.NewReader(b))
 	if err != nil {
 		return "", fmt.Errorf("deploying on node %s: %w", nodeName, err)
@@ -233,6 +237,7 @@ func (r *FunctionReconciler) removeFrom(ctx context.Context, fn *zygov1.Function
 // node that died or came back changes where they are served).
 func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).For(&zygov1.Function{}).Named("function").
+		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers}).
 		Watches(&zygov1.ZygoNode{}, handler.EnqueueRequestsFromMapFunc(r.allFunctions), builder.WithPredicates(readinessChanged())).
 		Complete(r)
 }

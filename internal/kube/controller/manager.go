@@ -124,6 +124,11 @@ func Run(ctx context.Context, rc *rest.Config, cfg Config) error {
 	return mgr.Start(ctx)
 }
 
+// reconcileWorkers is how many objects the Sandbox and Function reconcilers each work on at
+// once: their reconciles call node agents and fetch URLs (each call bounded, a create by
+// createTimeout), so one slow node or hung URL holds one worker, not every object's.
+const reconcileWorkers = 4
+
 // Setup registers every reconciler with mgr. Secrets are read straight from the API server
 // (mgr.GetAPIReader), so the controller caches no Secret of the cluster.
 func Setup(mgr ctrl.Manager, cfg Config) error {

@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -147,7 +148,10 @@ func (r *SandboxReconciler) make(ctx context.Context, sb *agentsv1.Sandbox, node
 		return r.forkOne(cctx, sb, node, a, from)
 	}
 	name := nodeSandboxName(sb)
-	if rec, err := a.GetSandbox(cctx, name); err == nil { // made before the last answer was lost
+	lctx, lcancel := context.WithTimeout(ctx, agentCallTimeout) // a lookup, not a create: a hung node fails it fast
+	rec, err := a.GetSandbox(lctx, name)
+	lcancel()
+	if err == nil { // made before the last answer was lost
 		r.record(sb, node, rec)
 		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
 	} else if !zygo.IsNotFound(err) {
@@ -163,7 +167,7 @@ func (r *SandboxReconciler) make(ctx context.Context, sb *agentsv1.Sandbox, node
 		return r.agentFailed(sb, node, "storing the sandbox's secrets", err)
 	}
 	opts.Name = name
-	rec, err := a.CreateSandbox(cctx, opts)
+	rec, err = a.CreateSandbox(cctx, opts)
 	if err != nil {
 		return r.agentFailed(sb, node, "creating the sandbox", err)
 	}
@@ -364,6 +368,7 @@ func conditionMessage(conds []metav1.Condition, typ string) string {
 // SetupWithManager registers the reconciler; a ZygoNode's change requeues its Sandboxes.
 func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).For(&agentsv1.Sandbox{}).Named("sandbox").
+		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers}).
 		Watches(&zygov1.ZygoNode{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesOnNode), builder.WithPredicates(readinessChanged())).
 		Complete(r)
 }
