@@ -88,3 +88,41 @@ func (e *env) testForeignAnnotations(t *testing.T) {
 		return apierrors.IsNotFound(e1) && apierrors.IsNotFound(e2), fmt.Sprint(e1, e2)
 	})
 }
+
+// testNodeDelete: deleting node-a's ZygoNode while its agent answers keeps it (Deleting) until
+// the Sandbox on it is deleted, and that Sandbox's sandbox is removed from the agent
+// (KUBE-FINDINGS F8). It runs last: node-a is gone afterwards.
+func (e *env) testNodeDelete(t *testing.T) {
+	bg := context.Background()
+	sb := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-a"}, Spec: agentsv1.SandboxSpec{NodeName: "node-a"}}
+	e.mustCreate(t, sb)
+	waitFor(t, 2*time.Minute, "on-a Ready", func() (bool, string) {
+		if err := e.get(sb); err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionTrue(sb.Status.Conditions, agentsv1.ConditionReady), condStr(sb.Status.Conditions, agentsv1.ConditionReady)
+	})
+	id := sb.Status.Zygo.SandboxID
+	zn := &zygov1.ZygoNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	if err := e.c.Delete(bg, zn); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "node-a Deleting", func() (bool, string) {
+		if err := e.get(zn); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(zn.Status.Conditions, zygov1.ConditionReady)
+		return c != nil && c.Reason == zygov1.ReasonDeleting && strings.Contains(c.Message, "Sandbox default/on-a"), condStr(zn.Status.Conditions, zygov1.ConditionReady)
+	})
+	if err := e.c.Delete(bg, sb); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "on-a and ZygoNode node-a gone", func() (bool, string) {
+		e1, e2 := e.get(sb), e.get(zn)
+		return apierrors.IsNotFound(e1) && apierrors.IsNotFound(e2), fmt.Sprint(e1, e2)
+	})
+	n := e.nodes["node-a"]
+	if _, err := zygo.NewTCPClient(n.addr, n.token).GetSandbox(bg, id); !zygo.IsNotFound(err) {
+		t.Fatalf("sandbox %s of on-a still on node-a's agent after both objects went: %v", id, err)
+	}
+}

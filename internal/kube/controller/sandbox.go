@@ -390,17 +390,19 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sb *agentsv1.Sandbox) 
 }
 
 // removeOnNode removes sb's Zygo sandbox (by id, or by its deterministic name when a create
-// may have landed unrecorded). A node that is gone, or not Ready, cannot be asked: the
-// sandbox is lost with it, and the node's garbage collection removes a "k8s-" leftover
-// when it answers again.
+// may have landed unrecorded). Only a node whose ZygoNode no longer exists cannot be asked:
+// the sandbox is lost with it. A node that exists but does not answer is retried (the error)
+// until it answers or its ZygoNode is deleted.
 func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandbox) error {
 	if sb.Status.NodeName == "" {
 		return nil
 	}
 	node, err := getNode(ctx, r.Client, sb.Status.NodeName)
-	if err != nil || !nodeReady(node) {
-		log.FromContext(ctx).Info("sandbox's node is gone or not Ready: not removing on it", "node", sb.Status.NodeName)
+	if apierrors.IsNotFound(err) {
+		log.FromContext(ctx).Info("sandbox's ZygoNode is gone: not removing on it", "node", sb.Status.NodeName)
 		return nil
+	} else if err != nil {
+		return err
 	}
 	a, err := r.Dialer.Agent(ctx, node)
 	if err != nil {
