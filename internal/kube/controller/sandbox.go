@@ -90,7 +90,8 @@ func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctr
 			return ctrl.Result{}, err
 		} else if why != "" {
 			ready(sb, false, agentsv1.ReasonInvalidSpec, why+"; nothing on any node was touched")
-			return ctrl.Result{}, nil
+			// Rechecked: a SandboxFork's status may reach this cache after its copy's Sandbox.
+			return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 		}
 		if node, id := sb.Annotations[agentsv1.AnnotationNode], sb.Annotations[agentsv1.AnnotationSandboxID]; node != "" && id != "" {
 			sb.Status.NodeName, sb.Status.Zygo.SandboxID = node, id // adopt a copy made by a fork
