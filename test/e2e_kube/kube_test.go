@@ -219,6 +219,8 @@ func TestKubernetes(t *testing.T) {
 	t.Run("BadInput", e.testBadInput)
 	t.Run("Claim", e.testClaim)
 	t.Run("Function", e.testFunction)
+	t.Run("ForeignAnnotations", e.testForeignAnnotations)
+	t.Run("NodeDelete", e.testNodeDelete)
 }
 
 // testWriter sends the controller's warnings to the test's log.

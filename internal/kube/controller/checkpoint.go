@@ -143,7 +143,7 @@ func (r *CheckpointReconciler) remove(ctx context.Context, cp *zygov1.Checkpoint
 	failed := func(m string) (time.Duration, string, string, error) {
 		return ProbeEvery, zygov1.ReasonRemoveFailed, fmt.Sprintf("removing image %s on node %s: %s; retried, the finalizer stays", cp.Status.CheckpointID, node.Name, m), nil
 	}
-	if !nodeReady(&node) {
+	if !nodeReady(&node) && node.DeletionTimestamp == nil { // a deleting node waits for this image: ask it
 		return failed("the node is not Ready (" + conditionMessage(node.Status.Conditions, zygov1.ConditionReady) + ")")
 	}
 	a, err := r.Dialer.Agent(ctx, &node)

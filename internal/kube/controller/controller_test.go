@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
@@ -504,5 +506,110 @@ func TestFunctionSecretsAreZygoSecrets(t *testing.T) {
 	}
 	if len(m.Secrets) != 1 || m.Secrets[0] != sname || len(m.Env) != 1 || m.Env["A"] != "1" {
 		t.Fatalf("manifest secrets %v, env %v; want [%s] and only A", m.Secrets, m.Env, sname)
+	}
+}
+
+// TestSandboxForeignAnnotationsRefused: a Sandbox annotated with another object's node-side
+// sandbox (adoption) or with a fork source the controller did not record for its namespace is
+// refused with InvalidSpec, and neither it nor its deletion touches the victim's sandbox.
+func TestSandboxForeignAnnotationsRefused(t *testing.T) {
+	victim := &agentsv1.Sandbox{ObjectMeta: objMeta("victim"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	e := newEnv(t, victim)
+	r := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, victim)
+	e.reconcile(r, victim)
+	e.get(victim)
+	id := victim.Status.Zygo.SandboxID
+	if id == "" {
+		t.Fatalf("victim not made: %+v", victim.Status)
+	}
+	node := e.agents["a"]
+	ck, err := node.Checkpoint(context.Background(), id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	thieves := map[string]map[string]string{
+		"adopt": {agentsv1.AnnotationNode: "a", agentsv1.AnnotationSandboxID: id},
+		"fork":  {AnnotationForkFrom: "a/" + id + "/" + ck.ID},
+		"warm":  {AnnotationWarmCheckpoint: ck.ID},
+	}
+	for name, ann := range thieves {
+		thief := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "evil", Name: name, UID: types.UID("uid-evil-" + name), Annotations: ann}}
+		e.create(thief)
+		e.reconcile(r, thief)
+		e.get(thief)
+		c := condition(t, thief.Status.Conditions, agentsv1.ConditionReady)
+		if c.Status != metav1.ConditionFalse || c.Reason != agentsv1.ReasonInvalidSpec || thief.Status.Zygo.SandboxID != "" || thief.Status.NodeName != "" {
+			t.Fatalf("%s: Ready %+v, status %+v: want InvalidSpec and nothing recorded", name, c, thief.Status)
+		}
+		if err := e.c.Delete(context.Background(), thief); err != nil {
+			t.Fatal(err)
+		}
+		e.reconcile(r, thief)
+		if _, ok := node.find(id); !ok || !node.images[ck.ID] {
+			t.Fatalf("%s: deleting the thief removed the victim's sandbox or checkpoint", name)
+		}
+	}
+	if node.forks != 0 || len(node.sandboxes) != 1 {
+		t.Fatalf("node made %d forks and holds %d sandboxes, want 0 and 1", node.forks, len(node.sandboxes))
+	}
+}
+
+// TestNodeDeleteWaitsForWhatItHolds: a ZygoNode deleted while its agent answers stays
+// (Deleting) until the Sandboxes placed on it are deleted, and those still remove their
+// sandbox on it; a node whose agent does not answer goes at once (KUBE-FINDINGS F8).
+func TestNodeDeleteWaitsForWhatItHolds(t *testing.T) {
+	sb := &agentsv1.Sandbox{ObjectMeta: objMeta("sb"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	e := newEnv(t, sb)
+	sr := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	nr := &NodeReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(sr, sb)
+	a := &zygov1.ZygoNode{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
+	e.reconcile(nr, a)
+	e.get(a)
+	if err := e.c.Delete(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(nr, a)
+	e.get(a)
+	if c := condition(t, a.Status.Conditions, zygov1.ConditionReady); c.Reason != zygov1.ReasonDeleting || !strings.Contains(c.Message, "Sandbox ns/sb") {
+		t.Fatalf("deleted node with a Sandbox on it: %+v", c)
+	}
+	if err := e.c.Delete(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(sr, sb)
+	if n := len(e.agents["a"].sandboxes); n != 0 {
+		t.Fatalf("the Sandbox went and left %d sandboxes on the deleting node", n)
+	}
+	e.reconcile(nr, a)
+	if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(a), a); !apierrors.IsNotFound(err) {
+		t.Fatalf("node a still there with nothing on it: %v", err)
+	}
+
+	// An agent that does not answer: the node goes, and its Sandbox then lets go unasked.
+	sb2 := &agentsv1.Sandbox{ObjectMeta: objMeta("sb2"), Spec: agentsv1.SandboxSpec{NodeName: "b"}}
+	e.create(sb2)
+	e.reconcile(sr, sb2)
+	b := &zygov1.ZygoNode{ObjectMeta: metav1.ObjectMeta{Name: "b"}}
+	e.reconcile(nr, b)
+	e.agents["b"].down = true
+	if err := e.c.Delete(context.Background(), sb2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sr.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(sb2)}); err == nil {
+		t.Fatal("a Sandbox on an existing node that does not answer let go without removing its sandbox")
+	}
+	e.get(b)
+	if err := e.c.Delete(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(nr, b)
+	if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(b), b); !apierrors.IsNotFound(err) {
+		t.Fatalf("node b (agent down) still there: %v", err)
+	}
+	e.reconcile(sr, sb2)
+	if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(sb2), sb2); !apierrors.IsNotFound(err) {
+		t.Fatalf("sb2 still there after its node went: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -63,6 +64,14 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.Client.Get(ctx, req.NamespacedName, &n); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if n.DeletionTimestamp != nil {
+		return r.finalize(ctx, &n)
+	}
+	if controllerutil.AddFinalizer(&n, Finalizer) {
+		if err := r.Client.Update(ctx, &n); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer to node %s: %w", n.Name, err)
+		}
+	}
 	before := n.DeepCopy()
 	now := time.Now
 	if r.Now != nil {
@@ -81,6 +90,62 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, fmt.Errorf("writing the status of node %s: %w", n.Name, err)
 	}
 	return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+}
+
+// finalize lets a deleted ZygoNode go when its agent does not answer (what is on it is lost
+// with it: the Sandboxes and Checkpoints placed there then drop their finalizers without
+// asking) or when no Sandbox or Checkpoint is placed on it any more. While its agent answers
+// and some are, it stays, Ready=False reason Deleting naming them, and is retried every
+// 2 s: delete them first (each removes its own state on the node).
+func (r *NodeReconciler) finalize(ctx context.Context, n *zygov1.ZygoNode) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(n, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	placed, err := r.placedOn(ctx, n.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(placed) > 0 {
+		if ok, _, _ := r.probe(ctx, n); ok {
+			before := n.DeepCopy()
+			if len(placed) > 5 {
+				placed = append(placed[:5], fmt.Sprintf("and %d more", len(placed)-5))
+			}
+			setCondition(&n.Status.Conditions, n.Generation, zygov1.ConditionReady, false, zygov1.ReasonDeleting,
+				fmt.Sprintf("deleted while its agent answers and still holds %s: delete those first; nothing new is placed here", strings.Join(placed, ", ")))
+			if err := r.Client.Status().Patch(ctx, n, client.MergeFrom(before)); err != nil {
+				return ctrl.Result{}, fmt.Errorf("writing the status of node %s: %w", n.Name, err)
+			}
+			return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+		}
+		log.FromContext(ctx).Info("deleted node's agent does not answer: what is placed on it is lost", "node", n.Name, "objects", placed)
+	}
+	controllerutil.RemoveFinalizer(n, Finalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, n))
+}
+
+// placedOn names the Sandboxes and Checkpoints ("Kind ns/name") whose status records node.
+func (r *NodeReconciler) placedOn(ctx context.Context, node string) ([]string, error) {
+	var sbs agentsv1.SandboxList
+	if err := r.Client.List(ctx, &sbs); err != nil {
+		return nil, fmt.Errorf("listing Sandboxes: %w", err)
+	}
+	var cks zygov1.CheckpointList
+	if err := r.Client.List(ctx, &cks); err != nil {
+		return nil, fmt.Errorf("listing Checkpoints: %w", err)
+	}
+	var out []string
+	for _, s := range sbs.Items {
+		if s.Status.NodeName == node {
+			out = append(out, "Sandbox "+s.Namespace+"/"+s.Name)
+		}
+	}
+	for _, c := range cks.Items {
+		if c.Status.NodeName == node {
+			out = append(out, "Checkpoint "+c.Namespace+"/"+c.Name)
+		}
+	}
+	return out, nil
 }
 
 // probe calls the agent's status and says what to record.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
+	extv1 "github.com/zygo-run/zygo/internal/kube/api/extensions/v1beta1"
 	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
 	"github.com/zygo-run/zygo/sdk/go/wire"
 	"github.com/zygo-run/zygo/sdk/go/zygo"
@@ -83,6 +85,15 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // patches it). It returns an error only for what a retry may cure.
 func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
 	if sb.Status.Zygo.SandboxID == "" && sb.Status.NodeName == "" {
+		// Annotations are user-writable: what they name on a node is acted on only when the
+		// controller recorded it for this object (trustedAnnotations); nothing else is touched.
+		if why, err := r.trustedAnnotations(ctx, sb); err != nil {
+			return ctrl.Result{}, err
+		} else if why != "" {
+			ready(sb, false, agentsv1.ReasonInvalidSpec, why+"; nothing on any node was touched")
+			// Rechecked: a SandboxFork's status may reach this cache after its copy's Sandbox.
+			return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+		}
 		if node, id := sb.Annotations[agentsv1.AnnotationNode], sb.Annotations[agentsv1.AnnotationSandboxID]; node != "" && id != "" {
 			sb.Status.NodeName, sb.Status.Zygo.SandboxID = node, id // adopt a copy made by a fork
 		}
@@ -114,6 +125,80 @@ func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctr
 		return r.make(ctx, sb, node, a)
 	}
 	return r.observe(ctx, sb, node, a)
+}
+
+// trustedAnnotations checks the annotations of a Sandbox not yet placed that name node-side
+// state. Adoption (zygo.run/node + zygo.run/sandbox-id) needs sb to be controlled by a
+// SandboxFork of its namespace whose status (written by the controller) lists this very copy;
+// zygo.run/fork-from needs a Ready warm pool source Sandbox of sb's namespace whose status
+// records that node and sandbox id and whose warm checkpoint is that checkpoint;
+// zygo.run/warm-checkpoint is set only by a SandboxWarmPool on its own sources. It returns
+// why the annotations are refused ("" when trusted), or an error for what a retry may cure.
+func (r *SandboxReconciler) trustedAnnotations(ctx context.Context, sb *agentsv1.Sandbox) (string, error) {
+	node, id := sb.Annotations[agentsv1.AnnotationNode], sb.Annotations[agentsv1.AnnotationSandboxID]
+	if node != "" || id != "" {
+		if why, err := r.adoptionRecorded(ctx, sb, node, id); why != "" || err != nil {
+			return why, err
+		}
+	}
+	if from := sb.Annotations[AnnotationForkFrom]; from != "" {
+		if why, err := r.forkSourceRecorded(ctx, sb, from); why != "" || err != nil {
+			return why, err
+		}
+	}
+	if cp := sb.Annotations[AnnotationWarmCheckpoint]; cp != "" {
+		if !isWarmSource(sb) {
+			return fmt.Sprintf("annotation %s %q: only a SandboxWarmPool sets it on its own sources", AnnotationWarmCheckpoint, cp), nil
+		}
+	}
+	return "", nil
+}
+
+// adoptionRecorded says why sb may not adopt sandbox id on node ("" when its controlling
+// SandboxFork recorded that copy as sb).
+func (r *SandboxReconciler) adoptionRecorded(ctx context.Context, sb *agentsv1.Sandbox, node, id string) (string, error) {
+	refused := fmt.Sprintf("annotations %s %q and %s %q: not a copy the controller made for this Sandbox",
+		agentsv1.AnnotationNode, node, agentsv1.AnnotationSandboxID, id)
+	owner := metav1.GetControllerOf(sb)
+	if owner == nil || owner.Kind != "SandboxFork" || owner.APIVersion != zygov1.GroupVersion.String() {
+		return refused + " (no controlling SandboxFork)", nil
+	}
+	var f zygov1.SandboxFork
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: sb.Namespace, Name: owner.Name}, &f); err != nil {
+		if apierrors.IsNotFound(err) {
+			return refused + " (SandboxFork " + owner.Name + " does not exist)", nil
+		}
+		return "", fmt.Errorf("reading SandboxFork %s: %w", owner.Name, err)
+	}
+	if f.UID != owner.UID || f.Status.NodeName != node {
+		return refused, nil
+	}
+	for _, ch := range f.Status.Children {
+		if ch.Sandbox == sb.Name && ch.SandboxID == id {
+			return "", nil
+		}
+	}
+	return refused + " (SandboxFork " + f.Name + " records no such copy)", nil
+}
+
+// forkSourceRecorded says why from ("NODE/ID/CHECKPOINT") is not a warm source of sb's
+// namespace ("" when it is one).
+func (r *SandboxReconciler) forkSourceRecorded(ctx context.Context, sb *agentsv1.Sandbox, from string) (string, error) {
+	parts := strings.SplitN(from, "/", 3)
+	if len(parts) != 3 {
+		return fmt.Sprintf("annotation %s %q: want NODE/SANDBOX-ID/CHECKPOINT", AnnotationForkFrom, from), nil
+	}
+	var srcs agentsv1.SandboxList
+	if err := r.Client.List(ctx, &srcs, client.InNamespace(sb.Namespace), client.HasLabels{extv1.LabelWarmPool}); err != nil {
+		return "", fmt.Errorf("listing warm sources: %w", err)
+	}
+	for _, s := range srcs.Items {
+		if isWarmSource(&s) && s.Name != sb.Name &&
+			s.Status.NodeName == parts[0] && s.Status.Zygo.SandboxID == parts[1] && s.Annotations[AnnotationWarmCheckpoint] == parts[2] {
+			return "", nil
+		}
+	}
+	return fmt.Sprintf("annotation %s %q: not a warm pool source of namespace %s that the controller recorded", AnnotationForkFrom, from, sb.Namespace), nil
 }
 
 // place returns the node sb goes on: spec.nodeName if Ready, the fork source's node, or the
@@ -310,17 +395,19 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sb *agentsv1.Sandbox) 
 }
 
 // removeOnNode removes sb's Zygo sandbox (by id, or by its deterministic name when a create
-// may have landed unrecorded). A node that is gone, or not Ready, cannot be asked: the
-// sandbox is lost with it, and the node's garbage collection removes a "k8s-" leftover
-// when it answers again.
+// may have landed unrecorded). Only a node whose ZygoNode no longer exists cannot be asked:
+// the sandbox is lost with it. A node that exists but does not answer is retried (the error)
+// until it answers or its ZygoNode is deleted.
 func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandbox) error {
 	if sb.Status.NodeName == "" {
 		return nil
 	}
 	node, err := getNode(ctx, r.Client, sb.Status.NodeName)
-	if err != nil || !nodeReady(node) {
-		log.FromContext(ctx).Info("sandbox's node is gone or not Ready: not removing on it", "node", sb.Status.NodeName)
+	if apierrors.IsNotFound(err) {
+		log.FromContext(ctx).Info("sandbox's ZygoNode is gone: not removing on it", "node", sb.Status.NodeName)
 		return nil
+	} else if err != nil {
+		return err
 	}
 	a, err := r.Dialer.Agent(ctx, node)
 	if err != nil {
@@ -338,7 +425,7 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	if err := a.RemoveSandbox(cctx, id); err != nil && !zygo.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox %s on node %s: %w", id, node.Name, err)
 	}
-	if cp := sb.Annotations[AnnotationWarmCheckpoint]; cp != "" { // a warm pool's source keeps an image
+	if cp := sb.Annotations[AnnotationWarmCheckpoint]; cp != "" && isWarmSource(sb) { // a warm pool's source keeps an image
 		err := a.RemoveCheckpoint(cctx, cp)
 		switch {
 		case zygo.IsConflict(err):
@@ -350,6 +437,13 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 		}
 	}
 	return nil
+}
+
+// isWarmSource reports whether sb is controlled by a SandboxWarmPool (the only writer of
+// zygo.run/warm-checkpoint whose value the controller acts on).
+func isWarmSource(sb *agentsv1.Sandbox) bool {
+	owner := metav1.GetControllerOf(sb)
+	return owner != nil && owner.Kind == "SandboxWarmPool"
 }
 
 // ready sets sb's Ready condition.

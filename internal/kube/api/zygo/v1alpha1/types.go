@@ -16,6 +16,7 @@ const (
 	ConditionComplete = "Complete"
 
 	ReasonAgentReady        = "AgentReady"
+	ReasonDeleting          = "Deleting" // a ZygoNode being deleted that still holds what the controller placed
 	ReasonAgentUnreachable  = "AgentUnreachable"
 	ReasonTokenMissing      = "TokenMissing"   // the token Secret or key is missing
 	ReasonSourceNotFound    = "SourceNotFound" // the Sandbox, Checkpoint or ConfigMap named does not exist
