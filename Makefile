@@ -135,6 +135,7 @@ clean:
 
 # Benchmarks: one run, side by side, ratios; writes docs/BENCHMARKS.md.
 bench: deps build
+	rm -f $(BIN)/bench-daemon.pprof # the daemon never overwrites a profile (O_EXCL)
 	$(GO) run ./cmd/zygo-bench -root . -out docs/BENCHMARKS.md -cpuprofile $(BIN)/bench-daemon.pprof
 	./scripts/bench-sandbox.sh 2>/dev/null | grep -v ' INFO ' | tee $(BIN)/bench-sandbox.txt
 	./scripts/bench-append.sh $(BIN)/bench-sandbox.txt docs/BENCHMARKS.md
