@@ -755,6 +755,63 @@ daemon side is about 0.9 ms of a 9.7 ms p50; the rest is the ~wait~ phase, in wh
 child's own steps after GO are about 3.3 of 4.9 ms. Not done: the result in a message instead
 of a file and inotify, the request root kept open for the zygote's life (two system calls a
 request), and the per-request goroutines.
+
+### Fifth round (branch warm2): the child's side after GO
+
+Measured A/B as in the third round: two daemons side by side (A: commit adf6cae, the tree
+before this round; B: after it), the stats example deployed on each and the stats handler
+as a tenant's script of a pool preloading numpy, one client, requests alternating (fn A, fn
+B, pool A, pool B; then B first), 200 of each kind per daemon, host load 11-15 (other
+engineers' builds and an e2e run beside it); medians of the child's own steps
+(~child.*~, ms). The profile said where a child's time after GO goes: copy-on-write faults
+of the first use, in each child, of code and data the zygote shares (a single ~prctl~ step
+took 0.09-0.12 ms), and one piece of double work.
+
+| | A | B |
+|---|---|---|
+| warm stats p50, 1 client | 23.68 ms | 17.76 ms (0.75x) |
+| warm pool run p50, 1 client | 40.20 ms | 28.47 ms (0.71x) |
+| pool / function p50 (same run) | 1.70x | 1.60x |
+| function: the child's steps after GO but the handler (sum of medians) | 2.75 ms | 1.68 ms |
+| reseed / landlock / stdio / tmpdir / event / dumpable | 1.13 / 0.39 / 0.34 / 0.34 / 0.17 / 0.12 | 0.54 / 0.28 / 0.28 / 0.21 / 0.11 / 0.04 |
+| pool: the handler step (script's confinement + import + call) | 19.94 ms | 0.50 + 5.50 + 1.26 = 7.26 ms |
+| before hello, per child: pre.reseed (+ pre.rehearse) | 14.9 ms | 10.8 (+1.4) ms; pool 8.6 (+11.6) ms |
+
+- **NumPy's global generator was reseeded twice in every child.** Warm-up's sweep for
+  generators outside module globals found the MT19937 bit generator of NumPy's global
+  ~RandomState~ (it skipped the ~RandomState~, not what it draws from) and registered it, so
+  after the ~numpy_global~ hook (legacy seeding of that MT19937) the ~generators~ hook
+  reseeded it again through a new MT19937 and its SeedSequence: 0.49 of the reseed's 0.86 ms
+  after GO (a per-hook timing inside the sandbox), and the same again in the pre-warm. The
+  sweep now skips both; the stream is reseeded once, by ~numpy_global~ (TestCaseBH01,
+  TestWarmupGenerators*, TestPreForkedChildrenStayIndependent). A/B of this change alone
+  (150 each): reseed 1.16 -> 0.55 ms, pre.reseed 13.1 -> 6.8 ms.
+- **A pre-forked child rehearses its steps after GO before ~hello~** (~_rehearse~ in
+  child.py): the request's Landlock ruleset is made with the ~/tmp~ and ~/dev~ rules (after
+  GO only the request root's rule is added and the domain entered; the ABI is asked once, in
+  the zygote), ~PR_SET_DUMPABLE 0~ again, a read of ~/dev/null~, a JSON decode and encode of a
+  constant, a text stream over ~/dev/null~, ~os.environ~ rewritten with its own values. Every
+  step still runs in full after GO; the rehearsal pays their first-use faults while the child
+  waits (TestProtocol*, LandlockTest with a ruleset made ahead, ~zygo check functions~).
+- **The pool child's script path**: the script's import (no bytecode cache: the mount is
+  read-only) took 13-18 ms of a pool run, almost all of it the compiler's and importlib's
+  first use in the child (an import outside the sandbox, in a forked child of a process with
+  numpy: 2-9 ms; the same after one compile in that child: less). The child now compiles a
+  constant module source and looks a name up with a ~FileFinder~ before ~hello~, and makes
+  its nested domain's ruleset with the device rules (only the request directory's rule is
+  added after GO); the shared-pool seccomp program is built once in the zygote. New steps
+  ~script.confine~ and ~script.import~ time it. Pool tests (agent and e2e), ~zygo check
+  pools~ unchanged.
+
+The wall time did not fall as much as the child's steps: the ~wait~ phase (GO sent to the
+result seen) is 15.8 ms in B's function runs against 3.1 ms of the child's steps, and 25.7
+vs 8.8 ms in B's pool runs: at this load most of a request is waiting for a CPU (the child
+after GO, the daemon after the result; the replacement child's pre-warm runs beside the
+next request). The pre-warm's CPU moved, it did not vanish: a pool child's rehearsal costs
+11.6 ms before ~hello~, about what its import saved; the reseed fix is a real cut (pre.reseed
+-4 to -6 ms per child). Targets: pool / function p50 <= 1.3x NOT met (1.60x in this run,
+1.70x for A beside it; the script's import is still 5.5 ms); Zygo / ideal p50 not measured
+here (no ~make bench~ run in this round).
 `
 
 // boundsText explains, for the targets of the performance issue, what
