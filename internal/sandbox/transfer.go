@@ -38,6 +38,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/errdefs"
@@ -82,14 +83,41 @@ type imageManifest struct {
 }
 
 // ImageExport is one checkpoint image ready to be sent: its size and SHA-256 are known before
-// the first byte. It holds a lease on the checkpoint (a checkpoints rm waits) until Close.
+// the first byte. The Manager's holds a lease on the checkpoint (a checkpoints rm waits)
+// until Close.
 type ImageExport struct {
 	Checkpoint CheckpointRecord
 	Size       int64  // bytes of the tar stream
 	SHA256     string // of the tar stream, 64 hex digits
-	manifest   []byte
-	files      []string // relative paths, sorted
+	write      func(ctx context.Context, w io.Writer) error
 	release    func()
+}
+
+// NewImageExport returns an ImageExport whose Write calls write and whose Close calls
+// release (either may be nil), for other sources of images than the Manager (tests' fakes).
+func NewImageExport(cp CheckpointRecord, size int64, sha256Hex string, write func(context.Context, io.Writer) error, release func()) *ImageExport {
+	if write == nil {
+		write = func(context.Context, io.Writer) error { return nil }
+	}
+	if release == nil {
+		release = func() {}
+	}
+	return &ImageExport{Checkpoint: cp, Size: size, SHA256: sha256Hex, write: write, release: sync.OnceFunc(release)}
+}
+
+// Write writes the tar stream to w. For the Manager's, it checks each file against its
+// recorded CRC-32C as it goes (a *CorruptImageError, after the bytes were written: the
+// receiver's SHA-256 check refuses them); the stream is the same at every call.
+func (e *ImageExport) Write(ctx context.Context, w io.Writer) error { return e.write(ctx, w) }
+
+// Close releases the lease on the checkpoint. It may be called more than once.
+func (e *ImageExport) Close() { e.release() }
+
+// imageWriter writes the export tar of one checkpoint.
+type imageWriter struct {
+	cp       CheckpointRecord
+	manifest []byte
+	files    []string // relative paths, sorted
 }
 
 // ExportCheckpoint prepares the export of the checkpoint with that id or tag: it reads the
@@ -135,28 +163,22 @@ func (m *Manager) ExportCheckpoint(ctx context.Context, ref string) (_ *ImageExp
 	if err != nil {
 		return nil, fmt.Errorf("encoding the manifest of %s: %w", cp.ID, err)
 	}
-	e := &ImageExport{Checkpoint: cp, manifest: man, release: release}
+	iw := &imageWriter{cp: cp, manifest: man}
 	for f := range cp.Checksums {
-		e.files = append(e.files, f)
+		iw.files = append(iw.files, f)
 	}
-	slices.Sort(e.files)
+	slices.Sort(iw.files)
 	h := sha256.New()
 	cw := &countWriter{w: h}
-	if err := e.Write(ctx, cw); err != nil {
+	if err := iw.write(ctx, cw); err != nil {
 		return nil, err
 	}
-	e.Size, e.SHA256 = cw.n, hex.EncodeToString(h.Sum(nil))
-	return e, nil
+	return NewImageExport(cp, cw.n, hex.EncodeToString(h.Sum(nil)), iw.write, release), nil
 }
 
-// Close releases the lease on the checkpoint. It may be called more than once.
-func (e *ImageExport) Close() { e.release() }
-
-// Write writes the tar stream to w, checking each file against its recorded CRC-32C as it
-// goes (a *CorruptImageError, after the bytes were written: the receiver's SHA-256 check
-// refuses them). The stream is the same at every call while the image is unchanged.
-func (e *ImageExport) Write(ctx context.Context, w io.Writer) error {
-	cp := e.Checkpoint
+// write writes the tar stream to w, checking each file's CRC-32C.
+func (e *imageWriter) write(ctx context.Context, w io.Writer) error {
+	cp := e.cp
 	mtime := cp.CreatedAt.UTC().Truncate(time.Second)
 	tw := tar.NewWriter(w)
 	hdr := func(name string, typ byte, mode, size int64) *tar.Header {
@@ -199,8 +221,8 @@ func (e *ImageExport) Write(ctx context.Context, w io.Writer) error {
 }
 
 // writeFile writes one image file's entry, checking its CRC-32C.
-func (e *ImageExport) writeFile(tw *tar.Writer, hdr func(string, byte, int64, int64) *tar.Header, f string) error {
-	cp := e.Checkpoint
+func (e *imageWriter) writeFile(tw *tar.Writer, hdr func(string, byte, int64, int64) *tar.Header, f string) error {
+	cp := e.cp
 	fh, err := os.Open(filepath.Join(cp.Dir, filepath.FromSlash(f)))
 	if err != nil {
 		return &CorruptImageError{Checkpoint: cp.ID, File: f, Reason: errnoText(err)}
