@@ -215,22 +215,6 @@ func TestClaimColdAndWarm(t *testing.T) {
 	}
 }
 
-func TestForkCrossNodeRefused(t *testing.T) {
-	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Status: agentsv1.SandboxStatus{NodeName: "a",
-		Zygo:       agentsv1.ZygoSandboxStatus{SandboxID: "sb-x"},
-		Conditions: []metav1.Condition{{Type: agentsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "SandboxRunning", LastTransitionTime: metav1.Now()}}}}
-	f := &zygov1.SandboxFork{ObjectMeta: objMeta("f"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 2, NodeName: "b"}}
-	e := newEnv(t, src, f)
-	e.reconcile(&ForkReconciler{Client: e.c, Dialer: e.agents}, f)
-	e.get(f)
-	if c := condition(t, f.Status.Conditions, zygov1.ConditionComplete); c.Reason != zygov1.ReasonCrossNode {
-		t.Fatalf("Complete = %+v, want CrossNodeUnsupported", c)
-	}
-	if e.agents["a"].forks+e.agents["b"].forks != 0 {
-		t.Fatal("a fork was attempted")
-	}
-}
-
 func TestForkMakesChildren(t *testing.T) {
 	e := newEnv(t)
 	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}

@@ -36,6 +36,8 @@ type fakeAgent struct {
 	creates   []wire.CreateSandboxBody
 	forks     int
 	invokes   int
+	// refuseExport, when set, is ExportCheckpoint's error (crossnode_test.go).
+	refuseExport error
 }
 
 func newFakeAgent(name string) *fakeAgent {
