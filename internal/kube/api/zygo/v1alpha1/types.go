@@ -15,17 +15,17 @@ const (
 	// False with a reason when it could not run at all).
 	ConditionComplete = "Complete"
 
-	ReasonAgentReady        = "AgentReady"
-	ReasonDeleting          = "Deleting" // a ZygoNode being deleted that still holds what the controller placed
-	ReasonAgentUnreachable  = "AgentUnreachable"
-	ReasonTokenMissing      = "TokenMissing"   // the token Secret or key is missing
-	ReasonSourceNotFound    = "SourceNotFound" // the Sandbox, Checkpoint or ConfigMap named does not exist
-	ReasonSourceNotReady    = "SourceNotReady" // it exists and is not Ready
-	ReasonCrossNode         = "CrossNodeUnsupported" // a Checkpoint on another node than its Sandbox
+	ReasonAgentReady       = "AgentReady"
+	ReasonDeleting         = "Deleting" // a ZygoNode being deleted that still holds what the controller placed
+	ReasonAgentUnreachable = "AgentUnreachable"
+	ReasonTokenMissing     = "TokenMissing"         // the token Secret or key is missing
+	ReasonSourceNotFound   = "SourceNotFound"       // the Sandbox, Checkpoint or ConfigMap named does not exist
+	ReasonSourceNotReady   = "SourceNotReady"       // it exists and is not Ready
+	ReasonCrossNode        = "CrossNodeUnsupported" // a Checkpoint on another node than its Sandbox
 	// ReasonCopying: a cross-node SandboxFork is copying the image to its node
 	// (status.copiedFrom); ReasonCopyFailed: that copy failed (the message says why).
-	ReasonCopying    = "Copying"
-	ReasonCopyFailed = "CopyFailed"
+	ReasonCopying           = "Copying"
+	ReasonCopyFailed        = "CopyFailed"
 	ReasonSourceUnsupported = "SourceUnsupported" // an OCI source (not implemented yet)
 	ReasonSourceFailed      = "SourceFailed"      // the URL could not be fetched or did not match its sha256
 	ReasonForked            = "Forked"
