@@ -305,13 +305,13 @@ func TestFunctionDeployScaleAndRoute(t *testing.T) {
 	}
 }
 
-func TestFunctionOCIUnsupported(t *testing.T) {
+func TestFunctionOCIBadReference(t *testing.T) {
 	fn := &zygov1.Function{ObjectMeta: objMeta("f"), Spec: zygov1.FunctionSpec{Runtime: "python", Handler: "main:handler",
 		Source: zygov1.FunctionSource{OCI: &zygov1.OCISource{Reference: "r/x@sha256:00"}}, Replicas: 1}}
 	e := newEnv(t, fn)
 	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents}, fn)
 	e.get(fn)
-	if c := condition(t, fn.Status.Conditions, zygov1.ConditionReady); c.Reason != zygov1.ReasonSourceUnsupported || !strings.Contains(c.Message, "spec.source.oci") {
+	if c := condition(t, fn.Status.Conditions, zygov1.ConditionReady); c.Reason != zygov1.ReasonSourceFailed || !strings.Contains(c.Message, "spec.source.oci.reference") {
 		t.Fatalf("Ready = %+v", c)
 	}
 	if len(e.agents["a"].functions)+len(e.agents["b"].functions) != 0 {

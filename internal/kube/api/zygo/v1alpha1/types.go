@@ -26,8 +26,8 @@ const (
 	// (status.copiedFrom); ReasonCopyFailed: that copy failed (the message says why).
 	ReasonCopying           = "Copying"
 	ReasonCopyFailed        = "CopyFailed"
-	ReasonSourceUnsupported = "SourceUnsupported" // an OCI source (not implemented yet)
-	ReasonSourceFailed      = "SourceFailed"      // the URL could not be fetched or did not match its sha256
+	ReasonSourceUnsupported = "SourceUnsupported" // a source of a kind not implemented (none today)
+	ReasonSourceFailed      = "SourceFailed"      // the URL or OCI artifact could not be fetched, or did not match its digest
 	ReasonForked            = "Forked"
 	ReasonForkFailed        = "ForkFailed"
 	ReasonCheckpointed      = "Checkpointed"
@@ -304,12 +304,20 @@ type URLSource struct {
 	SHA256 string `json:"sha256"`
 }
 
-// OCISource is an OCI artifact holding the function's files.
+// OCISource is an OCI artifact holding the function's files: an image manifest with one
+// layer, a tar or gzip'd tar of the function's directory (docs/kubernetes.md, "OCI sources").
 type OCISource struct {
-	// reference is the artifact (registry/repo@sha256:...).
+	// reference is the artifact: registry/repo:tag or registry/repo@sha256:... (a digest is
+	// checked against the manifest pulled).
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
 	// +required
 	Reference string `json:"reference"`
+	// pullSecretRef names a Secret of the Function's namespace of type
+	// kubernetes.io/dockerconfigjson (as an imagePullSecret) with the registry's credentials;
+	// absent: anonymous.
+	// +optional
+	PullSecretRef *LocalRef `json:"pullSecretRef,omitempty"`
 }
 
 // FunctionSource is where the code comes from: exactly one of its fields.
