@@ -250,8 +250,8 @@ func TestSandboxAccessTokenLifetime(t *testing.T) {
 	}
 	bad := []string{
 		at.Token[:len(at.Token)-1] + map[bool]string{true: "1", false: "0"}[strings.HasSuffix(at.Token, "0")], // one digit off
-		strings.Replace(at.Token, "sb-00000000000000aa", "sb-00000000000000bb", 1),                           // another sandbox's id
-		strings.Replace(at.Token, "sb-00000000000000aa", "a", 1),                                             // by name
+		strings.Replace(at.Token, "sb-00000000000000aa", "sb-00000000000000bb", 1),                            // another sandbox's id
+		strings.Replace(at.Token, "sb-00000000000000aa", "a", 1),                                              // by name
 		"zygo_sbx_sb-00000000000000aa_", "zygo_sbx_",
 	}
 	_, tcp2, _ := accessServer(t, bytes.Repeat([]byte{4}, 32))
