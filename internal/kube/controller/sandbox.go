@@ -50,7 +50,7 @@ type SandboxReconciler struct {
 	// Namespace is the controller's, holding the agents' CA Secrets (copied into the access
 	// Secrets of sandboxes on agents serving TLS).
 	Namespace string
-	Now    func() time.Time // nil: time.Now
+	Now       func() time.Time // nil: time.Now
 }
 
 func (r *SandboxReconciler) now() time.Time {
