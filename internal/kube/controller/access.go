@@ -178,6 +178,7 @@ func (r *SandboxReconciler) recordAndGrant(ctx context.Context, sb *agentsv1.San
 	}
 	why, err := r.ensureAccess(ctx, sb, node, a)
 	if err != nil {
+		ready(sb, false, agentsv1.ReasonAccessSecretFailed, err.Error())
 		return ctrl.Result{}, err
 	}
 	if why != "" {
