@@ -1,6 +1,18 @@
 package api
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/zygo-run/zygo/internal/sandbox"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+)
+
+// The prefix the packages behind the edge know is the contract's.
+func TestAccessTokenPrefix(t *testing.T) {
+	if sandbox.AccessTokenPrefix != wire.SandboxAccessTokenPrefix {
+		t.Fatalf("sandbox.AccessTokenPrefix %q, wire.SandboxAccessTokenPrefix %q", sandbox.AccessTokenPrefix, wire.SandboxAccessTokenPrefix)
+	}
+}
 
 // Every route a sandbox access token reaches is a route of the table, with a sandbox {id}: a
 // renamed route is not left reachable by a stale entry, nor a typo silently unreachable.

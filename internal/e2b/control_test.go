@@ -421,3 +421,14 @@ func TestKillFailed(t *testing.T) {
 		t.Errorf("the failed sandbox's record is left after kill")
 	}
 }
+
+// A Zygo sandbox access token reaches one sandbox's envd API at most, never the control API:
+// given as the key it is refused (403) saying so, as it is or spelt with e2b_.
+func TestSandboxAccessTokenRefusedOnControl(t *testing.T) {
+	h := newTestHandler(newFakeSandboxes(), nil)
+	tok := "zygo_sbx_sb-0000000000000001_" + strings.Repeat("ab", 32)
+	for _, key := range []string{tok, "e2b_" + strings.TrimPrefix(tok, "zygo_")} {
+		st, body := do(t, h, "GET", "/v2/sandboxes", key, "")
+		wantE2BError(t, "a sandbox access token as the key", st, body, 403, "never the control API")
+	}
+}

@@ -24,7 +24,6 @@ import (
 	"strings"
 
 	"github.com/zygo-run/zygo/internal/sandbox"
-	"github.com/zygo-run/zygo/sdk/go/wire"
 )
 
 // Authenticator finds the Zygo API token a secret belongs to (api.Tokens).
@@ -151,5 +150,5 @@ func isSandboxAccessToken(r *http.Request) bool {
 	if rest, ok := strings.CutPrefix(key, "e2b_"); ok {
 		key = "zygo_" + rest
 	}
-	return strings.HasPrefix(key, wire.SandboxAccessTokenPrefix)
+	return strings.HasPrefix(key, sandbox.AccessTokenPrefix)
 }

@@ -7,6 +7,11 @@ import (
 	"encoding/hex"
 )
 
+// AccessTokenPrefix starts every sandbox access token the API hands out: "zygo_sbx_" + the
+// sandbox's id + "_" + AccessMAC. It is wire.SandboxAccessTokenPrefix, for the packages that
+// do not speak the wire types (internal/e2b refuses such a token on its control API).
+const AccessTokenPrefix = "zygo_sbx_"
+
 // AccessKeyBytes is the least size of the key AccessMAC takes.
 const AccessKeyBytes = 32
 
