@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
+	extv1 "github.com/zygo-run/zygo/internal/kube/api/extensions/v1beta1"
 	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
 )
 
@@ -108,5 +109,38 @@ func TestSandboxAccessSecretRefusals(t *testing.T) {
 	}
 	if n := AccessSecretName(strings.Repeat("x", 253)); len(n) > 253 || !strings.HasSuffix(n, "-zygo-access") {
 		t.Errorf("AccessSecretName of a 253-character name: %q (%d)", n, len(n))
+	}
+}
+
+// A claim served from a warm pool is a copy of the pool's source: it gets an access Secret of
+// its own, for its own sandbox; the source gets none.
+func TestWarmClaimGetsItsOwnAccessSecret(t *testing.T) {
+	tpl := &extv1.SandboxTemplate{ObjectMeta: objMeta("tpl")}
+	pool := &extv1.SandboxWarmPool{ObjectMeta: objMeta("pool"), Spec: extv1.SandboxWarmPoolSpec{Replicas: 1, TemplateRef: extv1.SandboxTemplateRef{Name: "tpl"}}}
+	e := newEnv(t, tpl, pool)
+	pr, sr, cr := &WarmPoolReconciler{Client: e.c, Dialer: e.agents}, &SandboxReconciler{Client: e.c, Dialer: e.agents}, &ClaimReconciler{Client: e.c}
+	e.reconcile(pr, pool)
+	src := &agentsv1.Sandbox{}
+	src.Namespace, src.Name = "ns", sourceName("pool", 0)
+	e.get(src)
+	e.reconcile(sr, src)
+	e.reconcile(pr, pool)
+	warm := &extv1.SandboxClaim{ObjectMeta: objMeta("warm"), Spec: extv1.SandboxClaimSpec{TemplateRef: extv1.SandboxTemplateRef{Name: "tpl"}}}
+	e.create(warm)
+	e.reconcile(cr, warm)
+	wsb := &agentsv1.Sandbox{}
+	wsb.Namespace, wsb.Name = "ns", "warm"
+	e.get(wsb)
+	e.reconcile(sr, wsb)
+	e.get(wsb)
+	e.get(src)
+	if wsb.Status.Zygo.ParentID == "" || wsb.Status.Zygo.AccessSecretName != "warm-zygo-access" || src.Status.Zygo.AccessSecretName != "" {
+		t.Fatalf("warm claim's Sandbox %+v, source %+v", wsb.Status.Zygo, src.Status.Zygo)
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "warm-zygo-access"}}
+	e.get(s)
+	if id := string(s.Data[AccessKeySandboxID]); id != wsb.Status.Zygo.SandboxID || id == src.Status.Zygo.SandboxID ||
+		!strings.HasPrefix(string(s.Data[AccessKeyToken]), "zygo_sbx_"+id+"_") {
+		t.Fatalf("the claim's access Secret %v, the copy %s, its source %s", s.Data, wsb.Status.Zygo.SandboxID, src.Status.Zygo.SandboxID)
 	}
 }
