@@ -15,6 +15,9 @@ import (
 type caller struct {
 	tcp   bool   // the call came over the TCP listener
 	token string // the name of its token; "" before authentication or on the unix socket
+	// sandbox is the sandbox of the call's sandbox access token (access.go); "" for any other
+	// call. Its token is then "sandbox/" and that id.
+	sandbox string
 }
 
 type callerKey struct{}

@@ -134,7 +134,9 @@ func RequireToken(token string, log *slog.Logger, h http.Handler) http.Handler {
 // SECRET" with the secret of one of auth's tokens; any other request is answered 401 with
 // code "unauthenticated" (with the API version header), logged at warn level on log (remote address, method, path; never
 // what was sent as a token) and never reaches h. The call's caller (see callerOf) records that
-// it came over TCP and the token's name, for the access log and the token routes.
+// it came over TCP and the token's name, for the access log and the token routes. A secret of
+// wire.SandboxAccessTokenPrefix is checked by auth's SandboxAuthenticator (none: refused); the
+// caller then records its sandbox, which every route checks (access.go).
 func RequireTokens(auth Authenticator, log *slog.Logger, h http.Handler) http.Handler {
 	return withAPIVersion(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, r := withCaller(r)
@@ -144,6 +146,22 @@ func RequireTokens(auth Authenticator, log *slog.Logger, h http.Handler) http.Ha
 			authFailed(log, r, "no bearer token")
 			unauthenticated(w, "this API listener requires a bearer token: send `Authorization: Bearer TOKEN`, "+
 				"TOKEN being one of `zygo token create` or the contents of api.token in the daemon's state directory")
+			return
+		}
+		if strings.HasPrefix(got, wire.SandboxAccessTokenPrefix) {
+			sa, isSA := auth.(SandboxAuthenticator)
+			id, ok := "", false
+			if isSA {
+				id, ok = sa.AuthenticateSandbox(r.Context(), got)
+			}
+			if !ok {
+				authFailed(log, r, "wrong sandbox access token")
+				unauthenticated(w, "not a valid sandbox access token of this daemon: its sandbox was removed (a sandbox's "+
+					"access token dies with it), or the token is another daemon's")
+				return
+			}
+			c.token, c.sandbox = "sandbox/"+id, id
+			h.ServeHTTP(w, r)
 			return
 		}
 		name, ok := auth.Authenticate(got)

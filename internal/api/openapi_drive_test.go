@@ -251,6 +251,7 @@ type driver struct {
 	metrics *prometheus.Registry // nil: the server serves no metrics
 
 	noPools, noTokens bool // the server has none
+	noAccessKey       bool // the server issues no sandbox access tokens
 }
 
 func newDriver() *driver {
@@ -310,6 +311,9 @@ func (d *driver) handler(t *testing.T, token string) http.Handler {
 		}
 		d.tokens.err = storeErr
 		srv.WithTokens(toks)
+	}
+	if !d.noAccessKey {
+		srv.WithAccessKey(bytes.Repeat([]byte{7}, 32))
 	}
 	if d.metrics != nil {
 		srv.WithMetrics(promhttp.HandlerFor(d.metrics, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
@@ -376,6 +380,7 @@ var happyCalls = []call{
 	{route: "POST /v1/sandboxes/{id}/pause", target: "/v1/sandboxes/agent/pause"},
 	{route: "POST /v1/sandboxes/{id}/resume", target: "/v1/sandboxes/agent/resume", body: `{"timeout_ms": 60000}`, ctype: "application/json"},
 	{route: "POST /v1/sandboxes/{id}/timeout", target: "/v1/sandboxes/agent/timeout", body: `{"timeout_ms": 60000, "on_timeout": "pause"}`, ctype: "application/json"},
+	{route: "POST /v1/sandboxes/{id}/access-token", target: "/v1/sandboxes/agent/access-token"},
 	{route: "POST /v1/checkpoints/{id}/restore", target: "/v1/checkpoints/base/restore", body: `{"timeout_ms": 60000, "metadata": {"a": "b"}}`, ctype: "application/json"},
 	{route: "GET /v1/templates", target: "/v1/templates"},
 	{route: "GET /v1/checkpoints/{id}/image", target: "/v1/checkpoints/base/image"},
@@ -510,6 +515,8 @@ var otherCalls = []call{
 		setup: func(d *driver) { d.fns.err = fmt.Errorf("version %q: %w", "x", errdefs.ErrNotFound) }},
 	{route: "GET /v1/functions/{name}/logs", target: "/v1/functions/hello/logs?since=yesterday"},
 	{route: "GET /v1/functions/{name}/logs", target: "/v1/functions/hello/logs?tail=5&after=3"},
+
+	{route: "POST /v1/sandboxes/{id}/access-token", target: "/v1/sandboxes/agent/access-token", setup: func(d *driver) { d.noAccessKey = true }},
 
 	{route: "POST /v1/tokens", target: "/v1/tokens", body: `{"name": "Bad Name"}`},
 	{route: "POST /v1/tokens", target: "/v1/tokens", body: `{"name": "ci"}`}, // taken: 409

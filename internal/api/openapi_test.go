@@ -145,6 +145,7 @@ var schemaTypes = map[string]reflect.Type{
 	"Template":             reflect.TypeFor[wire.Template](),
 	"TemplatePage":         reflect.TypeFor[wire.Page[wire.Template]](),
 	"GenerationBody":       reflect.TypeFor[wire.GenerationBody](),
+	"SandboxAccessToken":   reflect.TypeFor[wire.SandboxAccessToken](),
 	"PortBody":             reflect.TypeFor[wire.PortBody](),
 	"ServiceStatus":        reflect.TypeFor[wire.ServiceStatus](),
 	"Version":              reflect.TypeFor[wire.Version](),

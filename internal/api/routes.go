@@ -64,6 +64,7 @@ func (s *Server) table() []handled {
 		{Route{"POST", "/v1/sandboxes/{id}/pause"}, sb(s.pauseSandbox)},
 		{Route{"POST", "/v1/sandboxes/{id}/resume"}, sb(s.resumeSandbox)},
 		{Route{"POST", "/v1/sandboxes/{id}/timeout"}, sb(s.setSandboxTimeout)},
+		{Route{"POST", "/v1/sandboxes/{id}/access-token"}, sb(s.mintAccessToken)}, // access.go
 		{Route{"POST", "/v1/checkpoints/{id}/restore"}, sb(s.restoreCheckpoint)},
 		{Route{"GET", "/v1/templates"}, sb(s.listTemplates)},
 		{Route{"GET", "/v1/checkpoints"}, sb(s.listCheckpoints)},
@@ -120,7 +121,7 @@ func (s *Server) Handler() http.Handler { return withAPIVersion(s.accessLog(noRo
 func (s *Server) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	for _, h := range s.table() {
-		mux.HandleFunc(h.String(), h.h)
+		mux.HandleFunc(h.String(), s.scoped(h.Route, h.h)) // a sandbox access token's reach (access.go)
 	}
 	return mux
 }

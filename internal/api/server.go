@@ -73,6 +73,9 @@ type Server struct {
 	pools Pools
 	// tokens are the API tokens (tokens.go, set by WithTokens); nil: the token routes answer 503.
 	tokens *Tokens
+	// accessKey derives the sandbox access tokens (access.go, set by WithAccessKey); nil: none
+	// is minted or accepted.
+	accessKey []byte
 	// metrics serves GET /metrics (set by WithMetrics; serveMetrics); nil: the route answers 404.
 	metrics http.Handler
 }

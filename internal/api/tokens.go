@@ -187,12 +187,12 @@ func (s *Server) WithTokens(t *Tokens) *Server {
 
 // TCPHandler returns the handler of the TCP listener: every route, behind RequireTokens with
 // the server's tokens (WithTokens must have been called), and the access log outside it, so
-// that refused calls are logged too.
+// that refused calls are logged too. It also accepts the sandbox access tokens (access.go).
 func (s *Server) TCPHandler() http.Handler {
 	if s.tokens == nil {
 		panic("api: TCPHandler without WithTokens")
 	}
-	return withAPIVersion(s.accessLog(RequireTokens(s.tokens, s.log, noRoute(s.mux()))))
+	return withAPIVersion(s.accessLog(RequireTokens(tcpAuth{Tokens: s.tokens, s: s}, s.log, noRoute(s.mux()))))
 }
 
 // needTokens answers 503 when the server has no tokens.

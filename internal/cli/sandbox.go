@@ -33,7 +33,7 @@ func newSandboxCmd(g *globals) *cobra.Command {
 		newSandboxExecCmd(g), newSandboxRunCodeCmd(g), newSandboxFilesCmd(g),
 		newSandboxCheckpointCmd(g), newSandboxCheckpointsCmd(g), newSandboxForkCmd(g), newSandboxRollbackCmd(g),
 		newSandboxServicesCmd(g), newSandboxPortCmd(g), newSandboxPauseCmd(g), newSandboxResumeCmd(g), newSandboxTimeoutCmd(g),
-		newSandboxRestoreCmd(g), newSandboxTemplatesCmd(g))
+		newSandboxRestoreCmd(g), newSandboxTemplatesCmd(g), newSandboxTokenCmd(g))
 	return cmd
 }
 

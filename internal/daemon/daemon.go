@@ -394,7 +394,14 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 		return err
 	}
 	apiSrv := api.NewServer(mgr, st, secrets, log, Version).WithSandboxes(sbx.api(), sbx.err).WithTokens(tokens).WithMetrics(reg.Handler()).WithPools(pools)
-	e2bHandler, closeE2B, err := e2bAPI(cfg, sbx, tokens)
+	accessKey, err := loadAccessKey(cfg, sbx)
+	if err != nil {
+		return err
+	}
+	if accessKey != nil {
+		apiSrv.WithAccessKey(accessKey)
+	}
+	e2bHandler, closeE2B, err := e2bAPI(cfg, sbx, tokens, accessKey)
 	if err != nil {
 		return err
 	}

@@ -13,10 +13,27 @@ import (
 	"github.com/zygo-run/zygo/internal/e2b/envd"
 )
 
-// E2BKeyName is the file in the state dir holding the key the envd access tokens of the E2B
-// API are derived from (e2b.AccessToken): 32 random bytes, hex, mode 0600, made on the first
-// start with --e2b, so tokens handed out survive restarts.
-const E2BKeyName = "e2b.key"
+// AccessKeyName is the file in the state dir holding the key the sandboxes' access tokens are
+// derived from (sandbox.AccessMAC): the API's sandbox access tokens and the E2B API's envd
+// access tokens. 32 random bytes, hex, mode 0600, made on the first start with sandboxes, so
+// tokens handed out survive restarts; replacing it (daemon stopped) revokes every one.
+const AccessKeyName = "sandbox-access.key"
+
+// loadAccessKey returns the key of AccessKeyName, made on first use; nil without sandboxes.
+func loadAccessKey(cfg Config, sbx *sandboxes) ([]byte, error) {
+	if sbx.mgr == nil {
+		return nil, nil
+	}
+	keyHex, err := api.LoadToken(filepath.Join(cfg.StateDir, AccessKeyName))
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox access key: %w", err)
+	}
+	key, err := hex.DecodeString(keyHex)
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox access key %s: %w", AccessKeyName, err)
+	}
+	return key, nil
+}
 
 // tlsOrLoopback checks an address flag served as the API is: "" is fine; a loopback host
 // (localhost meaning 127.0.0.1, never looked up) in plain HTTP; any other only with TLS.
@@ -40,9 +57,9 @@ func tlsOrLoopback(flag, addr string, withTLS bool) (string, error) {
 }
 
 // e2bAPI returns the handler of the --e2b listener and what stops it (the envd API's watchers),
-// or nil and a no-op without --e2b. Without sandboxes every call on it answers 503 in E2B's
+// or nil and a no-op without --e2b. key is loadAccessKey's. Without sandboxes every call on it answers 503 in E2B's
 // shape.
-func e2bAPI(cfg Config, sbx *sandboxes, tokens *api.Tokens) (http.Handler, func(), error) {
+func e2bAPI(cfg Config, sbx *sandboxes, tokens *api.Tokens, key []byte) (http.Handler, func(), error) {
 	if cfg.E2B == "" {
 		return nil, func() {}, nil
 	}
@@ -56,14 +73,6 @@ func e2bAPI(cfg Config, sbx *sandboxes, tokens *api.Tokens) (http.Handler, func(
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "{\"code\":503,\"message\":%q}\n", msg)
 		}), func() {}, nil
-	}
-	keyHex, err := api.LoadToken(filepath.Join(cfg.StateDir, E2BKeyName))
-	if err != nil {
-		return nil, nil, fmt.Errorf("--e2b: %w", err)
-	}
-	key, err := hex.DecodeString(keyHex)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--e2b: %s: %w", E2BKeyName, err)
 	}
 	// The envd API over the Manager, through the adapter that also gives it each sandbox's
 	// access token (so it checks X-Access-Token on every call on a sandbox).

@@ -157,7 +157,7 @@ func (c *control) lookup(w http.ResponseWriter, r *http.Request) (sandbox.Sandbo
 
 func (c *control) sandboxBody(rec sandbox.SandboxRecord) sandboxBody {
 	return sandboxBody{TemplateID: templateOf(rec), SandboxID: rec.ID, ClientID: clientID, EnvdVersion: c.cfg.EnvdVersion,
-		EnvdAccessToken: AccessToken(c.cfg.AccessKey, rec.ID)}
+		EnvdAccessToken: AccessToken(c.cfg.AccessKey, rec)}
 }
 
 // templateOf is what a sandbox is made from: its template's name, else its root.
@@ -188,7 +188,7 @@ func (c *control) detail(rec sandbox.SandboxRecord, withToken bool) sandboxDetai
 		on = sandbox.OnTimeoutPause
 	}
 	if withToken {
-		d.EnvdAccessToken = AccessToken(c.cfg.AccessKey, rec.ID)
+		d.EnvdAccessToken = AccessToken(c.cfg.AccessKey, rec)
 		d.Lifecycle = &lifecycleBody{OnTimeout: on}
 	}
 	return d

@@ -211,8 +211,12 @@ func TestEnvdRouting(t *testing.T) {
 	h = newTestHandler(newFakeSandboxes(), nil)
 	st, body := do(t, h, "GET", "/health", "", "", SandboxIDHeader, id)
 	wantE2BError(t, "no envd", st, body, 501, "envd")
-	if a, b := AccessToken(testKey, id), AccessToken(testKey, "sb-0000000000000002"); a == b || len(a) != 64 {
-		t.Errorf("access tokens %s, %s: want 64 hex digits, one per sandbox", a, b)
+	r1 := sandbox.SandboxRecord{ID: id, CreatedAt: time.Unix(0, 1)}
+	r2, r1again := r1, r1
+	r2.ID = "sb-0000000000000002"
+	r1again.CreatedAt = time.Unix(0, 2) // the same id made again later: another sandbox
+	if a, b, c := AccessToken(testKey, r1), AccessToken(testKey, r2), AccessToken(testKey, r1again); a == b || a == c || len(a) != 64 {
+		t.Errorf("access tokens %s, %s, %s: want 64 hex digits, one per sandbox and creation", a, b, c)
 	}
 }
 
@@ -222,7 +226,7 @@ func TestCreateListGetKill(t *testing.T) {
 	st, body := do(t, h, "POST", "/v2/sandboxes", "zygo_abc",
 		`{"templateID":"base","timeout":300,"metadata":{"team":"a b"},"envVars":{"B":"2","A":"1"},"secure":true,"allow_internet_access":true,"autoPause":true}`)
 	var sb sandboxBody
-	if st != 201 || json.Unmarshal([]byte(body), &sb) != nil || sb.SandboxID == "" || sb.EnvdAccessToken != AccessToken(testKey, sb.SandboxID) ||
+	if st != 201 || json.Unmarshal([]byte(body), &sb) != nil || sb.SandboxID == "" || sb.EnvdAccessToken != AccessToken(testKey, f.recs[sb.SandboxID]) ||
 		sb.TemplateID != "base" || sb.EnvdVersion != DefaultEnvdVersion {
 		t.Fatalf("create: %d %s", st, body)
 	}
@@ -415,5 +419,16 @@ func TestKillFailed(t *testing.T) {
 	}
 	if _, ok := f.recs[rec.ID]; ok {
 		t.Errorf("the failed sandbox's record is left after kill")
+	}
+}
+
+// A Zygo sandbox access token reaches one sandbox's envd API at most, never the control API:
+// given as the key it is refused (403) saying so, as it is or spelt with e2b_.
+func TestSandboxAccessTokenRefusedOnControl(t *testing.T) {
+	h := newTestHandler(newFakeSandboxes(), nil)
+	tok := "zygo_sbx_sb-0000000000000001_" + strings.Repeat("ab", 32)
+	for _, key := range []string{tok, "e2b_" + strings.TrimPrefix(tok, "zygo_")} {
+		st, body := do(t, h, "GET", "/v2/sandboxes", key, "")
+		wantE2BError(t, "a sandbox access token as the key", st, body, 403, "never the control API")
 	}
 }

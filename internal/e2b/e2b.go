@@ -19,12 +19,11 @@
 package e2b
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"strings"
+
+	"github.com/zygo-run/zygo/internal/sandbox"
 )
 
 // Authenticator finds the Zygo API token a secret belongs to (api.Tokens).
@@ -68,13 +67,11 @@ const (
 	APIKeyHeader      = "X-Api-Key"
 )
 
-// AccessToken returns the envd access token of sandbox id: HMAC-SHA256(key, id), hex. The
-// control API hands it out with the sandbox (envdAccessToken); envd requests must carry it.
-func AccessToken(key []byte, id string) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	return hex.EncodeToString(mac.Sum(nil))
-}
+// AccessToken returns the envd access token of the sandbox of rec: sandbox.AccessMAC under
+// key (64 hex digits), the secret of the sandbox's Zygo access token too, so it dies with the
+// sandbox and a fork's differs. The control API hands it out with the sandbox
+// (envdAccessToken); envd requests must carry it.
+func AccessToken(key []byte, rec sandbox.SandboxRecord) string { return sandbox.AccessMAC(key, rec) }
 
 // Handler returns the handler of the --e2b listener (see the package doc). It panics on a
 // Config without Sandboxes, Auth or AccessKey.
@@ -102,7 +99,11 @@ func Handler(cfg Config) http.Handler {
 			cfg.Envd.ServeHTTP(w, r)
 			return
 		}
-		if _, ok := c.authenticate(r); !ok {
+		if _, ok := c.authenticate(r); !ok && isSandboxAccessToken(r) {
+			writeError(w, http.StatusForbidden, "a sandbox access token reaches its sandbox's envd API only, never the control API: "+
+				"X-API-Key must be a Zygo API token")
+			return
+		} else if !ok {
 			c.log.Warn("e2b: authentication failed", "remote_addr", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 			writeError(w, http.StatusUnauthorized, "invalid API key: X-API-Key must be a Zygo API token (`zygo token create`, or api.token "+
 				"in the daemon's state dir), as it is or with its zygo_ prefix written e2b_")
@@ -135,4 +136,19 @@ func (c *control) authenticate(r *http.Request) (string, bool) {
 		return c.cfg.Auth.Authenticate(rest)
 	}
 	return "", false
+}
+
+// isSandboxAccessToken reports whether the request's key is a Zygo sandbox access token (as
+// it is, or with "e2b_" in place of "zygo_").
+func isSandboxAccessToken(r *http.Request) bool {
+	key := r.Header.Get(APIKeyHeader)
+	if key == "" {
+		if scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			key = strings.TrimSpace(cred)
+		}
+	}
+	if rest, ok := strings.CutPrefix(key, "e2b_"); ok {
+		key = "zygo_" + rest
+	}
+	return strings.HasPrefix(key, sandbox.AccessTokenPrefix)
 }

@@ -58,7 +58,7 @@ func (a EnvdSandboxes) EnvdAccessToken(ctx context.Context, id string) (string, 
 	if err != nil {
 		return "", err
 	}
-	return AccessToken(a.Key, rec.ID), nil
+	return AccessToken(a.Key, rec), nil
 }
 
 // relay converts a channel of guest events into envd's and closes it when in closes. When ctx

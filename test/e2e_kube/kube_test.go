@@ -265,6 +265,7 @@ func (e *env) testClaim(t *testing.T) {
 	if err != nil || st.Code != 0 || strings.TrimSpace(out.String()) != "hello from k8s" {
 		t.Fatalf("exec in the claimed sandbox: %v, %+v, %q", err, st, out.String())
 	}
+	access := e.accessOf(t, sb)
 	for name, other := range e.nodes {
 		if name != sb.Status.NodeName {
 			if _, err := zygo.NewTCPClient(other.addr, other.token).GetSandbox(ctx, sb.Status.Zygo.SandboxID); !zygo.IsNotFound(err) {
@@ -273,7 +274,16 @@ func (e *env) testClaim(t *testing.T) {
 		}
 	}
 
-	e.forkIt(t, sb, agent)
+	copies := e.forkIt(t, sb, agent)
+	// Each copy has an access Secret of its own; the source's token reaches none of them.
+	for _, c := range copies {
+		if c.token == access.token {
+			t.Fatalf("copy %s has the source's access token", c.sandboxID)
+		}
+		if _, err := access.client.Exec(ctx, c.sandboxID, execBody("true"), io.Discard, io.Discard); !zygo.IsPermissionDenied(err) {
+			t.Fatalf("the source's access token on copy %s: %v, want 403", c.sandboxID, err)
+		}
+	}
 
 	if err := e.c.Delete(ctx, cl); err != nil {
 		t.Fatal(err)
@@ -285,6 +295,67 @@ func (e *env) testClaim(t *testing.T) {
 	if _, err := agent.GetSandbox(ctx, sb.Status.Zygo.SandboxID); !zygo.IsNotFound(err) {
 		t.Fatalf("node %s still has sandbox %s after the delete (%v)", sb.Status.NodeName, sb.Status.Zygo.SandboxID, err)
 	}
+	waitFor(t, 30*time.Second, "the access Secret gone with its Sandbox", func() (bool, string) {
+		err := e.get(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: access.secret}})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if _, err := access.client.Exec(ctx, sb.Status.Zygo.SandboxID, execBody("true"), io.Discard, io.Discard); !zygo.IsUnauthenticated(err) {
+		t.Fatalf("the access token after its Sandbox's delete: %v, want 401", err)
+	}
+}
+
+// sandboxAccess is what a Sandbox's access Secret gave.
+type sandboxAccess struct {
+	secret, token, sandboxID string
+	client                   *zygo.Client
+}
+
+// accessOf checks sb's access Secret: in sb's namespace, named in its status, owned by it,
+// holding a token for sb alone and the agent's address, never the node's token. Its token
+// execs in sb on the agent and is refused (403) on create, on the node's tokens and on
+// another sandbox of the node.
+func (e *env) accessOf(t *testing.T, sb *agentsv1.Sandbox) sandboxAccess {
+	t.Helper()
+	ctx := context.Background()
+	name := sb.Status.Zygo.AccessSecretName
+	if name != controller.AccessSecretName(sb.Name) {
+		t.Fatalf("Sandbox %s: status.zygo.accessSecretName %q, want %q", sb.Name, name, controller.AccessSecretName(sb.Name))
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: name}}
+	if err := e.get(s); err != nil {
+		t.Fatalf("the access Secret of %s: %v", sb.Name, err)
+	}
+	n := e.nodes[sb.Status.NodeName]
+	tok, addr, id := string(s.Data["token"]), string(s.Data["address"]), string(s.Data["sandboxID"])
+	if id != sb.Status.Zygo.SandboxID || addr != n.addr || tok == n.token || !strings.HasPrefix(tok, wire.SandboxAccessTokenPrefix+id+"_") ||
+		len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != sb.UID {
+		t.Fatalf("access Secret %s: %v, owners %v", name, s.Data, s.OwnerReferences)
+	}
+	c := zygo.NewTCPClient(addr, tok)
+	var out bytes.Buffer
+	if st, err := c.Exec(ctx, id, execBody("sh", "-c", "echo via the access Secret"), &out, io.Discard); err != nil || st.Code != 0 ||
+		strings.TrimSpace(out.String()) != "via the access Secret" {
+		t.Fatalf("exec with the access Secret's token: %v %+v %q", err, st, out.String())
+	}
+	if _, err := c.CreateSandbox(ctx, wire.CreateSandboxBody{Name: "intruder"}); !zygo.IsPermissionDenied(err) {
+		t.Fatalf("create with the access token: %v, want 403", err)
+	}
+	if _, err := c.Tokens(ctx); !zygo.IsPermissionDenied(err) {
+		t.Fatalf("listing the node's tokens with the access token: %v, want 403", err)
+	}
+	// Another sandbox on the same node, made outside Kubernetes with the node's token.
+	other, err := zygo.NewTCPClient(n.addr, n.token).CreateSandbox(ctx, wire.CreateSandboxBody{Name: "other-" + sb.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zygo.NewTCPClient(n.addr, n.token).RemoveSandbox(ctx, other.ID)
+	if _, err := c.Exec(ctx, other.ID, execBody("true"), io.Discard, io.Discard); !zygo.IsPermissionDenied(err) {
+		t.Fatalf("exec in another sandbox with the access token: %v, want 403", err)
+	}
+	if err := c.RemoveSandbox(ctx, other.ID); !zygo.IsPermissionDenied(err) {
+		t.Fatalf("removing another sandbox with the access token: %v, want 403", err)
+	}
+	return sandboxAccess{secret: name, token: tok, sandboxID: id, client: c}
 }
 
 // testFunction: a Function from a ConfigMap is served through the controller's route, then
@@ -542,9 +613,10 @@ func (e *env) testManifests(t *testing.T) {
 func execBody(argv ...string) wire.ExecBody { return wire.ExecBody{Argv: argv, TimeoutMs: 30000} }
 
 // forkIt checkpoints sb (a Checkpoint on its node), forks that image two ways (a SandboxFork),
-// checks each copy is a Ready Sandbox of its own generation on the same node, then deletes
-// both and checks the node holds neither the copies nor the image.
-func (e *env) forkIt(t *testing.T, sb *agentsv1.Sandbox, agent *zygo.Client) {
+// checks each copy is a Ready Sandbox of its own generation and access Secret on the same node,
+// then deletes both and checks the node holds neither the copies nor the image, nor the
+// namespace their access Secrets; it returns what those Secrets held.
+func (e *env) forkIt(t *testing.T, sb *agentsv1.Sandbox, agent *zygo.Client) []sandboxAccess {
 	ctx := context.Background()
 	cp := &zygov1.Checkpoint{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: "cp1"},
 		Spec: zygov1.CheckpointSpec{SandboxRef: zygov1.LocalRef{Name: sb.Name}}}
@@ -572,6 +644,7 @@ func (e *env) forkIt(t *testing.T, sb *agentsv1.Sandbox, agent *zygo.Client) {
 	}
 	gens := map[string]bool{sb.Status.Zygo.Generation: true}
 	var copies []*agentsv1.Sandbox
+	var accesses []sandboxAccess
 	for _, ch := range f.Status.Children {
 		c := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: ch.Sandbox}}
 		waitFor(t, time.Minute, "copy "+ch.Sandbox+" Ready", func() (bool, string) {
@@ -585,6 +658,7 @@ func (e *env) forkIt(t *testing.T, sb *agentsv1.Sandbox, agent *zygo.Client) {
 		}
 		gens[c.Status.Zygo.Generation] = true
 		copies = append(copies, c)
+		accesses = append(accesses, e.accessOf(t, c))
 	}
 	for _, o := range []client.Object{f, cp} {
 		if err := e.c.Delete(ctx, o); err != nil {
@@ -607,4 +681,10 @@ func (e *env) forkIt(t *testing.T, sb *agentsv1.Sandbox, agent *zygo.Client) {
 	if _, err := agent.GetCheckpoint(ctx, cp.Status.CheckpointID); !zygo.IsNotFound(err) {
 		t.Fatalf("the node still has checkpoint %s (%v)", cp.Status.CheckpointID, err)
 	}
+	for _, a := range accesses {
+		if err := e.get(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: a.secret}}); !apierrors.IsNotFound(err) {
+			t.Fatalf("copy's access Secret %s after its delete: %v", a.secret, err)
+		}
+	}
+	return accesses
 }

@@ -48,6 +48,8 @@ type Agent interface {
 	Function(ctx context.Context, name string) (wire.Function, error)
 	RemoveFunction(ctx context.Context, name string) error
 	Invoke(ctx context.Context, name string, event []byte) (*zygo.InvokeResult, error)
+	// SandboxAccessToken mints the access token of sandbox id (access.go).
+	SandboxAccessToken(ctx context.Context, id string) (wire.SandboxAccessToken, error)
 }
 
 var _ Agent = (*zygo.Client)(nil)

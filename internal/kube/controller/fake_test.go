@@ -36,6 +36,7 @@ type fakeAgent struct {
 	creates   []wire.CreateSandboxBody
 	forks     int
 	invokes   int
+	mintErr   error // SandboxAccessToken's answer, when set
 	// refuseExport, when set, is ExportCheckpoint's error (crossnode_test.go).
 	refuseExport error
 }
@@ -323,3 +324,20 @@ func secret(name, key, value string) *corev1.Secret {
 }
 
 func wireCreate(name string) wire.CreateSandboxBody { return wire.CreateSandboxBody{Name: name} }
+
+// SandboxAccessToken answers a token naming the sandbox; mintErr, when set, is the answer.
+func (f *fakeAgent) SandboxAccessToken(_ context.Context, id string) (wire.SandboxAccessToken, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return wire.SandboxAccessToken{}, f.unreachable()
+	}
+	if f.mintErr != nil {
+		return wire.SandboxAccessToken{}, f.mintErr
+	}
+	rec, ok := f.find(id)
+	if !ok {
+		return wire.SandboxAccessToken{}, notFound("sandbox " + id)
+	}
+	return wire.SandboxAccessToken{SandboxID: rec.ID, Token: wire.SandboxAccessTokenPrefix + rec.ID + "_" + f.name}, nil
+}

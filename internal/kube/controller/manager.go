@@ -138,7 +138,7 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 	secrets := secretReader{Client: c, api: mgr.GetAPIReader()}
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&NodeReconciler{Client: c, Dialer: d},
-		&SandboxReconciler{Client: secrets, Dialer: d},
+		&SandboxReconciler{Client: secrets, Dialer: d, Namespace: cfg.Namespace},
 		&ClaimReconciler{Client: c},
 		&WarmPoolReconciler{Client: c, Dialer: d},
 		&CheckpointReconciler{Client: c, Dialer: d},

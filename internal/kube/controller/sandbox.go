@@ -42,11 +42,15 @@ const createTimeout = 2 * time.Minute
 // create whose answer was lost is found again on its node instead of made twice.
 func nodeSandboxName(sb *agentsv1.Sandbox) string { return "k8s-" + string(sb.UID) }
 
-// SandboxReconciler keeps each Sandbox's Zygo sandbox on its node and its status true.
+// SandboxReconciler keeps each Sandbox's Zygo sandbox on its node, its access Secret
+// (access.go) and its status true.
 type SandboxReconciler struct {
 	Client client.Client
 	Dialer Dialer
-	Now    func() time.Time // nil: time.Now
+	// Namespace is the controller's, holding the agents' CA Secrets (copied into the access
+	// Secrets of sandboxes on agents serving TLS).
+	Namespace string
+	Now       func() time.Time // nil: time.Now
 }
 
 func (r *SandboxReconciler) now() time.Time {
@@ -237,8 +241,7 @@ func (r *SandboxReconciler) make(ctx context.Context, sb *agentsv1.Sandbox, node
 	rec, err := a.GetSandbox(lctx, name)
 	lcancel()
 	if err == nil { // made before the last answer was lost
-		r.record(sb, node, rec)
-		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+		return r.recordAndGrant(ctx, sb, node, a, rec)
 	} else if !zygo.IsNotFound(err) {
 		return r.agentFailed(sb, node, "looking for sandbox "+name, err)
 	}
@@ -256,9 +259,8 @@ func (r *SandboxReconciler) make(ctx context.Context, sb *agentsv1.Sandbox, node
 	if err != nil {
 		return r.agentFailed(sb, node, "creating the sandbox", err)
 	}
-	r.record(sb, node, rec)
 	log.FromContext(ctx).Info("sandbox created", "node", node.Name, "sandbox_id", rec.ID)
-	return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	return r.recordAndGrant(ctx, sb, node, a, rec)
 }
 
 // forkOne makes sb a resealed copy of the sandbox that from ("NODE/ID/CHECKPOINT") names.
@@ -275,8 +277,7 @@ func (r *SandboxReconciler) forkOne(ctx context.Context, sb *agentsv1.Sandbox, n
 	if err != nil {
 		return r.agentFailed(sb, node, "forking warm sandbox "+parts[1], err)
 	}
-	r.record(sb, node, *ans.Children[0].Sandbox)
-	return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	return r.recordAndGrant(ctx, sb, node, a, *ans.Children[0].Sandbox)
 }
 
 // options turns sb's spec into the agent's create options, storing its secrets on the agent.
@@ -325,8 +326,7 @@ func (r *SandboxReconciler) observe(ctx context.Context, sb *agentsv1.Sandbox, n
 	case err != nil:
 		return r.agentFailed(sb, node, "reading the sandbox", err)
 	}
-	r.record(sb, node, rec)
-	return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	return r.recordAndGrant(ctx, sb, node, a, rec)
 }
 
 // record writes what the agent said of the sandbox into sb's status.
@@ -373,21 +373,27 @@ func (r *SandboxReconciler) expire(ctx context.Context, sb *agentsv1.Sandbox) (c
 	if err := r.removeOnNode(ctx, sb); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.removeAccess(ctx, sb); err != nil {
+		return ctrl.Result{}, err
+	}
 	if p := sb.Spec.ShutdownPolicy; p != nil && *p == agentsv1.ShutdownPolicyDelete {
 		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Delete(ctx, sb))
 	}
 	before := sb.DeepCopy()
-	sb.Status.PodIPs, sb.Status.Zygo.State = nil, ""
+	sb.Status.PodIPs, sb.Status.Zygo.State, sb.Status.Zygo.AccessSecretName = nil, "", ""
 	ready(sb, false, agentsv1.ReasonExpired, "shutdownTime passed: the sandbox was removed")
 	return ctrl.Result{}, r.Client.Status().Patch(ctx, sb, client.MergeFrom(before))
 }
 
-// finalize removes the Zygo sandbox from its node, then the finalizer.
+// finalize removes the Zygo sandbox from its node and its access Secret, then the finalizer.
 func (r *SandboxReconciler) finalize(ctx context.Context, sb *agentsv1.Sandbox) error {
 	if !controllerutil.ContainsFinalizer(sb, Finalizer) {
 		return nil
 	}
 	if err := r.removeOnNode(ctx, sb); err != nil {
+		return err
+	}
+	if err := r.removeAccess(ctx, sb); err != nil {
 		return err
 	}
 	controllerutil.RemoveFinalizer(sb, Finalizer)

@@ -360,3 +360,14 @@ func (c *Client) Restore(ctx context.Context, checkpoint string, opts wire.Resto
 func (c *Client) Templates(ctx context.Context) ([]wire.Template, error) {
 	return all[wire.Template](ctx, c, "/v1/templates", nil)
 }
+
+// SandboxAccessToken returns the access token of sandbox id (an id or a name): a bearer token
+// that reaches only that sandbox's record, exec, run-code, files, generation, services and
+// ports, and is refused (IsPermissionDenied) everywhere else; a client made with it
+// (NewTCPClient, NewTLSClient, or ZYGO_TOKEN for the CLI) just works for those calls. The
+// same sandbox always has the same token; it dies with the sandbox, and a fork of the sandbox
+// has its own. It needs one of the daemon's tokens (or the unix socket).
+func (c *Client) SandboxAccessToken(ctx context.Context, id string) (wire.SandboxAccessToken, error) {
+	var at wire.SandboxAccessToken
+	return at, c.call(ctx, "POST", sbPath(id, "access-token"), nil, &at)
+}

@@ -258,6 +258,11 @@ func IsConflict(err error) bool { return hasCode(err, wire.CodeFailedPreconditio
 // a wrong one (TCP only; see NewTCPClient).
 func IsUnauthenticated(err error) bool { return hasCode(err, wire.CodeUnauthenticated) }
 
+// IsPermissionDenied reports whether err says the call is refused for who makes it: a sandbox
+// access token used beyond its sandbox, a token route over TCP, a protected path in a
+// sandbox (403).
+func IsPermissionDenied(err error) bool { return hasCode(err, wire.CodePermissionDenied) }
+
 // IsTooManyRequests reports whether err says the function is at its concurrency with its
 // queue full (429); Error.RetryAfter says when to retry.
 func IsTooManyRequests(err error) bool { return hasCode(err, wire.CodeTooManyRequests) }

@@ -21,6 +21,10 @@ const (
 	ReasonExpired          = "SandboxExpired"   // shutdownTime passed: the Zygo sandbox was removed
 	ReasonInvalidSpec      = "InvalidSpec"      // what the schema could not check (the agent's 400, verbatim)
 	ReasonAgentUnavailable = "AgentUnavailable" // the agent answered 503 (sandboxes disabled, draining)
+	// ReasonAccessSecretFailed: the sandbox runs, but its access Secret
+	// (status.zygo.accessSecretName) could not be written: the agent did not mint the token, or
+	// a Secret of that name exists that is not this Sandbox's. The message says which.
+	ReasonAccessSecretFailed = "AccessSecretFailed"
 )
 
 // Annotations with which the controller adopts a Zygo sandbox that already exists on a node
@@ -219,6 +223,14 @@ type ZygoSandboxStatus struct {
 	// state is the agent's state of the sandbox (running, dead, ...).
 	// +optional
 	State string `json:"state,omitempty"`
+	// accessSecretName is the Secret, in the Sandbox's namespace, that holds what a user of this
+	// sandbox needs to reach it on its node agent: token (a bearer token for this sandbox
+	// alone: its exec, files, run-code, ports; the agent refuses it everywhere else), address,
+	// sandboxID, and ca.crt and serverName when the agent serves TLS. The controller writes it
+	// once the sandbox runs and deletes it with the Sandbox (it is owned by the Sandbox); every
+	// copy (SandboxFork, warm pool claim) gets its own. Never the node's token.
+	// +optional
+	AccessSecretName string `json:"accessSecretName,omitempty"`
 }
 
 // SandboxStatus is the observed state of a Sandbox; only the controller writes it.
