@@ -90,4 +90,17 @@ func TestCheckpointMovesBetweenDaemons(t *testing.T) {
 	if _, err := b.Client.ExportCheckpoint(ctx, "nope"); !zygo.IsNotFound(err) {
 		t.Errorf("export of an unknown checkpoint = %v, want 404", err)
 	}
+
+	// The image of a sandbox holding a secret holds its value: it never leaves its host.
+	if _, errOut, code := a.CLIIn("v4lue\n", "secret", "set", "API_KEY"); code != 0 {
+		t.Fatalf("secret set: %s", errOut)
+	}
+	sec := a.OK("sandbox", "create", "--secret", "API_KEY")
+	secCP := a.OK("sandbox", "checkpoint", sec)
+	if _, err := a.Client.ExportCheckpoint(ctx, secCP); !zygo.IsConflict(err) || !strings.Contains(err.Error(), "secrets") {
+		t.Errorf("export of a checkpoint of a sandbox with a secret = %v, want 409 naming secrets", err)
+	}
+	if msg := a.Fails("sandbox", "checkpoints", "export", secCP); !strings.Contains(msg, "secrets") {
+		t.Errorf("checkpoints export of it: %q", msg)
+	}
 }
