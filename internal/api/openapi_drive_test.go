@@ -222,6 +222,19 @@ func (f *specSandboxes) SetTimeout(context.Context, string, time.Duration, strin
 func (f *specSandboxes) Restore(context.Context, string, sandbox.RestoreOptions) (sandbox.SandboxRecord, error) {
 	return sbRec, f.err
 }
+func (f *specSandboxes) ExportCheckpoint(context.Context, string) (*sandbox.ImageExport, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return sandbox.NewImageExport(cpRec, 4, strings.Repeat("ab", 32), func(_ context.Context, w io.Writer) error {
+		_, err := io.WriteString(w, "tar!")
+		return err
+	}, nil), nil
+}
+func (f *specSandboxes) ImportCheckpoint(_ context.Context, r io.Reader, _ sandbox.ImportOptions) (sandbox.CheckpointRecord, error) {
+	io.Copy(io.Discard, r)
+	return cpRec, f.err
+}
 func (f *specSandboxes) Templates() []sandbox.Template {
 	return []sandbox.Template{{Name: "base", Description: "the default root"}, {Name: "py", RootfsDir: "/srv/py", Description: "rootfs /srv/py"}}
 }
@@ -370,6 +383,9 @@ var happyCalls = []call{
 	{route: "POST /v1/sandboxes/{id}/access-token", target: "/v1/sandboxes/agent/access-token"},
 	{route: "POST /v1/checkpoints/{id}/restore", target: "/v1/checkpoints/base/restore", body: `{"timeout_ms": 60000, "metadata": {"a": "b"}}`, ctype: "application/json"},
 	{route: "GET /v1/templates", target: "/v1/templates"},
+	{route: "GET /v1/checkpoints/{id}/image", target: "/v1/checkpoints/base/image"},
+	{route: "POST /v1/checkpoints/import", target: "/v1/checkpoints/import?sha256=" + strings.Repeat("ab", 32) + "&tag=moved",
+		body: "tar!", ctype: wire.TarContentType},
 
 	{route: "POST /v1/functions", target: "/v1/functions", body: "tarball", ctype: "application/gzip", accept: wire.DeployStreamType,
 		setup: func(d *driver) { streamDeploy(d, nil) }},

@@ -70,6 +70,8 @@ func (s *Server) table() []handled {
 		{Route{"GET", "/v1/checkpoints"}, sb(s.listCheckpoints)},
 		{Route{"GET", "/v1/checkpoints/{id}"}, sb(s.getCheckpoint)},
 		{Route{"DELETE", "/v1/checkpoints/{id}"}, sb(s.removeCheckpoint)},
+		{Route{"GET", "/v1/checkpoints/{id}/image"}, sb(s.exportCheckpoint)}, // a tar; size and SHA-256 in headers
+		{Route{"POST", "/v1/checkpoints/import"}, sb(s.importCheckpoint)},    // body: that tar; ?sha256=
 
 		{Route{"POST", "/v1/tokens"}, s.needTokens(s.unixOnly(s.createToken))},
 		{Route{"GET", "/v1/tokens"}, s.needTokens(s.listTokens)},

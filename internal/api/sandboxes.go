@@ -46,6 +46,9 @@ type Sandboxes interface {
 	SetTimeout(ctx context.Context, id string, timeout time.Duration, onTimeout string) (sandbox.SandboxRecord, error)
 	Restore(ctx context.Context, checkpoint string, opts sandbox.RestoreOptions) (sandbox.SandboxRecord, error)
 	Templates() []sandbox.Template
+	// ExportCheckpoint and ImportCheckpoint move an image between daemons (checkpoint_images.go).
+	ExportCheckpoint(ctx context.Context, checkpoint string) (*sandbox.ImageExport, error)
+	ImportCheckpoint(ctx context.Context, r io.Reader, opts sandbox.ImportOptions) (sandbox.CheckpointRecord, error)
 }
 
 var _ Sandboxes = (*sandbox.Manager)(nil)

@@ -69,6 +69,7 @@ func newSandboxCheckpointsCmd(g *globals) *cobra.Command {
 	}
 	out = addOutput(cmd, listCmd)
 	out.addJSONAlias(cmd)
+	cmd.AddCommand(newCheckpointExportCmd(g), newCheckpointImportCmd(g))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "rm CHECKPOINT...",
 		Short: "Delete checkpoints; refused while a sandbox was restored from one or a checkpoint descends from it",

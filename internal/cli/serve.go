@@ -94,6 +94,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&sbx.GuestBinary, "guest-binary", "", "static zygo-guest for gVisor sandboxes (default: next to zygo, then PATH)")
 	cmd.Flags().StringVar(&sbx.Runsc, "runsc", "", "runsc binary (default /usr/local/bin/runsc, then PATH)")
 	cmd.Flags().IntVar(&sbx.SecretImagesMiB, "secret-images-mib", 2048, "size cap of the tmpfs holding the checkpoint images of sandboxes with secrets (MiB)")
+	cmd.Flags().IntVar(&sbx.CheckpointImportMaxMiB, "checkpoint-import-max-mib", 8192, "largest checkpoint image an import (zygo sandbox checkpoints import) accepts (MiB of its tar)")
 	cmd.Flags().BoolVar(&sbx.Disabled, "no-sandboxes", false, "serve functions only; sandbox calls answer 503")
 	cmd.Flags().BoolVar(&sbx.Network.Disabled, "no-sandbox-network", false, "run every sandbox without network (loopback only)")
 	cmd.Flags().BoolVar(&nc.Disabled, "no-network", false, "run without networking: functions with [network] egress = \"allow\" are refused")

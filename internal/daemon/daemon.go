@@ -238,6 +238,9 @@ func (c *Config) validate() error {
 	case c.Sandbox.SecretImagesMiB < 0:
 		return fmt.Errorf("--secret-images-mib %d: must be a positive number of MiB", c.Sandbox.SecretImagesMiB)
 	}
+	if c.Sandbox.CheckpointImportMaxMiB < 0 {
+		return fmt.Errorf("--checkpoint-import-max-mib %d: must be a positive number of MiB", c.Sandbox.CheckpointImportMaxMiB)
+	}
 	switch {
 	case c.LogRetentionLines == 0:
 		c.LogRetentionLines = store.DefaultLogRetentionLines

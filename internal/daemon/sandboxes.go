@@ -47,6 +47,9 @@ type SandboxConfig struct {
 	// SecretImagesMiB caps the tmpfs STATE/images-mem that holds the checkpoint images of
 	// sandboxes with secrets (secretimages.go) [2048].
 	SecretImagesMiB int
+	// CheckpointImportMaxMiB bounds one imported checkpoint image (POST /v1/checkpoints/import),
+	// in MiB of its tar stream [sandbox.DefaultMaxImportBytes: 8192].
+	CheckpointImportMaxMiB int
 	// Network configures the sandboxes' network (sandboxnet.go).
 	Network SandboxNetConfig
 	// Templates are NAME=DIR templates besides the built-in base (sandbox.ParseTemplate).
@@ -158,7 +161,8 @@ func newSandboxManager(ctx context.Context, cfg Config, st *store.Store, secrets
 		ProtectedDirs: []string{cfg.StateDir, engineDir},
 		ImageDir:      filepath.Join(cfg.StateDir, "images"), SecretImageDir: memImages, Log: log.With("component", "sandbox"),
 		ReadyTimeout: sc.ReadyTimeout, Secrets: sandboxSecrets(secrets), HostIDs: hostid.NewAllocator(st, cfg.uidRange),
-		Reseal: meteredReseal(mreg, sandbox.DefaultReseal), Templates: templates}
+		Reseal: meteredReseal(mreg, sandbox.DefaultReseal), Templates: templates,
+		MaxImportBytes: int64(sc.CheckpointImportMaxMiB) << 20}
 	if nh != nil {
 		mcfg.Network = sandbox.HostNetwork{Host: nh}
 	}

@@ -95,6 +95,9 @@ type ManagerConfig struct {
 	BusyWait time.Duration
 	// RecoverWorkers bounds how many sandboxes StartRecover re-attaches at once [8].
 	RecoverWorkers int
+	// MaxImportBytes bounds the tar stream of one ImportCheckpoint, in bytes
+	// [DefaultMaxImportBytes].
+	MaxImportBytes int64
 	// Now is the clock [time.Now].
 	Now func() time.Time
 	// HostIDs hands each sandbox its own host uid (Spec.HostUID), owner "sandbox:ID": a fork
@@ -174,6 +177,9 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	}
 	if cfg.RecoverWorkers <= 0 {
 		cfg.RecoverWorkers = 8
+	}
+	if cfg.MaxImportBytes <= 0 {
+		cfg.MaxImportBytes = DefaultMaxImportBytes
 	}
 	if err := os.MkdirAll(cfg.ImageDir, 0o700); err != nil {
 		return nil, fmt.Errorf("making image dir: %w", err)

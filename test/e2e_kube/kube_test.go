@@ -218,7 +218,9 @@ func TestKubernetes(t *testing.T) {
 	t.Run("Manifests", e.testManifests)
 	t.Run("BadInput", e.testBadInput)
 	t.Run("Claim", e.testClaim)
+	t.Run("CrossNodeFork", e.testCrossNodeFork)
 	t.Run("Function", e.testFunction)
+	t.Run("OCIFunction", e.testOCIFunction)
 	t.Run("ForeignAnnotations", e.testForeignAnnotations)
 	t.Run("NodeDelete", e.testNodeDelete)
 }

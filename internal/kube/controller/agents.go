@@ -38,6 +38,11 @@ type Agent interface {
 	RemoveCheckpoint(ctx context.Context, checkpoint string) error
 	// Fork makes n copies of sandbox id from checkpoint from (empty: a fresh one).
 	Fork(ctx context.Context, id string, n int, from string, progress func(wire.ForkProgress)) (wire.ForkAnswer, error)
+	// ExportCheckpoint, ImportCheckpoint and Restore copy an image to another node and
+	// restore it there (a cross-node SandboxFork, crossnode.go).
+	ExportCheckpoint(ctx context.Context, checkpoint string) (*zygo.CheckpointImage, error)
+	ImportCheckpoint(ctx context.Context, r io.Reader, size int64, sha256, tag string) (wire.Checkpoint, error)
+	Restore(ctx context.Context, checkpoint string, opts wire.RestoreBody) (wire.Sandbox, error)
 	SetSecret(ctx context.Context, name string, value []byte) error
 	Deploy(ctx context.Context, bundle io.Reader) (wire.DeployResult, error)
 	Function(ctx context.Context, name string) (wire.Function, error)

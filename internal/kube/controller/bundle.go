@@ -20,6 +20,7 @@ import (
 	"github.com/BurntSushi/toml"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
 	"github.com/zygo-run/zygo/sdk/go/wire"
@@ -44,7 +45,7 @@ func nodeFunctionName(namespace, name string) string {
 // unreachable, a digest mismatch): a condition, not a retry storm.
 var errSource = errors.New("function source")
 
-// errUnsupported is wrapped when the source is of a kind not implemented (OCI).
+// errUnsupported is wrapped when the source is of a kind not implemented (none today).
 var errUnsupported = errors.New("not implemented")
 
 // sourceFiles returns the function's files, by path, from its source.
@@ -67,7 +68,11 @@ func sourceFiles(ctx context.Context, c client.Reader, hc *http.Client, fn *zygo
 	case src.URL != nil:
 		return fetchArchive(ctx, hc, src.URL.URL, src.URL.SHA256)
 	case src.OCI != nil:
-		return nil, fmt.Errorf("%w: spec.source.oci: OCI artifact sources are %w yet; use configMap or url", errSource, errUnsupported)
+		files, digest, err := fetchOCI(ctx, c, hc, fn) // oci.go
+		if err == nil {
+			log.FromContext(ctx).V(1).Info("pulled the function's OCI source", "reference", src.OCI.Reference, "digest", digest)
+		}
+		return files, err
 	}
 	return nil, fmt.Errorf("%w: spec.source: none of configMap, url, oci is set", errSource)
 }
@@ -103,7 +108,7 @@ func fetchArchive(ctx context.Context, hc *http.Client, url, want string) (map[s
 	return untar(b)
 }
 
-// Limits of a URL source once unpacked: the daemon's own bounds on a deployed bundle
+// Limits of a URL or OCI source once unpacked: the daemon's own bounds on a deployed bundle
 // (internal/function MaxUnpackedBytes and MaxBundleFiles, not imported: that package pulls in
 // the whole sandbox runtime), so the controller never holds more than an agent would accept.
 const (
@@ -111,16 +116,28 @@ const (
 	maxArchiveFiles  = 10_000    // tar entries of any type
 )
 
-// untar returns the regular files of a gzip'd tar, by cleaned relative path; a path leaving
-// the archive is an error. It reads the stream entry by entry and refuses, before reading its
-// data, an entry whose declared size would take the files past maxUnpackedBytes, and an
-// archive of more than maxArchiveFiles entries: a small archive never expands in memory.
-func untar(b []byte) (map[string][]byte, error) {
-	gz, err := gzip.NewReader(bytes.NewReader(b))
-	if err != nil {
-		return nil, fmt.Errorf("%w: spec.source.url: not a gzip'd tar: %w", errSource, err)
+// untar returns the regular files of a gzip'd tar (a URL source), by cleaned relative path;
+// see unpackTar.
+func untar(b []byte) (map[string][]byte, error) { return unpackTar("spec.source.url", b, true) }
+
+// unpack is untar for an OCI layer, whose tar may be gzip'd or not.
+func unpack(field string, b []byte) (map[string][]byte, error) { return unpackTar(field, b, false) }
+
+// unpackTar returns the regular files of a tar (gzip'd when needGzip, or when it starts as
+// gzip does), by cleaned relative path; a path leaving the archive is an error naming field.
+// It reads the stream entry by entry and refuses, before reading its data, an entry whose
+// declared size would take the files past maxUnpackedBytes, and an archive of more than
+// maxArchiveFiles entries: a small archive never expands in memory.
+func unpackTar(field string, b []byte, needGzip bool) (map[string][]byte, error) {
+	var r io.Reader = bytes.NewReader(b)
+	if needGzip || bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+		gz, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: not a gzip'd tar: %w", errSource, field, err)
+		}
+		r = gz
 	}
-	tr := tar.NewReader(gz)
+	tr := tar.NewReader(r)
 	files := map[string][]byte{}
 	var total int64
 	for entries := 0; ; entries++ {
@@ -129,25 +146,25 @@ func untar(b []byte) (map[string][]byte, error) {
 			return files, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: spec.source.url: reading the tar: %w", errSource, err)
+			return nil, fmt.Errorf("%w: %s: reading the tar: %w", errSource, field, err)
 		}
 		if entries >= maxArchiveFiles {
-			return nil, fmt.Errorf("%w: spec.source.url: the archive has more than %d entries", errSource, maxArchiveFiles)
+			return nil, fmt.Errorf("%w: %s: the archive has more than %d entries", errSource, field, maxArchiveFiles)
 		}
 		if h.Typeflag != tar.TypeReg {
 			continue
 		}
 		p := path.Clean(strings.TrimPrefix(h.Name, "./"))
 		if p == "." || strings.HasPrefix(p, "../") || path.IsAbs(p) {
-			return nil, fmt.Errorf("%w: spec.source.url: entry %q leaves the archive", errSource, h.Name)
+			return nil, fmt.Errorf("%w: %s: entry %q leaves the archive", errSource, field, h.Name)
 		}
 		if h.Size < 0 || h.Size > maxUnpackedBytes-total {
-			return nil, fmt.Errorf("%w: spec.source.url: the archive unpacks to more than %d MiB (at entry %q, %d bytes)",
-				errSource, maxUnpackedBytes>>20, h.Name, h.Size)
+			return nil, fmt.Errorf("%w: %s: the archive unpacks to more than %d MiB (at entry %q, %d bytes)",
+				errSource, field, maxUnpackedBytes>>20, h.Name, h.Size)
 		}
 		data, err := io.ReadAll(io.LimitReader(tr, h.Size))
 		if err != nil {
-			return nil, fmt.Errorf("%w: spec.source.url: reading %s: %w", errSource, h.Name, err)
+			return nil, fmt.Errorf("%w: %s: reading %s: %w", errSource, field, h.Name, err)
 		}
 		total += int64(len(data))
 		files[p] = data

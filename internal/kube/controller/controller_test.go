@@ -215,22 +215,6 @@ func TestClaimColdAndWarm(t *testing.T) {
 	}
 }
 
-func TestForkCrossNodeRefused(t *testing.T) {
-	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Status: agentsv1.SandboxStatus{NodeName: "a",
-		Zygo:       agentsv1.ZygoSandboxStatus{SandboxID: "sb-x"},
-		Conditions: []metav1.Condition{{Type: agentsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "SandboxRunning", LastTransitionTime: metav1.Now()}}}}
-	f := &zygov1.SandboxFork{ObjectMeta: objMeta("f"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 2, NodeName: "b"}}
-	e := newEnv(t, src, f)
-	e.reconcile(&ForkReconciler{Client: e.c, Dialer: e.agents}, f)
-	e.get(f)
-	if c := condition(t, f.Status.Conditions, zygov1.ConditionComplete); c.Reason != zygov1.ReasonCrossNode {
-		t.Fatalf("Complete = %+v, want CrossNodeUnsupported", c)
-	}
-	if e.agents["a"].forks+e.agents["b"].forks != 0 {
-		t.Fatal("a fork was attempted")
-	}
-}
-
 func TestForkMakesChildren(t *testing.T) {
 	e := newEnv(t)
 	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
@@ -321,13 +305,13 @@ func TestFunctionDeployScaleAndRoute(t *testing.T) {
 	}
 }
 
-func TestFunctionOCIUnsupported(t *testing.T) {
+func TestFunctionOCIBadReference(t *testing.T) {
 	fn := &zygov1.Function{ObjectMeta: objMeta("f"), Spec: zygov1.FunctionSpec{Runtime: "python", Handler: "main:handler",
 		Source: zygov1.FunctionSource{OCI: &zygov1.OCISource{Reference: "r/x@sha256:00"}}, Replicas: 1}}
 	e := newEnv(t, fn)
 	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents}, fn)
 	e.get(fn)
-	if c := condition(t, fn.Status.Conditions, zygov1.ConditionReady); c.Reason != zygov1.ReasonSourceUnsupported || !strings.Contains(c.Message, "spec.source.oci") {
+	if c := condition(t, fn.Status.Conditions, zygov1.ConditionReady); c.Reason != zygov1.ReasonSourceFailed || !strings.Contains(c.Message, "spec.source.oci.reference") {
 		t.Fatalf("Ready = %+v", c)
 	}
 	if len(e.agents["a"].functions)+len(e.agents["b"].functions) != 0 {

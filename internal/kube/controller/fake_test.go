@@ -37,6 +37,8 @@ type fakeAgent struct {
 	forks     int
 	invokes   int
 	mintErr   error // SandboxAccessToken's answer, when set
+	// refuseExport, when set, is ExportCheckpoint's error (crossnode_test.go).
+	refuseExport error
 }
 
 func newFakeAgent(name string) *fakeAgent {

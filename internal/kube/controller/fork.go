@@ -22,8 +22,9 @@ import (
 // LabelFork marks a fork's copies with the SandboxFork's name.
 const LabelFork = "zygo.run/fork"
 
-// ForkReconciler runs each SandboxFork once: one fork call on the source's node, then one
-// Sandbox object per copy that runs.
+// ForkReconciler runs each SandboxFork once: one fork call on the source's node (or, for
+// another spec.nodeName, a copy of the image to that node and one restore per copy there:
+// crossnode.go), then one Sandbox object per copy that runs.
 type ForkReconciler struct {
 	Client client.Client
 	Dialer Dialer
@@ -47,6 +48,9 @@ func (r *ForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			if err := r.Client.Delete(ctx, &kids.Items[i]); err != nil && !apierrors.IsNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("deleting copy %s: %w", kids.Items[i].Name, err)
 			}
+		}
+		if wait, err := r.removeCopiedImage(ctx, &f); err != nil || wait > 0 { // a cross-node fork's
+			return ctrl.Result{RequeueAfter: wait}, err
 		}
 		if controllerutil.RemoveFinalizer(&f, Finalizer) {
 			return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, &f))
@@ -108,8 +112,7 @@ func (r *ForkReconciler) fork(ctx context.Context, f *zygov1.SandboxFork) (ctrl.
 		from = cp.Status.CheckpointID
 	}
 	if f.Spec.NodeName != "" && f.Spec.NodeName != nodeName {
-		done(false, zygov1.ReasonCrossNode, fmt.Sprintf("spec.nodeName %s: the source is on node %s; a cross-node fork must copy the checkpoint image first, which is not implemented (docs/kubernetes.md); nothing was made", f.Spec.NodeName, nodeName))
-		return ctrl.Result{}, nil
+		return r.forkElsewhere(ctx, f, &src, nodeName, from, done) // crossnode.go
 	}
 	node, err := getNode(ctx, r.Client, nodeName)
 	if err != nil {
@@ -196,6 +199,11 @@ func (r *ForkReconciler) undo(ctx context.Context, f *zygov1.SandboxFork) error 
 			if err := a.RemoveSandbox(ctx, ch.SandboxID); err != nil && !zygo.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("removing unrecorded copy %s: %w", ch.SandboxID, err))
 			}
+		}
+	}
+	if f.Status.CopiedFrom != "" && f.Status.CheckpointID != "" && len(errs) == 0 { // the image a cross-node fork copied
+		if err := a.RemoveCheckpoint(ctx, f.Status.CheckpointID); err != nil && !zygo.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("removing unrecorded copied image %s: %w", f.Status.CheckpointID, err))
 		}
 	}
 	return errors.Join(errs...)

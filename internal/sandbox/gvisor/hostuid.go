@@ -115,7 +115,9 @@ func saveImageBundle(instDir, imageDir string) error {
 
 // checkImageBundle returns an error wrapping errdefs.ErrFailedPrecondition when spec's bundle
 // differs from the image's in anything but what each copy has of its own: hostname, cgroup,
-// host dir and host uid. An image without a saved bundle (taken by an older zygo, on the same
+// host dir and host uid, and what each engine has of its own: where its copies of the guest
+// binary and of the default root are (an image imported from another daemon names that
+// daemon's). An image without a saved bundle (taken by an older zygo, on the same
 // bundle code) is not checked.
 func (b *Backend) checkImageBundle(imageDir string, spec sandbox.Spec) error {
 	data, err := os.ReadFile(filepath.Join(imageDir, imageBundle))
@@ -130,7 +132,16 @@ func (b *Backend) checkImageBundle(imageDir string, spec sandbox.Spec) error {
 	if err := json.Unmarshal(data, &old); err != nil {
 		return fmt.Errorf("image's bundle: %w: %w", err, errdefs.ErrFailedPrecondition)
 	}
-	if x, y := perCopyCleared(old), perCopyCleared(b.bundleSpec(spec, "")); !reflect.DeepEqual(x, y) {
+	x, y := perCopyCleared(old), perCopyCleared(b.bundleSpec(spec, ""))
+	if spec.RootfsDir == "" && x.Root != nil && y.Root != nil {
+		// The default root is each engine's own copy (STATE/rootfs) of one template: an image
+		// imported from another daemon names that daemon's copy. A given root (a template's
+		// directory) must be the same path.
+		xr, yr := *x.Root, *y.Root
+		xr.Path, yr.Path = "", ""
+		x.Root, y.Root = &xr, &yr
+	}
+	if !reflect.DeepEqual(x, y) {
 		return fmt.Errorf("the image was taken of a sandbox with another bundle (root, mounts, limits or "+
 			"capabilities differ): %w", errdefs.ErrFailedPrecondition)
 	}
@@ -152,7 +163,8 @@ func perCopyCleared(s specs.Spec) specs.Spec {
 	}
 	s.Mounts = append([]specs.Mount(nil), s.Mounts...)
 	for i := range s.Mounts {
-		if d := s.Mounts[i].Destination; d == guest.HostDir || d == "/etc/resolv.conf" {
+		// The guest binary is each engine's own copy (ENGINE/bin) of the daemon's zygo-guest.
+		if d := s.Mounts[i].Destination; d == guest.HostDir || d == "/etc/resolv.conf" || d == guest.BinaryPath {
 			s.Mounts[i].Source = ""
 		}
 	}

@@ -59,4 +59,14 @@ func TestImageBundleCheck(t *testing.T) {
 	if err := b.checkImageBundle(t.TempDir(), other); err != nil {
 		t.Errorf("an image without a saved bundle: %v, want it restored unchecked", err)
 	}
+	// An image imported from another daemon names that engine's copies of the default root and the guest.
+	elsewhere := &Backend{cgroupParent: DefaultCgroupParent, rootfs: "/other/state/rootfs", guestBin: "/other/gv/bin/zygo-guest", log: slog.Default()}
+	if err := elsewhere.checkImageBundle(img, copySpec); err != nil {
+		t.Errorf("an image of another engine's default root: %v", err)
+	}
+	other = copySpec
+	other.RootfsDir = "/nonexistent" // the image's root path, given: still the default root's binds differ
+	if err := elsewhere.checkImageBundle(img, other); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("a given root for an image of the default root: %v, want ErrFailedPrecondition", err)
+	}
 }

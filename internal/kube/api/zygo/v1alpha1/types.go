@@ -15,15 +15,19 @@ const (
 	// False with a reason when it could not run at all).
 	ConditionComplete = "Complete"
 
-	ReasonAgentReady        = "AgentReady"
-	ReasonDeleting          = "Deleting" // a ZygoNode being deleted that still holds what the controller placed
-	ReasonAgentUnreachable  = "AgentUnreachable"
-	ReasonTokenMissing      = "TokenMissing"   // the token Secret or key is missing
-	ReasonSourceNotFound    = "SourceNotFound" // the Sandbox, Checkpoint or ConfigMap named does not exist
-	ReasonSourceNotReady    = "SourceNotReady" // it exists and is not Ready
-	ReasonCrossNode         = "CrossNodeUnsupported"
-	ReasonSourceUnsupported = "SourceUnsupported" // an OCI source (not implemented yet)
-	ReasonSourceFailed      = "SourceFailed"      // the URL could not be fetched or did not match its sha256
+	ReasonAgentReady       = "AgentReady"
+	ReasonDeleting         = "Deleting" // a ZygoNode being deleted that still holds what the controller placed
+	ReasonAgentUnreachable = "AgentUnreachable"
+	ReasonTokenMissing     = "TokenMissing"         // the token Secret or key is missing
+	ReasonSourceNotFound   = "SourceNotFound"       // the Sandbox, Checkpoint or ConfigMap named does not exist
+	ReasonSourceNotReady   = "SourceNotReady"       // it exists and is not Ready
+	ReasonCrossNode        = "CrossNodeUnsupported" // a Checkpoint on another node than its Sandbox
+	// ReasonCopying: a cross-node SandboxFork is copying the image to its node
+	// (status.copiedFrom); ReasonCopyFailed: that copy failed (the message says why).
+	ReasonCopying           = "Copying"
+	ReasonCopyFailed        = "CopyFailed"
+	ReasonSourceUnsupported = "SourceUnsupported" // a source of a kind not implemented (none today)
+	ReasonSourceFailed      = "SourceFailed"      // the URL or OCI artifact could not be fetched, or did not match its digest
 	ReasonForked            = "Forked"
 	ReasonForkFailed        = "ForkFailed"
 	ReasonCheckpointed      = "Checkpointed"
@@ -196,8 +200,9 @@ type SandboxForkSpec struct {
 	// checkpointRef names a Checkpoint of the source to restore; absent: a fresh checkpoint.
 	// +optional
 	CheckpointRef *LocalRef `json:"checkpointRef,omitempty"`
-	// nodeName asks for the copies on another node (not implemented: the image would have to
-	// be copied first; refused with CrossNodeUnsupported).
+	// nodeName asks for the copies on this node (a ZygoNode's spec.nodeName). When it is not
+	// the source's node, the checkpoint image is copied there first (status.copiedBytes):
+	// docs/kubernetes.md, "What a cross-node fork costs".
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
@@ -243,6 +248,14 @@ type SandboxForkStatus struct {
 	// +optional
 	// +listType=atomic
 	Children []ForkChild `json:"children,omitempty"`
+	// copiedFrom is, for a cross-node fork, the image copied: "NODE/CHECKPOINT-ID" on the
+	// source's node. checkpointID is then the copy on nodeName, which the SandboxFork owns
+	// (its deletion removes it once the copies are gone).
+	// +optional
+	CopiedFrom string `json:"copiedFrom,omitempty"`
+	// copiedBytes is how many bytes of image a cross-node fork copied between nodes.
+	// +optional
+	CopiedBytes int64 `json:"copiedBytes,omitempty"`
 }
 
 // SandboxFork copies a Sandbox count ways; each copy is resealed and is a Sandbox of its own,
@@ -291,12 +304,20 @@ type URLSource struct {
 	SHA256 string `json:"sha256"`
 }
 
-// OCISource is an OCI artifact holding the function's files.
+// OCISource is an OCI artifact holding the function's files: an image manifest with one
+// layer, a tar or gzip'd tar of the function's directory (docs/kubernetes.md, "OCI sources").
 type OCISource struct {
-	// reference is the artifact (registry/repo@sha256:...).
+	// reference is the artifact: registry/repo:tag or registry/repo@sha256:... (a digest is
+	// checked against the manifest pulled).
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
 	// +required
 	Reference string `json:"reference"`
+	// pullSecretRef names a Secret of the Function's namespace of type
+	// kubernetes.io/dockerconfigjson (as an imagePullSecret) with the registry's credentials;
+	// absent: anonymous.
+	// +optional
+	PullSecretRef *LocalRef `json:"pullSecretRef,omitempty"`
 }
 
 // FunctionSource is where the code comes from: exactly one of its fields.
