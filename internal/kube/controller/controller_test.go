@@ -531,7 +531,6 @@ func TestSandboxForeignAnnotationsRefused(t *testing.T) {
 	thieves := map[string]map[string]string{
 		"adopt": {agentsv1.AnnotationNode: "a", agentsv1.AnnotationSandboxID: id},
 		"fork":  {AnnotationForkFrom: "a/" + id + "/" + ck.ID},
-		"warm":  {AnnotationWarmCheckpoint: ck.ID},
 	}
 	for name, ann := range thieves {
 		thief := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "evil", Name: name, UID: types.UID("uid-evil-" + name), Annotations: ann}}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 
@@ -32,9 +33,11 @@ type fakeAgent struct {
 	sandboxes map[string]wire.Sandbox // by id
 	secrets   map[string][]byte
 	images    map[string]bool   // checkpoint ids
+	ckpts     []wire.Checkpoint // the records of Checkpoint, oldest first
 	functions map[string][]byte // name -> bundle
 	creates   []wire.CreateSandboxBody
 	forks     int
+	forkFrom  []string // the from of each Fork call
 	invokes   int
 }
 
@@ -131,8 +134,35 @@ func (f *fakeAgent) Checkpoint(_ context.Context, id, tag string) (wire.Checkpoi
 	if _, ok := f.find(id); !ok {
 		return wire.Checkpoint{}, notFound("sandbox " + id)
 	}
-	f.images["cp-"+tag] = true
-	return wire.Checkpoint{ID: "cp-" + tag, Tag: tag, SandboxID: id}, nil
+	cid := "cp-" + tag
+	if f.images[cid] { // tags are not unique on a daemon; ids are
+		f.next++
+		cid = fmt.Sprintf("cp-%s-%d", tag, f.next)
+	}
+	f.images[cid] = true
+	cp := wire.Checkpoint{ID: cid, Tag: tag, SandboxID: id}
+	f.ckpts = append(f.ckpts, cp)
+	return cp, nil
+}
+
+// GetCheckpoint finds an image by id, else the newest with that tag, as the daemon does.
+func (f *fakeAgent) GetCheckpoint(_ context.Context, ref string) (wire.Checkpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return wire.Checkpoint{}, f.unreachable()
+	}
+	for i := len(f.ckpts) - 1; i >= 0; i-- {
+		if c := f.ckpts[i]; f.images[c.ID] && c.ID == ref {
+			return c, nil
+		}
+	}
+	for i := len(f.ckpts) - 1; i >= 0; i-- {
+		if c := f.ckpts[i]; f.images[c.ID] && c.Tag == ref {
+			return c, nil
+		}
+	}
+	return wire.Checkpoint{}, notFound("checkpoint " + ref)
 }
 
 // RemoveCheckpoint refuses, as the daemon does, while a sandbox restored from the image exists.
@@ -166,6 +196,7 @@ func (f *fakeAgent) Fork(_ context.Context, id string, n int, from string, _ fun
 		return wire.ForkAnswer{}, notFound("sandbox " + id)
 	}
 	f.forks++
+	f.forkFrom = append(f.forkFrom, from)
 	ans := wire.ForkAnswer{Checkpoint: wire.Checkpoint{ID: from}}
 	if from == "" {
 		ans.Checkpoint.ID = "cp-fork" + id
@@ -189,6 +220,55 @@ func (f *fakeAgent) SetSecret(_ context.Context, name string, value []byte) erro
 		return f.unreachable()
 	}
 	f.secrets[name] = append([]byte(nil), value...)
+	return nil
+}
+
+func (f *fakeAgent) ListSecrets(context.Context) ([]wire.SecretMeta, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, f.unreachable()
+	}
+	out := make([]wire.SecretMeta, 0, len(f.secrets))
+	for n := range f.secrets {
+		out = append(out, wire.SecretMeta{Name: n})
+	}
+	return out, nil
+}
+
+// RemoveSecret refuses, as the daemon does, while a sandbox or a function names the secret.
+func (f *fakeAgent) RemoveSecret(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return f.unreachable()
+	}
+	if _, ok := f.secrets[name]; !ok {
+		return notFound("secret " + name)
+	}
+	inUse := func(user string) error {
+		return &zygo.Error{Status: http.StatusConflict, ErrorBody: wire.ErrorBody{Code: wire.CodeFailedPrecondition,
+			Message: "secret " + name + " is used by " + user}}
+	}
+	for _, s := range f.sandboxes {
+		if slices.Contains(s.Options.Secrets, name) {
+			return inUse(s.ID)
+		}
+	}
+	for fn, b := range f.functions {
+		files, err := untar(b)
+		if err != nil {
+			return err
+		}
+		var m manifest
+		if _, err := decodeTOML(files["zygo.toml"], &m); err != nil {
+			return err
+		}
+		if slices.Contains(m.Secrets, name) {
+			return inUse(fn)
+		}
+	}
+	delete(f.secrets, name)
 	return nil
 }
 

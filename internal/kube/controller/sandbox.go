@@ -84,9 +84,11 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // sync brings sb's Zygo sandbox into being or observes it, writing sb.Status (the caller
 // patches it). It returns an error only for what a retry may cure.
 func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
-	if sb.Status.Zygo.SandboxID == "" && sb.Status.NodeName == "" {
+	if sb.Status.Zygo.SandboxID == "" {
 		// Annotations are user-writable: what they name on a node is acted on only when the
 		// controller recorded it for this object (trustedAnnotations); nothing else is touched.
+		// Checked on every pass until the sandbox is made, not only before placement: an
+		// annotation changed between placement and the create is checked again.
 		if why, err := r.trustedAnnotations(ctx, sb); err != nil {
 			return ctrl.Result{}, err
 		} else if why != "" {
@@ -94,7 +96,7 @@ func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctr
 			// Rechecked: a SandboxFork's status may reach this cache after its copy's Sandbox.
 			return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 		}
-		if node, id := sb.Annotations[agentsv1.AnnotationNode], sb.Annotations[agentsv1.AnnotationSandboxID]; node != "" && id != "" {
+		if node, id := sb.Annotations[agentsv1.AnnotationNode], sb.Annotations[agentsv1.AnnotationSandboxID]; node != "" && id != "" && sb.Status.NodeName == "" {
 			sb.Status.NodeName, sb.Status.Zygo.SandboxID = node, id // adopt a copy made by a fork
 		}
 	}
@@ -127,13 +129,13 @@ func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctr
 	return r.observe(ctx, sb, node, a)
 }
 
-// trustedAnnotations checks the annotations of a Sandbox not yet placed that name node-side
+// trustedAnnotations checks the annotations of a Sandbox not yet made that name node-side
 // state. Adoption (zygo.run/node + zygo.run/sandbox-id) needs sb to be controlled by a
-// SandboxFork of its namespace whose status (written by the controller) lists this very copy;
-// zygo.run/fork-from needs a Ready warm pool source Sandbox of sb's namespace whose status
-// records that node and sandbox id and whose warm checkpoint is that checkpoint;
-// zygo.run/warm-checkpoint is set only by a SandboxWarmPool on its own sources. It returns
-// why the annotations are refused ("" when trusted), or an error for what a retry may cure.
+// SandboxFork of its namespace whose status (written by the controller) lists this very copy
+// on that node; zygo.run/fork-from needs a warm pool source Sandbox of sb's namespace whose
+// status records that node, sandbox id and warm checkpoint (status.zygo.warmCheckpointID).
+// Only status, which the controller alone writes, vouches for a value. It returns why the
+// annotations are refused ("" when trusted), or an error for what a retry may cure.
 func (r *SandboxReconciler) trustedAnnotations(ctx context.Context, sb *agentsv1.Sandbox) (string, error) {
 	node, id := sb.Annotations[agentsv1.AnnotationNode], sb.Annotations[agentsv1.AnnotationSandboxID]
 	if node != "" || id != "" {
@@ -144,11 +146,6 @@ func (r *SandboxReconciler) trustedAnnotations(ctx context.Context, sb *agentsv1
 	if from := sb.Annotations[AnnotationForkFrom]; from != "" {
 		if why, err := r.forkSourceRecorded(ctx, sb, from); why != "" || err != nil {
 			return why, err
-		}
-	}
-	if cp := sb.Annotations[AnnotationWarmCheckpoint]; cp != "" {
-		if !isWarmSource(sb) {
-			return fmt.Sprintf("annotation %s %q: only a SandboxWarmPool sets it on its own sources", AnnotationWarmCheckpoint, cp), nil
 		}
 	}
 	return "", nil
@@ -194,7 +191,7 @@ func (r *SandboxReconciler) forkSourceRecorded(ctx context.Context, sb *agentsv1
 	}
 	for _, s := range srcs.Items {
 		if isWarmSource(&s) && s.Name != sb.Name &&
-			s.Status.NodeName == parts[0] && s.Status.Zygo.SandboxID == parts[1] && s.Annotations[AnnotationWarmCheckpoint] == parts[2] {
+			s.Status.NodeName == parts[0] && s.Status.Zygo.SandboxID == parts[1] && s.Status.Zygo.WarmCheckpointID == parts[2] {
 			return "", nil
 		}
 	}
@@ -425,7 +422,7 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	if err := a.RemoveSandbox(cctx, id); err != nil && !zygo.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox %s on node %s: %w", id, node.Name, err)
 	}
-	if cp := sb.Annotations[AnnotationWarmCheckpoint]; cp != "" && isWarmSource(sb) { // a warm pool's source keeps an image
+	if cp := sb.Status.Zygo.WarmCheckpointID; cp != "" { // a warm pool's source keeps an image (recorded by the controller)
 		err := a.RemoveCheckpoint(cctx, cp)
 		switch {
 		case zygo.IsConflict(err):
@@ -439,8 +436,8 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	return nil
 }
 
-// isWarmSource reports whether sb is controlled by a SandboxWarmPool (the only writer of
-// zygo.run/warm-checkpoint whose value the controller acts on).
+// isWarmSource reports whether sb is controlled by a SandboxWarmPool. An owner reference is
+// user-writable: this only narrows a search; the values acted on come from sb's status.
 func isWarmSource(sb *agentsv1.Sandbox) bool {
 	owner := metav1.GetControllerOf(sb)
 	return owner != nil && owner.Kind == "SandboxWarmPool"
