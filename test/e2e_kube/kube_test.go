@@ -220,6 +220,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("Claim", e.testClaim)
 	t.Run("Function", e.testFunction)
 	t.Run("ForeignAnnotations", e.testForeignAnnotations)
+	t.Run("WarmPoolForeignCheckpoint", e.testWarmPoolForeignCheckpoint)
 	t.Run("NodeDelete", e.testNodeDelete)
 }
 

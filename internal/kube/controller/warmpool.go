@@ -12,6 +12,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 	extv1 "github.com/zygo-run/zygo/internal/kube/api/extensions/v1beta1"
@@ -234,8 +236,26 @@ func checkpointOwnTag(ctx context.Context, a Agent, id, tag string) (string, err
 	return cp.ID, nil
 }
 
-// SetupWithManager registers the reconciler; a source's change requeues its pool.
+// SetupWithManager registers the reconciler; a source's change requeues its pool, and so does
+// the creation or change of the template a pool names.
 func (r *WarmPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).For(&extv1.SandboxWarmPool{}).Named("sandboxwarmpool").
-		Owns(&agentsv1.Sandbox{}).Complete(r)
+		Owns(&agentsv1.Sandbox{}).
+		Watches(&extv1.SandboxTemplate{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfTemplate)).
+		Complete(r)
+}
+
+// poolsOfTemplate lists the pools of the template's namespace that name it.
+func (r *WarmPoolReconciler) poolsOfTemplate(ctx context.Context, o client.Object) []reconcile.Request {
+	var list extv1.SandboxWarmPoolList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, p := range list.Items {
+		if p.Spec.TemplateRef.Name == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+		}
+	}
+	return out
 }
