@@ -387,6 +387,7 @@ func (e *env) testFunction(t *testing.T) {
 		if err != nil || len(fns) != 0 {
 			t.Fatalf("node %s still serves %v (%v) after the delete", name, fns, err)
 		}
+		e.noControllerSecrets(t, name, n)
 	}
 }
 

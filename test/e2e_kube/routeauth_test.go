@@ -3,6 +3,7 @@ package e2ekube
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -162,19 +163,23 @@ func (e *env) testRouteAuth(t *testing.T) {
 	}{
 		{"no token", "", http.StatusUnauthorized, "no bearer token"},
 		{"a forged token", "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", http.StatusUnauthorized, "not valid"},
-		{"a ServiceAccount without the role", nobody, http.StatusForbidden, `"system:serviceaccount:default:nobody" may not create functions/invoke`},
-		{"the role bound in another namespace", misbound, http.StatusForbidden, `"system:serviceaccount:default:misbound" may not`},
-		{"an account of another namespace", outsider, http.StatusForbidden, `"system:serviceaccount:elsewhere:outsider" may not`},
+		{"a ServiceAccount without the role", nobody, http.StatusForbidden, `user "system:serviceaccount:default:nobody" may not create functions/invoke (group zygo.run) of Function default/authfn`},
+		{"the role bound in another namespace", misbound, http.StatusForbidden, `user "system:serviceaccount:default:misbound" may not`},
+		{"an account of another namespace", outsider, http.StatusForbidden, `user "system:serviceaccount:elsewhere:outsider" may not`},
 		{"a ServiceAccount bound to zygo-function-invoker", invoker, http.StatusOK, `"echo": "hi"`},
 	} {
 		st, node, body := e.invokeAs(t, path, c.token, `{"v":"hi"}`)
-		if st != c.status || !strings.Contains(body, c.want) {
+		var eb wire.ErrorBody
+		if st != http.StatusOK && (json.Unmarshal([]byte(body), &eb) != nil || eb.Message == "") {
+			t.Errorf("%s: %d with body %s, want an error body", c.who, st, body)
+		}
+		if got := eb.Message + body; st != c.status || !strings.Contains(got, c.want) {
 			t.Errorf("%s: %d %s, want %d with %q", c.who, st, body, c.status, c.want)
 		}
 		if c.status != http.StatusOK && (node != "" || strings.Contains(body, "echo")) {
 			t.Errorf("%s: refused, yet a node (%q) answered: %s", c.who, node, body)
 		}
-		if c.status == http.StatusForbidden && !strings.Contains(body, string(wire.CodePermissionDenied)) {
+		if c.status == http.StatusForbidden && eb.Code != wire.CodePermissionDenied {
 			t.Errorf("%s: body %s, want code %s", c.who, body, wire.CodePermissionDenied)
 		}
 	}

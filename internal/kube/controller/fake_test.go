@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,7 @@ type fakeAgent struct {
 	next      int
 	sandboxes map[string]wire.Sandbox // by id
 	secrets   map[string][]byte
+	secretAt  map[string]time.Time // when each secret was set (zero: long ago)
 	images    map[string]bool   // checkpoint ids
 	ckpts     []wire.Checkpoint // the records of Checkpoint, oldest first
 	functions map[string][]byte // name -> bundle
@@ -220,6 +222,10 @@ func (f *fakeAgent) SetSecret(_ context.Context, name string, value []byte) erro
 		return f.unreachable()
 	}
 	f.secrets[name] = append([]byte(nil), value...)
+	if f.secretAt == nil {
+		f.secretAt = map[string]time.Time{}
+	}
+	f.secretAt[name] = time.Now()
 	return nil
 }
 
@@ -231,7 +237,7 @@ func (f *fakeAgent) ListSecrets(context.Context) ([]wire.SecretMeta, error) {
 	}
 	out := make([]wire.SecretMeta, 0, len(f.secrets))
 	for n := range f.secrets {
-		out = append(out, wire.SecretMeta{Name: n})
+		out = append(out, wire.SecretMeta{Name: n, UpdatedAt: f.secretAt[n]})
 	}
 	return out, nil
 }

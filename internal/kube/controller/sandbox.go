@@ -433,6 +433,7 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 			return fmt.Errorf("removing warm checkpoint %s on node %s: %w", cp, node.Name, err)
 		}
 	}
+	releaseSecrets(ctx, r.Client, a, node.Name, sb.Namespace, sb.Spec.Zygo.Secrets, sb.UID) // secretgc.go
 	return nil
 }
 
