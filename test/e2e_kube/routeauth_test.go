@@ -148,7 +148,7 @@ func (e *env) testRouteAuth(t *testing.T) {
 	path := controller.RoutePath("default", "authfn")
 
 	nobody := e.serviceAccountToken(t, rc, "default", "nobody", "")
-	misbound := e.serviceAccountToken(t, rc, "default", "misbound", "elsewhere")  // bound in another namespace
+	misbound := e.serviceAccountToken(t, rc, "default", "misbound", "elsewhere")   // bound in another namespace
 	outsider := e.serviceAccountToken(t, rc, "elsewhere", "outsider", "elsewhere") // of another namespace, bound there
 	invoker := e.serviceAccountToken(t, rc, "default", "caller", "default")
 	// RBAC's authorizer sees a new RoleBinding through its informer: wait for the grant.
