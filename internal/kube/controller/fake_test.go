@@ -33,14 +33,15 @@ type fakeAgent struct {
 	next      int
 	sandboxes map[string]wire.Sandbox // by id
 	secrets   map[string][]byte
-	secretAt  map[string]time.Time // when each secret was set (zero: long ago)
-	images    map[string]bool      // checkpoint ids
-	ckpts     []wire.Checkpoint    // the records of Checkpoint, oldest first
-	functions map[string][]byte    // name -> bundle
+	images    map[string]bool   // checkpoint ids
+	functions map[string][]byte // name -> bundle
 	creates   []wire.CreateSandboxBody
 	forks     int
-	forkFrom  []string // the from of each Fork call
 	invokes   int
+
+	secretAt map[string]time.Time // when each secret was set (zero: long ago)
+	ckpts    []wire.Checkpoint    // the records of Checkpoint, oldest first
+	forkFrom []string             // the from of each Fork call
 }
 
 func newFakeAgent(name string) *fakeAgent {
