@@ -42,6 +42,7 @@ type fakeAgent struct {
 	secretAt map[string]time.Time // when each secret was set (zero: long ago)
 	ckpts    []wire.Checkpoint    // the records of Checkpoint, oldest first
 	forkFrom []string             // the from of each Fork call
+	hang     chan struct{}        // if not nil, CreateSandbox waits for it to close (or its ctx)
 }
 
 func newFakeAgent(name string) *fakeAgent {
@@ -65,7 +66,17 @@ func (f *fakeAgent) Status(context.Context) (wire.StatusBody, error) {
 	return wire.StatusBody{Version: "test"}, nil
 }
 
-func (f *fakeAgent) CreateSandbox(_ context.Context, o wire.CreateSandboxBody) (wire.Sandbox, error) {
+func (f *fakeAgent) CreateSandbox(ctx context.Context, o wire.CreateSandboxBody) (wire.Sandbox, error) {
+	f.mu.Lock()
+	hang := f.hang
+	f.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			return wire.Sandbox{}, &zygo.Unreachable{Err: ctx.Err()}
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {

@@ -16,9 +16,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 	extv1 "github.com/zygo-run/zygo/internal/kube/api/extensions/v1beta1"
@@ -47,6 +49,9 @@ type SandboxReconciler struct {
 	Client client.Client
 	Dialer Dialer
 	Now    func() time.Time // nil: time.Now
+
+	ops  createOps               // creates and forks under way (sandboxcreate.go)
+	wake chan event.GenericEvent // requeues a Sandbox whose op ended; nil without a manager
 }
 
 func (r *SandboxReconciler) now() time.Time {
@@ -62,6 +67,10 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.Client.Get(ctx, req.NamespacedName, &sb); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	expired := sb.Spec.ShutdownTime != nil && !r.now().Before(sb.Spec.ShutdownTime.Time)
+	if (sb.DeletionTimestamp != nil || expired) && r.opRunning(&sb) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil // remove what it makes once it answers
+	}
 	if sb.DeletionTimestamp != nil {
 		return ctrl.Result{}, r.finalize(ctx, &sb)
 	}
@@ -70,7 +79,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 		}
 	}
-	if t := sb.Spec.ShutdownTime; t != nil && !r.now().Before(t.Time) {
+	if expired {
 		return r.expire(ctx, &sb)
 	}
 	before := sb.DeepCopy()
@@ -84,7 +93,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // sync brings sb's Zygo sandbox into being or observes it, writing sb.Status (the caller
 // patches it). It returns an error only for what a retry may cure.
 func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
-	if sb.Status.Zygo.SandboxID == "" {
+	if sb.Status.Zygo.SandboxID == "" && r.ops.get(sb.UID) == nil { // an op started after a passing check
 		// Annotations are user-writable: what they name on a node is acted on only when the
 		// controller recorded it for this object (trustedAnnotations); nothing else is touched.
 		// Checked on every pass until the sandbox is made, not only before placement: an
@@ -222,58 +231,80 @@ func (r *SandboxReconciler) place(ctx context.Context, sb *agentsv1.Sandbox) (st
 	return n.Name, nil
 }
 
-// make creates (or forks) the Zygo sandbox on its node.
+// make creates (or forks) the Zygo sandbox on its node, outside the reconcile's worker when
+// the agent is slow (runCreate).
 func (r *SandboxReconciler) make(ctx context.Context, sb *agentsv1.Sandbox, node *zygov1.ZygoNode, a Agent) (ctrl.Result, error) {
-	cctx, cancel := context.WithTimeout(ctx, createTimeout)
-	defer cancel()
 	if from := sb.Annotations[AnnotationForkFrom]; from != "" {
-		return r.forkOne(cctx, sb, node, a, from)
+		parts := strings.SplitN(from, "/", 3)
+		if len(parts) != 3 || parts[0] != node.Name {
+			ready(sb, false, agentsv1.ReasonInvalidSpec, fmt.Sprintf("annotation %s %q: want NODE/SANDBOX-ID/CHECKPOINT on node %s", AnnotationForkFrom, from, node.Name))
+			return ctrl.Result{}, nil
+		}
+		return r.runCreate(ctx, sb, node.Name, func(cctx context.Context) func(*agentsv1.Sandbox) (ctrl.Result, error) {
+			return r.forkOne(cctx, node, a, parts[1], parts[2])
+		})
 	}
-	name := nodeSandboxName(sb)
+	want := sb.DeepCopy() // the spec as this pass saw it
+	return r.runCreate(ctx, sb, node.Name, func(cctx context.Context) func(*agentsv1.Sandbox) (ctrl.Result, error) {
+		return r.create(cctx, want, node, a)
+	})
+}
+
+// create makes want's Zygo sandbox on node (or finds it made by an earlier try whose answer
+// was lost) and returns how to record the outcome.
+func (r *SandboxReconciler) create(ctx context.Context, want *agentsv1.Sandbox, node *zygov1.ZygoNode, a Agent) func(*agentsv1.Sandbox) (ctrl.Result, error) {
+	failed := func(doing string, err error) func(*agentsv1.Sandbox) (ctrl.Result, error) {
+		return func(sb *agentsv1.Sandbox) (ctrl.Result, error) { return r.agentFailed(sb, node, doing, err) }
+	}
+	made := func(rec wire.Sandbox) func(*agentsv1.Sandbox) (ctrl.Result, error) {
+		return func(sb *agentsv1.Sandbox) (ctrl.Result, error) {
+			r.record(sb, node, rec)
+			return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+		}
+	}
+	name := nodeSandboxName(want)
 	lctx, lcancel := context.WithTimeout(ctx, agentCallTimeout) // a lookup, not a create: a hung node fails it fast
 	rec, err := a.GetSandbox(lctx, name)
 	lcancel()
 	if err == nil { // made before the last answer was lost
-		r.record(sb, node, rec)
-		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+		return made(rec)
 	} else if !zygo.IsNotFound(err) {
-		return r.agentFailed(sb, node, "looking for sandbox "+name, err)
+		return failed("looking for sandbox "+name, err)
 	}
-	opts, err := r.options(cctx, sb, a)
+	opts, err := r.options(ctx, want, a)
 	if err != nil {
 		var snf *errSecretNotFound
 		if errors.As(err, &snf) {
-			ready(sb, false, agentsv1.ReasonSecretNotFound, snf.Error())
-			return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+			return func(sb *agentsv1.Sandbox) (ctrl.Result, error) {
+				ready(sb, false, agentsv1.ReasonSecretNotFound, snf.Error())
+				return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+			}
 		}
-		return r.agentFailed(sb, node, "storing the sandbox's secrets", err)
+		return failed("storing the sandbox's secrets", err)
 	}
 	opts.Name = name
-	rec, err = a.CreateSandbox(cctx, opts)
+	rec, err = a.CreateSandbox(ctx, opts)
 	if err != nil {
-		return r.agentFailed(sb, node, "creating the sandbox", err)
+		return failed("creating the sandbox", err)
 	}
-	r.record(sb, node, rec)
 	log.FromContext(ctx).Info("sandbox created", "node", node.Name, "sandbox_id", rec.ID)
-	return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	return made(rec)
 }
 
-// forkOne makes sb a resealed copy of the sandbox that from ("NODE/ID/CHECKPOINT") names.
-func (r *SandboxReconciler) forkOne(ctx context.Context, sb *agentsv1.Sandbox, node *zygov1.ZygoNode, a Agent, from string) (ctrl.Result, error) {
-	parts := strings.SplitN(from, "/", 3)
-	if len(parts) != 3 || parts[0] != node.Name {
-		ready(sb, false, agentsv1.ReasonInvalidSpec, fmt.Sprintf("annotation %s %q: want NODE/SANDBOX-ID/CHECKPOINT on node %s", AnnotationForkFrom, from, node.Name))
-		return ctrl.Result{}, nil
-	}
-	ans, err := a.Fork(ctx, parts[1], 1, parts[2], nil)
+// forkOne makes a resealed copy of sandbox id from checkpoint cp on node and returns how to
+// record it.
+func (r *SandboxReconciler) forkOne(ctx context.Context, node *zygov1.ZygoNode, a Agent, id, cp string) func(*agentsv1.Sandbox) (ctrl.Result, error) {
+	ans, err := a.Fork(ctx, id, 1, cp, nil)
 	if err == nil && (len(ans.Children) != 1 || ans.Children[0].Sandbox == nil) {
 		err = errors.New("the fork answered no running copy")
 	}
-	if err != nil {
-		return r.agentFailed(sb, node, "forking warm sandbox "+parts[1], err)
+	return func(sb *agentsv1.Sandbox) (ctrl.Result, error) {
+		if err != nil {
+			return r.agentFailed(sb, node, "forking warm sandbox "+id, err)
+		}
+		r.record(sb, node, *ans.Children[0].Sandbox)
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
 	}
-	r.record(sb, node, *ans.Children[0].Sandbox)
-	return ctrl.Result{RequeueAfter: ProbeEvery}, nil
 }
 
 // options turns sb's spec into the agent's create options, storing its secrets on the agent.
@@ -459,9 +490,11 @@ func conditionMessage(conds []metav1.Condition, typ string) string {
 
 // SetupWithManager registers the reconciler; a ZygoNode's change requeues its Sandboxes.
 func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.wake = make(chan event.GenericEvent, reconcileWorkers)
 	return ctrl.NewControllerManagedBy(mgr).For(&agentsv1.Sandbox{}).Named("sandbox").
 		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers}).
 		Watches(&zygov1.ZygoNode{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesOnNode), builder.WithPredicates(readinessChanged())).
+		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
 
