@@ -63,8 +63,8 @@ func (e *env) testWarmPoolForeignCheckpoint(t *testing.T) {
 	})
 	victimImage := vck.Status.CheckpointID
 
-	// The tenant: a pool whose template does not exist yet (so the pool makes no source), a
-	// source it makes itself pointing at the victim's image, then the template.
+	// The tenant: a pool whose template does not exist yet (so the pool makes no source of its
+	// own), a source the tenant makes itself pointing at the victim's image, then the template.
 	e.mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}})
 	pool := &extv1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "p"},
 		Spec: extv1.SandboxWarmPoolSpec{Replicas: 1, TemplateRef: extv1.SandboxTemplateRef{Name: "t"}}}
@@ -79,8 +79,8 @@ func (e *env) testWarmPoolForeignCheckpoint(t *testing.T) {
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: extv1.GroupVersion.String(), Kind: "SandboxWarmPool", Name: "p", UID: pool.UID, Controller: &yes}}},
 		Spec: agentsv1.SandboxSpec{NodeName: "node-a"}}
 	e.mustCreate(t, src)
-	waitReady(src)
 	e.mustCreate(t, &extv1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "t"}})
+	waitReady(src)
 	waitFor(t, 2*time.Minute, "pool p ready", func() (bool, string) {
 		if err := e.get(pool); err != nil {
 			return false, err.Error()
