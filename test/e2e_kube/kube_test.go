@@ -224,6 +224,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("Function", e.testFunction)
 	t.Run("ForeignAnnotations", e.testForeignAnnotations)
 	t.Run("WarmPoolForeignCheckpoint", e.testWarmPoolForeignCheckpoint)
+	t.Run("HungNode", e.testHungNode)
 	t.Run("NodeDelete", e.testNodeDelete)
 }
 
