@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -145,6 +146,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() (bool, st
 // env is the API server, the client and the controller's route.
 type env struct {
 	c     client.Client
+	cfg   *rest.Config // the admin's
 	route string
 	nodes map[string]*node
 }
@@ -176,7 +178,7 @@ func TestKubernetes(t *testing.T) {
 	}
 	c = client.WithFieldValidation(c, metav1.FieldValidationStrict) // what kubectl apply does
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &env{c: c, nodes: map[string]*node{"node-a": startNode(t, "node-a"), "node-b": startNode(t, "node-b")}}
+	e := &env{c: c, cfg: kenv.Config, nodes: map[string]*node{"node-a": startNode(t, "node-a"), "node-b": startNode(t, "node-b")}}
 	e.mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sysNS}})
 	for name, n := range e.nodes {
 		e.mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sysNS, Name: name + "-token"}, Data: map[string][]byte{"token": []byte(n.token)}})
@@ -219,9 +221,12 @@ func TestKubernetes(t *testing.T) {
 	t.Run("BadInput", e.testBadInput)
 	t.Run("Claim", e.testClaim)
 	t.Run("CrossNodeFork", e.testCrossNodeFork)
+	t.Run("RouteAuth", e.testRouteAuth)
 	t.Run("Function", e.testFunction)
 	t.Run("OCIFunction", e.testOCIFunction)
 	t.Run("ForeignAnnotations", e.testForeignAnnotations)
+	t.Run("WarmPoolForeignCheckpoint", e.testWarmPoolForeignCheckpoint)
+	t.Run("HungNode", e.testHungNode)
 	t.Run("NodeDelete", e.testNodeDelete)
 }
 
@@ -385,18 +390,19 @@ func (e *env) testFunction(t *testing.T) {
 		})
 	}
 	waitReplicas(1)
+	token := e.invokerToken(t, "default")
 	invoke := func() string {
 		t.Helper()
-		resp, err := http.Post(e.route+fn.Status.Route, "application/json", strings.NewReader(`{"name":"k8s"}`))
-		if err != nil {
-			t.Fatal(err)
+		var st int
+		var node, b string
+		waitFor(t, 30*time.Second, "invoke through the route", func() (bool, string) { // a new RoleBinding takes a moment
+			st, node, b = e.invokeAs(t, fn.Status.Route, token, `{"name":"k8s"}`)
+			return st != http.StatusForbidden, fmt.Sprintf("%d %s", st, b)
+		})
+		if st != http.StatusOK || !strings.Contains(b, `"hello": "k8s"`) || !strings.Contains(b, `"secret": "s3cret"`) {
+			t.Fatalf("invoke through the route: %d %s", st, b)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"hello": "k8s"`) || !strings.Contains(string(b), `"secret": "s3cret"`) {
-			t.Fatalf("invoke through the route: %d %s", resp.StatusCode, b)
-		}
-		return resp.Header.Get(controller.NodeHeader)
+		return node
 	}
 	if got := invoke(); got != fn.Status.Nodes[0].Name {
 		t.Fatalf("served by %q, want %q", got, fn.Status.Nodes[0].Name)
@@ -455,6 +461,7 @@ func (e *env) testFunction(t *testing.T) {
 		if err != nil || len(fns) != 0 {
 			t.Fatalf("node %s still serves %v (%v) after the delete", name, fns, err)
 		}
+		e.noControllerSecrets(t, name, n)
 	}
 }
 

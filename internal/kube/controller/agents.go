@@ -36,6 +36,8 @@ type Agent interface {
 	RemoveSandbox(ctx context.Context, id string) error
 	Checkpoint(ctx context.Context, id, tag string) (wire.Checkpoint, error)
 	RemoveCheckpoint(ctx context.Context, checkpoint string) error
+	// GetCheckpoint takes an id or a tag.
+	GetCheckpoint(ctx context.Context, checkpoint string) (wire.Checkpoint, error)
 	// Fork makes n copies of sandbox id from checkpoint from (empty: a fresh one).
 	Fork(ctx context.Context, id string, n int, from string, progress func(wire.ForkProgress)) (wire.ForkAnswer, error)
 	// ExportCheckpoint, ImportCheckpoint and Restore copy an image to another node and
@@ -44,6 +46,10 @@ type Agent interface {
 	ImportCheckpoint(ctx context.Context, r io.Reader, size int64, sha256, tag string) (wire.Checkpoint, error)
 	Restore(ctx context.Context, checkpoint string, opts wire.RestoreBody) (wire.Sandbox, error)
 	SetSecret(ctx context.Context, name string, value []byte) error
+	ListSecrets(ctx context.Context) ([]wire.SecretMeta, error)
+	// RemoveSecret fails with a conflict (zygo.IsConflict) while a function, sandbox or
+	// checkpoint of the agent names the secret.
+	RemoveSecret(ctx context.Context, name string) error
 	Deploy(ctx context.Context, bundle io.Reader) (wire.DeployResult, error)
 	Function(ctx context.Context, name string) (wire.Function, error)
 	RemoveFunction(ctx context.Context, name string) error

@@ -83,16 +83,15 @@ func (r *CheckpointReconciler) take(ctx context.Context, cp *zygov1.Checkpoint) 
 	if tag == "" {
 		tag = "k8s-" + string(cp.UID)
 	}
-	img, err := a.Checkpoint(cctx, sb.Status.Zygo.SandboxID, tag)
-	if err != nil && zygo.IsConflict(err) {
-		img.ID, err = tag, nil // the tag exists: an earlier try's answer was lost
-	}
+	// spec.tag is the user's and tags are shared by the node's every namespace: an image with
+	// that tag is reused only when it is of this Sandbox's sandbox (checkpointOwnTag).
+	imgID, err := checkpointOwnTag(cctx, a, sb.Status.Zygo.SandboxID, tag)
 	if err != nil {
 		cond(false, zygov1.ReasonCheckpointFailed, fmt.Sprintf("checkpointing sandbox %s on node %s: %v", sb.Status.Zygo.SandboxID, node.Name, err))
 		return ctrl.Result{RequeueAfter: ProbeEvery}
 	}
-	cp.Status.NodeName, cp.Status.CheckpointID = node.Name, img.ID
-	cond(true, zygov1.ReasonCheckpointed, fmt.Sprintf("image %s on node %s", img.ID, node.Name))
+	cp.Status.NodeName, cp.Status.CheckpointID = node.Name, imgID
+	cond(true, zygov1.ReasonCheckpointed, fmt.Sprintf("image %s on node %s", imgID, node.Name))
 	return ctrl.Result{}
 }
 

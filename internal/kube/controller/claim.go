@@ -184,12 +184,13 @@ func (r *ClaimReconciler) warmSource(ctx context.Context, cl *extv1.SandboxClaim
 		pools = append(pools, p)
 	}
 	for _, p := range pools {
-		var srcs agentsv1.SandboxList
-		if err := r.Client.List(ctx, &srcs, client.InNamespace(cl.Namespace), client.MatchingLabels{extv1.LabelWarmPool: p.Name}); err != nil {
-			return "", fmt.Errorf("listing the sources of warm pool %s: %w", p.Name, err)
+		srcs, err := poolSources(ctx, r.Client, &p)
+		if err != nil {
+			return "", err
 		}
-		for _, s := range srcs.Items {
-			cp := s.Annotations[AnnotationWarmCheckpoint]
+		for _, s := range srcs {
+			// The image is the one the controller took and recorded in the source's status.
+			cp := s.Status.Zygo.WarmCheckpointID
 			if cp != "" && s.DeletionTimestamp == nil && meta.IsStatusConditionTrue(s.Status.Conditions, agentsv1.ConditionReady) {
 				return s.Status.NodeName + "/" + s.Status.Zygo.SandboxID + "/" + cp, nil
 			}

@@ -46,6 +46,7 @@ func NewCommand() *cobra.Command {
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster service account)")
 	f.StringVar(&cfg.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the node agents' token and CA Secrets (default $POD_NAMESPACE)")
 	f.StringVar(&cfg.RouteListen, "route-listen", ":8080", "TCP address of the function route (POST /functions/NAMESPACE/NAME/invoke); empty: none")
+	f.StringSliceVar(&cfg.RouteAudiences, "route-audience", nil, "audience a route caller's token must be for (repeatable; e.g. zygo-route with `kubectl create token SA --audience zygo-route`); default: the API server's")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "controller-runtime's Prometheus metrics address; empty: none")
 	f.StringVar(&cfg.HealthListen, "health-listen", "", "address of /healthz and /readyz; empty: none")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", false, "elect one active controller among replicas (a Lease in --namespace)")

@@ -276,12 +276,12 @@ func TestFunctionDeployScaleAndRoute(t *testing.T) {
 		t.Fatalf("after scaling to 2: %+v", fn.Status)
 	}
 
-	rt := &Route{Reader: e.c, Dialer: e.agents}
+	rt := &Route{Reader: e.c, Dialer: e.agents, Auth: &fakeReviewer{users: map[string]string{"tok": "alice"}, allow: map[string]bool{"alice ns/hello": true, "alice ns/nope": true}}}
 	srv := httptest.NewServer(rt.Handler())
 	defer srv.Close()
 	seen := map[string]bool{}
 	for range 4 {
-		resp, err := http.Post(srv.URL+RoutePath("ns", "hello"), "application/json", strings.NewReader(`{"x":1}`))
+		resp, err := postAuth(srv.URL+RoutePath("ns", "hello"), "tok", `{"x":1}`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -295,7 +295,7 @@ func TestFunctionDeployScaleAndRoute(t *testing.T) {
 	if !seen["a"] || !seen["b"] {
 		t.Fatalf("the route served from %v, want both nodes", seen)
 	}
-	resp, err := http.Post(srv.URL+RoutePath("ns", "nope"), "application/json", nil)
+	resp, err := postAuth(srv.URL+RoutePath("ns", "nope"), "tok", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +515,6 @@ func TestSandboxForeignAnnotationsRefused(t *testing.T) {
 	thieves := map[string]map[string]string{
 		"adopt": {agentsv1.AnnotationNode: "a", agentsv1.AnnotationSandboxID: id},
 		"fork":  {AnnotationForkFrom: "a/" + id + "/" + ck.ID},
-		"warm":  {AnnotationWarmCheckpoint: ck.ID},
 	}
 	for name, ann := range thieves {
 		thief := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "evil", Name: name, UID: types.UID("uid-evil-" + name), Annotations: ann}}

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +41,11 @@ type fakeAgent struct {
 	mintErr   error // SandboxAccessToken's answer, when set
 	// refuseExport, when set, is ExportCheckpoint's error (crossnode_test.go).
 	refuseExport error
+
+	secretAt map[string]time.Time // when each secret was set (zero: long ago)
+	ckpts    []wire.Checkpoint    // the records of Checkpoint, oldest first
+	forkFrom []string             // the from of each Fork call
+	hang     chan struct{}        // if not nil, CreateSandbox waits for it to close (or its ctx)
 }
 
 func newFakeAgent(name string) *fakeAgent {
@@ -62,7 +69,17 @@ func (f *fakeAgent) Status(context.Context) (wire.StatusBody, error) {
 	return wire.StatusBody{Version: "test"}, nil
 }
 
-func (f *fakeAgent) CreateSandbox(_ context.Context, o wire.CreateSandboxBody) (wire.Sandbox, error) {
+func (f *fakeAgent) CreateSandbox(ctx context.Context, o wire.CreateSandboxBody) (wire.Sandbox, error) {
+	f.mu.Lock()
+	hang := f.hang
+	f.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			return wire.Sandbox{}, &zygo.Unreachable{Err: ctx.Err()}
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -134,8 +151,35 @@ func (f *fakeAgent) Checkpoint(_ context.Context, id, tag string) (wire.Checkpoi
 	if _, ok := f.find(id); !ok {
 		return wire.Checkpoint{}, notFound("sandbox " + id)
 	}
-	f.images["cp-"+tag] = true
-	return wire.Checkpoint{ID: "cp-" + tag, Tag: tag, SandboxID: id}, nil
+	cid := "cp-" + tag
+	if f.images[cid] { // tags are not unique on a daemon; ids are
+		f.next++
+		cid = fmt.Sprintf("cp-%s-%d", tag, f.next)
+	}
+	f.images[cid] = true
+	cp := wire.Checkpoint{ID: cid, Tag: tag, SandboxID: id}
+	f.ckpts = append(f.ckpts, cp)
+	return cp, nil
+}
+
+// GetCheckpoint finds an image by id, else the newest with that tag, as the daemon does.
+func (f *fakeAgent) GetCheckpoint(_ context.Context, ref string) (wire.Checkpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return wire.Checkpoint{}, f.unreachable()
+	}
+	for i := len(f.ckpts) - 1; i >= 0; i-- {
+		if c := f.ckpts[i]; f.images[c.ID] && c.ID == ref {
+			return c, nil
+		}
+	}
+	for i := len(f.ckpts) - 1; i >= 0; i-- {
+		if c := f.ckpts[i]; f.images[c.ID] && c.Tag == ref {
+			return c, nil
+		}
+	}
+	return wire.Checkpoint{}, notFound("checkpoint " + ref)
 }
 
 // RemoveCheckpoint refuses, as the daemon does, while a sandbox restored from the image exists.
@@ -169,6 +213,7 @@ func (f *fakeAgent) Fork(_ context.Context, id string, n int, from string, _ fun
 		return wire.ForkAnswer{}, notFound("sandbox " + id)
 	}
 	f.forks++
+	f.forkFrom = append(f.forkFrom, from)
 	ans := wire.ForkAnswer{Checkpoint: wire.Checkpoint{ID: from}}
 	if from == "" {
 		ans.Checkpoint.ID = "cp-fork" + id
@@ -192,6 +237,59 @@ func (f *fakeAgent) SetSecret(_ context.Context, name string, value []byte) erro
 		return f.unreachable()
 	}
 	f.secrets[name] = append([]byte(nil), value...)
+	if f.secretAt == nil {
+		f.secretAt = map[string]time.Time{}
+	}
+	f.secretAt[name] = time.Now()
+	return nil
+}
+
+func (f *fakeAgent) ListSecrets(context.Context) ([]wire.SecretMeta, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, f.unreachable()
+	}
+	out := make([]wire.SecretMeta, 0, len(f.secrets))
+	for n := range f.secrets {
+		out = append(out, wire.SecretMeta{Name: n, UpdatedAt: f.secretAt[n]})
+	}
+	return out, nil
+}
+
+// RemoveSecret refuses, as the daemon does, while a sandbox or a function names the secret.
+func (f *fakeAgent) RemoveSecret(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return f.unreachable()
+	}
+	if _, ok := f.secrets[name]; !ok {
+		return notFound("secret " + name)
+	}
+	inUse := func(user string) error {
+		return &zygo.Error{Status: http.StatusConflict, ErrorBody: wire.ErrorBody{Code: wire.CodeFailedPrecondition,
+			Message: "secret " + name + " is used by " + user}}
+	}
+	for _, s := range f.sandboxes {
+		if slices.Contains(s.Options.Secrets, name) {
+			return inUse(s.ID)
+		}
+	}
+	for fn, b := range f.functions {
+		files, err := untar(b)
+		if err != nil {
+			return err
+		}
+		var m manifest
+		if _, err := decodeTOML(files["zygo.toml"], &m); err != nil {
+			return err
+		}
+		if slices.Contains(m.Secrets, name) {
+			return inUse(fn)
+		}
+	}
+	delete(f.secrets, name)
 	return nil
 }
 

@@ -228,7 +228,9 @@ func (r *FunctionReconciler) removeFrom(ctx context.Context, fn *zygov1.Function
 		cancel()
 		if err != nil && !zygo.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing the function from node %s: %w", name, err))
+			continue
 		}
+		releaseSecrets(ctx, r.Client, a, name, fn.Namespace, fn.Spec.Secrets, fn.UID) // secretgc.go
 	}
 	return errors.Join(errs...)
 }

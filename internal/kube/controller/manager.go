@@ -44,6 +44,9 @@ type Config struct {
 	Namespace string
 	// RouteListen is the route's TCP address (":8080"); "" serves no route.
 	RouteListen string
+	// RouteAudiences, if set, are the audiences a caller's token must be for (e.g. a token of
+	// `kubectl create token SA --audience zygo-route`); empty: the API server's own.
+	RouteAudiences []string
 	// MetricsListen and HealthListen are controller-runtime's (":8081"...); "0" disables.
 	MetricsListen string
 	HealthListen  string
@@ -116,7 +119,11 @@ func Run(ctx context.Context, rc *rest.Config, cfg Config) error {
 		}
 	}
 	if cfg.RouteListen != "" {
-		rt := &Route{Reader: mgr.GetClient(), Dialer: &SecretDialer{Reader: mgr.GetAPIReader(), Namespace: cfg.Namespace}, Log: log}
+		rv, err := NewAPIReviewer(rc, cfg.RouteAudiences)
+		if err != nil {
+			return err
+		}
+		rt := &Route{Reader: mgr.GetClient(), Dialer: &SecretDialer{Reader: mgr.GetAPIReader(), Namespace: cfg.Namespace}, Log: log, Auth: rv}
 		if err := mgr.Add(routeRunnable(cfg.RouteListen, rt.Handler(), log, cfg.RouteReady)); err != nil {
 			return fmt.Errorf("adding the route: %w", err)
 		}

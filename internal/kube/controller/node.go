@@ -56,6 +56,9 @@ type NodeReconciler struct {
 	Client client.Client
 	Dialer Dialer
 	Now    func() time.Time // nil: time.Now
+	// SecretGrace is how old a secret must be before a probe may collect it (secretgc.go);
+	// 0: DefaultSecretGrace.
+	SecretGrace time.Duration
 }
 
 // Reconcile probes one agent and requeues after ProbeEvery.
@@ -83,6 +86,9 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		n.Status.LastSeen = &t
 		if err := r.collect(ctx, &n); err != nil {
 			log.FromContext(ctx).Info("collecting leftover sandboxes failed", "node", n.Name, "error", err)
+		}
+		if err := r.collectSecrets(ctx, &n, now()); err != nil {
+			log.FromContext(ctx).Info("collecting unused secrets failed", "node", n.Name, "error", err)
 		}
 	}
 	setCondition(&n.Status.Conditions, n.Generation, zygov1.ConditionReady, ok, reason, msg)
@@ -195,6 +201,19 @@ func (r *NodeReconciler) collect(ctx context.Context, n *zygov1.ZygoNode) error 
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// collectSecrets removes the node's unused secrets of the controller's naming (secretgc.go).
+func (r *NodeReconciler) collectSecrets(ctx context.Context, n *zygov1.ZygoNode, now time.Time) error {
+	a, err := r.Dialer.Agent(ctx, n)
+	if err != nil {
+		return err
+	}
+	grace := r.SecretGrace
+	if grace <= 0 {
+		grace = DefaultSecretGrace
+	}
+	return collectSecrets(ctx, r.Client, a, n.Name, now, grace)
 }
 
 // SetupWithManager registers the reconciler.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,18 +26,42 @@ const NodeHeader = "X-Zygo-Node"
 
 // Route is the controller's HTTP front of the Functions: POST
 // /functions/NAMESPACE/NAME/invoke forwards the event to one of the Function's Ready nodes
-// (round robin) and answers what the node answered. It reads the Function and the nodes from
-// Reader (the manager's cache): a request costs the API server nothing.
+// (round robin) and answers what the node answered. The caller sends "Authorization: Bearer
+// TOKEN", a Kubernetes token (a ServiceAccount's); Auth authenticates it (a TokenReview) and
+// authorises it (a SubjectAccessReview: create functions/invoke of that Function, group
+// zygo.run): 401 without a valid token, 403 when not allowed, each with a message saying why.
+// A decision is cached per token and Function for AuthTTL, so per-request invokes do not
+// reach the API server; the Function and the nodes are read from Reader (the manager's
+// cache).
 type Route struct {
 	Reader client.Reader
 	Dialer Dialer
 	Log    *slog.Logger
+	// Auth checks callers. nil: every invoke is refused (401).
+	Auth Reviewer
+	// AuthTTL is how long a decision is cached (0: DefaultAuthCacheTTL); AuthEntries bounds
+	// the cache (0: DefaultAuthCacheEntries).
+	AuthTTL     time.Duration
+	AuthEntries int
+	// Now is the cache's clock (nil: time.Now).
+	Now func() time.Time
 
 	next atomic.Uint64 // round-robin counter
+	auth *routeAuth    // set by Handler
 }
 
-// Handler returns the route's handler.
+// Handler returns the route's handler. Call it once.
 func (rt *Route) Handler() http.Handler {
+	rt.auth = &routeAuth{reviewer: rt.Auth, ttl: rt.AuthTTL, max: rt.AuthEntries, now: rt.Now}
+	if rt.auth.ttl <= 0 {
+		rt.auth.ttl = DefaultAuthCacheTTL
+	}
+	if rt.auth.max <= 0 {
+		rt.auth.max = DefaultAuthCacheEntries
+	}
+	if rt.auth.now == nil {
+		rt.auth.now = time.Now
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /functions/{namespace}/{name}/invoke", rt.invoke)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
@@ -45,6 +70,11 @@ func (rt *Route) Handler() http.Handler {
 
 func (rt *Route) invoke(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	// The caller first: an unauthenticated one learns nothing, not even whether it exists.
+	if status, msg := rt.auth.check(r, ns, name); status != 0 {
+		refuse(w, status, msg)
+		return
+	}
 	var fn zygov1.Function
 	if err := rt.Reader.Get(r.Context(), client.ObjectKey{Namespace: ns, Name: name}, &fn); err != nil {
 		if apierrors.IsNotFound(err) {

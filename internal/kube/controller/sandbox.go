@@ -16,9 +16,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 	extv1 "github.com/zygo-run/zygo/internal/kube/api/extensions/v1beta1"
@@ -51,6 +53,9 @@ type SandboxReconciler struct {
 	// Secrets of sandboxes on agents serving TLS).
 	Namespace string
 	Now       func() time.Time // nil: time.Now
+
+	ops  createOps               // creates and forks under way (sandboxcreate.go)
+	wake chan event.GenericEvent // requeues a Sandbox whose op ended; nil without a manager
 }
 
 func (r *SandboxReconciler) now() time.Time {
@@ -66,6 +71,10 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.Client.Get(ctx, req.NamespacedName, &sb); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	expired := sb.Spec.ShutdownTime != nil && !r.now().Before(sb.Spec.ShutdownTime.Time)
+	if (sb.DeletionTimestamp != nil || expired) && r.opRunning(&sb) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil // remove what it makes once it answers
+	}
 	if sb.DeletionTimestamp != nil {
 		return ctrl.Result{}, r.finalize(ctx, &sb)
 	}
@@ -74,7 +83,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 		}
 	}
-	if t := sb.Spec.ShutdownTime; t != nil && !r.now().Before(t.Time) {
+	if expired {
 		return r.expire(ctx, &sb)
 	}
 	before := sb.DeepCopy()
@@ -88,9 +97,11 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // sync brings sb's Zygo sandbox into being or observes it, writing sb.Status (the caller
 // patches it). It returns an error only for what a retry may cure.
 func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
-	if sb.Status.Zygo.SandboxID == "" && sb.Status.NodeName == "" {
+	if sb.Status.Zygo.SandboxID == "" && r.ops.get(sb.UID) == nil { // an op started after a passing check
 		// Annotations are user-writable: what they name on a node is acted on only when the
 		// controller recorded it for this object (trustedAnnotations); nothing else is touched.
+		// Checked on every pass until the sandbox is made, not only before placement: an
+		// annotation changed between placement and the create is checked again.
 		if why, err := r.trustedAnnotations(ctx, sb); err != nil {
 			return ctrl.Result{}, err
 		} else if why != "" {
@@ -98,7 +109,7 @@ func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctr
 			// Rechecked: a SandboxFork's status may reach this cache after its copy's Sandbox.
 			return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 		}
-		if node, id := sb.Annotations[agentsv1.AnnotationNode], sb.Annotations[agentsv1.AnnotationSandboxID]; node != "" && id != "" {
+		if node, id := sb.Annotations[agentsv1.AnnotationNode], sb.Annotations[agentsv1.AnnotationSandboxID]; node != "" && id != "" && sb.Status.NodeName == "" {
 			sb.Status.NodeName, sb.Status.Zygo.SandboxID = node, id // adopt a copy made by a fork
 		}
 	}
@@ -131,13 +142,13 @@ func (r *SandboxReconciler) sync(ctx context.Context, sb *agentsv1.Sandbox) (ctr
 	return r.observe(ctx, sb, node, a)
 }
 
-// trustedAnnotations checks the annotations of a Sandbox not yet placed that name node-side
+// trustedAnnotations checks the annotations of a Sandbox not yet made that name node-side
 // state. Adoption (zygo.run/node + zygo.run/sandbox-id) needs sb to be controlled by a
-// SandboxFork of its namespace whose status (written by the controller) lists this very copy;
-// zygo.run/fork-from needs a Ready warm pool source Sandbox of sb's namespace whose status
-// records that node and sandbox id and whose warm checkpoint is that checkpoint;
-// zygo.run/warm-checkpoint is set only by a SandboxWarmPool on its own sources. It returns
-// why the annotations are refused ("" when trusted), or an error for what a retry may cure.
+// SandboxFork of its namespace whose status (written by the controller) lists this very copy
+// on that node; zygo.run/fork-from needs a warm pool source Sandbox of sb's namespace whose
+// status records that node, sandbox id and warm checkpoint (status.zygo.warmCheckpointID).
+// Only status, which the controller alone writes, vouches for a value. It returns why the
+// annotations are refused ("" when trusted), or an error for what a retry may cure.
 func (r *SandboxReconciler) trustedAnnotations(ctx context.Context, sb *agentsv1.Sandbox) (string, error) {
 	node, id := sb.Annotations[agentsv1.AnnotationNode], sb.Annotations[agentsv1.AnnotationSandboxID]
 	if node != "" || id != "" {
@@ -148,11 +159,6 @@ func (r *SandboxReconciler) trustedAnnotations(ctx context.Context, sb *agentsv1
 	if from := sb.Annotations[AnnotationForkFrom]; from != "" {
 		if why, err := r.forkSourceRecorded(ctx, sb, from); why != "" || err != nil {
 			return why, err
-		}
-	}
-	if cp := sb.Annotations[AnnotationWarmCheckpoint]; cp != "" {
-		if !isWarmSource(sb) {
-			return fmt.Sprintf("annotation %s %q: only a SandboxWarmPool sets it on its own sources", AnnotationWarmCheckpoint, cp), nil
 		}
 	}
 	return "", nil
@@ -198,7 +204,7 @@ func (r *SandboxReconciler) forkSourceRecorded(ctx context.Context, sb *agentsv1
 	}
 	for _, s := range srcs.Items {
 		if isWarmSource(&s) && s.Name != sb.Name &&
-			s.Status.NodeName == parts[0] && s.Status.Zygo.SandboxID == parts[1] && s.Annotations[AnnotationWarmCheckpoint] == parts[2] {
+			s.Status.NodeName == parts[0] && s.Status.Zygo.SandboxID == parts[1] && s.Status.Zygo.WarmCheckpointID == parts[2] {
 			return "", nil
 		}
 	}
@@ -229,55 +235,80 @@ func (r *SandboxReconciler) place(ctx context.Context, sb *agentsv1.Sandbox) (st
 	return n.Name, nil
 }
 
-// make creates (or forks) the Zygo sandbox on its node.
+// make creates (or forks) the Zygo sandbox on its node, outside the reconcile's worker when
+// the agent is slow (runCreate).
 func (r *SandboxReconciler) make(ctx context.Context, sb *agentsv1.Sandbox, node *zygov1.ZygoNode, a Agent) (ctrl.Result, error) {
-	cctx, cancel := context.WithTimeout(ctx, createTimeout)
-	defer cancel()
 	if from := sb.Annotations[AnnotationForkFrom]; from != "" {
-		return r.forkOne(cctx, sb, node, a, from)
+		parts := strings.SplitN(from, "/", 3)
+		if len(parts) != 3 || parts[0] != node.Name {
+			ready(sb, false, agentsv1.ReasonInvalidSpec, fmt.Sprintf("annotation %s %q: want NODE/SANDBOX-ID/CHECKPOINT on node %s", AnnotationForkFrom, from, node.Name))
+			return ctrl.Result{}, nil
+		}
+		return r.runCreate(ctx, sb, node.Name, func(cctx context.Context) outcome {
+			return r.forkOne(cctx, node, a, parts[1], parts[2])
+		})
 	}
-	name := nodeSandboxName(sb)
+	want := sb.DeepCopy() // the spec as this pass saw it
+	return r.runCreate(ctx, sb, node.Name, func(cctx context.Context) outcome {
+		return r.create(cctx, want, node, a)
+	})
+}
+
+// create makes want's Zygo sandbox on node (or finds it made by an earlier try whose answer
+// was lost) and returns how to record the outcome.
+func (r *SandboxReconciler) create(ctx context.Context, want *agentsv1.Sandbox, node *zygov1.ZygoNode, a Agent) outcome {
+	failed := func(doing string, err error) outcome {
+		return func(_ context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
+			return r.agentFailed(sb, node, doing, err)
+		}
+	}
+	made := func(rec wire.Sandbox) outcome {
+		return func(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
+			return r.recordAndGrant(ctx, sb, node, a, rec)
+		}
+	}
+	name := nodeSandboxName(want)
 	lctx, lcancel := context.WithTimeout(ctx, agentCallTimeout) // a lookup, not a create: a hung node fails it fast
 	rec, err := a.GetSandbox(lctx, name)
 	lcancel()
 	if err == nil { // made before the last answer was lost
-		return r.recordAndGrant(ctx, sb, node, a, rec)
+		return made(rec)
 	} else if !zygo.IsNotFound(err) {
-		return r.agentFailed(sb, node, "looking for sandbox "+name, err)
+		return failed("looking for sandbox "+name, err)
 	}
-	opts, err := r.options(cctx, sb, a)
+	opts, err := r.options(ctx, want, a)
 	if err != nil {
 		var snf *errSecretNotFound
 		if errors.As(err, &snf) {
-			ready(sb, false, agentsv1.ReasonSecretNotFound, snf.Error())
-			return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+			return func(_ context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
+				ready(sb, false, agentsv1.ReasonSecretNotFound, snf.Error())
+				return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+			}
 		}
-		return r.agentFailed(sb, node, "storing the sandbox's secrets", err)
+		return failed("storing the sandbox's secrets", err)
 	}
 	opts.Name = name
-	rec, err = a.CreateSandbox(cctx, opts)
+	rec, err = a.CreateSandbox(ctx, opts)
 	if err != nil {
-		return r.agentFailed(sb, node, "creating the sandbox", err)
+		return failed("creating the sandbox", err)
 	}
 	log.FromContext(ctx).Info("sandbox created", "node", node.Name, "sandbox_id", rec.ID)
-	return r.recordAndGrant(ctx, sb, node, a, rec)
+	return made(rec)
 }
 
-// forkOne makes sb a resealed copy of the sandbox that from ("NODE/ID/CHECKPOINT") names.
-func (r *SandboxReconciler) forkOne(ctx context.Context, sb *agentsv1.Sandbox, node *zygov1.ZygoNode, a Agent, from string) (ctrl.Result, error) {
-	parts := strings.SplitN(from, "/", 3)
-	if len(parts) != 3 || parts[0] != node.Name {
-		ready(sb, false, agentsv1.ReasonInvalidSpec, fmt.Sprintf("annotation %s %q: want NODE/SANDBOX-ID/CHECKPOINT on node %s", AnnotationForkFrom, from, node.Name))
-		return ctrl.Result{}, nil
-	}
-	ans, err := a.Fork(ctx, parts[1], 1, parts[2], nil)
+// forkOne makes a resealed copy of sandbox id from checkpoint cp on node and returns how to
+// record it.
+func (r *SandboxReconciler) forkOne(ctx context.Context, node *zygov1.ZygoNode, a Agent, id, cp string) outcome {
+	ans, err := a.Fork(ctx, id, 1, cp, nil)
 	if err == nil && (len(ans.Children) != 1 || ans.Children[0].Sandbox == nil) {
 		err = errors.New("the fork answered no running copy")
 	}
-	if err != nil {
-		return r.agentFailed(sb, node, "forking warm sandbox "+parts[1], err)
+	return func(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
+		if err != nil {
+			return r.agentFailed(sb, node, "forking warm sandbox "+id, err)
+		}
+		return r.recordAndGrant(ctx, sb, node, a, *ans.Children[0].Sandbox)
 	}
-	return r.recordAndGrant(ctx, sb, node, a, *ans.Children[0].Sandbox)
 }
 
 // options turns sb's spec into the agent's create options, storing its secrets on the agent.
@@ -431,7 +462,7 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	if err := a.RemoveSandbox(cctx, id); err != nil && !zygo.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox %s on node %s: %w", id, node.Name, err)
 	}
-	if cp := sb.Annotations[AnnotationWarmCheckpoint]; cp != "" && isWarmSource(sb) { // a warm pool's source keeps an image
+	if cp := sb.Status.Zygo.WarmCheckpointID; cp != "" { // a warm pool's source keeps an image (recorded by the controller)
 		err := a.RemoveCheckpoint(cctx, cp)
 		switch {
 		case zygo.IsConflict(err):
@@ -442,11 +473,12 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 			return fmt.Errorf("removing warm checkpoint %s on node %s: %w", cp, node.Name, err)
 		}
 	}
+	releaseSecrets(ctx, r.Client, a, node.Name, sb.Namespace, sb.Spec.Zygo.Secrets, sb.UID) // secretgc.go
 	return nil
 }
 
-// isWarmSource reports whether sb is controlled by a SandboxWarmPool (the only writer of
-// zygo.run/warm-checkpoint whose value the controller acts on).
+// isWarmSource reports whether sb is controlled by a SandboxWarmPool. An owner reference is
+// user-writable: this only narrows a search; the values acted on come from sb's status.
 func isWarmSource(sb *agentsv1.Sandbox) bool {
 	owner := metav1.GetControllerOf(sb)
 	return owner != nil && owner.Kind == "SandboxWarmPool"
@@ -467,9 +499,11 @@ func conditionMessage(conds []metav1.Condition, typ string) string {
 
 // SetupWithManager registers the reconciler; a ZygoNode's change requeues its Sandboxes.
 func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.wake = make(chan event.GenericEvent, reconcileWorkers)
 	return ctrl.NewControllerManagedBy(mgr).For(&agentsv1.Sandbox{}).Named("sandbox").
 		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers}).
 		Watches(&zygov1.ZygoNode{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesOnNode), builder.WithPredicates(readinessChanged())).
+		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -11,18 +12,20 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 	extv1 "github.com/zygo-run/zygo/internal/kube/api/extensions/v1beta1"
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
-// AnnotationWarmCheckpoint on a warm pool's source Sandbox is the id of its checkpoint on its
-// node: claims fork from it.
-const AnnotationWarmCheckpoint = "zygo.run/warm-checkpoint"
-
 // WarmPoolReconciler keeps spec.replicas source Sandboxes per pool, spread over the nodes,
-// each checkpointed once it runs.
+// each checkpointed once it runs. A source is a Sandbox of the pool's namespace labelled with
+// the pool's name and controlled by the pool (its UID): a labelled Sandbox the pool does not
+// control is neither counted, checkpointed nor deleted. The image's id is recorded in the
+// source's status.zygo.warmCheckpointID, which only the controller writes; claims fork from
+// nothing else (an annotation, writable by whoever may edit the Sandbox, is never read).
 type WarmPoolReconciler struct {
 	Client client.Client
 	Dialer Dialer
@@ -37,14 +40,14 @@ func (r *WarmPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	var srcs agentsv1.SandboxList
-	if err := r.Client.List(ctx, &srcs, client.InNamespace(p.Namespace), client.MatchingLabels{extv1.LabelWarmPool: p.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing the pool's sources: %w", err)
+	srcs, err := poolSources(ctx, r.Client, &p)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	if p.DeletionTimestamp != nil {
-		for i := range srcs.Items {
-			if err := r.Client.Delete(ctx, &srcs.Items[i]); err != nil && !apierrors.IsNotFound(err) {
-				return ctrl.Result{}, fmt.Errorf("deleting source %s: %w", srcs.Items[i].Name, err)
+		for i := range srcs {
+			if err := r.Client.Delete(ctx, &srcs[i]); err != nil && !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, fmt.Errorf("deleting source %s: %w", srcs[i].Name, err)
 			}
 		}
 		if controllerutil.RemoveFinalizer(&p, Finalizer) {
@@ -58,23 +61,24 @@ func (r *WarmPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 	}
 	before := p.DeepCopy()
-	err := r.sync(ctx, &p, srcs.Items)
+	res, err := r.sync(ctx, &p, srcs)
 	if perr := patchStatus(ctx, r.Client, &p, before, before.Status, p.Status); perr != nil && err == nil {
 		err = fmt.Errorf("writing the status: %w", perr)
 	}
-	return ctrl.Result{}, err
+	return res, err
 }
 
-func (r *WarmPoolReconciler) sync(ctx context.Context, p *extv1.SandboxWarmPool, srcs []agentsv1.Sandbox) error {
+// sync makes and checkpoints the sources and writes p.Status (the caller patches it).
+func (r *WarmPoolReconciler) sync(ctx context.Context, p *extv1.SandboxWarmPool, srcs []agentsv1.Sandbox) (ctrl.Result, error) {
 	p.Status.Selector = extv1.LabelWarmPool + "=" + p.Name
 	var tpl extv1.SandboxTemplate
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Spec.TemplateRef.Name}, &tpl); err != nil {
 		if apierrors.IsNotFound(err) {
 			setCondition(&p.Status.Conditions, p.Generation, agentsv1.ConditionReady, false, extv1.ReasonTemplateNotFound,
 				fmt.Sprintf("spec.sandboxTemplateRef.name: SandboxTemplate %s/%s does not exist", p.Namespace, p.Spec.TemplateRef.Name))
-			return nil
+			return ctrl.Result{}, nil
 		}
-		return fmt.Errorf("reading the template: %w", err)
+		return ctrl.Result{}, fmt.Errorf("reading the template: %w", err)
 	}
 	have := map[string]*agentsv1.Sandbox{}
 	used := map[string]bool{} // nodes holding a source already
@@ -85,12 +89,18 @@ func (r *WarmPoolReconciler) sync(ctx context.Context, p *extv1.SandboxWarmPool,
 		}
 	}
 	var existing, ready int32
+	var failReason, failMsg string // this pass's problem, if any
 	for i := 0; i < int(p.Spec.Replicas); i++ {
 		sb, ok := have[sourceName(p.Name, i)]
 		delete(have, sourceName(p.Name, i))
 		if !ok {
 			if err := r.makeSource(ctx, p, &tpl, i, used); err != nil {
-				return err
+				var taken *errNameTaken
+				if !errors.As(err, &taken) {
+					return ctrl.Result{}, err
+				}
+				failReason, failMsg = agentsv1.ReasonCreateFailed, taken.Error()
+				continue
 			}
 			existing++
 			continue
@@ -98,7 +108,7 @@ func (r *WarmPoolReconciler) sync(ctx context.Context, p *extv1.SandboxWarmPool,
 		existing++
 		ok, err := r.checkpointSource(ctx, sb)
 		if err != nil {
-			setCondition(&p.Status.Conditions, p.Generation, agentsv1.ConditionReady, false, extv1.ReasonForkFailed, err.Error())
+			failReason, failMsg = extv1.ReasonForkFailed, err.Error()
 		}
 		if ok {
 			ready++
@@ -106,16 +116,35 @@ func (r *WarmPoolReconciler) sync(ctx context.Context, p *extv1.SandboxWarmPool,
 	}
 	for _, extra := range have { // sources past spec.replicas
 		if err := r.Client.Delete(ctx, extra); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting source %s: %w", extra.Name, err)
+			return ctrl.Result{}, fmt.Errorf("deleting source %s: %w", extra.Name, err)
 		}
 	}
 	p.Status.Replicas, p.Status.ReadyReplicas = existing, ready
-	if ready == p.Spec.Replicas {
+	switch {
+	case ready == p.Spec.Replicas:
 		setCondition(&p.Status.Conditions, p.Generation, agentsv1.ConditionReady, true, "PoolReady", fmt.Sprintf("%d warm sandboxes ready to fork", ready))
-	} else if c := meta.FindStatusCondition(p.Status.Conditions, agentsv1.ConditionReady); c == nil || c.Reason != extv1.ReasonForkFailed {
+	case failReason != "":
+		setCondition(&p.Status.Conditions, p.Generation, agentsv1.ConditionReady, false, failReason, failMsg)
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	default:
 		setCondition(&p.Status.Conditions, p.Generation, agentsv1.ConditionReady, false, "Warming", fmt.Sprintf("%d of %d warm sandboxes ready", ready, p.Spec.Replicas))
 	}
-	return nil
+	return ctrl.Result{}, nil
+}
+
+// poolSources returns the Sandboxes of p's namespace labelled with p's name that p controls.
+func poolSources(ctx context.Context, c client.Reader, p *extv1.SandboxWarmPool) ([]agentsv1.Sandbox, error) {
+	var list agentsv1.SandboxList
+	if err := c.List(ctx, &list, client.InNamespace(p.Namespace), client.MatchingLabels{extv1.LabelWarmPool: p.Name}); err != nil {
+		return nil, fmt.Errorf("listing the sources of warm pool %s: %w", p.Name, err)
+	}
+	out := list.Items[:0]
+	for _, s := range list.Items {
+		if metav1.IsControlledBy(&s, p) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // makeSource creates the pool's i-th source Sandbox, pinned to a Ready node no other source
@@ -131,19 +160,35 @@ func (r *WarmPoolReconciler) makeSource(ctx context.Context, p *extv1.SandboxWar
 	if err := controllerutil.SetControllerReference(p, sb, r.Client.Scheme()); err != nil {
 		return fmt.Errorf("owning source %s: %w", sb.Name, err)
 	}
-	if err := r.Client.Create(ctx, sb); err != nil && !apierrors.IsAlreadyExists(err) {
+	err := r.Client.Create(ctx, sb)
+	if apierrors.IsAlreadyExists(err) {
+		// Made by an earlier pass not yet in the cache, or a Sandbox of that name the pool
+		// does not control, which is never used as a source.
+		var have agentsv1.Sandbox
+		if gerr := r.Client.Get(ctx, client.ObjectKeyFromObject(sb), &have); gerr == nil && !metav1.IsControlledBy(&have, p) {
+			return &errNameTaken{fmt.Sprintf("source %s: a Sandbox of that name exists that this pool does not control; delete or rename it", sb.Name)}
+		}
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("creating source %s: %w", sb.Name, err)
 	}
 	return nil
 }
 
-// checkpointSource checkpoints a running source once and records the image's id on it; it
-// reports whether the source is ready to be forked.
+// errNameTaken is makeSource's error when a Sandbox the pool does not control has the name.
+type errNameTaken struct{ msg string }
+
+func (e *errNameTaken) Error() string { return e.msg }
+
+// checkpointSource checkpoints a running source once (tag "warm-" + its UID, see
+// checkpointOwnTag) and records the image's id in its status; it reports whether the source
+// is ready to be forked.
 func (r *WarmPoolReconciler) checkpointSource(ctx context.Context, sb *agentsv1.Sandbox) (bool, error) {
 	if !meta.IsStatusConditionTrue(sb.Status.Conditions, agentsv1.ConditionReady) {
 		return false, nil
 	}
-	if sb.Annotations[AnnotationWarmCheckpoint] != "" {
+	if sb.Status.Zygo.WarmCheckpointID != "" {
 		return true, nil
 	}
 	node, err := getNode(ctx, r.Client, sb.Status.NodeName)
@@ -156,27 +201,61 @@ func (r *WarmPoolReconciler) checkpointSource(ctx context.Context, sb *agentsv1.
 	}
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
-	tag := "warm-" + string(sb.UID)
-	cp, err := a.Checkpoint(cctx, sb.Status.Zygo.SandboxID, tag)
-	if zygo.IsConflict(err) { // tagged by an earlier try whose answer was lost
-		cp.ID, err = tag, nil
-	}
+	id, err := checkpointOwnTag(cctx, a, sb.Status.Zygo.SandboxID, "warm-"+string(sb.UID))
 	if err != nil {
 		return false, fmt.Errorf("checkpointing warm sandbox %s on node %s: %w", sb.Name, node.Name, err)
 	}
-	patch := client.MergeFrom(sb.DeepCopy())
-	if sb.Annotations == nil {
-		sb.Annotations = map[string]string{}
-	}
-	sb.Annotations[AnnotationWarmCheckpoint] = cp.ID
-	if err := r.Client.Patch(ctx, sb, patch); err != nil {
+	before := sb.DeepCopy()
+	sb.Status.Zygo.WarmCheckpointID = id
+	if err := r.Client.Status().Patch(ctx, sb, client.MergeFrom(before)); err != nil {
 		return false, fmt.Errorf("recording the checkpoint of %s: %w", sb.Name, err)
 	}
 	return true, nil
 }
 
-// SetupWithManager registers the reconciler; a source's change requeues its pool.
+// checkpointOwnTag returns the id of an image of sandbox id tagged tag, taking one if there is
+// none. An agent's tags are not unique and are shared by every namespace's objects: the image
+// the tag names now (the newest with it) is reused only when it was taken of sandbox id (an
+// earlier try whose answer was lost), never when it is another sandbox's; and what is
+// returned is the image's id, never the tag, so that a later removal cannot hit another
+// image that takes the tag.
+func checkpointOwnTag(ctx context.Context, a Agent, id, tag string) (string, error) {
+	lctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
+	got, err := a.GetCheckpoint(lctx, tag)
+	cancel()
+	switch {
+	case err == nil && got.SandboxID == id:
+		return got.ID, nil
+	case err != nil && !zygo.IsNotFound(err):
+		return "", fmt.Errorf("looking up tag %q: %w", tag, err)
+	}
+	cp, err := a.Checkpoint(ctx, id, tag)
+	if err != nil {
+		return "", err
+	}
+	return cp.ID, nil
+}
+
+// SetupWithManager registers the reconciler; a source's change requeues its pool, and so does
+// the creation or change of the template a pool names.
 func (r *WarmPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).For(&extv1.SandboxWarmPool{}).Named("sandboxwarmpool").
-		Owns(&agentsv1.Sandbox{}).Complete(r)
+		Owns(&agentsv1.Sandbox{}).
+		Watches(&extv1.SandboxTemplate{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfTemplate)).
+		Complete(r)
+}
+
+// poolsOfTemplate lists the pools of the template's namespace that name it.
+func (r *WarmPoolReconciler) poolsOfTemplate(ctx context.Context, o client.Object) []reconcile.Request {
+	var list extv1.SandboxWarmPoolList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, p := range list.Items {
+		if p.Spec.TemplateRef.Name == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+		}
+	}
+	return out
 }

@@ -220,6 +220,11 @@ type ZygoSandboxStatus struct {
 	// checkpointID is the checkpoint it was restored from.
 	// +optional
 	CheckpointID string `json:"checkpointID,omitempty"`
+	// warmCheckpointID, on a warm pool's source, is the image of it that claims fork from: the
+	// controller took it and wrote it here (status is the controller's alone, so a tenant
+	// cannot point claims at another sandbox's image). Empty until the source is warm.
+	// +optional
+	WarmCheckpointID string `json:"warmCheckpointID,omitempty"`
 	// state is the agent's state of the sandbox (running, dead, ...).
 	// +optional
 	State string `json:"state,omitempty"`

@@ -1,0 +1,236 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+)
+
+// The permission a route caller needs, in RBAC terms: verb create on the subresource
+// functions/invoke (group zygo.run) of the Function, in its namespace. deploy/rbac.yaml has
+// ClusterRole zygo-function-invoker granting it; bind it with a RoleBinding per namespace.
+const (
+	InvokeVerb        = "create"
+	InvokeResource    = "functions"
+	InvokeSubresource = "invoke"
+)
+
+// Reviewer asks the API server who a bearer token is and what that user may do. The route
+// calls it only on a cache miss (routeAuth). Both methods are safe for concurrent use.
+type Reviewer interface {
+	// Authenticate returns the user token belongs to. ok is false, with the API server's
+	// reason, when the token is not valid (expired, revoked, of a deleted ServiceAccount,
+	// not a token); err is for an API server that could not answer.
+	Authenticate(ctx context.Context, token string) (user authnv1.UserInfo, ok bool, reason string, err error)
+	// MayInvoke reports whether user may create functions/invoke of Function namespace/name;
+	// reason is the authorizer's, when it gives one. err is for an API server that could
+	// not answer.
+	MayInvoke(ctx context.Context, user authnv1.UserInfo, namespace, name string) (allowed bool, reason string, err error)
+}
+
+// APIReviewer is the Reviewer of a real cluster: a TokenReview (authentication.k8s.io/v1)
+// authenticates, a SubjectAccessReview (authorization.k8s.io/v1) authorises. The controller's
+// ServiceAccount needs create on both (deploy/rbac.yaml).
+type APIReviewer struct {
+	// Client creates the reviews; its scheme knows authentication/v1 and authorization/v1
+	// (NewAPIReviewer makes one).
+	Client client.Client
+	// Audiences, if set, are the audiences a token must be for (TokenReview spec.audiences);
+	// empty: the API server's own.
+	Audiences []string
+}
+
+var _ Reviewer = (*APIReviewer)(nil)
+
+// NewAPIReviewer returns an APIReviewer with a client of its own for rc.
+func NewAPIReviewer(rc *rest.Config, audiences []string) (*APIReviewer, error) {
+	s := runtime.NewScheme()
+	utilruntime.Must(authnv1.AddToScheme(s))
+	utilruntime.Must(authzv1.AddToScheme(s))
+	c, err := client.New(rc, client.Options{Scheme: s})
+	if err != nil {
+		return nil, fmt.Errorf("making the review client: %w", err)
+	}
+	return &APIReviewer{Client: c, Audiences: audiences}, nil
+}
+
+// Authenticate implements Reviewer with a TokenReview.
+func (r *APIReviewer) Authenticate(ctx context.Context, token string) (authnv1.UserInfo, bool, string, error) {
+	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: r.Audiences}}
+	if err := r.Client.Create(ctx, tr); err != nil {
+		return authnv1.UserInfo{}, false, "", fmt.Errorf("creating a TokenReview: %w", err)
+	}
+	if !tr.Status.Authenticated {
+		reason := tr.Status.Error
+		if reason == "" {
+			reason = "the API server does not know it"
+		}
+		return authnv1.UserInfo{}, false, reason, nil
+	}
+	return tr.Status.User, true, "", nil
+}
+
+// MayInvoke implements Reviewer with a SubjectAccessReview.
+func (r *APIReviewer) MayInvoke(ctx context.Context, u authnv1.UserInfo, namespace, name string) (bool, string, error) {
+	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+		User: u.Username, UID: u.UID, Groups: u.Groups,
+		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: namespace, Verb: InvokeVerb, Group: zygov1.GroupVersion.Group,
+			Resource: InvokeResource, Subresource: InvokeSubresource, Name: name},
+	}}
+	if len(u.Extra) > 0 {
+		sar.Spec.Extra = make(map[string]authzv1.ExtraValue, len(u.Extra))
+		for k, v := range u.Extra {
+			sar.Spec.Extra[k] = authzv1.ExtraValue(v)
+		}
+	}
+	if err := r.Client.Create(ctx, sar); err != nil {
+		return false, "", fmt.Errorf("creating a SubjectAccessReview: %w", err)
+	}
+	reason := sar.Status.Reason
+	if sar.Status.EvaluationError != "" {
+		reason = strings.TrimSpace(reason + " " + sar.Status.EvaluationError)
+	}
+	return sar.Status.Allowed && !sar.Status.Denied, reason, nil
+}
+
+// Defaults of the route's decision cache.
+const (
+	// DefaultAuthCacheTTL is how long the route keeps a decision about a token and a Function:
+	// a revoked RoleBinding, a deleted ServiceAccount or an expired token still invokes for
+	// at most this long.
+	DefaultAuthCacheTTL = 10 * time.Second
+	// DefaultAuthCacheEntries bounds the cache: past it, expired decisions are dropped, then
+	// arbitrary ones.
+	DefaultAuthCacheEntries = 10000
+)
+
+// routeAuth decides whether a request may invoke a Function, caching decisions per (token,
+// Function) for ttl. The key is the sha256 of the token and the target: the cache holds no
+// token.
+type routeAuth struct {
+	reviewer Reviewer
+	ttl      time.Duration
+	max      int
+	now      func() time.Time
+
+	mu    sync.Mutex // guards cache
+	cache map[[sha256.Size]byte]authDecision
+}
+
+// authDecision is a cached answer: status 0 allows, 401 or 403 refuses with msg.
+type authDecision struct {
+	status  int
+	msg     string
+	expires time.Time
+}
+
+// check returns 0 when r may invoke Function namespace/name, else the status (401, 403, or 503
+// when the API server could not answer) and a message saying why.
+func (a *routeAuth) check(r *http.Request, namespace, name string) (int, string) {
+	if a == nil || a.reviewer == nil {
+		return http.StatusUnauthorized, "the route has no token reviewer configured: nothing may invoke through it"
+	}
+	token, ok := bearerToken(r)
+	if !ok {
+		return http.StatusUnauthorized, "no bearer token: send Authorization: Bearer <a Kubernetes ServiceAccount token> (kubectl create token NAME)"
+	}
+	key := sha256.Sum256([]byte(token + "\x00" + namespace + "/" + name))
+	now := a.now()
+	a.mu.Lock()
+	d, hit := a.cache[key]
+	a.mu.Unlock()
+	if hit && now.Before(d.expires) {
+		return d.status, d.msg
+	}
+	d, err := a.decide(r.Context(), token, namespace, name)
+	if err != nil {
+		return http.StatusServiceUnavailable, "checking the caller with the API server: " + err.Error()
+	}
+	d.expires = now.Add(a.ttl)
+	a.mu.Lock()
+	a.storeLocked(key, d, now)
+	a.mu.Unlock()
+	return d.status, d.msg
+}
+
+// decide asks the reviewer (a TokenReview, then a SubjectAccessReview).
+func (a *routeAuth) decide(ctx context.Context, token, namespace, name string) (authDecision, error) {
+	u, ok, reason, err := a.reviewer.Authenticate(ctx, token)
+	if err != nil {
+		return authDecision{}, err
+	}
+	if !ok {
+		return authDecision{status: http.StatusUnauthorized, msg: "the bearer token is not valid: " + reason}, nil
+	}
+	allowed, reason, err := a.reviewer.MayInvoke(ctx, u, namespace, name)
+	if err != nil {
+		return authDecision{}, err
+	}
+	if !allowed {
+		msg := fmt.Sprintf("user %q may not %s %s/%s (group %s) of Function %s/%s: bind ClusterRole zygo-function-invoker to it in namespace %s",
+			u.Username, InvokeVerb, InvokeResource, InvokeSubresource, zygov1.GroupVersion.Group, namespace, name, namespace)
+		if reason != "" {
+			msg += " (" + reason + ")"
+		}
+		return authDecision{status: http.StatusForbidden, msg: msg}, nil
+	}
+	return authDecision{}, nil
+}
+
+// storeLocked caches d under key, making room first when the cache is full.
+func (a *routeAuth) storeLocked(key [sha256.Size]byte, d authDecision, now time.Time) {
+	if a.cache == nil {
+		a.cache = map[[sha256.Size]byte]authDecision{}
+	}
+	if _, ok := a.cache[key]; !ok && len(a.cache) >= a.max {
+		for k, v := range a.cache {
+			if !now.Before(v.expires) {
+				delete(a.cache, k)
+			}
+		}
+		for k := range a.cache { // still full: drop arbitrary ones
+			if len(a.cache) < a.max {
+				break
+			}
+			delete(a.cache, k)
+		}
+	}
+	a.cache[key] = d
+}
+
+// bearerToken returns the token of an "Authorization: Bearer TOKEN" header.
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return token, true
+}
+
+// refuse answers a refused invoke: 401 with a WWW-Authenticate challenge, 403, or 503.
+func refuse(w http.ResponseWriter, status int, msg string) {
+	code := wire.CodeUnavailable
+	switch status {
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="zygo-route"`)
+		code = wire.CodeUnauthenticated
+	case http.StatusForbidden:
+		code = wire.CodePermissionDenied
+	}
+	writeError(w, status, code, msg)
+}
