@@ -26,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
-	"github.com/zygo-run/zygo/internal/kube/controller"
 )
 
 // testOCIFunction: a Function whose code is an OCI artifact (one gzip'd tar layer) pushed to
@@ -71,15 +70,9 @@ func (e *env) testOCIFunction(t *testing.T) {
 		}
 		return meta.IsStatusConditionTrue(fn.Status.Conditions, zygov1.ConditionReady), condStr(fn.Status.Conditions, zygov1.ConditionReady)
 	})
-	resp, err := http.Post(e.route+fn.Status.Route, "application/json", strings.NewReader(`{"name":"registry"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"from": "oci"`) || !strings.Contains(string(body), `"name": "registry"`) ||
-		resp.Header.Get(controller.NodeHeader) == "" {
-		t.Fatalf("invoke through the route: %d %s", resp.StatusCode, body)
+	status, node, body := e.invokeAs(t, fn.Status.Route, e.invokerToken(t, "default"), `{"name":"registry"}`)
+	if status != http.StatusOK || !strings.Contains(body, `"from": "oci"`) || !strings.Contains(body, `"name": "registry"`) || node == "" {
+		t.Fatalf("invoke through the route: %d %s", status, body)
 	}
 	if err := e.c.Delete(context.Background(), fn); err != nil {
 		t.Fatal(err)
