@@ -531,7 +531,8 @@ func (r *Report) Markdown() string {
 	b.WriteString(boundsText)
 	b.WriteString(strings.ReplaceAll(warmPathText, "~", "`"))
 	b.WriteString("\n## How to reproduce\n\n```\nmake bench          # writes this file and prints the same table\n" +
-		"scripts/bench-sandbox.sh   # sandbox checkpoint / restore / fork / rollback vs raw runsc\n```\n")
+		"scripts/bench-sandbox.sh   # sandbox checkpoint / restore / fork / rollback vs raw runsc\n" +
+		"go run ./cmd/zygo-bench -ab OLD/zygo -zygo bin/zygo [-ab-perf]   # two builds side by side, requests alternating\n```\n")
 	return b.String()
 }
 
@@ -812,6 +813,106 @@ next request). The pre-warm's CPU moved, it did not vanish: a pool child's rehea
 -4 to -6 ms per child). Targets: pool / function p50 <= 1.3x NOT met (1.60x in this run,
 1.70x for A beside it; the script's import is still 5.5 ms); Zygo / ideal p50 not measured
 here (no ~make bench~ run in this round).
+
+### Sixth round (branch warm): where the zygote side's CPU goes, the result channel, Node's steps
+
+Measured A/B with the new ~zygo-bench -ab A_BIN -zygo B_BIN~ (internal/bench ab.go): two
+daemons side by side (A: commit a432d3d, the tree of the 09:19 run; B: this branch), the stats
+example on each, 4 rounds of 300 requests at 8 clients alternating which daemon goes first, then
+200 one-client requests each, alternating one by one; ~-ab-perf~ counts, per request, system
+calls, page faults and context switches with ~perf stat~ (the daemon; the zygote with every
+child it forks) and the minor faults of the zygote and of its reaped children from
+~/proc/PID/stat~. The host ran other engineers' builds and an e2e run beside it: CPU times
+move by 10% between two daemons of the same build (an A/A run), the counts do not.
+
+| per warm stats request, 8 clients | A | B | A/A spread |
+|---|---|---|---|
+| daemon CPU (/proc/PID/stat) | 2.13 ms | 1.94 ms (nothing changed there: noise) | 10% |
+| zygote side CPU | 9.47 ms | 8.87 ms (0.94) | 5% |
+| throughput | 61 req/s | 66 req/s (1.07) | |
+| p50 / p90, 1 client | 6.08 / 20.9 ms | 5.15 / 16.8 ms | |
+| zygote side: system calls / page faults | 115.3 / 1212 | 114.2 / 1186 | 0.2 / 6 |
+| minor faults of the zygote itself / of its children | 223-226 / 989 | 183-184 / 1005 | 211-217 / 999 |
+| the ideal server beside them (server + children) | 33 system calls, 660 faults (server 87, children 573), 3.7-4.7 ms CPU | | |
+
+**The zygote side's CPU is copy-on-write faults.** ~perf record -a~ of the python3 processes
+under load: page faults (~do_wp_page~ and the page copy, ~filemap_map_pages~ for text pages a
+fork does not copy), ~fork~'s page-table copy (12%) and ~exit_group~'s teardown (20%) are most
+of it; the interpreter itself is a small part. Per request Zygo's zygote side takes 1186 faults
+and 114 system calls where the ideal server takes 660 and 33; at this host's cost per fault
+that difference is about the gap in CPU (8.9 vs 3.7-4.7 ms). Where a child's ~1000 faults
+happen (a build whose step timer read ~ru_minflt~ instead of the clock, 50 requests): from the
+fork to the child's first line 252 (a bare ~python3~ that imported numpy: 247; with ~-S~ and
+nothing imported: 66; ~threading~'s at-fork reinitialisation alone: +140; ~random~'s: +33),
+to ~_serve~ 80, pre.fdreset 50, pre.privatise 9, pre.reseed 206 (NumPy's legacy seeding from 8
+words: 154 of them), ~hello~ to ~go~ 45, pre.rehearse 100-110, then after GO close_socket 10,
+stdio 10, reseed 5, tmpdir 13, landlock 9, the handler 100, the rest under 5 each; then the
+result's write and the exit. The pre-warm does not add faults, it moves them before GO (a build
+without it: 1234 vs 1219 per request, the same within the spread): what costs is what the agent
+does at all, per child — the reseed hooks, the descriptor reset, Landlock, the messages — and
+the zygote's own loop, which faults on every page it writes after each fork (its children
+share them): 184-226 a request against the ideal server's 87.
+
+Cut in this round (each in the table's B): the zygote's check for threads before each fork
+returns at once when ~/proc/self/task~ lists one task (it built the whole report, naming
+threads, every time): zygote faults 214 -> 195 (A/B of that change alone); the agent's wire
+keeps one JSON encoder (~json.dumps~ with options made a new one per message): 191 -> 186.
+Tried and not kept: running the reseed hooks and the JSON encode once in the zygote before the
+first fork, so that the state they build on first use is shared (-80 faults in a plain fork
+outside the sandbox, -12 in the daemon's children: not worth the change); no pre-warm at all
+(above). Next, measured outside the sandbox and not done: NumPy's global generator seeded
+through ~set_state~ with a full 624-word key from ~os.urandom~ instead of ~seed()~ of 8 words
+(-54 faults per child with the stats handler after it, and a larger seed; the hook is shared
+with the sandboxes' reseal, so it needs its own A/B and the BH-01 and reseal tests).
+
+**The result over the request's channel: built, measured, not kept.** B' carried the result
+on a pipe made per request whose write end went with GO (SCM_RIGHTS; one frame, an 8-byte
+length then the result object, read at most ~max_response_kib~, the read end closed once the
+outcome is known so the pipe is no channel afterwards). It failed two guarantees with their
+tests: ~TestStrayDescriptorsDoNotReachRequests~ (a request holds descriptors 0-2 only: the
+write end is a fourth one user code can find in ~/proc/self/fd~) and
+~TestProtocolRule3_NoChannelToSupervisor~ (a request that writes forged messages to every
+descriptor still gets its answer: its forgery became its frame's length and the request failed
+as ~response_too_large~). A descriptor held through user code cannot be kept from it, so the
+child would have to get its channel after the handler, by name from the request directory (a
+FIFO the daemon opens for reading ahead): then the request's code can reach it by name as it can
+reach ~result.json~, for the same trust and about the same system calls as the inotify watch.
+And the pipe saved nothing on the daemon: 185.1 vs 185.4 system calls per request (pipe2, a
+non-blocking flag, two epoll_ctl, the reads and two closes replace inotify_add_watch,
+inotify_rm_watch, openat2, fstat, read, close and one unlink); before_go +0.024 ms (the pipe),
+go +0.016 ms (the descriptor), the result's read -0.018 ms; the child 2 system calls and 20
+faults fewer. ~result.json~ and inotify stay.
+
+**The daemon's CPU** (1.12 ms a request on the idle host, target 0.5 ms): ~strace -c~ over ~480
+requests at 8 clients counts 185 system calls and ~perf~ 60 context switches a request.
+About 70 of the calls are the Go runtime's (nanosleep 43, futex 16, epoll_pwait 14): sysmon and
+the Ms woken for each hand-off between goroutines (HTTP connection, inotify reader, zygote
+reader, pool filler, log writer, release). The rest: pwrite 14 (SQLite's WAL 6 a request at
+this load's two-request batches, the cgroup counter resets 4-5), close 14, read 11, fcntl 10,
+pread 9 (~pids.current~ 1.5), unlinkat 8 (2 of them failing with EISDIR: ~untrusted~'s removal
+tries unlink before rmdir), openat2 6, getdents 6, recvmsg 5, openat 4 (the request root
+~req/~ opened by path twice a request), epoll_ctl 4 (2 failing: ~os.NewFile~ on directories),
+fchownat 3, fstat 3, mkdirat 2, sendmsg 2. Each is a few per cent; the lever for the 0.5 ms is
+the hand-offs (each wakes an M and costs the runtime's spinning), then the request directory's
+dozen calls (kept open; removal by ~d_type~). Not done in this round.
+
+**Node.** The worker now times its own steps after ~go~ (~close_socket~, ~stdio~, ~tmpdir~,
+~event~, ~handler~, ~encode~ in result.json's ~steps~, passed on as ~child.*~ like the Python
+child's; agents/node protocol test), and rehearses them before ~ready~ (a ~go~ parsed, JSON
+decoded and encoded, a write through the request's file writer to ~/dev/null~), so V8 compiles
+their code off the request path. A/B of the rehearsal (the same tree without it, hello-node
+with pool_size 2, 100 requests each 250 ms apart, twice): stdio 0.47-0.55 -> 0.32-0.37 ms,
+encode 0.04 -> 0.016 ms, tmpdir and event -0.01 to -0.02 ms, close_socket 0.63-0.72 -> 0.72-0.82
+ms (higher in both runs, not explained; a rehearsal of the socket's destroy on a socket without
+a descriptor did not change it); the steps' sum 1.70-1.94 -> 1.58-1.79 ms. The worker's steps
+are a quarter of the ~wait~ phase (6.7-9.6 ms on this host): the rest is the delivery of ~go~
+to an idle Node process and the way back (~result.json~, inotify), which the steps do not see;
+p50 A/B 8.6 vs 9.7 and 11.5 vs 11.4 ms: within the host's noise.
+
+Targets after this round (no ~make bench~ on an idle host in it): throughput >= 0.6x the ideal
+NOT met (B/A 1.07x at 8 clients; the zygote side is 1186 faults a request against the ideal's
+660); daemon CPU <= 0.5 ms NOT met (unchanged: the system calls above); Node <= 2x Python not
+measured (the ratio needs the idle host); the three met targets not touched.
 `
 
 // boundsText explains, for the targets of the performance issue, what
