@@ -860,10 +860,21 @@ keeps one JSON encoder (~json.dumps~ with options made a new one per message): 1
 Tried and not kept: running the reseed hooks and the JSON encode once in the zygote before the
 first fork, so that the state they build on first use is shared (-80 faults in a plain fork
 outside the sandbox, -12 in the daemon's children: not worth the change); no pre-warm at all
-(above). Next, measured outside the sandbox and not done: NumPy's global generator seeded
-through ~set_state~ with a full 624-word key from ~os.urandom~ instead of ~seed()~ of 8 words
-(-54 faults per child with the stats handler after it, and a larger seed; the hook is shared
-with the sandboxes' reseal, so it needs its own A/B and the BH-01 and reseal tests).
+(above).
+
+Then **NumPy's global generator is reseeded with a whole MT19937 key** (~set_state~ of 624 words
+from ~os.urandom~, or from the reseal's seed) instead of ~seed()~ of 8 words, whose array
+conversion and ufunc checks touched about 150 of the zygote's pages in every child
+(reseedcore.py, shared with the sandboxes' reseal; the SDK's copy regenerated). A/B against the
+table's B (2 x 300 at 8 clients, then 300 one-client requests each): the children's faults
+1001-1005 -> 961-962 a request (zygote side 1185 -> 1139), zygote side CPU 8.62 -> 8.07 ms
+(0.94), pre.reseed 0.81-1.37 -> 0.46-0.64 ms, reseed after GO 0.19-0.30 -> 0.15-0.20 ms; the
+stats handler's step 0.45-0.60 -> 0.60-0.82 ms: part of what ~seed()~ touched is NumPy's ufunc
+machinery the handler uses, which the handler now pays itself (a handler that does not use it
+pays nothing). On the request path that is +0.10 to +0.13 ms of the child's steps, for -0.4 to
+-0.7 ms of CPU per child; the one-client p50 was lower in both runs (6.23 -> 5.44 and 8.51 ->
+7.39 ms: less CPU competes with the request). TestCaseBH01, TestPreForkedChildrenStayIndependent,
+the reseedcore tests (the copies diverge) and internal/guest's unchanged.
 
 **The result over the request's channel: built, measured, not kept.** B' carried the result
 on a pipe made per request whose write end went with GO (SCM_RIGHTS; one frame, an 8-byte
@@ -910,7 +921,7 @@ to an idle Node process and the way back (~result.json~, inotify), which the ste
 p50 A/B 8.6 vs 9.7 and 11.5 vs 11.4 ms: within the host's noise.
 
 Targets after this round (no ~make bench~ on an idle host in it): throughput >= 0.6x the ideal
-NOT met (B/A 1.07x at 8 clients; the zygote side is 1186 faults a request against the ideal's
+NOT met (B/A 1.07x at 8 clients; the zygote side is 1139 faults a request against the ideal's
 660); daemon CPU <= 0.5 ms NOT met (unchanged: the system calls above); Node <= 2x Python not
 measured (the ratio needs the idle host); the three met targets not touched.
 `
