@@ -613,10 +613,10 @@ What was cut, each measured:
   sandbox's Done), because what a worker writes on its own fds 1 and 2 is cut and redacted
   over the whole stream at end of file and must be in the request's logs when it answers
   (TestSecretSplitAtACut). Run 4 answered before that exit (3.9x) and failed that test; run
-  5 keeps the guarantee: the exit itself (Node's ~5 ms teardown, bubblewrap's, the output's
+  5 keeps the guarantee: the exit itself (Node's 5 ms or so of teardown, bubblewrap's, the output's
   end of file) is most of those 20 ms, so the ratio did not move much.
 
-Found and left: **moving a process into a cgroup v1 after ~50 ms of quiet costs 8-16 ms**
+Found and left: **moving a process into a cgroup v1 after 50 ms or more of quiet costs 8-16 ms**
 (measured: a write of a pid to cgroup.procs after a 50 ms to 1 s gap, any hierarchy; back to
 back 0.03-0.1 ms: the kernel's cgroup_threadgroup_rwsem waits for an RCU grace period when
 it has not been taken for write lately). It is the Node profile's before_go (7-8.5 ms, the
@@ -846,7 +846,7 @@ under load: page faults (~do_wp_page~ and the page copy, ~filemap_map_pages~ for
 fork does not copy), ~fork~'s page-table copy (12%) and ~exit_group~'s teardown (20%) are most
 of it; the interpreter itself is a small part. Per request Zygo's zygote side took 1186 faults
 and 114 system calls where the ideal server takes 660 and 33 (beside them on the loaded host:
-8.9 ms of CPU against the ideal's 3.7-4.7 ms). Where a child's ~1000 faults
+8.9 ms of CPU against the ideal's 3.7-4.7 ms). Where a child's 1000 or so faults
 happen (a build whose step timer read ~ru_minflt~ instead of the clock, 50 requests): from the
 fork to the child's first line 252 (a bare ~python3~ that imported numpy: 247; with ~-S~ and
 nothing imported: 66; ~threading~'s at-fork reinitialisation alone: +140; ~random~'s: +33),
@@ -864,7 +864,7 @@ before each fork returns at once when ~/proc/self/task~ lists one task (it built
 report, naming threads, every time): 214 -> 195; the agent's wire keeps one JSON encoder
 (~json.dumps~ with options made a new one per message): 191 -> 186; the zygote formats its
 ~forked~ message directly (the same bytes; a build that counted the zygote's faults per part of
-its loop found 85 of its ~194 right after the fork, in closing the socket's copy and sending
+its loop found 85 of its 194 or so right after the fork, in closing the socket's copy and sending
 ~forked~ through the JSON encoder; the flush before the fork 22, the thread check 4, the fork
 17): 184 -> 164.
 Tried and not kept: running the reseed hooks and the JSON encode once in the zygote before the
@@ -881,7 +881,7 @@ change alone (2 x 300 at 8 clients, then 300 one-client requests each): the chil
 (0.94), pre.reseed 0.81-1.37 -> 0.46-0.64 ms, reseed after GO 0.19-0.30 -> 0.15-0.20 ms; the
 stats handler's step 0.45-0.60 -> 0.60-0.82 ms: part of what ~seed()~ touched is NumPy's ufunc
 machinery the handler uses, which the handler now pays itself (a handler that does not use it
-pays nothing). On the request path that is +0.10 to +0.13 ms of the child's steps, for -0.4 to
+pays nothing). On the request path that is +0.10 to +0.2 ms of the child's steps, for -0.4 to
 -0.7 ms of CPU per child; the one-client p50 was lower in both runs (6.23 -> 5.44 and 8.51 ->
 7.39 ms: less CPU competes with the request). TestCaseBH01, TestPreForkedChildrenStayIndependent,
 the reseedcore tests (the copies diverge) and internal/guest's unchanged.
@@ -904,7 +904,7 @@ inotify_rm_watch, openat2, fstat, read, close and one unlink); before_go +0.024 
 go +0.016 ms (the descriptor), the result's read -0.018 ms; the child 2 system calls and 20
 faults fewer. ~result.json~ and inotify stay.
 
-**The daemon's CPU** (1.12 ms a request on the idle host, target 0.5 ms): ~strace -c~ over ~480
+**The daemon's CPU** (1.12 ms a request on the idle host, target 0.5 ms): ~strace -c~ over about 480
 requests at 8 clients counts 185 system calls and ~perf~ 60 context switches a request.
 About 70 of the calls are the Go runtime's (nanosleep 43, futex 16, epoll_pwait 14): sysmon and
 the Ms woken for each hand-off between goroutines (HTTP connection, inotify reader, zygote
