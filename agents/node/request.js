@@ -8,6 +8,7 @@
 //   makeContext   the handler's second argument
 //   encodeOutcome the result's JSON text, in the Python agent's shape
 //   writeResult   dir/result.json, atomically
+//   lap, withSteps the worker's own timing of its steps after go (result.json "steps")
 
 const fs = require('fs');
 const path = require('path');
@@ -18,6 +19,34 @@ const { O_WRONLY, O_CREAT, O_TRUNC, O_APPEND, O_NOFOLLOW } = fs.constants;
 // fs.openSync adds O_CLOEXEC itself (libuv), so processes the handler spawns do not inherit.
 const LOG_FLAGS = O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW;
 const RESULT_FLAGS = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW;
+
+// The worker's timing of its steps after go, [name, nanoseconds], sent in result.json as
+// "steps" for the supervisor's profile (docs/protocol.md; names from the Python agent's, which
+// the supervisor passes on as child.NAME); at most MAX_STEPS.
+const MAX_STEPS = 24;
+const steps = [];
+let lapAt = process.hrtime.bigint();
+
+/** Start the timing at go. */
+function startLaps() {
+  steps.length = 0;
+  lapAt = process.hrtime.bigint();
+}
+
+/** Record the time since the previous lap (or go) as step `name`. */
+function lap(name) {
+  const now = process.hrtime.bigint();
+  if (steps.length < MAX_STEPS) steps.push([name, Number(now - lapAt)]);
+  lapAt = now;
+}
+
+/**
+ * Return the result object's JSON `text` (from encodeOutcome: always an object) with
+ * "steps" added, the laps so far.
+ */
+function withSteps(text) {
+  return text.slice(0, -1) + ',"steps":' + JSON.stringify(steps) + '}';
+}
 
 /** JSON.parse refused the event (`cause`): the caller's error, reported as "rejected". */
 class EventRejected extends Error {
@@ -84,17 +113,18 @@ function makeContext(go) {
  * control socket from wire.receive. Throws StepFailed.
  */
 function prepare(sock, go) {
-  const steps = [
-    ['closing the control socket', () => wire.closeControl(sock)],
-    ['redirecting stdout and stderr', () => redirectStdio(go.dir)],
-    ['setting TMPDIR', () => setTmpdir(path.join(go.dir, 'tmp'))],
+  const prepSteps = [
+    ['closing the control socket', 'close_socket', () => wire.closeControl(sock)],
+    ['redirecting stdout and stderr', 'stdio', () => redirectStdio(go.dir)],
+    ['setting TMPDIR', 'tmpdir', () => setTmpdir(path.join(go.dir, 'tmp'))],
   ];
-  for (const [name, step] of steps) {
+  for (const [name, token, step] of prepSteps) {
     try {
       step();
     } catch (err) {
       throw new StepFailed(name, err);
     }
+    lap(token);
   }
   let text;
   try {
@@ -102,7 +132,9 @@ function prepare(sock, go) {
   } catch (err) {
     throw new StepFailed('reading event.json', err);
   }
-  return decodeEvent(text);
+  const event = decodeEvent(text);
+  lap('event');
+  return event;
 }
 
 /** Parse the event's text; throws EventRejected when JSON.parse refuses it (or overflows). */
@@ -225,7 +257,37 @@ function writeAll(fd, data) {
   for (let off = 0; off < data.length;) off += fs.writeSync(fd, data, off, data.length - off);
 }
 
+/**
+ * Run, before ready, what the steps after go run, on what is not a request's: parse a go
+ * message and make its context, decode and encode JSON, write through a file writer to
+ * /dev/null, read /dev/null, a recursive mkdir of an existing directory, the timing. Each is
+ * done again, for real, after go; this only pays V8's lazy compilation of their code (and
+ * Node's of the fs paths they take) off the request path. Never throws.
+ */
+function rehearse() {
+  try {
+    const go = parseGo({ type: 'go', request_id: 'r-rehearsal', dir: '/', deadline_ms: 0 });
+    makeContext(go).getRemainingTimeInMillis();
+    decodeEvent('{"n": 1, "s": "x", "l": [1.5, null, true]}');
+    lap('rehearsal');
+    withSteps(encodeOutcome({ ok: true, value: { n: 1, l: [1.5, null, true] } }));
+    encodeOutcome({ ok: false, error: { type: 'Error', message: 'm', traceback: '' } });
+    const fd = fs.openSync('/dev/null', LOG_FLAGS, 0o600);
+    try {
+      fileWriter(fd)('\n');
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.readFileSync('/dev/null', 'utf8');
+    fs.mkdirSync(path.join('/', 'tmp'), { recursive: true, mode: 0o700 });
+  } catch {
+    // the same steps run, and report, after go
+  } finally {
+    startLaps();
+  }
+}
+
 module.exports = {
   StepFailed, EventRejected, parseGo, makeContext, prepare, decodeEvent, rejectedOutcome, redirectStdio, fileWriter, setTmpdir,
-  encodeOutcome, writeResult,
+  encodeOutcome, writeResult, startLaps, lap, withSteps, rehearse,
 };

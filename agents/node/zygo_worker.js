@@ -85,10 +85,12 @@ function importFailed(err) {
 /** Write the request's outcome and exit 0 (3 if result.json cannot be written). */
 function finish(outcome) {
   if (phase !== 'running') return;
+  request.lap('handler');
   const text = request.encodeOutcome(outcome); // may run the value's toJSON: still 'running'
   phase = 'done';
+  request.lap('encode');
   try {
-    request.writeResult(requestDir, text);
+    request.writeResult(requestDir, request.withSteps(text));
   } catch (err) {
     log(`could not write result.json: ${err.message}`);
     exit(EXIT_AGENT_ERROR);
@@ -137,6 +139,7 @@ async function serve(sock, msg, handler) {
     exit(EXIT_USAGE);
   }
   let event;
+  request.startLaps();
   try {
     event = request.prepare(sock, go);
   } catch (err) {
@@ -188,9 +191,11 @@ async function main() {
   } catch (err) {
     importFailed(describe(err));
   }
+  const checks = warmup.run();
+  request.rehearse(); // off the request path: the worker is not ready yet
   try {
     wire.sendSync({ type: 'ready', pid: process.pid, node: process.version,
-      openssl: process.versions.openssl || '', checks: warmup.run() });
+      openssl: process.versions.openssl || '', checks });
   } catch (err) {
     log(`could not send ready: ${err.message}`);
     exit(err.code === 'EPIPE' || err.code === 'ECONNRESET' ? EXIT_OK : EXIT_IMPORT_ERROR);

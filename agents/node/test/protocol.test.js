@@ -5,7 +5,7 @@ const assert = require('node:assert');
 const fs = require('node:fs');
 const path = require('node:path');
 const { test } = require('node:test');
-const { Worker, requestDir, goFor, invoke } = require('../testdata/harness');
+const { Worker, requestDir, goFor, invoke, readResult } = require('../testdata/harness');
 
 test('ready carries pid, node, openssl and the checks', async () => {
   const worker = new Worker('quiet', 'main.js:handler');
@@ -43,6 +43,14 @@ test('a CommonJS handler gets the event and the context; result.json holds its v
   assert.ok(ctx.remaining > 0 && ctx.remaining <= 5000, String(ctx.remaining));
   assert.strictEqual(value.pid, run.ready.pid, 'the worker that imported serves the request');
   assert.ok(!fs.existsSync(path.join(run.dir, '.result.json.tmp')), 'temporary name renamed');
+});
+
+test('result.json carries the worker\'s timing of its steps after go, in order', async () => {
+  const run = await invoke('cjs', 'main.js:handler', { x: 1 });
+  assert.strictEqual(run.result.ok, true);
+  const names = run.steps.map(([name]) => name);
+  assert.deepStrictEqual(names, ['close_socket', 'stdio', 'tmpdir', 'event', 'handler', 'encode']);
+  for (const [, ns] of run.steps) assert.ok(Number.isSafeInteger(ns) && ns >= 0, String(ns));
 });
 
 test('ES modules: .mjs, .js under "type": "module", and a default object', async () => {
@@ -115,7 +123,7 @@ test('the supervisor sees end of stream on fd 3 while the handler still runs', a
   assert.ok(fd3 === null || !fd3.startsWith('socket:'), `fd 3 is ${fd3}`);
   fs.writeFileSync(path.join(dir, 'tmp', 'release'), '');
   assert.deepStrictEqual(await worker.exit(), { code: 0, signal: null });
-  assert.deepStrictEqual(JSON.parse(fs.readFileSync(path.join(dir, 'result.json'))),
+  assert.deepStrictEqual(readResult(dir),
     { ok: true, value: 'released' });
 });
 
@@ -129,7 +137,7 @@ test('unknown messages are ignored; only go starts the request', async () => {
   const dir = requestDir({ a: 2, b: 3 });
   worker.send(goFor(dir));
   assert.deepStrictEqual(await worker.exit(), { code: 0, signal: null });
-  assert.deepStrictEqual(JSON.parse(fs.readFileSync(path.join(dir, 'result.json'))),
+  assert.deepStrictEqual(readResult(dir),
     { ok: true, value: { sum: 5 } });
   assert.match(worker.err, /unknown type "stop-please"/);
   assert.match(worker.err, /not JSON/);
@@ -160,7 +168,7 @@ test('an event.json JSON.parse refuses is a rejected event: no handler, status 0
   fs.writeFileSync(path.join(dir, 'event.json'), '{not json');
   worker.send(goFor(dir));
   assert.deepStrictEqual(await worker.exit(), { code: 0, signal: null });
-  const result = JSON.parse(fs.readFileSync(path.join(dir, 'result.json')));
+  const result = readResult(dir);
   assert.strictEqual(result.ok, false);
   assert.strictEqual(result.rejected, 'event');
   assert.strictEqual(result.error.type, 'EventRejected');
@@ -175,7 +183,7 @@ test('an unreadable event.json gives a ZygoAgentError result and status 3', asyn
   fs.mkdirSync(path.join(dir, 'event.json'));
   worker.send(goFor(dir));
   assert.deepStrictEqual(await worker.exit(), { code: 3, signal: null });
-  const result = JSON.parse(fs.readFileSync(path.join(dir, 'result.json')));
+  const result = readResult(dir);
   assert.strictEqual(result.ok, false);
   assert.strictEqual(result.error.type, 'ZygoAgentError');
   assert.match(result.error.message, /^reading event\.json: Error/);

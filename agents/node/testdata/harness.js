@@ -111,8 +111,9 @@ function goFor(dir, extra = {}) {
 
 /**
  * Start a worker, expect `ready`, send go for a new request directory and wait for the exit.
- * Returns {ready, exit, result (parsed result.json or null), stdout, stderr (the request's
- * files, "" if absent), worker (the Worker), dir}.
+ * Returns {ready, exit, result (parsed result.json or null, without "steps"), steps (the
+ * worker's timing of its steps, or null), stdout, stderr (the request's files, "" if
+ * absent), worker (the Worker), dir}.
  */
 async function invoke(fixture, spec, event = {}, goExtra = {}) {
   const worker = new Worker(fixture, spec);
@@ -121,7 +122,8 @@ async function invoke(fixture, spec, event = {}, goExtra = {}) {
   const dir = requestDir(event);
   worker.send(goFor(dir, goExtra));
   const exit = await worker.exit();
-  return { ready, exit, dir, worker, result: readJSON(path.join(dir, 'result.json')),
+  const steps = (readJSON(path.join(dir, 'result.json')) || {}).steps || null;
+  return { ready, exit, dir, worker, result: readResult(dir), steps,
     stdout: readText(path.join(dir, 'stdout')), stderr: readText(path.join(dir, 'stderr')) };
 }
 
@@ -129,8 +131,15 @@ function readJSON(file) {
   return fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')) : null;
 }
 
+/** dir/result.json parsed, without the worker's timing ("steps"), or null when absent. */
+function readResult(dir) {
+  const result = readJSON(path.join(dir, 'result.json'));
+  if (result !== null) delete result.steps;
+  return result;
+}
+
 function readText(file) {
   return fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '';
 }
 
-module.exports = { Worker, requestDir, goFor, invoke, FIXTURES };
+module.exports = { Worker, requestDir, goFor, invoke, readResult, FIXTURES };

@@ -116,9 +116,24 @@ def _random_global(entropy):
     random.seed(entropy.draw(32))
 
 
+# The legacy global generator's state: MT19937's 624 32-bit words.
+_MT19937_WORDS = 624
+
+
 def _numpy_global(entropy):
+    # A whole fresh MT19937 key, set directly (position 624: the next draw regenerates the
+    # block; the 3-tuple form also drops a cached Gaussian), rather than seed() of a few words,
+    # which takes NumPy's array conversion and ufunc checks: in a forked child their first use
+    # touched about 150 pages of the zygote's (copy-on-write faults, sixth round of
+    # docs/BENCHMARKS.md), set_state about 60. Older NumPy without set_state: seed().
     npr = _numpy_random()
-    if npr is not None and hasattr(npr, "seed"):
+    if npr is None:
+        return
+    np = sys.modules.get("numpy")
+    if np is not None and hasattr(npr, "set_state"):
+        key = np.frombuffer(entropy.draw(4 * _MT19937_WORDS), dtype="<u4")
+        npr.set_state(("MT19937", key, _MT19937_WORDS))
+    elif hasattr(npr, "seed"):
         npr.seed(entropy.words(8))
 
 

@@ -72,8 +72,13 @@ def _guarded(name: str, check) -> dict:
 
 def thread_problem() -> Optional[str]:
     """Return ``None`` if the process has one thread (``/proc/self/task``), else a sentence
-    naming the others (or saying why they cannot be counted); used right before every fork."""
+    naming the others (or saying why they cannot be counted); used right before every fork.
+    The common case, one task listed, returns at once: the zygote runs this before every fork,
+    and what it touches after the previous fork is copy-on-write faults; the full check (the
+    names of the threads) runs only when there is something to name."""
     try:
+        if len(os.listdir("/proc/self/task")) == 1:
+            return None
         check = check_threads()
     except Exception as exc:  # noqa: BLE001 - cannot tell: do not fork
         return f"cannot count threads: {type(exc).__name__}: {exc}"

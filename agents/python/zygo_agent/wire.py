@@ -32,11 +32,16 @@ class Message(NamedTuple):
     fds: tuple
 
 
+# One encoder for every message: json.dumps with options builds a new JSONEncoder per call,
+# and in the zygote every object it allocates after a fork lands on a page it shares with its
+# children (a copy-on-write fault each).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode(msg: dict) -> bytes:
     """Return the datagram for ``msg``; raises ``ValueError`` if it exceeds 64 KiB or is not
     JSON-serialisable, ``TypeError`` for non-JSON values."""
-    data = json.dumps(msg, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    data = _ENCODER.encode(msg).encode("utf-8")
     if len(data) > MAX_DATAGRAM:
         raise ValueError(f"message of {len(data)} bytes exceeds {MAX_DATAGRAM}")
     return data

@@ -25,6 +25,9 @@ from .agentlog import log
 ServeRequest = Callable[[int], NoReturn]
 
 
+_FORKED = b'{"type":"forked","seq":%d,"pid":%d}'
+
+
 class _ControlClosed(Exception):
     """The supervisor's end of the control socket is gone."""
 
@@ -120,7 +123,14 @@ class Zygote:
             self._become_child(fds[0])
         os.close(fds[0])
         self._children[pid] = seq
-        self._send({"type": "forked", "seq": seq, "pid": pid})
+        # The same datagram wire.encode makes of {"type":"forked","seq":seq,"pid":pid} (two
+        # ints), formatted directly: right after a fork every page the zygote writes is a
+        # copy-on-write fault (its child shares them all), and the JSON encoder's objects
+        # were a good part of those pages.
+        try:
+            self._control.sendmsg([_FORKED % (seq, pid)])
+        except OSError as exc:
+            raise _ControlClosed() from exc
 
     def _become_child(self, request_fd: int) -> NoReturn:
         """In the child: drop the zygote's descriptors and signal set-up, then serve."""
