@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"path"
@@ -29,10 +30,27 @@ import (
 // fetchTimeout bounds the download of a Function's URL source.
 const fetchTimeout = 60 * time.Second
 
-// nodeFunctionName is a Function's name on the node agents: "NAMESPACE-NAME" cut to fit the
-// agents' pattern (^[a-z0-9][a-z0-9-]{0,62}$) and followed by 8 hex digits of the pair's
-// sha256, so two namespaces never share a function.
+// nodeFunctionName is a Function's name on the node agents: "NAMESPACE-NAME" cut to 37
+// characters, then "-" and the first 128 bits of the sha256 of "NAMESPACE/NAME" in base 36
+// (25 characters of [0-9a-z]), which fits the agents' pattern (^[a-z0-9][a-z0-9-]{0,62}$).
+// The hash is what keeps two namespaces apart ("team" + "prod-x" and "team-prod" + "x" share
+// the readable part): 128 bits make a collision infeasible to search for, where the first
+// form's 32 bits (legacyNodeFunctionName) were not.
 func nodeFunctionName(namespace, name string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name))
+	h := new(big.Int).SetBytes(sum[:16]).Text(36)
+	h = strings.Repeat("0", 25-len(h)) + h
+	base := strings.ReplaceAll(namespace+"-"+name, ".", "-")
+	if len(base) > 37 {
+		base = strings.TrimRight(base[:37], "-")
+	}
+	return base + "-" + h
+}
+
+// legacyNodeFunctionName is nodeFunctionName's first form (54 characters and 8 hex digits of
+// the sha256): a controller upgraded from it removes a Function under that name too once it
+// deploys it under the new one, or removes it.
+func legacyNodeFunctionName(namespace, name string) string {
 	sum := sha256.Sum256([]byte(namespace + "/" + name))
 	base := strings.ReplaceAll(namespace+"-"+name, ".", "-")
 	if len(base) > 54 {
