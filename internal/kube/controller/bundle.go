@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"net"
 	"net/http"
 	"path"
 	"slices"
@@ -96,7 +95,7 @@ func sourceFiles(ctx context.Context, c client.Reader, hc *http.Client, fn *zygo
 }
 
 // fetchArchive downloads a gzip'd tar (at most wire.MaxBundleBytes), checks its sha256 and
-// returns its regular files by path.
+// returns its regular files by path. Its errors carry the status line, never the body.
 func fetchArchive(ctx context.Context, hc *http.Client, url, want string) (map[string][]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
@@ -106,15 +105,15 @@ func fetchArchive(ctx context.Context, hc *http.Client, url, want string) (map[s
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: spec.source.url: fetching %s: %w", errSource, url, err)
+		return nil, fmt.Errorf("%w: spec.source.url: fetching %s: %s", errSource, url, sourceErrText(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: spec.source.url: fetching %s: %s", errSource, url, resp.Status)
+		return nil, fmt.Errorf("%w: spec.source.url: fetching %s: it answered %d %s", errSource, url, resp.StatusCode, http.StatusText(resp.StatusCode))
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, wire.MaxBundleBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: spec.source.url: reading %s: %w", errSource, url, err)
+		return nil, fmt.Errorf("%w: spec.source.url: reading %s: %s", errSource, url, sourceErrText(err))
 	}
 	if len(b) > wire.MaxBundleBytes {
 		return nil, fmt.Errorf("%w: spec.source.url: %s is larger than %d bytes", errSource, url, wire.MaxBundleBytes)
@@ -277,18 +276,6 @@ func bundle(fn *zygov1.Function, files map[string][]byte) ([]byte, error) {
 // response headers; fetchTimeout bounds the whole download.
 const fetchHeaderTimeout = 10 * time.Second
 
-// defaultFetchClient fetches URL sources when FunctionReconciler.HTTP is nil.
-var defaultFetchClient = newFetchClient(fetchHeaderTimeout)
-
-// newFetchClient returns a client for URL sources whose connect, TLS handshake and wait for
-// the response headers each take at most d, so that a URL that accepts and never answers
-// fails in d, not after fetchTimeout; the environment's proxy settings apply.
-func newFetchClient(d time.Duration) *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: d}).DialContext,
-		TLSHandshakeTimeout:   d,
-		ResponseHeaderTimeout: d,
-		IdleConnTimeout:       90 * time.Second,
-	}}
-}
+// defaultFetchClient fetches URL and OCI sources when FunctionReconciler.HTTP is nil: the
+// zero SourcePolicy (sourcepolicy.go).
+var defaultFetchClient = newFetchClient(fetchHeaderTimeout, nil)

@@ -36,7 +36,9 @@ func RoutePath(namespace, name string) string {
 type FunctionReconciler struct {
 	Client client.Client
 	Dialer Dialer
-	HTTP   *http.Client // fetches URL sources; nil: newFetchClient(fetchHeaderTimeout)
+	// HTTP fetches URL and OCI sources; nil: defaultFetchClient (the zero SourcePolicy:
+	// loopback, link-local and unspecified addresses refused).
+	HTTP *http.Client
 }
 
 // Reconcile deploys, scales or removes one Function.

@@ -59,6 +59,10 @@ type Config struct {
 	AgentPort        int
 	AgentTokenSecret string
 	AgentTLSSecret   string
+	// Sources is the address policy of Function sources (URL and OCI): loopback, link-local
+	// and unspecified addresses are refused unless Sources.Allow holds them
+	// (--source-allow-cidr); Sources.Deny refuses more (--source-deny-cidr).
+	Sources SourcePolicy
 	// Log receives the controller's and the route's logs.
 	Log *slog.Logger
 	// RouteReady, if not nil, receives the route's bound address once it accepts requests.
@@ -150,7 +154,7 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 		&WarmPoolReconciler{Client: c, Dialer: d},
 		&CheckpointReconciler{Client: c, Dialer: d},
 		&ForkReconciler{Client: c, Dialer: d},
-		&FunctionReconciler{Client: secrets, Dialer: d},
+		&FunctionReconciler{Client: secrets, Dialer: d, HTTP: newFetchClient(fetchHeaderTimeout, &cfg.Sources)},
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up %T: %w", r, err)
