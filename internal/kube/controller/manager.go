@@ -186,6 +186,15 @@ func orDisabled(addr string) string {
 	return addr
 }
 
+// Timeouts of the route's server: a request (headers and its event, at most 6 MiB) is read
+// within routeReadTimeout, so a slow body does not hold a connection; a kept-alive
+// connection is closed after routeIdleTimeout without a request. The answer has no bound
+// here: it takes as long as the function (its own timeout bounds it on the node).
+var (
+	routeReadTimeout = 30 * time.Second // a var for tests
+	routeIdleTimeout = 120 * time.Second
+)
+
 // routeRunnable serves h on addr until the manager stops.
 func routeRunnable(addr string, h http.Handler, log *slog.Logger, ready func(string)) manager.RunnableFunc {
 	return func(ctx context.Context) error {
@@ -193,7 +202,7 @@ func routeRunnable(addr string, h http.Handler, log *slog.Logger, ready func(str
 		if err != nil {
 			return fmt.Errorf("route: listening on %s: %w", addr, err)
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: routeReadTimeout, IdleTimeout: routeIdleTimeout}
 		log.Info("route serving", "addr", l.Addr().String())
 		if ready != nil {
 			ready(l.Addr().String())
