@@ -30,8 +30,11 @@ const nodeSecretHashLen = 22
 // most 101) matches the daemon's secret-name pattern [A-Za-z_][A-Za-z0-9_]{0,127}
 // (internal/secret.NamePattern).
 func NodeSecretName(namespace string, f agentsv1.SecretFile) string {
-	return "k8s" + hash62(secretSource(namespace, f)) + "_" + f.Name
+	return "k8s" + secretSourceHash(secretSource(namespace, f)) + "_" + f.Name
 }
+
+// secretSourceHash is hash62; a var so that a test can make two sources collide.
+var secretSourceHash = hash62
 
 // secretSource is the "NAMESPACE/SECRET/KEY" a node secret's value comes from.
 func secretSource(namespace string, f agentsv1.SecretFile) string {
