@@ -230,6 +230,8 @@ func TestKubernetes(t *testing.T) {
 	t.Run("RouteAuth", e.testRouteAuth)
 	t.Run("Function", e.testFunction)
 	t.Run("OCIFunction", e.testOCIFunction)
+	t.Run("TenantSources", e.testTenantSources)
+	t.Run("TenantSecretNames", e.testTenantSecretNames)
 	t.Run("ForeignAnnotations", e.testForeignAnnotations)
 	t.Run("WarmPoolForeignCheckpoint", e.testWarmPoolForeignCheckpoint)
 	t.Run("HungNode", e.testHungNode)
