@@ -54,6 +54,8 @@ func NewCommand() *cobra.Command {
 	f.StringVar(&cfg.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the node agents' token and CA Secrets (default $POD_NAMESPACE)")
 	f.StringVar(&cfg.RouteListen, "route-listen", ":8080", "TCP address of the function route (POST /functions/NAMESPACE/NAME/invoke); empty: none")
 	f.StringSliceVar(&cfg.RouteAudiences, "route-audience", nil, "audience a route caller's token must be for (repeatable; e.g. zygo-route with `kubectl create token SA --audience zygo-route`); default: the API server's")
+	f.Float64Var(&cfg.RouteReviewsPerSecond, "route-reviews-per-second", DefaultAuthReviewsPerSecond, "reviews (TokenReview + SubjectAccessReview) the route starts per second for callers it has not cached (bursts of twice as many); beyond them such a caller gets 429")
+	f.IntVar(&cfg.RouteReviewsInFlight, "route-reviews-in-flight", DefaultAuthReviewsInFlight, "reviews of uncached callers the route has under way at once; beyond them such a caller gets 429")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "controller-runtime's Prometheus metrics address; empty: none")
 	f.StringVar(&cfg.HealthListen, "health-listen", "", "address of /healthz and /readyz; empty: none")
 	f.BoolVar(&cfg.LeaderElection, "leader-elect", false, "elect one active controller among replicas (a Lease in --namespace)")

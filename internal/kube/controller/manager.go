@@ -47,6 +47,11 @@ type Config struct {
 	// RouteAudiences, if set, are the audiences a caller's token must be for (e.g. a token of
 	// `kubectl create token SA --audience zygo-route`); empty: the API server's own.
 	RouteAudiences []string
+	// RouteReviewsPerSecond and RouteReviewsInFlight bound the reviews of callers' tokens the
+	// route has not cached (0: DefaultAuthReviewsPerSecond, DefaultAuthReviewsInFlight; the
+	// burst is twice the rate); past them an uncached caller gets 429.
+	RouteReviewsPerSecond float64
+	RouteReviewsInFlight  int
 	// MetricsListen and HealthListen are controller-runtime's (":8081"...); "0" disables.
 	MetricsListen string
 	HealthListen  string
@@ -127,7 +132,8 @@ func Run(ctx context.Context, rc *rest.Config, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		rt := &Route{Reader: mgr.GetClient(), Dialer: &SecretDialer{Reader: mgr.GetAPIReader(), Namespace: cfg.Namespace}, Log: log, Auth: rv}
+		rt := &Route{Reader: mgr.GetClient(), Dialer: &SecretDialer{Reader: mgr.GetAPIReader(), Namespace: cfg.Namespace}, Log: log, Auth: rv,
+			AuthReviewsPerSecond: cfg.RouteReviewsPerSecond, AuthReviewsBurst: int(2 * cfg.RouteReviewsPerSecond), AuthReviewsInFlight: cfg.RouteReviewsInFlight}
 		if err := mgr.Add(routeRunnable(cfg.RouteListen, rt.Handler(), log, cfg.RouteReady)); err != nil {
 			return fmt.Errorf("adding the route: %w", err)
 		}

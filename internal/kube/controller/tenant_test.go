@@ -9,9 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -341,12 +341,12 @@ func TestSourceAddressPolicy(t *testing.T) {
 	addr, hits := internalService(t, "secret")
 	_, port, _ := net.SplitHostPort(addr)
 	for ref, says := range map[string]string{
-		"oci " + addr + "/x:v1":                                   "127.0.0.1",
-		"oci localhost:" + port + "/x:v1":                         "is refused (loopback)",
-		"url http://" + addr + "/x.tgz":                           "127.0.0.1",
-		"url http://169.254.169.254/latest/meta-data/iam":         "169.254.169.254 is refused (link-local",
-		"url http://[::ffff:127.0.0.1]:" + port + "/x.tgz":        "127.0.0.1",
-		"oci 0.0.0.0:" + port + "/x:v1":                           "0.0.0.0 is refused (unspecified)",
+		"oci " + addr + "/x:v1":                            "127.0.0.1",
+		"oci localhost:" + port + "/x:v1":                  "is refused (loopback)",
+		"url http://" + addr + "/x.tgz":                    "127.0.0.1",
+		"url http://169.254.169.254/latest/meta-data/iam":  "169.254.169.254 is refused (link-local",
+		"url http://[::ffff:127.0.0.1]:" + port + "/x.tgz": "127.0.0.1",
+		"oci 0.0.0.0:" + port + "/x:v1":                    "0.0.0.0 is refused (unspecified)",
 	} {
 		kind, src, _ := strings.Cut(ref, " ")
 		fn := urlFunction(src)
