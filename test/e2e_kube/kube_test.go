@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,7 +190,12 @@ func TestKubernetes(t *testing.T) {
 	routec, errc := make(chan string, 1), make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
+		// The tests' registry and URL servers listen on 127.0.0.1, which the controller refuses
+		// as a source address by default: this controller allows exactly that address
+		// (--source-allow-cidr 127.0.0.1/32), and the rest of loopback stays refused
+		// (TestKubernetes/TenantSources fetches from 127.0.0.2 to show it).
 		errc <- controller.Run(ctx, kenv.Config, controller.Config{Namespace: sysNS, RouteListen: "127.0.0.1:0", Log: log,
+			Sources:    controller.SourcePolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}},
 			RouteReady: func(a string) { routec <- a }})
 	}()
 	t.Cleanup(func() {
@@ -224,6 +230,8 @@ func TestKubernetes(t *testing.T) {
 	t.Run("RouteAuth", e.testRouteAuth)
 	t.Run("Function", e.testFunction)
 	t.Run("OCIFunction", e.testOCIFunction)
+	t.Run("TenantSources", e.testTenantSources)
+	t.Run("TenantSecretNames", e.testTenantSecretNames)
 	t.Run("ForeignAnnotations", e.testForeignAnnotations)
 	t.Run("WarmPoolForeignCheckpoint", e.testWarmPoolForeignCheckpoint)
 	t.Run("HungNode", e.testHungNode)

@@ -9,7 +9,7 @@ import (
 )
 
 // noControllerSecrets fails t if node n's agent still stores a secret of the controller's
-// naming (k8s<8 hex>_NAME): once nothing placed there names one, it is removed.
+// naming (k8s<hash>_NAME): once nothing placed there names one, it is removed.
 func (e *env) noControllerSecrets(t *testing.T, name string, n *node) {
 	t.Helper()
 	secs, err := zygo.NewTCPClient(n.addr, n.token).ListSecrets(context.Background())

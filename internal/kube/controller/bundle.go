@@ -10,7 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"math/big"
 	"net/http"
 	"path"
 	"slices"
@@ -29,10 +29,27 @@ import (
 // fetchTimeout bounds the download of a Function's URL source.
 const fetchTimeout = 60 * time.Second
 
-// nodeFunctionName is a Function's name on the node agents: "NAMESPACE-NAME" cut to fit the
-// agents' pattern (^[a-z0-9][a-z0-9-]{0,62}$) and followed by 8 hex digits of the pair's
-// sha256, so two namespaces never share a function.
+// nodeFunctionName is a Function's name on the node agents: "NAMESPACE-NAME" cut to 37
+// characters, then "-" and the first 128 bits of the sha256 of "NAMESPACE/NAME" in base 36
+// (25 characters of [0-9a-z]), which fits the agents' pattern (^[a-z0-9][a-z0-9-]{0,62}$).
+// The hash is what keeps two namespaces apart ("team" + "prod-x" and "team-prod" + "x" share
+// the readable part): 128 bits make a collision infeasible to search for, where the first
+// form's 32 bits (legacyNodeFunctionName) were not.
 func nodeFunctionName(namespace, name string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name))
+	h := new(big.Int).SetBytes(sum[:16]).Text(36)
+	h = strings.Repeat("0", 25-len(h)) + h
+	base := strings.ReplaceAll(namespace+"-"+name, ".", "-")
+	if len(base) > 37 {
+		base = strings.TrimRight(base[:37], "-")
+	}
+	return base + "-" + h
+}
+
+// legacyNodeFunctionName is nodeFunctionName's first form (54 characters and 8 hex digits of
+// the sha256): a controller upgraded from it removes a Function under that name too once it
+// deploys it under the new one, or removes it.
+func legacyNodeFunctionName(namespace, name string) string {
 	sum := sha256.Sum256([]byte(namespace + "/" + name))
 	base := strings.ReplaceAll(namespace+"-"+name, ".", "-")
 	if len(base) > 54 {
@@ -78,7 +95,7 @@ func sourceFiles(ctx context.Context, c client.Reader, hc *http.Client, fn *zygo
 }
 
 // fetchArchive downloads a gzip'd tar (at most wire.MaxBundleBytes), checks its sha256 and
-// returns its regular files by path.
+// returns its regular files by path. Its errors carry the status line, never the body.
 func fetchArchive(ctx context.Context, hc *http.Client, url, want string) (map[string][]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
@@ -88,15 +105,15 @@ func fetchArchive(ctx context.Context, hc *http.Client, url, want string) (map[s
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: spec.source.url: fetching %s: %w", errSource, url, err)
+		return nil, fmt.Errorf("%w: spec.source.url: fetching %s: %s", errSource, url, sourceErrText(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: spec.source.url: fetching %s: %s", errSource, url, resp.Status)
+		return nil, fmt.Errorf("%w: spec.source.url: fetching %s: it answered %d %s", errSource, url, resp.StatusCode, http.StatusText(resp.StatusCode))
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, wire.MaxBundleBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: spec.source.url: reading %s: %w", errSource, url, err)
+		return nil, fmt.Errorf("%w: spec.source.url: reading %s: %s", errSource, url, sourceErrText(err))
 	}
 	if len(b) > wire.MaxBundleBytes {
 		return nil, fmt.Errorf("%w: spec.source.url: %s is larger than %d bytes", errSource, url, wire.MaxBundleBytes)
@@ -259,18 +276,6 @@ func bundle(fn *zygov1.Function, files map[string][]byte) ([]byte, error) {
 // response headers; fetchTimeout bounds the whole download.
 const fetchHeaderTimeout = 10 * time.Second
 
-// defaultFetchClient fetches URL sources when FunctionReconciler.HTTP is nil.
-var defaultFetchClient = newFetchClient(fetchHeaderTimeout)
-
-// newFetchClient returns a client for URL sources whose connect, TLS handshake and wait for
-// the response headers each take at most d, so that a URL that accepts and never answers
-// fails in d, not after fetchTimeout; the environment's proxy settings apply.
-func newFetchClient(d time.Duration) *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: d}).DialContext,
-		TLSHandshakeTimeout:   d,
-		ResponseHeaderTimeout: d,
-		IdleConnTimeout:       90 * time.Second,
-	}}
-}
+// defaultFetchClient fetches URL and OCI sources when FunctionReconciler.HTTP is nil: the
+// zero SourcePolicy (sourcepolicy.go).
+var defaultFetchClient = newFetchClient(fetchHeaderTimeout, nil)

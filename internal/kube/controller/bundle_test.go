@@ -108,7 +108,7 @@ func TestFetchArchiveHungURL(t *testing.T) {
 	}()
 	done := make(chan error, 1)
 	go func() {
-		_, err := fetchArchive(context.Background(), newFetchClient(300*time.Millisecond), "http://"+ln.Addr().String()+"/x.tgz", strings.Repeat("0", 64))
+		_, err := fetchArchive(context.Background(), newFetchClient(300*time.Millisecond, allowLoopback), "http://"+ln.Addr().String()+"/x.tgz", strings.Repeat("0", 64))
 		done <- err
 	}()
 	select {

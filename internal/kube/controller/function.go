@@ -36,7 +36,9 @@ func RoutePath(namespace, name string) string {
 type FunctionReconciler struct {
 	Client client.Client
 	Dialer Dialer
-	HTTP   *http.Client // fetches URL sources; nil: newFetchClient(fetchHeaderTimeout)
+	// HTTP fetches URL and OCI sources; nil: defaultFetchClient (the zero SourcePolicy:
+	// loopback, link-local and unspecified addresses refused).
+	HTTP *http.Client
 }
 
 // Reconcile deploys, scales or removes one Function.
@@ -206,6 +208,7 @@ func (r *FunctionReconciler) deployOn(ctx context.Context, fn *zygov1.Function, 
 		return "", fmt.Errorf("deploying on node %s: %w", nodeName, err)
 	}
 	log.FromContext(ctx).Info("function deployed", "node", nodeName, "version", res.Version, "unchanged", res.Unchanged)
+	removeLegacyFunction(ctx, a, fn)
 	return res.Version, nil
 }
 
@@ -230,9 +233,20 @@ func (r *FunctionReconciler) removeFrom(ctx context.Context, fn *zygov1.Function
 			errs = append(errs, fmt.Errorf("removing the function from node %s: %w", name, err))
 			continue
 		}
+		removeLegacyFunction(ctx, a, fn)
 		releaseSecrets(ctx, r.Client, a, name, fn.Namespace, fn.Spec.Secrets, fn.UID) // secretgc.go
 	}
 	return errors.Join(errs...)
+}
+
+// removeLegacyFunction removes fn from agent a under the name an older controller gave it
+// (legacyNodeFunctionName), if it is there; an error is logged, not returned.
+func removeLegacyFunction(ctx context.Context, a Agent, fn *zygov1.Function) {
+	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
+	defer cancel()
+	if err := a.RemoveFunction(cctx, legacyNodeFunctionName(fn.Namespace, fn.Name)); err != nil && !zygo.IsNotFound(err) {
+		log.FromContext(ctx).Info("removing the function's old node name failed", "error", err)
+	}
 }
 
 // SetupWithManager registers the reconciler; a ZygoNode's change requeues every Function (a

@@ -47,6 +47,11 @@ type Config struct {
 	// RouteAudiences, if set, are the audiences a caller's token must be for (e.g. a token of
 	// `kubectl create token SA --audience zygo-route`); empty: the API server's own.
 	RouteAudiences []string
+	// RouteReviewsPerSecond and RouteReviewsInFlight bound the reviews of callers' tokens the
+	// route has not cached (0: DefaultAuthReviewsPerSecond, DefaultAuthReviewsInFlight; the
+	// burst is twice the rate); past them an uncached caller gets 429.
+	RouteReviewsPerSecond float64
+	RouteReviewsInFlight  int
 	// MetricsListen and HealthListen are controller-runtime's (":8081"...); "0" disables.
 	MetricsListen string
 	HealthListen  string
@@ -59,6 +64,10 @@ type Config struct {
 	AgentPort        int
 	AgentTokenSecret string
 	AgentTLSSecret   string
+	// Sources is the address policy of Function sources (URL and OCI): loopback, link-local
+	// and unspecified addresses are refused unless Sources.Allow holds them
+	// (--source-allow-cidr); Sources.Deny refuses more (--source-deny-cidr).
+	Sources SourcePolicy
 	// Log receives the controller's and the route's logs.
 	Log *slog.Logger
 	// RouteReady, if not nil, receives the route's bound address once it accepts requests.
@@ -123,7 +132,8 @@ func Run(ctx context.Context, rc *rest.Config, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		rt := &Route{Reader: mgr.GetClient(), Dialer: &SecretDialer{Reader: mgr.GetAPIReader(), Namespace: cfg.Namespace}, Log: log, Auth: rv}
+		rt := &Route{Reader: mgr.GetClient(), Dialer: &SecretDialer{Reader: mgr.GetAPIReader(), Namespace: cfg.Namespace}, Log: log, Auth: rv,
+			AuthReviewsPerSecond: cfg.RouteReviewsPerSecond, AuthReviewsBurst: int(2 * cfg.RouteReviewsPerSecond), AuthReviewsInFlight: cfg.RouteReviewsInFlight}
 		if err := mgr.Add(routeRunnable(cfg.RouteListen, rt.Handler(), log, cfg.RouteReady)); err != nil {
 			return fmt.Errorf("adding the route: %w", err)
 		}
@@ -150,7 +160,7 @@ func Setup(mgr ctrl.Manager, cfg Config) error {
 		&WarmPoolReconciler{Client: c, Dialer: d},
 		&CheckpointReconciler{Client: c, Dialer: d},
 		&ForkReconciler{Client: c, Dialer: d},
-		&FunctionReconciler{Client: secrets, Dialer: d},
+		&FunctionReconciler{Client: secrets, Dialer: d, HTTP: newFetchClient(fetchHeaderTimeout, &cfg.Sources)},
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up %T: %w", r, err)
@@ -182,6 +192,15 @@ func orDisabled(addr string) string {
 	return addr
 }
 
+// Timeouts of the route's server: a request (headers and its event, at most 6 MiB) is read
+// within routeReadTimeout, so a slow body does not hold a connection; a kept-alive
+// connection is closed after routeIdleTimeout without a request. The answer has no bound
+// here: it takes as long as the function (its own timeout bounds it on the node).
+var (
+	routeReadTimeout = 30 * time.Second // a var for tests
+	routeIdleTimeout = 120 * time.Second
+)
+
 // routeRunnable serves h on addr until the manager stops.
 func routeRunnable(addr string, h http.Handler, log *slog.Logger, ready func(string)) manager.RunnableFunc {
 	return func(ctx context.Context) error {
@@ -189,7 +208,7 @@ func routeRunnable(addr string, h http.Handler, log *slog.Logger, ready func(str
 		if err != nil {
 			return fmt.Errorf("route: listening on %s: %w", addr, err)
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: routeReadTimeout, IdleTimeout: routeIdleTimeout}
 		log.Info("route serving", "addr", l.Addr().String())
 		if ready != nil {
 			ready(l.Addr().String())

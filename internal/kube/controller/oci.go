@@ -41,7 +41,9 @@ var ociLayerTypes = map[string]bool{
 // have), the credentials of spec.source.oci.pullSecretRef (a kubernetes.io/dockerconfigjson
 // Secret of fn's namespace) when set, its one layer (at most wire.MaxBundleBytes, its digest
 // checked), unpacked within the URL source's bounds. It returns the files by path and the
-// manifest's digest. Every error wraps errSource and names the field.
+// manifest's digest. Every error wraps errSource and names the field; what the registry sent
+// is in it only as its status line (sourceErrText). Every response is bounded before it is
+// read (boundedTransport: a manifest at maxManifestBytes), the config at maxConfigBytes.
 func fetchOCI(ctx context.Context, c client.Reader, hc *http.Client, fn *zygov1.Function) (map[string][]byte, string, error) {
 	src := fn.Spec.Source.OCI
 	ref, err := name.ParseReference(src.Reference, name.StrictValidation)
@@ -54,7 +56,7 @@ func fetchOCI(ctx context.Context, c client.Reader, hc *http.Client, fn *zygov1.
 	if tr == nil {
 		tr = http.DefaultTransport
 	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithTransport(tr),
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithTransport(boundedTransport{tr}),
 		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 2})}
 	if s := src.PullSecretRef; s != nil {
 		auth, err := pullAuth(ctx, c, fn.Namespace, s.Name, ref.Context().RegistryStr())
@@ -65,7 +67,7 @@ func fetchOCI(ctx context.Context, c client.Reader, hc *http.Client, fn *zygov1.
 	}
 	desc, err := remote.Get(ref, opts...)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: fetching the manifest of %s: %w", errSource, src.Reference, err)
+		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: fetching the manifest of %s: %s", errSource, src.Reference, sourceErrText(err))
 	}
 	if desc.MediaType.IsIndex() {
 		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: %s is an image index (%s): name one manifest of it by digest",
@@ -73,11 +75,11 @@ func fetchOCI(ctx context.Context, c client.Reader, hc *http.Client, fn *zygov1.
 	}
 	img, err := desc.Image()
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: %s: %w", errSource, src.Reference, err)
+		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: %s: %s", errSource, src.Reference, sourceErrText(err))
 	}
 	m, err := img.Manifest()
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: reading the manifest of %s: %w", errSource, src.Reference, err)
+		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: reading the manifest of %s: %s", errSource, src.Reference, sourceErrText(err))
 	}
 	if len(m.Layers) != 1 {
 		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: %s has %d layers: a Function's artifact has exactly one, a tar or gzip'd tar of its files",
@@ -91,18 +93,21 @@ func fetchOCI(ctx context.Context, c client.Reader, hc *http.Client, fn *zygov1.
 	if l.Size < 0 || l.Size > wire.MaxBundleBytes {
 		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: %s's layer is %d bytes: at most %d", errSource, src.Reference, l.Size, wire.MaxBundleBytes)
 	}
+	if m.Config.Size < 0 || m.Config.Size > maxConfigBytes {
+		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: %s's config is %d bytes: at most %d", errSource, src.Reference, m.Config.Size, maxConfigBytes)
+	}
 	layer, err := img.LayerByDigest(l.Digest)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: %s: %w", errSource, src.Reference, err)
+		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: %s: %s", errSource, src.Reference, sourceErrText(err))
 	}
 	rc, err := layer.Compressed()
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: fetching the layer %s of %s: %w", errSource, l.Digest, src.Reference, err)
+		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: fetching the layer %s of %s: %s", errSource, l.Digest, src.Reference, sourceErrText(err))
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, l.Size+1))
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: reading the layer %s of %s: %w", errSource, l.Digest, src.Reference, err)
+		return nil, "", fmt.Errorf("%w: spec.source.oci.reference: reading the layer %s of %s: %s", errSource, l.Digest, src.Reference, sourceErrText(err))
 	}
 	sum := sha256.Sum256(b)
 	if int64(len(b)) != l.Size || l.Digest.Algorithm != "sha256" || hex.EncodeToString(sum[:]) != l.Digest.Hex {

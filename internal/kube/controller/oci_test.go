@@ -125,7 +125,7 @@ func TestFunctionFromOCI(t *testing.T) {
 		t.Run(ref, func(t *testing.T) {
 			fn := ociFunction(ref, nil)
 			e := newEnv(t, fn)
-			e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents}, fn)
+			e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents, HTTP: loopbackFetchClient}, fn)
 			e.get(fn)
 			if c := condition(t, fn.Status.Conditions, zygov1.ConditionReady); c.Status != metav1.ConditionTrue {
 				t.Fatalf("Ready = %+v", c)
@@ -146,7 +146,7 @@ func TestFunctionFromOCI(t *testing.T) {
 		t.Run("refused "+ref, func(t *testing.T) {
 			fn := ociFunction(ref, nil)
 			e := newEnv(t, fn)
-			e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents}, fn)
+			e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents, HTTP: loopbackFetchClient}, fn)
 			e.get(fn)
 			c := condition(t, fn.Status.Conditions, zygov1.ConditionReady)
 			if c.Reason != zygov1.ReasonSourceFailed || !strings.Contains(c.Message, says) {
@@ -172,7 +172,7 @@ func TestFunctionFromOCITooLarge(t *testing.T) {
 	pushArtifact(t, host+"/fns/big:v1", authn.Anonymous, static.NewLayer(b.Bytes(), types.OCILayer))
 	fn := ociFunction(host+"/fns/big:v1", nil)
 	e := newEnv(t, fn)
-	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents}, fn)
+	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents, HTTP: loopbackFetchClient}, fn)
 	e.get(fn)
 	if c := condition(t, fn.Status.Conditions, zygov1.ConditionReady); c.Reason != zygov1.ReasonSourceFailed || !strings.Contains(c.Message, "more than 256 MiB") {
 		t.Fatalf("Ready = %+v", c)
@@ -191,7 +191,7 @@ func TestFunctionFromOCIWithPullSecret(t *testing.T) {
 
 	anon := ociFunction(host+"/private/hello:v1", nil)
 	e := newEnv(t, anon, pull)
-	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents}, anon)
+	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents, HTTP: loopbackFetchClient}, anon)
 	e.get(anon)
 	if c := condition(t, anon.Status.Conditions, zygov1.ConditionReady); c.Reason != zygov1.ReasonSourceFailed || !strings.Contains(c.Message, "401") {
 		t.Fatalf("without credentials: Ready = %+v", c)
@@ -200,7 +200,7 @@ func TestFunctionFromOCIWithPullSecret(t *testing.T) {
 	withSecret := ociFunction(host+"/private/hello:v1", &zygov1.LocalRef{Name: "regcred"})
 	withSecret.Name = "fn2"
 	e = newEnv(t, withSecret, pull)
-	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents}, withSecret)
+	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents, HTTP: loopbackFetchClient}, withSecret)
 	e.get(withSecret)
 	if c := condition(t, withSecret.Status.Conditions, zygov1.ConditionReady); c.Status != metav1.ConditionTrue {
 		t.Fatalf("with the pull secret: Ready = %+v", c)
@@ -208,7 +208,7 @@ func TestFunctionFromOCIWithPullSecret(t *testing.T) {
 
 	missing := ociFunction(host+"/private/hello:v1", &zygov1.LocalRef{Name: "nope"})
 	e = newEnv(t, missing)
-	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents}, missing)
+	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents, HTTP: loopbackFetchClient}, missing)
 	e.get(missing)
 	if c := condition(t, missing.Status.Conditions, zygov1.ConditionReady); !strings.Contains(c.Message, "spec.source.oci.pullSecretRef.name") {
 		t.Fatalf("a missing pull secret: Ready = %+v", c)
@@ -249,7 +249,7 @@ func TestFunctionFromOCIAlteredLayer(t *testing.T) {
 	pushArtifact(t, host+"/fns/altered:v1", authn.Anonymous, layer)
 	fn := ociFunction(host+"/fns/altered:v1", nil)
 	e := newEnv(t, fn)
-	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents}, fn)
+	e.reconcile(&FunctionReconciler{Client: e.c, Dialer: e.agents, HTTP: loopbackFetchClient}, fn)
 	e.get(fn)
 	if c := condition(t, fn.Status.Conditions, zygov1.ConditionReady); c.Reason != zygov1.ReasonSourceFailed || !strings.Contains(c.Message, "sha256") {
 		t.Fatalf("Ready = %+v, want SourceFailed naming the digest", c)

@@ -29,7 +29,8 @@ const NodeHeader = "X-Zygo-Node"
 // (round robin) and answers what the node answered. The caller sends "Authorization: Bearer
 // TOKEN", a Kubernetes token (a ServiceAccount's); Auth authenticates it (a TokenReview) and
 // authorises it (a SubjectAccessReview: create functions/invoke of that Function, group
-// zygo.run): 401 without a valid token, 403 when not allowed, each with a message saying why.
+// zygo.run): 401 without a valid token, 403 when not allowed, each with a message saying why,
+// 429 when too many uncached tokens are being checked (a flood of bogus tokens).
 // A decision is cached per token and Function for AuthTTL, so per-request invokes do not
 // reach the API server; the Function and the nodes are read from Reader (the manager's
 // cache).
@@ -40,9 +41,15 @@ type Route struct {
 	// Auth checks callers. nil: every invoke is refused (401).
 	Auth Reviewer
 	// AuthTTL is how long a decision is cached (0: DefaultAuthCacheTTL); AuthEntries bounds
-	// the cache (0: DefaultAuthCacheEntries).
+	// each of the caches of allowances and refusals (0: DefaultAuthCacheEntries).
 	AuthTTL     time.Duration
 	AuthEntries int
+	// AuthReviewsPerSecond, AuthReviewsBurst and AuthReviewsInFlight bound the reviews of
+	// uncached tokens (0: DefaultAuthReviewsPerSecond, ...Burst, ...InFlight); past them an
+	// uncached caller gets 429 with Retry-After.
+	AuthReviewsPerSecond float64
+	AuthReviewsBurst     int
+	AuthReviewsInFlight  int
 	// Now is the cache's clock (nil: time.Now).
 	Now func() time.Time
 
@@ -52,16 +59,7 @@ type Route struct {
 
 // Handler returns the route's handler. Call it once.
 func (rt *Route) Handler() http.Handler {
-	rt.auth = &routeAuth{reviewer: rt.Auth, ttl: rt.AuthTTL, max: rt.AuthEntries, now: rt.Now}
-	if rt.auth.ttl <= 0 {
-		rt.auth.ttl = DefaultAuthCacheTTL
-	}
-	if rt.auth.max <= 0 {
-		rt.auth.max = DefaultAuthCacheEntries
-	}
-	if rt.auth.now == nil {
-		rt.auth.now = time.Now
-	}
+	rt.auth = newRouteAuth(rt.Auth, rt.AuthTTL, rt.AuthEntries, rt.Now, rt.AuthReviewsPerSecond, rt.AuthReviewsBurst, rt.AuthReviewsInFlight)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /functions/{namespace}/{name}/invoke", rt.invoke)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"container/list"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -107,28 +109,65 @@ func (r *APIReviewer) MayInvoke(ctx context.Context, u authnv1.UserInfo, namespa
 	return sar.Status.Allowed && !sar.Status.Denied, reason, nil
 }
 
-// Defaults of the route's decision cache.
+// Defaults of the route's decision cache and of its reviews.
 const (
 	// DefaultAuthCacheTTL is how long the route keeps a decision about a token and a Function:
 	// a revoked RoleBinding, a deleted ServiceAccount or an expired token still invokes for
 	// at most this long.
 	DefaultAuthCacheTTL = 10 * time.Second
-	// DefaultAuthCacheEntries bounds the cache: past it, expired decisions are dropped, then
-	// arbitrary ones.
+	// DefaultAuthCacheEntries bounds each of the two caches, allowances and refusals: past
+	// it, the least recently used entry of that cache goes. Refusals never evict allowances,
+	// so a flood of bogus tokens costs valid callers nothing.
 	DefaultAuthCacheEntries = 10000
+	// DefaultAuthReviewsPerSecond and DefaultAuthReviewsBurst bound the reviews (a
+	// TokenReview, then a SubjectAccessReview) the route starts for tokens not in its cache;
+	// DefaultAuthReviewsInFlight bounds those under way at once. Past either, an uncached
+	// caller is answered 429 with Retry-After, and the API server is not asked.
+	DefaultAuthReviewsPerSecond = 50
+	DefaultAuthReviewsBurst     = 100
+	DefaultAuthReviewsInFlight  = 16
 )
 
 // routeAuth decides whether a request may invoke a Function, caching decisions per (token,
-// Function) for ttl. The key is the sha256 of the token and the target: the cache holds no
-// token.
+// Function) for ttl: allowances and refusals in two LRU caches of max entries each. The key is
+// the sha256 of the token and the target: the cache holds no token. Reviews of uncached
+// tokens are bounded by limit (per second) and inflight (at once).
 type routeAuth struct {
 	reviewer Reviewer
 	ttl      time.Duration
 	max      int
 	now      func() time.Time
+	limit    *rate.Limiter
+	inflight chan struct{} // a slot per review under way; its capacity is the bound
 
-	mu    sync.Mutex // guards cache
-	cache map[[sha256.Size]byte]authDecision
+	mu      sync.Mutex // guards allowed and refused
+	allowed *decisionLRU
+	refused *decisionLRU
+}
+
+// newRouteAuth returns a routeAuth with its caches and bounds; perSecond, burst and inflight
+// of 0 take the defaults.
+func newRouteAuth(rv Reviewer, ttl time.Duration, max int, now func() time.Time, perSecond float64, burst, inflight int) *routeAuth {
+	if ttl <= 0 {
+		ttl = DefaultAuthCacheTTL
+	}
+	if max <= 0 {
+		max = DefaultAuthCacheEntries
+	}
+	if now == nil {
+		now = time.Now
+	}
+	if perSecond <= 0 {
+		perSecond = DefaultAuthReviewsPerSecond
+	}
+	if burst <= 0 {
+		burst = DefaultAuthReviewsBurst
+	}
+	if inflight <= 0 {
+		inflight = DefaultAuthReviewsInFlight
+	}
+	return &routeAuth{reviewer: rv, ttl: ttl, max: max, now: now, limit: rate.NewLimiter(rate.Limit(perSecond), burst),
+		inflight: make(chan struct{}, inflight), allowed: newDecisionLRU(max), refused: newDecisionLRU(max)}
 }
 
 // authDecision is a cached answer: status 0 allows, 401 or 403 refuses with msg.
@@ -138,8 +177,12 @@ type authDecision struct {
 	expires time.Time
 }
 
-// check returns 0 when r may invoke Function namespace/name, else the status (401, 403, or 503
-// when the API server could not answer) and a message saying why.
+// reviewsBusyMsg is check's answer when the bounds on reviews are reached.
+const reviewsBusyMsg = "too many callers to check at once: retry later"
+
+// check returns 0 when r may invoke Function namespace/name, else the status (401, 403, 429
+// when the bounds on reviews are reached, or 503 when the API server could not answer) and a
+// message saying why.
 func (a *routeAuth) check(r *http.Request, namespace, name string) (int, string) {
 	if a == nil || a.reviewer == nil {
 		return http.StatusUnauthorized, "the route has no token reviewer configured: nothing may invoke through it"
@@ -148,13 +191,25 @@ func (a *routeAuth) check(r *http.Request, namespace, name string) (int, string)
 	if !ok {
 		return http.StatusUnauthorized, "no bearer token: send Authorization: Bearer <a Kubernetes ServiceAccount token> (kubectl create token NAME)"
 	}
-	key := sha256.Sum256([]byte(token + "\x00" + namespace + "/" + name))
+	key := authKey(token, namespace, name)
 	now := a.now()
 	a.mu.Lock()
-	d, hit := a.cache[key]
+	d, hit := a.allowed.get(key, now)
+	if !hit {
+		d, hit = a.refused.get(key, now)
+	}
 	a.mu.Unlock()
-	if hit && now.Before(d.expires) {
+	if hit {
 		return d.status, d.msg
+	}
+	if !a.limit.AllowN(now, 1) {
+		return http.StatusTooManyRequests, reviewsBusyMsg
+	}
+	select {
+	case a.inflight <- struct{}{}:
+		defer func() { <-a.inflight }()
+	default:
+		return http.StatusTooManyRequests, reviewsBusyMsg
 	}
 	d, err := a.decide(r.Context(), token, namespace, name)
 	if err != nil {
@@ -162,9 +217,21 @@ func (a *routeAuth) check(r *http.Request, namespace, name string) (int, string)
 	}
 	d.expires = now.Add(a.ttl)
 	a.mu.Lock()
-	a.storeLocked(key, d, now)
+	if d.status == 0 {
+		a.allowed.put(key, d)
+		a.refused.remove(key)
+	} else {
+		a.refused.put(key, d)
+		a.allowed.remove(key)
+	}
 	a.mu.Unlock()
 	return d.status, d.msg
+}
+
+// authKey is the cache key of token and Function namespace/name: each part's length comes
+// before it, so no two (namespace, name) pairs share a key.
+func authKey(token, namespace, name string) [sha256.Size]byte {
+	return sha256.Sum256([]byte(fmt.Sprintf("%d:%s%d:%s%d:%s", len(token), token, len(namespace), namespace, len(name), name)))
 }
 
 // decide asks the reviewer (a TokenReview, then a SubjectAccessReview).
@@ -191,26 +258,64 @@ func (a *routeAuth) decide(ctx context.Context, token, namespace, name string) (
 	return authDecision{}, nil
 }
 
-// storeLocked caches d under key, making room first when the cache is full.
-func (a *routeAuth) storeLocked(key [sha256.Size]byte, d authDecision, now time.Time) {
-	if a.cache == nil {
-		a.cache = map[[sha256.Size]byte]authDecision{}
-	}
-	if _, ok := a.cache[key]; !ok && len(a.cache) >= a.max {
-		for k, v := range a.cache {
-			if !now.Before(v.expires) {
-				delete(a.cache, k)
-			}
-		}
-		for k := range a.cache { // still full: drop arbitrary ones
-			if len(a.cache) < a.max {
-				break
-			}
-			delete(a.cache, k)
-		}
-	}
-	a.cache[key] = d
+// decisionLRU is a cache of at most max decisions; past it, the least recently used goes. Not
+// safe for concurrent use (routeAuth.mu guards it).
+type decisionLRU struct {
+	max int
+	ll  *list.List // of *lruEntry, most recently used first
+	m   map[[sha256.Size]byte]*list.Element
 }
+
+type lruEntry struct {
+	key [sha256.Size]byte
+	d   authDecision
+}
+
+func newDecisionLRU(max int) *decisionLRU {
+	return &decisionLRU{max: max, ll: list.New(), m: map[[sha256.Size]byte]*list.Element{}}
+}
+
+// get returns key's decision if it has one not expired at now (an expired one is dropped).
+func (c *decisionLRU) get(key [sha256.Size]byte, now time.Time) (authDecision, bool) {
+	e, ok := c.m[key]
+	if !ok {
+		return authDecision{}, false
+	}
+	ent := e.Value.(*lruEntry)
+	if !now.Before(ent.d.expires) {
+		c.ll.Remove(e)
+		delete(c.m, key)
+		return authDecision{}, false
+	}
+	c.ll.MoveToFront(e)
+	return ent.d, true
+}
+
+// put stores d under key, dropping the least recently used entry when the cache is full.
+func (c *decisionLRU) put(key [sha256.Size]byte, d authDecision) {
+	if e, ok := c.m[key]; ok {
+		e.Value.(*lruEntry).d = d
+		c.ll.MoveToFront(e)
+		return
+	}
+	c.m[key] = c.ll.PushFront(&lruEntry{key: key, d: d})
+	for c.ll.Len() > c.max {
+		last := c.ll.Back()
+		c.ll.Remove(last)
+		delete(c.m, last.Value.(*lruEntry).key)
+	}
+}
+
+// remove drops key's decision, if any.
+func (c *decisionLRU) remove(key [sha256.Size]byte) {
+	if e, ok := c.m[key]; ok {
+		c.ll.Remove(e)
+		delete(c.m, key)
+	}
+}
+
+// len returns how many decisions c holds.
+func (c *decisionLRU) len() int { return c.ll.Len() }
 
 // bearerToken returns the token of an "Authorization: Bearer TOKEN" header.
 func bearerToken(r *http.Request) (string, bool) {
@@ -222,10 +327,14 @@ func bearerToken(r *http.Request) (string, bool) {
 	return token, true
 }
 
-// refuse answers a refused invoke: 401 with a WWW-Authenticate challenge, 403, or 503.
+// refuse answers a refused invoke: 401 with a WWW-Authenticate challenge, 403, 429 with
+// Retry-After, or 503.
 func refuse(w http.ResponseWriter, status int, msg string) {
 	code := wire.CodeUnavailable
 	switch status {
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", "1")
+		code = wire.CodeTooManyRequests
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="zygo-route"`)
 		code = wire.CodeUnauthenticated

@@ -201,15 +201,28 @@ func TestRouteAuthCache(t *testing.T) {
 	}
 }
 
-// TestRouteAuthCacheBounded: the cache never holds more than its bound.
+// TestRouteAuthCacheBounded: each cache never holds more than its bound, and drops its least
+// recently used entry first.
 func TestRouteAuthCacheBounded(t *testing.T) {
-	a := &routeAuth{reviewer: &fakeReviewer{}, ttl: time.Minute, max: 3, now: time.Now}
+	c := newDecisionLRU(3)
 	now := time.Now()
+	d := authDecision{status: 401, expires: now.Add(time.Minute)}
 	for i := range 10 {
-		a.storeLocked([32]byte{byte(i)}, authDecision{status: 401, expires: now.Add(time.Minute)}, now)
-		if len(a.cache) > 3 {
-			t.Fatalf("after %d stores the cache holds %d, bound 3", i+1, len(a.cache))
+		c.put([32]byte{byte(i)}, d)
+		if c.len() > 3 {
+			t.Fatalf("after %d stores the cache holds %d, bound 3", i+1, c.len())
 		}
+		if i == 8 {
+			c.get([32]byte{6}, now) // 6, the oldest, is used: 7 goes before it
+		}
+	}
+	for k, want := range map[byte]bool{6: true, 8: true, 9: true, 7: false, 0: false} {
+		if _, ok := c.get([32]byte{k}, now); ok != want {
+			t.Errorf("entry %d cached %v, want %v", k, ok, want)
+		}
+	}
+	if _, ok := c.get([32]byte{9}, now.Add(time.Minute)); ok {
+		t.Error("an expired entry was returned")
 	}
 }
 

@@ -36,8 +36,10 @@ import (
 // it (agentCallTimeout + createTimeout), plus room for clock skew between controller and node.
 const DefaultSecretGrace = 5 * time.Minute
 
-// nodeSecretRE matches the names NodeSecretName gives: only those are the controller's.
-var nodeSecretRE = regexp.MustCompile(`^k8s[0-9a-f]{8}_[A-Za-z_][A-Za-z0-9_]*$`)
+// nodeSecretRE matches the names NodeSecretName gives, and those of its first form ("k8s" + 8
+// hex digits + "_" + NAME, before 128-bit hashes), which an upgraded controller still
+// collects: only those are the controller's.
+var nodeSecretRE = regexp.MustCompile(`^k8s([0-9a-zA-Z]{22}|[0-9a-f]{8})_[A-Za-z_][A-Za-z0-9_]*$`)
 
 // secretsNeeded returns the secret names that objects other than except (by UID; "" for none)
 // still need on node: those of every Sandbox placed there or not placed yet, of every Function

@@ -64,9 +64,10 @@ type SecretKeySelector struct {
 // its value in each node agent's secret store and names it there (a sandbox's create
 // secrets, a function's manifest secrets), and the agent writes it as a file on tmpfs (mode
 // 0400): into a sandbox at create and again into every fork child and rollback, for a
-// function into each request's /run/secrets. The file is /run/secrets/k8s<first 8 hex
-// digits of the sha256 of "NAMESPACE/SECRET/KEY">_NAME (secret names are per node: two
-// namespaces, or two objects naming different Secrets NAME, must never share one).
+// function into each request's /run/secrets. The file is /run/secrets/k8s<the first 128
+// bits of the sha256 of "NAMESPACE/SECRET/KEY" in base 62, 22 characters>_NAME
+// (controller.NodeSecretName; secret names are per node: two namespaces, or two objects
+// naming different Secrets NAME, must never share one).
 type SecretFile struct {
 	// name the secret has inside the sandbox.
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]{0,100}$`
