@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -163,5 +164,6 @@ func (r *CheckpointReconciler) remove(ctx context.Context, cp *zygov1.Checkpoint
 
 // SetupWithManager registers the reconciler.
 func (r *CheckpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).For(&zygov1.Checkpoint{}).Named("checkpoint").Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).For(&zygov1.Checkpoint{}).Named("checkpoint").
+		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers}).Complete(r)
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
@@ -19,7 +20,8 @@ import (
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
-// LabelFork marks a fork's copies with the SandboxFork's name.
+// LabelFork marks a fork's copies with the SandboxFork's name (NameLabel). It only narrows a
+// search: what is deleted with the fork is what it controls (metav1.IsControlledBy).
 const LabelFork = "zygo.run/fork"
 
 // ForkReconciler runs each SandboxFork once: one fork call on the source's node (or, for
@@ -41,10 +43,13 @@ func (r *ForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	if f.DeletionTimestamp != nil {
 		var kids agentsv1.SandboxList
-		if err := r.Client.List(ctx, &kids, client.InNamespace(f.Namespace), client.MatchingLabels{LabelFork: f.Name}); err != nil {
+		if err := r.Client.List(ctx, &kids, client.InNamespace(f.Namespace), client.MatchingLabels{LabelFork: NameLabel(f.Name)}); err != nil {
 			return ctrl.Result{}, fmt.Errorf("listing the copies: %w", err)
 		}
 		for i := range kids.Items {
+			if !metav1.IsControlledBy(&kids.Items[i], &f) { // a label anyone may set names no copy
+				continue
+			}
 			if err := r.Client.Delete(ctx, &kids.Items[i]); err != nil && !apierrors.IsNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("deleting copy %s: %w", kids.Items[i].Name, err)
 			}
@@ -167,7 +172,7 @@ func (r *ForkReconciler) ensureChildren(ctx context.Context, f *zygov1.SandboxFo
 			continue
 		}
 		sb := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: ch.Sandbox,
-			Labels:      map[string]string{LabelFork: f.Name},
+			Labels:      map[string]string{LabelFork: NameLabel(f.Name)},
 			Annotations: map[string]string{agentsv1.AnnotationNode: f.Status.NodeName, agentsv1.AnnotationSandboxID: ch.SandboxID}}}
 		if srcErr == nil {
 			sb.Spec.Zygo = *src.Spec.Zygo.DeepCopy()
@@ -213,5 +218,6 @@ func (r *ForkReconciler) undo(ctx context.Context, f *zygov1.SandboxFork) error 
 // on it through the periodic requeue, and its copies' changes through ownership.
 func (r *ForkReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).For(&zygov1.SandboxFork{}).Named("sandboxfork").
+		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers}).
 		Owns(&agentsv1.Sandbox{}).Complete(r)
 }
