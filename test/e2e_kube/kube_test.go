@@ -226,6 +226,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("OCIFunction", e.testOCIFunction)
 	t.Run("ForeignAnnotations", e.testForeignAnnotations)
 	t.Run("WarmPoolForeignCheckpoint", e.testWarmPoolForeignCheckpoint)
+	t.Run("TenantAttacks", e.testTenantAttacks)
 	t.Run("HungNode", e.testHungNode)
 	t.Run("NodeDelete", e.testNodeDelete)
 }

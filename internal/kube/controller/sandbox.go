@@ -346,6 +346,14 @@ func (r *SandboxReconciler) observe(ctx context.Context, sb *agentsv1.Sandbox, n
 	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
 	defer cancel()
 	rec, err := a.GetSandbox(cctx, sb.Status.Zygo.SandboxID)
+	if err == nil {
+		if why, oerr := r.notOwned(ctx, sb, rec); oerr != nil {
+			return ctrl.Result{}, oerr
+		} else if why != "" {
+			ready(sb, false, agentsv1.ReasonSandboxNotOwned, why+"; nothing was minted or recorded for it")
+			return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+		}
+	}
 	switch {
 	case zygo.IsNotFound(err):
 		ready(sb, false, agentsv1.ReasonSandboxGone, fmt.Sprintf("node %s has no sandbox %s any more", node.Name, sb.Status.Zygo.SandboxID))
@@ -459,6 +467,22 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	}
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
+	if id != nodeSandboxName(sb) {
+		rec, err := a.GetSandbox(cctx, id)
+		switch {
+		case err != nil && !zygo.IsNotFound(err):
+			return fmt.Errorf("reading sandbox %s on node %s before removing it: %w", id, node.Name, err)
+		case err == nil:
+			if why, err := r.notOwned(ctx, sb, rec); err != nil {
+				return err
+			} else if why != "" {
+				// A forged status: the sandbox named is another's. Only this object's own
+				// (by its deterministic name, if a create made one) is removed.
+				log.FromContext(ctx).Info("not removing a sandbox that is not this Sandbox's", "node", node.Name, "sandbox_id", id, "why", why)
+				id = nodeSandboxName(sb)
+			}
+		}
+	}
 	if err := a.RemoveSandbox(cctx, id); err != nil && !zygo.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox %s on node %s: %w", id, node.Name, err)
 	}
@@ -475,6 +499,41 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	}
 	releaseSecrets(ctx, r.Client, a, node.Name, sb.Namespace, sb.Spec.Zygo.Secrets, sb.UID) // secretgc.go
 	return nil
+}
+
+// notOwned says why the agent's record rec is not sb's ("" when it is). A sandbox the
+// controller created for sb is named nodeSandboxName(sb) on its node, and UIDs are unique in
+// the cluster: no other object's status can name it and pass. A copy (a SandboxFork's, or a
+// warm claim's fork) has a name the agent chose; it passes while sb's adoption or fork-from
+// annotations are vouched for by the status of a SandboxFork or warm source of sb's own
+// namespace (trustedAnnotations). status is written by the controller alone only while
+// tenants get no RBAC on */status (deploy/tenant-rbac.yaml, docs/kubernetes.md).
+func (r *SandboxReconciler) notOwned(ctx context.Context, sb *agentsv1.Sandbox, rec wire.Sandbox) (string, error) {
+	if rec.Name == nodeSandboxName(sb) {
+		return "", nil
+	}
+	why := fmt.Sprintf("status.zygo.sandboxID %s names sandbox %q on node %s, not this Sandbox's (%s)", rec.ID, rec.Name, sb.Status.NodeName, nodeSandboxName(sb))
+	a := sb.Annotations
+	if a[agentsv1.AnnotationSandboxID] == "" && a[AnnotationForkFrom] == "" {
+		return why, nil
+	}
+	if a[agentsv1.AnnotationSandboxID] != "" && a[agentsv1.AnnotationSandboxID] != rec.ID {
+		return why + " nor the copy its annotation " + agentsv1.AnnotationSandboxID + " names", nil
+	}
+	if from := a[AnnotationForkFrom]; from != "" && a[agentsv1.AnnotationSandboxID] == "" {
+		parts := strings.SplitN(from, "/", 3)
+		if len(parts) != 3 || rec.ParentID != parts[1] || rec.CheckpointID != parts[2] {
+			return why + " nor a copy of the warm source its annotation " + AnnotationForkFrom + " names", nil
+		}
+	}
+	trust, err := r.trustedAnnotations(ctx, sb)
+	if err != nil {
+		return "", err
+	}
+	if trust != "" {
+		return why + ": " + trust, nil
+	}
+	return "", nil
 }
 
 // isWarmSource reports whether sb is controlled by a SandboxWarmPool. An owner reference is
