@@ -70,7 +70,9 @@ func (f *fakeAgent) ImportCheckpoint(_ context.Context, r io.Reader, size int64,
 	f.next++
 	id := fmt.Sprintf("cp-imp%s%d", f.name, f.next)
 	f.images[id] = true
-	return wire.Checkpoint{ID: id, Tag: tag, SizeBytes: size}, nil
+	cp := wire.Checkpoint{ID: id, Tag: tag, SizeBytes: size}
+	f.ckpts = append(f.ckpts, cp)
+	return cp, nil
 }
 
 func (f *fakeAgent) Restore(_ context.Context, checkpoint string, _ wire.RestoreBody) (wire.Sandbox, error) {
