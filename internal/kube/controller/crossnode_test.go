@@ -86,7 +86,7 @@ func (f *fakeAgent) Restore(_ context.Context, checkpoint string, _ wire.Restore
 	}
 	f.next++
 	rec := wire.Sandbox{ID: fmt.Sprintf("sb-%s%d", f.name, f.next), State: "running", CheckpointID: checkpoint,
-		Generation: fmt.Sprintf("gen%d", f.next)}
+		ParentID: "sb-source-of-" + checkpoint, Generation: fmt.Sprintf("gen%d", f.next)}
 	f.sandboxes[rec.ID] = rec
 	return rec, nil
 }

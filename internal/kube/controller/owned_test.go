@@ -13,7 +13,7 @@ import (
 
 // A status written by someone else (a tenant whose Role grants */status) naming another
 // Sandbox's sandbox: the controller mints nothing for it (Ready=False SandboxNotOwned) and the
-// forger's deletion removes only its own sandbox. The old code minted the victim's token into
+// forger's deletion removes only its own sandbox, even with adoption annotations naming it. The old code minted the victim's token into
 // the forger's access Secret and removed the victim's sandbox.
 func TestForgedSandboxIDNotActedOn(t *testing.T) {
 	ctx := context.Background()
@@ -28,6 +28,12 @@ func TestForgedSandboxIDNotActedOn(t *testing.T) {
 	vid, own := victim.Status.Zygo.SandboxID, thief.Status.Zygo.SandboxID
 	if vid == "" || own == "" {
 		t.Fatalf("not made: %+v %+v", victim.Status, thief.Status)
+	}
+	// The forger also writes the adoption annotations naming the victim's sandbox: a created
+	// sandbox (no parent) is nobody's copy, so they do not make it pass.
+	thief.Annotations = map[string]string{agentsv1.AnnotationNode: "a", agentsv1.AnnotationSandboxID: vid}
+	if err := e.c.Update(ctx, thief); err != nil {
+		t.Fatal(err)
 	}
 	before := thief.DeepCopy()
 	thief.Status.Zygo.SandboxID = vid
