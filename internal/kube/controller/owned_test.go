@@ -64,8 +64,8 @@ func TestForgedSandboxIDNotActedOn(t *testing.T) {
 	}
 }
 
-// A Checkpoint (and a SandboxFork) whose status.checkpointID was pointed at another's image:
-// deleting it leaves that image alone.
+// A Checkpoint, a SandboxFork (status.checkpointID) or a Sandbox (status.zygo.warmCheckpointID)
+// whose status was pointed at another's image: deleting it leaves that image alone.
 func TestForgedCheckpointIDNotRemoved(t *testing.T) {
 	ctx := context.Background()
 	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
@@ -109,5 +109,24 @@ func TestForgedCheckpointIDNotRemoved(t *testing.T) {
 	e.reconcile(&ForkReconciler{Client: e.c, Dialer: e.agents}, f)
 	if !e.agents["a"].images[vimg] {
 		t.Errorf("deleting a SandboxFork whose status names another's image %s removed it", vimg)
+	}
+
+	// A Sandbox whose status.zygo.warmCheckpointID (a warm source's image) was pointed at it.
+	sr := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	thief := &agentsv1.Sandbox{ObjectMeta: objMeta("thief"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	e.create(thief)
+	e.reconcile(sr, thief)
+	e.get(thief)
+	tb := thief.DeepCopy()
+	thief.Status.Zygo.WarmCheckpointID = vimg
+	if err := e.c.Status().Patch(ctx, thief, client.MergeFrom(tb)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(ctx, thief); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(sr, thief)
+	if !e.agents["a"].images[vimg] {
+		t.Errorf("deleting a Sandbox whose status.zygo.warmCheckpointID names another's image %s removed it", vimg)
 	}
 }

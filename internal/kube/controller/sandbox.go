@@ -486,7 +486,20 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	if err := a.RemoveSandbox(cctx, id); err != nil && !zygo.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox %s on node %s: %w", id, node.Name, err)
 	}
-	if cp := sb.Status.Zygo.WarmCheckpointID; cp != "" { // a warm pool's source keeps an image (recorded by the controller)
+	cp := sb.Status.Zygo.WarmCheckpointID // a warm pool's source keeps an image (recorded by the controller)
+	if cp != "" {
+		// Only the image this source took (tag warm-UID): a status written by someone else
+		// may name another namespace's.
+		mine, err := imageTagged(cctx, a, cp, "warm-"+string(sb.UID))
+		if err != nil {
+			return err
+		}
+		if !mine {
+			log.FromContext(ctx).Info("status.zygo.warmCheckpointID names an image this Sandbox did not take: not removing it", "checkpoint", cp, "node", node.Name)
+			cp = ""
+		}
+	}
+	if cp != "" {
 		err := a.RemoveCheckpoint(cctx, cp)
 		switch {
 		case zygo.IsConflict(err):
