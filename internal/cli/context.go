@@ -24,13 +24,17 @@ import (
 //	address      --addr        $ZYGO_ADDR     address       the unix socket of --state-dir
 //	token        -             $ZYGO_TOKEN    token         api.token in --state-dir, if readable
 //	CA file      --ca          $ZYGO_CA       ca            the system's roots
-//	server name  -             -              server_name   the address's host
+//	server name  --server-name $ZYGO_SERVER_NAME server_name the address's host
 //
 // The context file is $XDG_CONFIG_HOME/zygo/config.toml, else ~/.config/zygo/config.toml;
 // a missing file is no error, a key it does not know is. An address is host:port (plain
 // HTTP, for a loopback daemon; TLS when a CA or server name is set) or https://host:port
 // (TLS); http://host:port is plain HTTP. The token is never taken from a flag (it would show
-// in ps and shell history).
+// in ps and shell history). The context file's token and server_name belong to its address:
+// with an address from --addr or $ZYGO_ADDR (another one) they are not used; --server-name or
+// $ZYGO_SERVER_NAME gives the name the certificate holds when the address is an IP (a
+// Kubernetes node agent: the ZygoNode's address is POD-IP:7443, its certificate names
+// zygo-node; an access Secret's serverName).
 
 // contextFile is the context file's contents.
 type contextFile struct {
@@ -45,9 +49,10 @@ const contextKeys = "address, token, ca, server_name"
 
 // globals are the root command's flags and what resolve made of them.
 type globals struct {
-	stateDir string
-	addr     string
-	ca       string
+	stateDir   string
+	addr       string
+	ca         string
+	serverName string
 
 	// Set by resolve.
 	tgt target
@@ -76,6 +81,9 @@ func (g *globals) addFlags(root *cobra.Command) {
 		"else the context file, else api.token in the state dir")
 	root.PersistentFlags().StringVar(&g.ca, "ca", "", "PEM file of the CA (or self-signed certificate) to trust for a TLS daemon "+
 		"(default $ZYGO_CA, else ca in the context file, else the system's roots)")
+	root.PersistentFlags().StringVar(&g.serverName, "server-name", "", "the name the TLS daemon's certificate holds, when the address "+
+		"is not it (an IP): checked instead of the address's host (default $ZYGO_SERVER_NAME, else server_name in the context file "+
+		"for its own address)")
 }
 
 // contextPath returns the context file's path (see the top of this file); "" when neither
@@ -141,6 +149,9 @@ func (g *globals) resolve() error {
 	ctxToken := ""
 	if cf.Address != "" && (t.addrFrom == path || t.addr == cf.Address) {
 		ctxToken, t.serverName = cf.Token, cf.ServerName
+	}
+	if sn, _ := first(g.serverName, "--server-name", os.Getenv("ZYGO_SERVER_NAME"), "$ZYGO_SERVER_NAME"); sn != "" {
+		t.serverName = sn
 	}
 	if t.addr == "" {
 		g.tgt = t
@@ -257,7 +268,8 @@ func (g *globals) explain(err error) error {
 		return fmt.Errorf("%w\nthe daemon's certificate is not signed by a CA zygo trusts: give its CA (or the certificate "+
 			"itself, if self-signed) with --ca, $ZYGO_CA or ca in %s", err, contextPath())
 	case errors.As(err, &hn):
-		return fmt.Errorf("%w\nthe daemon's certificate is not for %s: connect by a name it holds, or set server_name in %s",
+		return fmt.Errorf("%w\nthe daemon's certificate is not for %s: connect by a name it holds, or give one with --server-name "+
+			"NAME (or $ZYGO_SERVER_NAME; server_name in %s applies only to the address in that file)",
 			err, t.addr, contextPath())
 	}
 	var ue *zygo.Unreachable

@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"io"
 	"log/slog"
 	"math/big"
 	"net"
@@ -31,6 +32,12 @@ import (
 // for an hour) and its key into dir, and returns their paths.
 func selfSigned(t *testing.T, dir string, ips ...net.IP) (certFile, keyFile string) {
 	t.Helper()
+	return selfSignedFor(t, dir, nil, ips...)
+}
+
+// selfSignedFor is selfSigned for the DNS names dns and the IPs ips.
+func selfSignedFor(t *testing.T, dir string, dns []string, ips ...net.IP) (certFile, keyFile string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +46,7 @@ func selfSigned(t *testing.T, dir string, ips ...net.IP) (certFile, keyFile stri
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "zygo test daemon"},
 		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IsCA: true, IPAddresses: ips,
+		BasicConstraintsValid: true, IsCA: true, IPAddresses: ips, DNSNames: dns,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
@@ -207,6 +214,52 @@ func TestRemoteTLS(t *testing.T) {
 	writeContext(t, "")
 	if code, _, stderr := runCLI(t, "--state-dir", dir, "token", "revoke", "ci"); code != 1 || !strings.Contains(stderr, "not found") {
 		t.Errorf("revoking ci twice: exit %d, %q", code, stderr)
+	}
+}
+
+// TestRemoteTLSServerName: a daemon whose certificate names only a DNS name (zygo-node, as
+// deploy/node-agent.yaml's), reached at an IP (a ZygoNode's POD-IP:7443), with --addr as a
+// Sandbox's access Secret gives it: the certificate does not verify for the IP, the message
+// names --server-name, and --server-name (or $ZYGO_SERVER_NAME) makes it work. Before
+// --server-name the only way was a context file holding the address too (its server_name is
+// not used for an address given by --addr), which the message pointed to.
+func TestRemoteTLSServerName(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatal("this test runs a daemon, which needs bwrap on PATH: install it with `apt-get install -y bubblewrap` (or `make deps`)")
+	}
+	certFile, keyFile := selfSignedFor(t, t.TempDir(), []string{"zygo-node"})
+	addr := freeAddr(t, "127.0.0.1")
+	dir := tempStateDir(t)
+	stop, err := daemon.Background(context.Background(), daemon.Config{StateDir: dir, Listen: addr, TLSCert: certFile, TLSKey: keyFile,
+		Sandbox: daemon.SandboxConfig{Disabled: true}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("stopping the daemon: %v", err)
+		}
+	}()
+	tok, err := os.ReadFile(filepath.Join(dir, "api.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeContext(t, "server_name = \"elsewhere\"\n") // a context file's server_name is its own address's
+	empty := tempStateDir(t)
+	t.Setenv("ZYGO_TOKEN", strings.TrimSpace(string(tok)))
+	code, _, stderr := runCLI(t, "--state-dir", empty, "--addr", "https://"+addr, "--ca", certFile, "status")
+	if code != 1 || !strings.Contains(stderr, "--server-name") {
+		t.Errorf("--addr IP with a certificate for zygo-node: exit %d, %q; want 1 and a hint naming --server-name", code, stderr)
+	}
+	if code, stdout, stderr := runCLI(t, "--state-dir", empty, "--addr", "https://"+addr, "--ca", certFile, "--server-name", "zygo-node", "status"); code != 0 || !strings.Contains(stdout, "zygo daemon") {
+		t.Errorf("--server-name zygo-node: exit %d, %q, %q", code, stdout, stderr)
+	}
+	t.Setenv("ZYGO_SERVER_NAME", "zygo-node")
+	if code, stdout, stderr := runCLI(t, "--state-dir", empty, "--addr", "https://"+addr, "--ca", certFile, "status"); code != 0 || !strings.Contains(stdout, "zygo daemon") {
+		t.Errorf("$ZYGO_SERVER_NAME zygo-node: exit %d, %q, %q", code, stdout, stderr)
+	}
+	if code, _, _ := runCLI(t, "--state-dir", empty, "--addr", "https://"+addr, "--ca", certFile, "--server-name", "other", "status"); code != 1 {
+		t.Errorf("--server-name other: exit %d, want 1 (the name is checked)", code)
 	}
 }
 

@@ -234,6 +234,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("TenantSecretNames", e.testTenantSecretNames)
 	t.Run("ForeignAnnotations", e.testForeignAnnotations)
 	t.Run("WarmPoolForeignCheckpoint", e.testWarmPoolForeignCheckpoint)
+	t.Run("TenantAttacks", e.testTenantAttacks)
 	t.Run("HungNode", e.testHungNode)
 	t.Run("NodeDelete", e.testNodeDelete)
 }

@@ -30,7 +30,7 @@ import (
 // AccessSecretType is the type of every access Secret.
 const AccessSecretType corev1.SecretType = "zygo.run/sandbox-access"
 
-// LabelAccessFor is on every access Secret: the name of its Sandbox.
+// LabelAccessFor is on every access Secret: the name of its Sandbox (NameLabel).
 const LabelAccessFor = "zygo.run/sandbox"
 
 // Keys of an access Secret.
@@ -43,14 +43,18 @@ const (
 )
 
 // AccessSecretName returns the name of the access Secret of the Sandbox called name:
-// NAME-zygo-access, or, for a name too long for that, its start and a hash of it.
+// NAME-zygo-access when that fits an object name (253 characters, so NAME of at most 241),
+// else the start of NAME, "-zygo-access-" and 16 hex digits of its SHA-256. The plain form
+// always ends in "-zygo-access" and the hashed one never does: a hashed name cannot be that
+// of another Sandbox's plain one.
 func AccessSecretName(name string) string {
 	const suffix = "-zygo-access"
 	if len(name)+len(suffix) <= 253 {
 		return name + suffix
 	}
 	sum := sha256.Sum256([]byte(name))
-	return name[:253-len(suffix)-9] + "-" + hex.EncodeToString(sum[:4]) + suffix
+	h := hex.EncodeToString(sum[:8])
+	return name[:253-len(suffix)-1-len(h)] + suffix + "-" + h
 }
 
 // ensureAccess writes sb's access Secret (minting the token on a) and records its name in sb's
@@ -84,7 +88,7 @@ func (r *SandboxReconciler) ensureAccess(ctx context.Context, sb *agentsv1.Sandb
 	err = r.Client.Get(ctx, types.NamespacedName{Namespace: sb.Namespace, Name: name}, &s)
 	switch {
 	case apierrors.IsNotFound(err):
-		s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: name, Labels: map[string]string{LabelAccessFor: sb.Name},
+		s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sb.Namespace, Name: name, Labels: map[string]string{LabelAccessFor: NameLabel(sb.Name)},
 			OwnerReferences: []metav1.OwnerReference{accessOwner(sb)}}, Type: AccessSecretType, Data: want}
 		if err := r.Client.Create(ctx, &s); err != nil {
 			return "", fmt.Errorf("creating Secret %s: %w", name, err)

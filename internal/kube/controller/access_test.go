@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
@@ -107,8 +108,46 @@ func TestSandboxAccessSecretRefusals(t *testing.T) {
 	if err := e.c.List(context.Background(), &list, client.HasLabels{LabelAccessFor}); err != nil || len(list.Items) != 0 {
 		t.Errorf("access Secrets made: %v %v", list.Items, err)
 	}
-	if n := AccessSecretName(strings.Repeat("x", 253)); len(n) > 253 || !strings.HasSuffix(n, "-zygo-access") {
+	if n := AccessSecretName(strings.Repeat("x", 253)); len(n) > 253 || !strings.Contains(n, "-zygo-access-") {
 		t.Errorf("AccessSecretName of a 253-character name: %q (%d)", n, len(n))
+	}
+}
+
+// A hashed access Secret name (Sandbox names of more than 241 characters) is never the plain
+// name of another Sandbox: with the old scheme, the 241-character name START-HASH gave
+// START-HASH-zygo-access, the very name of the 242-character Sandbox's Secret.
+func TestAccessSecretNameUnambiguous(t *testing.T) {
+	long := strings.Repeat("a", 242)
+	hashed := AccessSecretName(long)
+	if len(hashed) != 253 {
+		t.Fatalf("AccessSecretName of 242 characters: %d characters, want 253", len(hashed))
+	}
+	if plain, ok := strings.CutSuffix(hashed, "-zygo-access"); ok && len(plain) <= 241 {
+		t.Errorf("AccessSecretName(%d chars) = %q is also AccessSecretName(%q)", len(long), hashed, plain)
+	}
+	if AccessSecretName(strings.Repeat("a", 243)) == hashed {
+		t.Error("two long names share an access Secret name")
+	}
+	if AccessSecretName("sb") != "sb-zygo-access" {
+		t.Errorf("AccessSecretName(sb) = %q", AccessSecretName("sb"))
+	}
+}
+
+// NameLabel keeps names that fit a label value and hashes longer ones into a valid label
+// value no object name can be.
+func TestNameLabel(t *testing.T) {
+	n63 := strings.Repeat("x", 63)
+	if NameLabel(n63) != n63 {
+		t.Errorf("NameLabel of a 63-character name changed it: %q", NameLabel(n63))
+	}
+	a, b := NameLabel(strings.Repeat("x", 64)), NameLabel(strings.Repeat("x", 253))
+	for _, v := range []string{a, b} {
+		if len(v) > 63 || !strings.HasPrefix(v, "sha256_") || len(validation.IsValidLabelValue(v)) != 0 || len(validation.IsDNS1123Subdomain(v)) == 0 {
+			t.Errorf("NameLabel of a long name: %q (label errors %v; must not be an object name)", v, validation.IsValidLabelValue(v))
+		}
+	}
+	if a == b {
+		t.Error("two long names share a label value")
 	}
 }
 

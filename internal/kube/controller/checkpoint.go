@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -79,10 +80,7 @@ func (r *CheckpointReconciler) take(ctx context.Context, cp *zygov1.Checkpoint) 
 	}
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
-	tag := cp.Spec.Tag
-	if tag == "" {
-		tag = "k8s-" + string(cp.UID)
-	}
+	tag := checkpointTag(cp)
 	// spec.tag is the user's and tags are shared by the node's every namespace: an image with
 	// that tag is reused only when it is of this Sandbox's sandbox (checkpointOwnTag).
 	imgID, err := checkpointOwnTag(cctx, a, sb.Status.Zygo.SandboxID, tag)
@@ -93,6 +91,30 @@ func (r *CheckpointReconciler) take(ctx context.Context, cp *zygov1.Checkpoint) 
 	cp.Status.NodeName, cp.Status.CheckpointID = node.Name, imgID
 	cond(true, zygov1.ReasonCheckpointed, fmt.Sprintf("image %s on node %s", imgID, node.Name))
 	return ctrl.Result{}
+}
+
+// checkpointTag is the tag cp's image is taken with: spec.tag, else k8s-UID.
+func checkpointTag(cp *zygov1.Checkpoint) string {
+	if cp.Spec.Tag != "" {
+		return cp.Spec.Tag
+	}
+	return "k8s-" + string(cp.UID)
+}
+
+// imageTagged reports whether image id on a carries tag (the one the controller gave it);
+// an image that is gone counts as tagged (removing it is a no-op). The status naming the
+// image is the controller's record, but a tenant allowed to write status could point it at
+// another namespace's image: a removal checks the tag first (k8s-UID tags are unique; a
+// spec.tag is the user's and may be shared: docs/kubernetes.md, known gaps).
+func imageTagged(ctx context.Context, a Agent, id, tag string) (bool, error) {
+	img, err := a.GetCheckpoint(ctx, id)
+	switch {
+	case zygo.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading image %s: %w", id, err)
+	}
+	return img.ID == id && img.Tag == tag, nil
 }
 
 // removeRetry is how soon a removal the agent refused (copies restored from the image still
@@ -151,6 +173,13 @@ func (r *CheckpointReconciler) remove(ctx context.Context, cp *zygov1.Checkpoint
 	}
 	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
 	defer cancel()
+	if mine, err := imageTagged(cctx, a, cp.Status.CheckpointID, checkpointTag(cp)); err != nil {
+		return failed(err.Error())
+	} else if !mine {
+		log.FromContext(ctx).Info("status.checkpointID names an image this Checkpoint did not take: not removing it",
+			"node", node.Name, "checkpoint", cp.Status.CheckpointID, "tag", checkpointTag(cp))
+		return 0, "", "", nil
+	}
 	err = a.RemoveCheckpoint(cctx, cp.Status.CheckpointID)
 	switch {
 	case err == nil || zygo.IsNotFound(err):
@@ -163,5 +192,6 @@ func (r *CheckpointReconciler) remove(ctx context.Context, cp *zygov1.Checkpoint
 
 // SetupWithManager registers the reconciler.
 func (r *CheckpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).For(&zygov1.Checkpoint{}).Named("checkpoint").Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).For(&zygov1.Checkpoint{}).Named("checkpoint").
+		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers}).Complete(r)
 }

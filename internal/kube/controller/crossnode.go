@@ -207,6 +207,13 @@ func (r *ForkReconciler) removeCopiedImage(ctx context.Context, f *zygov1.Sandbo
 	}
 	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
 	defer cancel()
+	if mine, err := imageTagged(cctx, a, f.Status.CheckpointID, "k8s-fork-"+string(f.UID)); err != nil {
+		log.FromContext(ctx).Info("reading the copied image failed; retried", "node", node.Name, "checkpoint", f.Status.CheckpointID, "err", err.Error())
+		return ProbeEvery, nil
+	} else if !mine {
+		log.FromContext(ctx).Info("status.checkpointID names an image this SandboxFork did not copy: not removing it", "node", node.Name, "checkpoint", f.Status.CheckpointID)
+		return 0, nil
+	}
 	err = a.RemoveCheckpoint(cctx, f.Status.CheckpointID)
 	switch {
 	case err == nil || zygo.IsNotFound(err):

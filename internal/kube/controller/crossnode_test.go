@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,7 +25,17 @@ import (
 // fakeImage is the bytes a fakeAgent exports for checkpoint id.
 func fakeImage(id string) []byte { return bytes.Repeat([]byte("image of "+id+"\n"), 100) }
 
-func (f *fakeAgent) ExportCheckpoint(_ context.Context, id string) (*zygo.CheckpointImage, error) {
+func (f *fakeAgent) ExportCheckpoint(ctx context.Context, id string) (*zygo.CheckpointImage, error) {
+	f.mu.Lock()
+	hang := f.hangExport
+	f.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			return nil, &zygo.Unreachable{Err: ctx.Err()}
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -59,7 +70,9 @@ func (f *fakeAgent) ImportCheckpoint(_ context.Context, r io.Reader, size int64,
 	f.next++
 	id := fmt.Sprintf("cp-imp%s%d", f.name, f.next)
 	f.images[id] = true
-	return wire.Checkpoint{ID: id, Tag: tag, SizeBytes: size}, nil
+	cp := wire.Checkpoint{ID: id, Tag: tag, SizeBytes: size}
+	f.ckpts = append(f.ckpts, cp)
+	return cp, nil
 }
 
 func (f *fakeAgent) Restore(_ context.Context, checkpoint string, _ wire.RestoreBody) (wire.Sandbox, error) {
@@ -73,7 +86,7 @@ func (f *fakeAgent) Restore(_ context.Context, checkpoint string, _ wire.Restore
 	}
 	f.next++
 	rec := wire.Sandbox{ID: fmt.Sprintf("sb-%s%d", f.name, f.next), State: "running", CheckpointID: checkpoint,
-		Generation: fmt.Sprintf("gen%d", f.next)}
+		ParentID: "sb-source-of-" + checkpoint, Generation: fmt.Sprintf("gen%d", f.next)}
 	f.sandboxes[rec.ID] = rec
 	return rec, nil
 }
@@ -176,4 +189,78 @@ func TestForkCrossNodeTargetNotReady(t *testing.T) {
 
 func reqOf(obj client.Object) ctrl.Request {
 	return ctrl.Request{NamespacedName: client.ObjectKeyFromObject(obj)}
+}
+
+// TestSlowCopyDoesNotHoldForkWorkers: a cross-node fork whose copy does not end lets the
+// reconcile go after createInlineWait (Complete=False Copying, requeued) instead of holding
+// the worker for the whole copy (the old code ran it inside the reconcile: this pass took
+// until the copy ended); another SandboxFork is forked meanwhile by the same reconciler; once
+// the copy ends, the next pass records it. A SandboxFork deleted while its copy runs cancels
+// it and leaves nothing on either node.
+func TestSlowCopyDoesNotHoldForkWorkers(t *testing.T) {
+	e, slow := crossNodeEnv(t)
+	gone := &zygov1.SandboxFork{ObjectMeta: objMeta("gone"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 1, NodeName: "b"}}
+	quick := &zygov1.SandboxFork{ObjectMeta: objMeta("quick"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 1}}
+	e.create(gone)
+	e.create(quick)
+	a, b := e.agents["a"], e.agents["b"]
+	hang := make(chan struct{})
+	a.mu.Lock()
+	a.hangExport = hang
+	a.mu.Unlock()
+	r := &ForkReconciler{Client: e.c, Dialer: e.agents}
+	for _, f := range []*zygov1.SandboxFork{slow, gone} {
+		begin := time.Now()
+		res, err := r.Reconcile(context.Background(), reqOf(f))
+		if took := time.Since(begin); err != nil || took > createInlineWait+5*time.Second || res.RequeueAfter == 0 {
+			t.Fatalf("%s: the pass took %v (%+v, %v): want it to let go after about %v and requeue", f.Name, took, res, err, createInlineWait)
+		}
+		e.get(f)
+		if c := condition(t, f.Status.Conditions, zygov1.ConditionComplete); c.Reason != zygov1.ReasonCopying || f.Status.CheckpointID != "" {
+			t.Fatalf("%s while its copy hangs: %+v, %+v", f.Name, c, f.Status)
+		}
+	}
+	e.reconcile(r, quick)
+	e.get(quick)
+	if c := condition(t, quick.Status.Conditions, zygov1.ConditionComplete); c.Status != metav1.ConditionTrue || quick.Status.Succeeded != 1 {
+		t.Fatalf("the same-node fork was not made while the copies hang: %+v", c)
+	}
+
+	// gone is deleted while its copy hangs: its op is cancelled, and the finalizer waits for it.
+	if err := e.c.Delete(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := r.Reconcile(context.Background(), reqOf(gone))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.RequeueAfter == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deleting gone while its copy hangs: still %+v after 10s", res)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var left zygov1.SandboxFork
+	if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(gone), &left); err == nil {
+		t.Fatalf("gone still exists: %+v", left.ObjectMeta)
+	}
+
+	close(hang)
+	if op := r.ops.get(slow.UID); op != nil && !op.ended(10*time.Second) {
+		t.Fatal("slow's copy did not end")
+	}
+	e.reconcile(r, slow)
+	e.get(slow)
+	if c := condition(t, slow.Status.Conditions, zygov1.ConditionComplete); c.Status != metav1.ConditionTrue || slow.Status.Succeeded != 2 || slow.Status.NodeName != "b" {
+		t.Fatalf("slow after its copy ended: %+v, %+v", c, slow.Status)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.sandboxes) != 2 || len(b.images) != 1 {
+		t.Fatalf("node b: %d sandboxes, images %v; want slow's 2 copies and its one image (nothing of gone)", len(b.sandboxes), b.images)
+	}
 }

@@ -46,6 +46,8 @@ type fakeAgent struct {
 	ckpts    []wire.Checkpoint    // the records of Checkpoint, oldest first
 	forkFrom []string             // the from of each Fork call
 	hang     chan struct{}        // if not nil, CreateSandbox waits for it to close (or its ctx)
+	// hangExport, if not nil, has ExportCheckpoint wait for it to close (or its ctx).
+	hangExport chan struct{}
 }
 
 func newFakeAgent(name string) *fakeAgent {

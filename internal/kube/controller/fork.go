@@ -5,13 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
@@ -19,7 +24,8 @@ import (
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
-// LabelFork marks a fork's copies with the SandboxFork's name.
+// LabelFork marks a fork's copies with the SandboxFork's name (NameLabel). It only narrows a
+// search: what is deleted with the fork is what it controls (metav1.IsControlledBy).
 const LabelFork = "zygo.run/fork"
 
 // ForkReconciler runs each SandboxFork once: one fork call on the source's node (or, for
@@ -28,6 +34,9 @@ const LabelFork = "zygo.run/fork"
 type ForkReconciler struct {
 	Client client.Client
 	Dialer Dialer
+
+	ops  forkOps                 // forks under way (forkop.go)
+	wake chan event.GenericEvent // requeues a SandboxFork whose op ended; nil without a manager
 }
 
 // forkChildName is the Sandbox name of a fork's i-th copy.
@@ -40,11 +49,17 @@ func (r *ForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if f.DeletionTimestamp != nil {
+		if wait, err := r.stopFork(ctx, &f); err != nil || wait {
+			return ctrl.Result{RequeueAfter: time.Second}, err
+		}
 		var kids agentsv1.SandboxList
-		if err := r.Client.List(ctx, &kids, client.InNamespace(f.Namespace), client.MatchingLabels{LabelFork: f.Name}); err != nil {
+		if err := r.Client.List(ctx, &kids, client.InNamespace(f.Namespace), client.MatchingLabels{LabelFork: NameLabel(f.Name)}); err != nil {
 			return ctrl.Result{}, fmt.Errorf("listing the copies: %w", err)
 		}
 		for i := range kids.Items {
+			if !metav1.IsControlledBy(&kids.Items[i], &f) { // a label anyone may set names no copy
+				continue
+			}
 			if err := r.Client.Delete(ctx, &kids.Items[i]); err != nil && !apierrors.IsNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("deleting copy %s: %w", kids.Items[i].Name, err)
 			}
@@ -68,16 +83,7 @@ func (r *ForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if c := meta.FindStatusCondition(f.Status.Conditions, zygov1.ConditionComplete); c != nil && c.Reason == zygov1.ReasonCrossNode {
 		return ctrl.Result{}, nil // the spec is immutable: it will not become possible
 	}
-	before := f.DeepCopy()
-	res, ferr := r.fork(ctx, &f)
-	if err := r.Client.Status().Patch(ctx, &f, client.MergeFrom(before)); err != nil {
-		// The copies run and are not recorded: remove them rather than leave them behind.
-		return ctrl.Result{}, errors.Join(ferr, fmt.Errorf("writing the status: %w", err), r.undo(ctx, &f))
-	}
-	if ferr != nil || f.Status.CheckpointID == "" {
-		return res, ferr
-	}
-	return res, r.ensureChildren(ctx, &f)
+	return r.runFork(ctx, &f) // forkop.go: outside the worker when slow
 }
 
 // fork makes the copies and records them in f.Status.
@@ -167,7 +173,7 @@ func (r *ForkReconciler) ensureChildren(ctx context.Context, f *zygov1.SandboxFo
 			continue
 		}
 		sb := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: f.Namespace, Name: ch.Sandbox,
-			Labels:      map[string]string{LabelFork: f.Name},
+			Labels:      map[string]string{LabelFork: NameLabel(f.Name)},
 			Annotations: map[string]string{agentsv1.AnnotationNode: f.Status.NodeName, agentsv1.AnnotationSandboxID: ch.SandboxID}}}
 		if srcErr == nil {
 			sb.Spec.Zygo = *src.Spec.Zygo.DeepCopy()
@@ -212,6 +218,9 @@ func (r *ForkReconciler) undo(ctx context.Context, f *zygov1.SandboxFork) error 
 // SetupWithManager registers the reconciler; a Sandbox's change requeues the forks waiting
 // on it through the periodic requeue, and its copies' changes through ownership.
 func (r *ForkReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.wake = make(chan event.GenericEvent, reconcileWorkers)
 	return ctrl.NewControllerManagedBy(mgr).For(&zygov1.SandboxFork{}).Named("sandboxfork").
-		Owns(&agentsv1.Sandbox{}).Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers}).
+		Owns(&agentsv1.Sandbox{}).
+		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).Complete(r)
 }

@@ -170,8 +170,9 @@ func (r *NodeReconciler) probe(ctx context.Context, n *zygov1.ZygoNode) (ok bool
 	return true, zygov1.ReasonAgentReady, fmt.Sprintf("zygo %s answers on %s", st.Version, n.Spec.Address)
 }
 
-// collect removes the sandboxes the controller made on the node ("k8s-" + a Sandbox's UID)
-// whose Sandbox object no longer exists: those deleted while the node did not answer.
+// collect removes the sandboxes the controller created on the node ("k8s-" + a Sandbox's UID,
+// no parent) whose Sandbox object no longer exists: those deleted while the node did not
+// answer. Copies (a fork's, a warm claim's) are never collected: their names are the agent's.
 func (r *NodeReconciler) collect(ctx context.Context, n *zygov1.ZygoNode) error {
 	a, err := r.Dialer.Agent(ctx, n)
 	if err != nil {
@@ -187,13 +188,18 @@ func (r *NodeReconciler) collect(ctx context.Context, n *zygov1.ZygoNode) error 
 	if err := r.Client.List(ctx, &sbs); err != nil {
 		return fmt.Errorf("listing Sandboxes: %w", err)
 	}
-	live := map[string]bool{}
+	live := map[string]bool{} // names k8s-UID and recorded ids
 	for _, s := range sbs.Items {
 		live["k8s-"+string(s.UID)] = true
+		if id := s.Status.Zygo.SandboxID; id != "" && s.Status.NodeName == n.Name {
+			live[id] = true
+		}
 	}
 	var errs []error
 	for _, rec := range recs {
-		if strings.HasPrefix(rec.Name, "k8s-") && !live[rec.Name] {
+		// A copy (ParentID set: a fork's or a restore's) is named by the agent after its
+		// source, k8s-UID-XXXXXXXX: it is not a create's leftover.
+		if strings.HasPrefix(rec.Name, "k8s-") && rec.ParentID == "" && !live[rec.Name] && !live[rec.ID] {
 			log.FromContext(ctx).Info("removing a leftover sandbox", "node", n.Name, "sandbox", rec.Name)
 			if err := a.RemoveSandbox(cctx, rec.ID); err != nil && !zygo.IsNotFound(err) {
 				errs = append(errs, err)

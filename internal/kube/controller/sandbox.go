@@ -346,6 +346,14 @@ func (r *SandboxReconciler) observe(ctx context.Context, sb *agentsv1.Sandbox, n
 	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
 	defer cancel()
 	rec, err := a.GetSandbox(cctx, sb.Status.Zygo.SandboxID)
+	if err == nil {
+		if why, oerr := r.notOwned(ctx, sb, rec); oerr != nil {
+			return ctrl.Result{}, oerr
+		} else if why != "" {
+			ready(sb, false, agentsv1.ReasonSandboxNotOwned, why+"; nothing was minted or recorded for it")
+			return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+		}
+	}
 	switch {
 	case zygo.IsNotFound(err):
 		ready(sb, false, agentsv1.ReasonSandboxGone, fmt.Sprintf("node %s has no sandbox %s any more", node.Name, sb.Status.Zygo.SandboxID))
@@ -459,10 +467,39 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	}
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
+	if id != nodeSandboxName(sb) {
+		rec, err := a.GetSandbox(cctx, id)
+		switch {
+		case err != nil && !zygo.IsNotFound(err):
+			return fmt.Errorf("reading sandbox %s on node %s before removing it: %w", id, node.Name, err)
+		case err == nil:
+			if why, err := r.notOwned(ctx, sb, rec); err != nil {
+				return err
+			} else if why != "" {
+				// A forged status: the sandbox named is another's. Only this object's own
+				// (by its deterministic name, if a create made one) is removed.
+				log.FromContext(ctx).Info("not removing a sandbox that is not this Sandbox's", "node", node.Name, "sandbox_id", id, "why", why)
+				id = nodeSandboxName(sb)
+			}
+		}
+	}
 	if err := a.RemoveSandbox(cctx, id); err != nil && !zygo.IsNotFound(err) {
 		return fmt.Errorf("removing sandbox %s on node %s: %w", id, node.Name, err)
 	}
-	if cp := sb.Status.Zygo.WarmCheckpointID; cp != "" { // a warm pool's source keeps an image (recorded by the controller)
+	cp := sb.Status.Zygo.WarmCheckpointID // a warm pool's source keeps an image (recorded by the controller)
+	if cp != "" {
+		// Only the image this source took (tag warm-UID): a status written by someone else
+		// may name another namespace's.
+		mine, err := imageTagged(cctx, a, cp, "warm-"+string(sb.UID))
+		if err != nil {
+			return err
+		}
+		if !mine {
+			log.FromContext(ctx).Info("status.zygo.warmCheckpointID names an image this Sandbox did not take: not removing it", "checkpoint", cp, "node", node.Name)
+			cp = ""
+		}
+	}
+	if cp != "" {
 		err := a.RemoveCheckpoint(cctx, cp)
 		switch {
 		case zygo.IsConflict(err):
@@ -475,6 +512,41 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	}
 	releaseSecrets(ctx, r.Client, a, node.Name, sb.Namespace, sb.Spec.Zygo.Secrets, sb.UID) // secretgc.go
 	return nil
+}
+
+// notOwned says why the agent's record rec is not sb's ("" when it is). A sandbox the
+// controller created for sb is named nodeSandboxName(sb) on its node, and UIDs are unique in
+// the cluster: no other object's status can name it and pass. A copy (a SandboxFork's, a warm
+// claim's: a name the agent chose) passes when it is a copy (it has a parent: a created
+// sandbox, named k8s-UID of another object, never passes) and is the one sb's annotations
+// name: the adopted id, or a copy of the warm source and checkpoint of zygo.run/fork-from.
+// Those annotations were vouched for when the copy was adopted (trustedAnnotations), but a
+// tenant who may write this status may write them too: a copy's check stops a status naming
+// another namespace's created sandbox, not one naming another namespace's copy (the agent
+// would need a caller-chosen name per copy: docs/kubernetes.md, known gaps). rec is read by
+// id, so its fields are the agent's. The error is for what a retry may cure (none yet).
+func (r *SandboxReconciler) notOwned(_ context.Context, sb *agentsv1.Sandbox, rec wire.Sandbox) (string, error) {
+	if rec.Name == nodeSandboxName(sb) {
+		return "", nil
+	}
+	why := fmt.Sprintf("status.zygo.sandboxID %s names sandbox %q on node %s, not this Sandbox's (%s)", rec.ID, rec.Name, sb.Status.NodeName, nodeSandboxName(sb))
+	a := sb.Annotations
+	switch {
+	case rec.ParentID == "":
+		return why, nil // a created sandbox: only k8s-UID is this object's
+	case a[agentsv1.AnnotationSandboxID] != "":
+		if a[agentsv1.AnnotationSandboxID] != rec.ID {
+			return why + " nor the copy its annotation " + agentsv1.AnnotationSandboxID + " names", nil
+		}
+		return "", nil
+	case a[AnnotationForkFrom] != "":
+		parts := strings.SplitN(a[AnnotationForkFrom], "/", 3)
+		if len(parts) != 3 || rec.ParentID != parts[1] || rec.CheckpointID != parts[2] {
+			return why + " nor a copy of the warm source its annotation " + AnnotationForkFrom + " names", nil
+		}
+		return "", nil
+	}
+	return why, nil
 }
 
 // isWarmSource reports whether sb is controlled by a SandboxWarmPool. An owner reference is

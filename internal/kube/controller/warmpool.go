@@ -70,7 +70,7 @@ func (r *WarmPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 
 // sync makes and checkpoints the sources and writes p.Status (the caller patches it).
 func (r *WarmPoolReconciler) sync(ctx context.Context, p *extv1.SandboxWarmPool, srcs []agentsv1.Sandbox) (ctrl.Result, error) {
-	p.Status.Selector = extv1.LabelWarmPool + "=" + p.Name
+	p.Status.Selector = extv1.LabelWarmPool + "=" + NameLabel(p.Name)
 	var tpl extv1.SandboxTemplate
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Spec.TemplateRef.Name}, &tpl); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -135,7 +135,7 @@ func (r *WarmPoolReconciler) sync(ctx context.Context, p *extv1.SandboxWarmPool,
 // poolSources returns the Sandboxes of p's namespace labelled with p's name that p controls.
 func poolSources(ctx context.Context, c client.Reader, p *extv1.SandboxWarmPool) ([]agentsv1.Sandbox, error) {
 	var list agentsv1.SandboxList
-	if err := c.List(ctx, &list, client.InNamespace(p.Namespace), client.MatchingLabels{extv1.LabelWarmPool: p.Name}); err != nil {
+	if err := c.List(ctx, &list, client.InNamespace(p.Namespace), client.MatchingLabels{extv1.LabelWarmPool: NameLabel(p.Name)}); err != nil {
 		return nil, fmt.Errorf("listing the sources of warm pool %s: %w", p.Name, err)
 	}
 	out := list.Items[:0]
@@ -151,7 +151,7 @@ func poolSources(ctx context.Context, c client.Reader, p *extv1.SandboxWarmPool)
 // is on when there is one.
 func (r *WarmPoolReconciler) makeSource(ctx context.Context, p *extv1.SandboxWarmPool, tpl *extv1.SandboxTemplate, i int, used map[string]bool) error {
 	sb := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: sourceName(p.Name, i),
-		Labels: map[string]string{extv1.LabelWarmPool: p.Name}}}
+		Labels: map[string]string{extv1.LabelWarmPool: NameLabel(p.Name)}}}
 	sb.Spec.Zygo = *tpl.Spec.Zygo.DeepCopy()
 	if n, err := pickNode(ctx, r.Client, used); err == nil {
 		sb.Spec.NodeName = n.Name

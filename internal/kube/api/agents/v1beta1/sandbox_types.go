@@ -25,6 +25,10 @@ const (
 	// (status.zygo.accessSecretName) could not be written: the agent did not mint the token, or
 	// a Secret of that name exists that is not this Sandbox's. The message says which.
 	ReasonAccessSecretFailed = "AccessSecretFailed"
+	// ReasonSandboxNotOwned: status.zygo.sandboxID names a sandbox on the node that is not
+	// this Sandbox's (its name on the node is not k8s-UID of this object): the status was
+	// written by someone else. Nothing is minted, recorded or removed for it.
+	ReasonSandboxNotOwned = "SandboxNotOwned"
 )
 
 // Annotations with which the controller adopts a Zygo sandbox that already exists on a node
