@@ -141,6 +141,9 @@ type Process struct {
 	cmd     *exec.Cmd
 	ctl     channel
 	reqRoot string // host dir bound at /run/zygo/req
+	// root is reqRoot, open from makeDirs until Stop (or Start's failure)
+	// closes it: every request directory is made and removed through it.
+	root *untrusted.Dir
 	ready   Ready
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // set before done is closed
@@ -192,7 +195,7 @@ func Start(ctx context.Context, spec Spec) (_ *Process, err error) {
 			}
 		}
 	}()
-	undo = append(undo, z.removeRunDir) // safe on a partly made run dir
+	undo = append(undo, z.removeRunDir, z.closeRoot) // safe on a partly made run dir
 	if err := z.makeDirs(); err != nil {
 		return nil, err
 	}
@@ -320,6 +323,9 @@ func (z *Process) makeDirs() error {
 	// req: traversable but not listable by the sandbox uid (docs/protocol.md).
 	if err := z.mkOwned(run, "req", 0o711, false); err != nil {
 		return err
+	}
+	if z.root, err = run.Sub("req"); err != nil {
+		return fmt.Errorf("opening request root: %w", err)
 	}
 	z.spec.Box.ReqDir = z.reqRoot
 	if err := z.makeScratch(run); err != nil {
@@ -803,6 +809,16 @@ func (z *Process) Stop() {
 	}
 	z.deleteCgroup()
 	z.removeRunDir()
+	z.closeRoot()
+}
+
+// closeRoot closes the request root (z.root) once nothing uses it: a
+// request's removal still in flight then fails with EBADF, and the run
+// directory's own removal takes what it left.
+func (z *Process) closeRoot() {
+	if z.root != nil {
+		z.root.Close()
+	}
 }
 
 // takeHeld returns the worker's Held and forgets it (nil when there is

@@ -98,6 +98,7 @@ type Result struct {
 	lap     time.Time // start of the current phase
 	steps   []Phase   // the child's timing of its steps (result.json "steps"), after run
 	gone    chan struct{}
+	onGone  []func() // run by Run's release once gone is closed (OnGone)
 
 	// Phases records how long each step took, in order (for --debug and
 	// benchmarks, the invoke answer's Server-Timing): dir, fork+hello,
@@ -122,6 +123,21 @@ type Phase struct {
 // (its cgroup) without polling for the exit. A Result not made by Run has
 // no channel: Gone returns nil (blocks forever).
 func (r *Result) Gone() <-chan struct{} { return r.gone }
+
+// OnGone has f run once the request's process is gone (when Gone is
+// closed), on the goroutine that releases the request after Run returned,
+// before Drain counts the request as finished: a release that needs the
+// process gone (its cgroup's) costs no goroutine and no wake-up of its own.
+// Call it only before Run returns (from the BeforeGo hook's after); f runs
+// once, and must not block for long (the request's directory is removed
+// after it). A Result not made by Run runs f at once.
+func (r *Result) OnGone(f func()) {
+	if r.gone == nil {
+		f()
+		return
+	}
+	r.onGone = append(r.onGone, f)
+}
 
 func (r *Result) mark(name string, since *time.Time) {
 	now := time.Now()
@@ -288,6 +304,9 @@ func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 			finish()
 		}
 		close(res.gone)
+		for _, f := range res.onGone {
+			f()
+		}
 		if err := dir.remove(context.Background()); err != nil {
 			z.log.Warn("removing request dir", "request_id", req.ID, "err", err)
 		}
@@ -344,8 +363,8 @@ func (z *Process) makeRequestDir(req Request) (requestDir, error) {
 	return d, nil
 }
 
-// takeDir returns an open, empty request directory: one made ahead of
-// demand when a pre-forked pool keeps some ready, else a new one. Its name
+// takeDir returns an open, empty request directory: one made (and opened)
+// ahead of demand when a pre-forked pool keeps some ready, else a new one. Its name
 // is a fresh 128-bit token that only the supervisor knows until GO.
 func (z *Process) takeDir() (requestDir, error) {
 	var d requestDir
@@ -357,7 +376,7 @@ func (z *Process) takeDir() (requestDir, error) {
 			return d, err
 		}
 	}
-	return d, d.open(z.reqRoot, false)
+	return d, nil
 }
 
 // runChild does steps 1–8 of docs/protocol.md for one request and fills
