@@ -143,7 +143,7 @@ type Process struct {
 	reqRoot string // host dir bound at /run/zygo/req
 	// root is reqRoot, open from makeDirs until Stop (or Start's failure)
 	// closes it: every request directory is made and removed through it.
-	root *untrusted.Dir
+	root    *untrusted.Dir
 	ready   Ready
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // set before done is closed

@@ -418,11 +418,11 @@ func removeDirAt(ctx context.Context, parent int, name string, fd int, path stri
 			if err == unix.EINTR {
 				continue
 			}
-			if err != nil {
-				return &os.PathError{Op: "readdir", Path: path, Err: err}
+			if err == unix.ENOENT {
+				return nil // removed already (getdents of a deleted directory)
 			}
-			if n <= 0 {
-				break
+			if err != nil || n <= 0 {
+				break // the rmdir below says whether anything is left
 			}
 			for off := 0; off < n; {
 				ent, typ, next := dirent(buf[:n], off)
