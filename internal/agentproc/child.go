@@ -129,11 +129,16 @@ func (z *Process) makeChild(ctx context.Context, fail func(Failure, string, ...a
 		fail(FailZygote, "zygote unavailable: %v", err)
 		return nil, false
 	}
-	if z.spec.Mode == ModeFork && !z.awaitForked(ctx, forkCh, fail) {
-		z.release(c)
-		return nil, false
-	}
-	pid, pidfd, ok := z.awaitHello(local, fail)
+	// The child's hello is awaited directly; the zygote's forked is not
+	// (one wake-up of this goroutine fewer a child). A fork that failed
+	// closes the zygote's copy of the request socket before its fork_error
+	// (zygote.py): the hello's read then ends, and fork_error says why.
+	pid, pidfd, ok := z.awaitHello(local, func(f Failure, format string, a ...any) {
+		if z.spec.Mode == ModeFork && !z.awaitForked(ctx, forkCh, fail) {
+			return // the fork failed: fail says so
+		}
+		fail(f, format, a...)
+	})
 	if !ok {
 		z.release(c)
 		return nil, false
