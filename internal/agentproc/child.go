@@ -3,7 +3,6 @@ package agentproc
 import (
 	"context"
 	"fmt"
-	"net"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -203,7 +202,7 @@ func (z *Process) awaitForked(ctx context.Context, forkCh chan message, fail fun
 
 // awaitHello reads the child's hello, whose SCM_CREDENTIALS give its host
 // pid, and opens a pidfd for it (owned by the caller).
-func (z *Process) awaitHello(local *net.UnixConn, fail func(Failure, string, ...any)) (int, int, bool) {
+func (z *Process) awaitHello(local sockConn, fail func(Failure, string, ...any)) (int, int, bool) {
 	_ = local.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer local.SetReadDeadline(time.Time{})
 	m, creds, err := recv(local)

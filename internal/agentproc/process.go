@@ -699,7 +699,7 @@ func (z *Process) readLoop() {
 	for {
 		m, _, err := z.ctl.recv()
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "peer closed") {
+			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) && !strings.Contains(err.Error(), "peer closed") {
 				z.log.Debug("zygote control socket", "err", err)
 			}
 			return
