@@ -3,6 +3,7 @@ package agentproc
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -225,3 +226,62 @@ func (z *Process) awaitHello(local sockConn, fail func(Failure, string, ...any))
 
 // String describes c for logs.
 func (c *child) String() string { return fmt.Sprintf("child seq=%d pid=%d", c.seq, c.hostPID) }
+
+// exitWait is a request's release waiting for its child's exit
+// (whenExited): run once, by readLoop when the exit is reported, by
+// endExits when the zygote is gone, or by the timer that killed a child
+// lingering past the deadline when the exit still is not reported.
+type exitWait struct {
+	mu    sync.Mutex // guards done; held while the timer kills the child
+	done  bool
+	f     func()
+	timer *time.Timer
+}
+
+// fire runs w's release unless it ran already.
+func (w *exitWait) fire() {
+	w.mu.Lock()
+	if w.done {
+		w.mu.Unlock()
+		return
+	}
+	w.done = true
+	w.mu.Unlock()
+	w.timer.Stop()
+	w.f()
+}
+
+// whenExited has release run once c's exit is reported (the zygote's
+// exited message; c's result is in, so it is exiting), without a goroutine
+// waiting for it: readLoop runs it. A child that lingers past deadline+2s
+// is killed through its pidfd, and released 5s later if its exit is still
+// not reported, as awaitExit would. Fork mode only (readLoop reports the
+// exits).
+func (z *Process) whenExited(c *child, deadline time.Time, release func()) {
+	w := &exitWait{f: release}
+	w.timer = time.AfterFunc(max(time.Until(deadline), 0)+2*time.Second, func() {
+		w.mu.Lock()
+		if !w.done {
+			_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
+		}
+		w.mu.Unlock()
+		time.AfterFunc(5*time.Second, w.fire)
+	})
+	z.mu.Lock()
+	_, pending := z.exits[c.seq] // readLoop has not taken the exit yet
+	if pending && !z.exitsDone {
+		z.exitFns[c.seq] = w
+		z.mu.Unlock()
+		return
+	}
+	z.mu.Unlock()
+	// The exit was reported already (it is on c.exitCh, or about to be), or
+	// readLoop has ended: wait for it here.
+	go func() {
+		select {
+		case <-c.exitCh:
+		case <-z.done:
+		}
+		w.fire()
+	}()
+}

@@ -173,6 +173,11 @@ type Process struct {
 	nextSeq  int
 	forks    map[int]chan message // seq → forked/fork_error
 	exits    map[int]chan message // seq → exited
+	// exitFns are the releases of requests whose result is in, run by
+	// readLoop itself when their child's exited arrives (whenExited);
+	// exitsDone is set when readLoop has ended, and runs no more.
+	exitFns   map[int]*exitWait
+	exitsDone bool
 	inflight sync.WaitGroup
 }
 
@@ -186,7 +191,7 @@ func Start(ctx context.Context, spec Spec) (_ *Process, err error) {
 		spec.Log = slog.Default()
 	}
 	z := &Process{spec: spec, log: spec.Log, done: make(chan struct{}), draining: make(chan struct{}),
-		forks: map[int]chan message{}, exits: map[int]chan message{}, pid1fd: -1, childPID: make(chan int, 1)}
+		forks: map[int]chan message{}, exits: map[int]chan message{}, exitFns: map[int]*exitWait{}, pid1fd: -1, childPID: make(chan int, 1)}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -694,8 +699,11 @@ func (z *Process) handleFirst(m message) error {
 	}
 }
 
-// readLoop dispatches control messages until the socket closes.
+// readLoop dispatches control messages until the socket closes. The
+// release of a request that whenExited registered runs here, when its
+// child's exited arrives: no goroutine waits for it.
 func (z *Process) readLoop() {
+	defer z.endExits()
 	for {
 		m, _, err := z.ctl.recv()
 		if err != nil {
@@ -706,21 +714,44 @@ func (z *Process) readLoop() {
 		}
 		z.mu.Lock()
 		var ch chan message
+		var w *exitWait
 		switch m.Type {
 		case "forked", "fork_error":
 			ch = z.forks[m.Seq]
 			delete(z.forks, m.Seq)
 		case "exited":
-			ch = z.exits[m.Seq]
+			ch, w = z.exits[m.Seq], z.exitFns[m.Seq]
 			delete(z.exits, m.Seq)
+			delete(z.exitFns, m.Seq)
 		default:
 			z.log.Warn("zygote sent an unknown message", "type", m.Type)
 		}
 		z.mu.Unlock()
-		if ch != nil {
+		switch {
+		case w != nil:
+			w.fire()
+		case ch != nil:
 			ch <- m
 		}
 	}
+}
+
+// endExits runs, once the zygote is gone, the releases still waiting for
+// an exited that will not come (readLoop has ended).
+func (z *Process) endExits() {
+	z.mu.Lock()
+	fns := z.exitFns
+	z.exitFns, z.exitsDone = nil, true
+	z.mu.Unlock()
+	if len(fns) == 0 {
+		return
+	}
+	go func() {
+		<-z.done // the sandbox is gone, and every child with it
+		for _, w := range fns {
+			w.fire()
+		}
+	}()
 }
 
 // SecretsDir returns the host directory bound at /run/secrets, or "" when

@@ -289,7 +289,7 @@ func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, requestDirError(err)
 	}
 	res.mark("dir", &res.lap)
-	finish := z.runChild(ctx, req, deadline, dir, res)
+	finish, exiting := z.runChild(ctx, req, deadline, dir, res)
 	// Bounded reads of regular files only (reqdir.go): they cannot block, and
 	// a caller that went away must not cost the request its logs.
 	rctx := context.WithoutCancel(ctx)
@@ -297,7 +297,7 @@ func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 	res.Stderr = readLines(rctx, dir.files, "stderr", req.Redact)
 	res.mark("collect", &res.lap)
 	res.Elapsed = time.Since(t0)
-	go func() {
+	release := func() {
 		defer z.inflight.Done()
 		defer z.pool.finished()
 		if finish != nil {
@@ -310,7 +310,12 @@ func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 		if err := dir.remove(context.Background()); err != nil {
 			z.log.Warn("removing request dir", "request_id", req.ID, "err", err)
 		}
-	}()
+	}
+	if exiting != nil {
+		z.whenExited(exiting, deadline, release)
+	} else {
+		go release()
+	}
 	return res, nil
 }
 
@@ -381,9 +386,11 @@ func (z *Process) takeDir() (requestDir, error) {
 
 // runChild does steps 1–8 of docs/protocol.md for one request and fills
 // res.Failure, res.Error and res.Value. It returns what is left to do once
-// the caller has read the request's output (wait for the exit, run the
-// BeforeGo hook's after, release the child), or nil.
-func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time, dir requestDir, res *Result) (finish func()) {
+// the caller has read the request's output (wait for the exit, release the
+// child), or nil; and, for a fork zygote's child whose result is in and
+// which is exiting, the child: finish is then only its release, to run
+// once its exit is reported (whenExited).
+func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time, dir requestDir, res *Result) (finish func(), exiting *child) {
 	fail := func(f Failure, format string, a ...any) {
 		res.Failure = f
 		res.Error = &HandlerError{Type: string(f), Message: fmt.Sprintf(format, a...)}
@@ -392,7 +399,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	c, ok := z.newChild(ctx, fail)
 	if !ok {
 		watch.Close()
-		return nil
+		return nil, nil
 	}
 	res.HostPID, res.Child = c.hostPID, c.kind
 	res.mark("fork+hello", &res.lap)
@@ -409,7 +416,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 		z.awaitExit(c, time.Now().Add(5*time.Second), nil)
 		settle()
 		z.release(c)
-		return nil
+		return nil, nil
 	}
 	res.mark("before_go", &res.lap)
 	// deadline_ms is the time left, milliseconds, counted by the child from
@@ -431,7 +438,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 		fail(FailCrashed, "child went away before GO: %v", err)
 		settle()
 		z.release(c)
-		return nil
+		return nil, nil
 	}
 	if c.ownConn {
 		c.conn.close()
@@ -446,7 +453,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	res.Phases = append(res.Phases, res.steps...)
 	if !st.resultReady {
 		z.release(c)
-		return nil
+		return nil, nil
 	}
 	if res.Failure == FailCrashed {
 		// Something other than a result was renamed onto result.json: the
@@ -455,10 +462,13 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	}
 	// The result is in; the child is exiting. Wait for that off the
 	// request path, killing it if it lingers past the deadline.
+	if z.spec.Mode == ModeFork {
+		return func() { z.release(c) }, c
+	}
 	return func() {
 		z.awaitExit(c, time.Now().Add(max(time.Until(deadline), 0)+2*time.Second), nil)
 		z.release(c)
-	}
+	}, nil
 }
 
 // prepare readies c for GO: the Begin of what Spec.Hold readied for it (a
