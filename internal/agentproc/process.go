@@ -165,20 +165,20 @@ type Process struct {
 	draining   chan struct{} // closed by Drain
 	drainOne   sync.Once
 
-	mu       sync.Mutex // guards the fields below
-	state    State
-	pid1fd   int    // pidfd of the sandbox's PID 1 (the agent, from --json-status-fd); -1 when unknown or gone
-	cg       Cgroup // the sandbox's cgroup (Spec.Cgroup); nil without one or until made
-	held     Held   // a worker's Spec.Hold, until its request takes it or Stop drops it
-	nextSeq  int
-	forks    map[int]chan message // seq → forked/fork_error
-	exits    map[int]chan message // seq → exited
+	mu      sync.Mutex // guards the fields below
+	state   State
+	pid1fd  int    // pidfd of the sandbox's PID 1 (the agent, from --json-status-fd); -1 when unknown or gone
+	cg      Cgroup // the sandbox's cgroup (Spec.Cgroup); nil without one or until made
+	held    Held   // a worker's Spec.Hold, until its request takes it or Stop drops it
+	nextSeq int
+	forks   map[int]chan message // seq → forked/fork_error
+	exits   map[int]chan message // seq → exited
 	// exitFns are the releases of requests whose result is in, run by
 	// readLoop itself when their child's exited arrives (whenExited);
 	// exitsDone is set when readLoop has ended, and runs no more.
 	exitFns   map[int]*exitWait
 	exitsDone bool
-	inflight sync.WaitGroup
+	inflight  sync.WaitGroup
 }
 
 // Start launches the agent and waits until it is ready. On error nothing is
