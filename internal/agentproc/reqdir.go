@@ -95,14 +95,6 @@ func (d *requestDir) remove(ctx context.Context) error {
 	return d.root.RemoveSub(ctx, d.name, files)
 }
 
-// close closes the request directory's descriptor without removing it.
-func (d *requestDir) close() {
-	if d.files != nil {
-		d.files.Close()
-	}
-	d.files = nil
-}
-
 // errNotItsResult is the failure of a request whose result.json is not a
 // regular file of its own (a symlink, FIFO, device, directory, hard link).
 var errNotItsResult = errors.New("result.json is not a regular file the request wrote; not read")
