@@ -939,70 +939,97 @@ targets, p50 <= 1.5x the ideal: the NumPy reseed change moves 0.15-0.2 ms of fau
 stats handler's step (one-client p50 A/B 4.52 vs 4.50 ms); cold/warm and the profile are
 unchanged.
 
-### Seventh round (branch warm2): the daemon's system calls per request
+### Seventh round (branch warm2): the daemon's system calls and hand-offs per request
 
 Measured A/B with ~zygo-bench -ab A_BIN -zygo B_BIN -ab-perf~ (A: commit a388584, main at the
-start of the round; B: this branch), the stats example, 4 rounds of 300 requests at 8 clients
-alternating which daemon goes first, then 100 one-client requests each. The host was loaded
-throughout (other helpers' e2e runs: 28-76 requests a second at 8 clients, against 160-220 on the
-quiet host), so the CPU times move with it; the system call counts (~perf stat~, per request) do
-not. A separate count by system call (~perf stat~ of the syscall tracepoints, 600 requests at 8
-clients, each build alone) says which calls went.
+start of the round; B: this branch after each change, the changes cumulative), the stats
+example, 4 rounds of 300-500 requests at 8 clients alternating which daemon goes first, then
+one-client requests alternating one by one. Other helpers' e2e runs shared the host (load 4-6;
+28-230 requests a second at 8 clients, against about 220 on the quiet host), so CPU times and
+latencies move with it; the counts per request (~perf stat~) do not. A count by system call
+(~perf stat~ of the syscall tracepoints over 600 requests at 8 clients, each build alone) said
+which calls went after each change.
 
-| per warm stats request | A | B |
-|---|---|---|
-| daemon system calls, 8 clients (4 rounds) | 168-181 | 148-155 (-13%) |
-| daemon context switches | 49-59 | 55-58 (unchanged) |
-| daemon CPU, 8 clients (/proc/PID/stat, loaded host) | 1.74 ms | 1.71 ms (0.98: within the noise) |
-| read / close / unlinkat / getdents64 / fcntl / epoll_ctl | 12.5 / 14.0 / 8.0 / 6.0 / 7.8 / 4.1 | 7.9 / 9.0 / 6.0 / 2.0 / 6.2 / 2.1 |
-| nanosleep / futex / epoll_pwait (the Go runtime) | 15.9 / 16.7 / 16.8 | 16.9 / 16.6 / 16.2 |
-| dir / result / settle, 1 client (medians) | 0.069 / 0.096 / 0.015 ms | 0.053 / 0.083 / 0.005 ms |
+| per warm stats request, 8 clients | A | B, final | A/B runs before it |
+|---|---|---|---|
+| daemon system calls (4 rounds) | 161-165 | 119-123 (-26%) | 168-181 vs 148-155 (first change); 155-158 vs 120-124 (third) |
+| daemon context switches | 40-45 | 33-35 (-20%) | 49-59 vs 55-58; 36-38 vs 33-38 |
+| daemon CPU (/proc/PID/stat) | 1.59 ms | 1.45 ms (0.91) | 1.74 vs 1.71 (0.98); 1.31 vs 1.28 (0.98) |
+| throughput | 159 req/s | 170 req/s (1.07) | |
+| zygote side CPU | 8.12 ms | 8.38 ms (1.03: nothing changed there) | |
+
+| after (cumulative; one build at a time, 600 requests at 8 clients) | system calls | context switches | futex / epoll_pwait / nanosleep | read / close / fcntl / getdents64 / unlinkat |
+|---|---|---|---|---|
+| A | 160.2 | 40.5 | 16.7 / 16.8 / 15.9 | 12.5 / 14.0 / 7.8 / 6.0 / 8.0 |
+| request root and directories kept open, removal by ~d_type~, no read to see EOF, one-shot watch, the cgroup release on the request's release goroutine | 136.2 | 43.7 | 16.6 / 16.2 / 16.9 | 7.9 / 9.0 / 6.2 / 2.0 / 6.0 |
+| + the child's hello awaited directly | 132.1 | 42.5 | 14.7 / 14.5 / 17.1 | 7.6 / 9.0 / 6.2 / 2.0 / 6.0 |
+| + request sockets without ~net.FileConn~ | 118.2 | 31.7 | 14.2 / 14.3 / 11.4 | 7.6 / 8.1 / 3.7 / 2.0 / 6.0 |
+| + the release run by the zygote reader | 115.1 | 30.4 | 12.4 / 14.0 / 11.2 | 7.5 / 8.0 / 3.6 / 2.0 / 6.0 |
+
+The Go runtime's calls (futex, epoll_pwait, nanosleep) and the context switches depend on timing
+as well as on the work: read them as a trend, the other calls as exact.
 
 - **The request root stays open** for the zygote's life (Process.root, opened in makeDirs,
   closed by Stop): it was opened by path twice a request (making the next pooled directory,
   then taking it). **A request directory stays open from its making to its removal**: a pooled
   one is no longer opened again when a request takes it, and its removal walks it through that
   descriptor (untrusted.Dir.RemoveSub).
-- **Removal by ~d_type~, one listing** (internal/untrusted): an entry that getdents reports as
-  a directory is first removed as an empty one (the request's ~tmp/~ usually is), anything
-  else first unlinked; the other is tried only when the kernel says the entry is of the other
-  kind (the sandbox may have swapped it). The old walk tried unlink before rmdir on every
-  directory (2 failing calls a request), opened each directory as an os.File (a fcntl and a
-  failing epoll_ctl), and listed each directory twice with a seek between; now a directory is
-  listed again only when its rmdir finds it not empty (at most 64 passes). getdents 6 -> 2,
-  unlinkat 8 -> 6 a request. TestRemoveSubWalksTheOpenDir (600 entries, nested directories,
-  links not followed, a FIFO), TestRemoveAllRemovesLinksNotTheirTargets and
+- **Removal by ~d_type~, one listing** (internal/untrusted, every RemoveAll): an entry that
+  getdents reports as a directory is first removed as an empty one (a request's ~tmp/~ usually
+  is), anything else first unlinked; the other is tried only when the kernel says the entry is
+  of the other kind (the sandbox may have swapped it). The old walk tried unlink before rmdir on
+  every directory (2 failing calls a request), opened each as an os.File (a fcntl and a failing
+  epoll_ctl) and listed each twice with a seek between; a directory is now listed again only
+  when its rmdir finds it not empty (at most 64 passes). TestRemoveSubWalksTheOpenDir (600
+  entries, nested directories, links not followed, a FIFO), TestRemoveAllRemovesLinksNotTheirTargets,
   TestRemoveRequestDirLeavesTargetsAlone.
 - **No read to see the end of a file**: a short read of a regular file is its end, and a file
-  empty when opened (stderr, usually) is not read at all: ~result.json~, ~stdout~ and ~stderr~
-  cost one read each (were two).
+  empty when opened (stderr, usually) is not read: ~result.json~, ~stdout~ and ~stderr~ cost
+  one read each (were two).
 - **The result watch is one-shot** (~IN_ONESHOT~): the kernel removes it at the rename and
   queues its ~IN_IGNORED~ with the event, so the inotify reader wakes once a request; the watch
-  used to stay until the directory's removal, whose ~IN_IGNORED~ woke the reader a second time
-  (2 reads). A first rename onto another name ends the watch without an answer: that request
-  waits for the child's exit, as without inotify.
-- **The cgroup's release runs on the request's release goroutine** (agentproc
-  ~Result.OnGone~): the function runtime's after-hook started a goroutine per request that
-  waited for ~Gone~ and then released the group; the callback now runs on the goroutine that
-  already waits for the child's exit, before Drain counts the request finished (the Manager
-  still counts it for Shutdown). One goroutine and one wake-up fewer a request; settle 0.015 ->
-  0.005 ms.
+  used to stay until the directory's removal, whose ~IN_IGNORED~ woke the reader a second time.
+  A first rename onto another name ends the watch without an answer: that request waits for the
+  child's exit, as without inotify.
+- **The child's ~hello~ is awaited directly**, not the zygote's ~forked~ first: one wake-up of
+  the pool filler fewer a child. A failed fork closes the zygote's copy of the request socket
+  before its ~fork_error~ (zygote.py), which ends the wait for ~hello~; the ~fork_error~ then
+  says why (docs/protocol.md, step 2).
+- **Request sockets without ~net.FileConn~**: our end of a socket pair is a pollable os.File
+  read and written with recvmsg and sendmsg through its RawConn (agentproc fdConn); net.FileConn
+  dup'ed it and asked for its flags, type and both addresses, about ten calls a child where this
+  makes four. TestPacket*, TestStream*, TestPassCred, TestSendDescriptor and TestPeerClosed run on it.
+- **No goroutine per request after the answer.** The cgroup's release ran on a goroutine of its
+  own per request, waiting for ~Gone~; it now runs where the request is released (agentproc
+  ~Result.OnGone~; the Manager still counts it for Shutdown). And a fork child's request is
+  released by the zygote reader when the child's ~exited~ arrives (~whenExited~), not by a
+  goroutine per request waiting on a channel for it; a child lingering 2 s past its deadline is
+  still killed through its pidfd and released 5 s later if its exit never comes, and the releases
+  still waiting when the zygote dies run once the sandbox is gone. A release that finds processes
+  left in the request's cgroup waits up to 200 ms (Release) on the reader, delaying that
+  zygote's other exits, not its forks (the filler no longer waits for ~forked~).
 
-What did not move: the Go runtime's calls (nanosleep, futex, epoll_pwait: about 50 a request)
-and the context switches. Most of the nanosleeps are sysmon's 20 us ticks (strace: 515 of 526
-over ten one-client requests, all on one thread), which run whenever some P is busy or in a
-system call and restart at 20 us each time the daemon wakes from idle; they follow the
-daemon's busy wall time, not the number of calls. The system calls removed here were cheap
-ones (1-2 us each), so the CPU per request moved within this loaded host's noise. Not done, in
-order of what the counts say: the request socket wrapped without ~net.FileConn~ (its dup,
-F_GETFL/F_SETFL, SO_TYPE, getsockname, getpeername and close: about 8 calls a request, the
-pool filler's); the ~forked~ acknowledgement (the zygote's sendmsg and the reader's 2 recvmsg
-and wake-up; a fork failure would still be reported); the release of a request run on the
-zygote reader when the ~exited~ message arrives instead of a goroutine per request; the
-cgroup's ~cpuacct.usage~ written twice for a held child (Release's reset and Begin's).
+Where the daemon's CPU goes now (~perf record -g~ of B's daemon before its last change, 1,200
+requests at 8 clients):
+27% of the samples in ~finish_task_switch~ and 8% in the irq-restoring unlocks after it, that is
+the threads' sleeps and wake-ups (the context switches above); in a Go profile (~zygo serve
+--cpuprofile~, after the first change) the largest parts are
+the system calls (49% of its samples, kernel time: the request directory's removal 9%, the v1
+cgroup moves of the pool filler 6-8%, the socket pair 4%), the scheduler (15%) and the
+HTTP server and JSON. Most nanosleeps are sysmon's 20 us ticks (strace: 515 of 526 over ten
+one-client requests, all on one thread), which run whenever some P is busy or in a system call
+and restart at 20 us each time the daemon wakes from idle: they follow the daemon's busy wall
+time. The one-client series did not separate A and B (p50 B/A 1.21 and 0.89 in two runs of 200
+and 400; the child's steps equal); the ~wait~ phase read 1.01-1.17x in B in three runs, not
+explained (the child's steps are the same; the host's load moved between 4 and 6).
 
-Targets after this round: daemon CPU per request <= 0.5 ms NOT met (1.7 ms on the loaded host,
-A and B alike; 1.12 ms was the last idle measure).
+Targets after this round: daemon CPU per request <= 0.5 ms NOT met (1.45 ms against A's 1.59
+ms on the loaded host, 0.91x; 1.12 ms was the last idle measure of A). Not done, in order of
+what the counts say: fewer thread wake-ups (each hand-off left: the HTTP connection, the pool
+filler's kick and its hello, the inotify reader, the zygote reader's ~exited~; sysmon's ticks
+follow them); the v1 cgroup moves (four ~cgroup.procs~ writes a child, each a migration that can
+wait for an RCU grace period); the cgroup's ~cpuacct.usage~ written twice for a held child
+(Release's reset and Begin's); the pool filler's per-child JSON and ~forked~ read.
 `
 
 // boundsText explains, for the targets of the performance issue, what
