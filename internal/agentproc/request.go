@@ -125,12 +125,14 @@ type Phase struct {
 func (r *Result) Gone() <-chan struct{} { return r.gone }
 
 // OnGone has f run once the request's process is gone (when Gone is
-// closed), on the goroutine that releases the request after Run returned,
-// before Drain counts the request as finished: a release that needs the
-// process gone (its cgroup's) costs no goroutine and no wake-up of its own.
-// Call it only before Run returns (from the BeforeGo hook's after); f runs
-// once, and must not block for long (the request's directory is removed
-// after it). A Result not made by Run runs f at once.
+// closed), where the request is released after Run returned — for a fork
+// zygote's child, on the zygote's reader when its exited arrives
+// (whenExited) — before Drain counts the request as finished: a release
+// that needs the process gone (its cgroup's) costs no goroutine and no
+// wake-up of its own. Call it only before Run returns (from the BeforeGo
+// hook's after); f runs once, and must not block (it holds up the zygote's
+// other exits; what may wait goes to a goroutine of its own). A Result not
+// made by Run runs f at once.
 func (r *Result) OnGone(f func()) {
 	if r.gone == nil {
 		f()

@@ -108,6 +108,15 @@ func (m *Manager) releaseWhenGone(d *deployment, reqID string, g *cgroup.Group, 
 	m.wg.Add(1)
 	m.wgMu.Unlock()
 	res.OnGone(func() {
+		if !g.Empty() {
+			// Processes left behind: Release waits for them up to 200 ms, then kills
+			// them; not on the zygote's reader, which runs OnGone.
+			go func() {
+				defer m.wg.Done()
+				release()
+			}()
+			return
+		}
 		defer m.wg.Done()
 		release()
 	})
