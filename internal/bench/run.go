@@ -1005,9 +1005,13 @@ as well as on the work: read them as a trend, the other calls as exact.
   released by the zygote reader when the child's ~exited~ arrives (~whenExited~), not by a
   goroutine per request waiting on a channel for it; a child lingering 2 s past its deadline is
   still killed through its pidfd and released 5 s later if its exit never comes, and the releases
-  still waiting when the zygote dies run once the sandbox is gone. A release that finds processes
-  left in the request's cgroup waits up to 200 ms (Release) on the reader, delaying that
-  zygote's other exits, not its forks (the filler no longer waits for ~forked~).
+  still waiting when the zygote dies run once the sandbox is gone. A request whose cgroup still
+  holds processes (left behind by the request) is released on a goroutine of its own, as
+  before: Release waits for them up to 200 ms, then kills them (Group.Empty, one read of
+  ~pids.current~, decides; TestReleaseDeletesGroupWithLeftovers and
+  TestReleasedGroupIsReusedWithItsLimits check it). The request directory's removal stays on
+  the reader: a request that fills its directory with many files delays that zygote's other
+  releases (not its answers, nor its forks: the filler no longer waits for ~forked~).
   TestPlantedFilesInTheRequestDir now also plants a valid result renamed early by a process
   that goes on running: answered at once, and nothing of it left afterwards (it passes on A
   too; with the kill taken out it still passes, through the 5 s release, whose cgroup Delete
