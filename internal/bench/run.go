@@ -950,13 +950,13 @@ latencies move with it; the counts per request (~perf stat~) do not. A count by 
 (~perf stat~ of the syscall tracepoints over 600 requests at 8 clients, each build alone) said
 which calls went after each change.
 
-| per warm stats request, 8 clients | A | B, final | A/B runs before it |
+| per warm stats request, 8 clients | A | B, final | A/B runs of B before its last changes (first change; third; fifth) |
 |---|---|---|---|
-| daemon system calls (4 rounds) | 161-165 | 119-123 (-26%) | 168-181 vs 148-155 (first change); 155-158 vs 120-124 (third) |
-| daemon context switches | 40-45 | 33-35 (-20%) | 49-59 vs 55-58; 36-38 vs 33-38 |
-| daemon CPU (/proc/PID/stat) | 1.59 ms | 1.45 ms (0.91) | 1.74 vs 1.71 (0.98); 1.31 vs 1.28 (0.98) |
-| throughput | 159 req/s | 170 req/s (1.07) | |
-| zygote side CPU | 8.12 ms | 8.38 ms (1.03: nothing changed there) | |
+| daemon system calls (4 rounds) | 158-177 | 119-128 (-27%) | 168-181 vs 148-155; 155-158 vs 120-124; 161-165 vs 119-123 |
+| daemon context switches | 37-54 | 32-41 (-22%) | 49-59 vs 55-58; 36-38 vs 33-38; 40-45 vs 33-35 |
+| daemon CPU (/proc/PID/stat) | 1.63 ms | 1.34 ms (0.82) | 1.74 vs 1.71 (0.98); 1.31 vs 1.28 (0.98); 1.59 vs 1.45 (0.91) |
+| throughput | 123 req/s | 116 req/s (0.95: A's rounds ran at 73-243 req/s as the load moved) | 225 vs 218; 159 vs 170 |
+| zygote side CPU | 7.73 ms | 7.61 ms (0.99: nothing changed there) | |
 
 | after (cumulative; one build at a time, 600 requests at 8 clients) | system calls | context switches | futex / epoll_pwait / nanosleep | read / close / fcntl / getdents64 / unlinkat |
 |---|---|---|---|---|
@@ -965,6 +965,7 @@ which calls went after each change.
 | + the child's hello awaited directly | 132.1 | 42.5 | 14.7 / 14.5 / 17.1 | 7.6 / 9.0 / 6.2 / 2.0 / 6.0 |
 | + request sockets without ~net.FileConn~ | 118.2 | 31.7 | 14.2 / 14.3 / 11.4 | 7.6 / 8.1 / 3.7 / 2.0 / 6.0 |
 | + the release run by the zygote reader | 115.1 | 30.4 | 12.4 / 14.0 / 11.2 | 7.5 / 8.0 / 3.6 / 2.0 / 6.0 |
+| + a group with leftovers released off the reader (one pread more); A again beside it: 161.0, 42.1 | 124.7 | 35.7 | 14.0 / 16.7 / 13.7 | 8.1 / 8.0 / 3.9 / 2.0 / 6.0 |
 
 The Go runtime's calls (futex, epoll_pwait, nanosleep) and the context switches depend on timing
 as well as on the work: read them as a trend, the other calls as exact.
@@ -1027,14 +1028,16 @@ cgroup moves of the pool filler 6-8%, the socket pair 4%), the scheduler (15%) a
 HTTP server and JSON. Most nanosleeps are sysmon's 20 us ticks (strace: 515 of 526 over ten
 one-client requests, all on one thread), which run whenever some P is busy or in a system call
 and restart at 20 us each time the daemon wakes from idle: they follow the daemon's busy wall
-time. The one-client series did not separate A and B at this load (p50 B/A 1.21, 0.89, 0.93 and
-1.23 in four runs of 200-400 requests each, load 4-7; the child's steps equal). The ~wait~
-phase (GO to the result seen) read 0.94-1.17x in B over five runs, and 1.12x for the final B
-against B before its last change (the release on the zygote reader) in one: within this
-host's spread, but to be measured on the idle host.
+time. The one-client series did not separate A and B at this load (p50 B/A 1.21, 0.89, 0.93, 1.23
+and 1.10 in five runs of 200-400 requests each, load 4-7; the child's steps equal). The ~wait~
+phase (GO to the result seen) read 0.94-1.17x in B over six runs; B before the release on the
+zygote reader against B after it read 1.12x one way round and 1/1.07 the other, and A/A and
+B/B runs beside them spread 0.95-1.09 (p50) and 0.96-0.99 (wait): within this host's spread,
+to be measured again on the idle host.
 
-Targets after this round: daemon CPU per request <= 0.5 ms NOT met (1.45 ms against A's 1.59
-ms on the loaded host, 0.91x; 1.12 ms was the last idle measure of A). Not done, in order of
+Targets after this round: daemon CPU per request <= 0.5 ms NOT met (1.34 ms against A's 1.63
+ms on the loaded host, 0.82x; 1.12 ms was the last idle measure of A, so about 0.9-1.0 ms
+expected there). Not done, in order of
 what the counts say: fewer thread wake-ups (each hand-off left: the HTTP connection, the pool
 filler's kick and its hello, the inotify reader, the zygote reader's ~exited~; sysmon's ticks
 follow them); the v1 cgroup moves (four ~cgroup.procs~ writes a child, each a migration that can
