@@ -1031,7 +1031,7 @@ and restart at 20 us each time the daemon wakes from idle: they follow the daemo
 time. The one-client series did not separate A and B at this load (p50 B/A 1.21, 0.89, 0.93, 1.23
 and 1.10 in five runs of 200-400 requests each, load 4-7; the child's steps equal). The ~wait~
 phase (GO to the result seen) read 0.94-1.17x in B over six runs; B before the release on the
-zygote reader against B after it read 1.12x one way round and 1/1.07 the other, and A/A and
+zygote reader against B after it (after/before) read 1.12x in one run and 0.93x in the other, and A/A and
 B/B runs beside them spread 0.95-1.09 (p50) and 0.96-0.99 (wait): within this host's spread,
 to be measured again on the idle host.
 
