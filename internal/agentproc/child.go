@@ -3,7 +3,7 @@ package agentproc
 import (
 	"context"
 	"fmt"
-	"net"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -129,11 +129,16 @@ func (z *Process) makeChild(ctx context.Context, fail func(Failure, string, ...a
 		fail(FailZygote, "zygote unavailable: %v", err)
 		return nil, false
 	}
-	if z.spec.Mode == ModeFork && !z.awaitForked(ctx, forkCh, fail) {
-		z.release(c)
-		return nil, false
-	}
-	pid, pidfd, ok := z.awaitHello(local, fail)
+	// The child's hello is awaited directly; the zygote's forked is not
+	// (one wake-up of this goroutine fewer a child). A fork that failed
+	// closes the zygote's copy of the request socket before its fork_error
+	// (zygote.py): the hello's read then ends, and fork_error says why.
+	pid, pidfd, ok := z.awaitHello(local, func(f Failure, format string, a ...any) {
+		if z.spec.Mode == ModeFork && !z.awaitForked(ctx, forkCh, fail) {
+			return // the fork failed: fail says so
+		}
+		fail(f, format, a...)
+	})
 	if !ok {
 		z.release(c)
 		return nil, false
@@ -198,7 +203,7 @@ func (z *Process) awaitForked(ctx context.Context, forkCh chan message, fail fun
 
 // awaitHello reads the child's hello, whose SCM_CREDENTIALS give its host
 // pid, and opens a pidfd for it (owned by the caller).
-func (z *Process) awaitHello(local *net.UnixConn, fail func(Failure, string, ...any)) (int, int, bool) {
+func (z *Process) awaitHello(local sockConn, fail func(Failure, string, ...any)) (int, int, bool) {
 	_ = local.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer local.SetReadDeadline(time.Time{})
 	m, creds, err := recv(local)
@@ -221,3 +226,62 @@ func (z *Process) awaitHello(local *net.UnixConn, fail func(Failure, string, ...
 
 // String describes c for logs.
 func (c *child) String() string { return fmt.Sprintf("child seq=%d pid=%d", c.seq, c.hostPID) }
+
+// exitWait is a request's release waiting for its child's exit
+// (whenExited): run once, by readLoop when the exit is reported, by
+// endExits when the zygote is gone, or by the timer that killed a child
+// lingering past the deadline when the exit still is not reported.
+type exitWait struct {
+	mu    sync.Mutex // guards done; held while the timer kills the child
+	done  bool
+	f     func()
+	timer *time.Timer
+}
+
+// fire runs w's release unless it ran already.
+func (w *exitWait) fire() {
+	w.mu.Lock()
+	if w.done {
+		w.mu.Unlock()
+		return
+	}
+	w.done = true
+	w.mu.Unlock()
+	w.timer.Stop()
+	w.f()
+}
+
+// whenExited has release run once c's exit is reported (the zygote's
+// exited message; c's result is in, so it is exiting), without a goroutine
+// waiting for it: readLoop runs it. A child that lingers past deadline+2s
+// is killed through its pidfd, and released 5s later if its exit is still
+// not reported, as awaitExit would. Fork mode only (readLoop reports the
+// exits).
+func (z *Process) whenExited(c *child, deadline time.Time, release func()) {
+	w := &exitWait{f: release}
+	w.timer = time.AfterFunc(max(time.Until(deadline), 0)+2*time.Second, func() {
+		w.mu.Lock()
+		if !w.done {
+			_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
+		}
+		w.mu.Unlock()
+		time.AfterFunc(5*time.Second, w.fire)
+	})
+	z.mu.Lock()
+	_, pending := z.exits[c.seq] // readLoop has not taken the exit yet
+	if pending && !z.exitsDone {
+		z.exitFns[c.seq] = w
+		z.mu.Unlock()
+		return
+	}
+	z.mu.Unlock()
+	// The exit was reported already (it is on c.exitCh, or about to be), or
+	// readLoop has ended: wait for it here.
+	go func() {
+		select {
+		case <-c.exitCh:
+		case <-z.done:
+		}
+		w.fire()
+	}()
+}

@@ -130,6 +130,8 @@ func (z *Process) fill() {
 			select {
 			case c := <-p.ch:
 				z.release(c)
+			case d := <-z.dirs:
+				_ = d.remove(context.Background())
 			default:
 				return
 			}

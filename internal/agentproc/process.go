@@ -141,6 +141,9 @@ type Process struct {
 	cmd     *exec.Cmd
 	ctl     channel
 	reqRoot string // host dir bound at /run/zygo/req
+	// root is reqRoot, open from makeDirs until Stop (or Start's failure)
+	// closes it: every request directory is made and removed through it.
+	root    *untrusted.Dir
 	ready   Ready
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // set before done is closed
@@ -162,15 +165,20 @@ type Process struct {
 	draining   chan struct{} // closed by Drain
 	drainOne   sync.Once
 
-	mu       sync.Mutex // guards the fields below
-	state    State
-	pid1fd   int    // pidfd of the sandbox's PID 1 (the agent, from --json-status-fd); -1 when unknown or gone
-	cg       Cgroup // the sandbox's cgroup (Spec.Cgroup); nil without one or until made
-	held     Held   // a worker's Spec.Hold, until its request takes it or Stop drops it
-	nextSeq  int
-	forks    map[int]chan message // seq → forked/fork_error
-	exits    map[int]chan message // seq → exited
-	inflight sync.WaitGroup
+	mu      sync.Mutex // guards the fields below
+	state   State
+	pid1fd  int    // pidfd of the sandbox's PID 1 (the agent, from --json-status-fd); -1 when unknown or gone
+	cg      Cgroup // the sandbox's cgroup (Spec.Cgroup); nil without one or until made
+	held    Held   // a worker's Spec.Hold, until its request takes it or Stop drops it
+	nextSeq int
+	forks   map[int]chan message // seq → forked/fork_error
+	exits   map[int]chan message // seq → exited
+	// exitFns are the releases of requests whose result is in, run by
+	// readLoop itself when their child's exited arrives (whenExited);
+	// exitsDone is set when readLoop has ended, and runs no more.
+	exitFns   map[int]*exitWait
+	exitsDone bool
+	inflight  sync.WaitGroup
 }
 
 // Start launches the agent and waits until it is ready. On error nothing is
@@ -183,7 +191,7 @@ func Start(ctx context.Context, spec Spec) (_ *Process, err error) {
 		spec.Log = slog.Default()
 	}
 	z := &Process{spec: spec, log: spec.Log, done: make(chan struct{}), draining: make(chan struct{}),
-		forks: map[int]chan message{}, exits: map[int]chan message{}, pid1fd: -1, childPID: make(chan int, 1)}
+		forks: map[int]chan message{}, exits: map[int]chan message{}, exitFns: map[int]*exitWait{}, pid1fd: -1, childPID: make(chan int, 1)}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -192,7 +200,7 @@ func Start(ctx context.Context, spec Spec) (_ *Process, err error) {
 			}
 		}
 	}()
-	undo = append(undo, z.removeRunDir) // safe on a partly made run dir
+	undo = append(undo, z.removeRunDir, z.closeRoot) // safe on a partly made run dir
 	if err := z.makeDirs(); err != nil {
 		return nil, err
 	}
@@ -320,6 +328,9 @@ func (z *Process) makeDirs() error {
 	// req: traversable but not listable by the sandbox uid (docs/protocol.md).
 	if err := z.mkOwned(run, "req", 0o711, false); err != nil {
 		return err
+	}
+	if z.root, err = run.Sub("req"); err != nil {
+		return fmt.Errorf("opening request root: %w", err)
 	}
 	z.spec.Box.ReqDir = z.reqRoot
 	if err := z.makeScratch(run); err != nil {
@@ -688,33 +699,59 @@ func (z *Process) handleFirst(m message) error {
 	}
 }
 
-// readLoop dispatches control messages until the socket closes.
+// readLoop dispatches control messages until the socket closes. The
+// release of a request that whenExited registered runs here, when its
+// child's exited arrives: no goroutine waits for it.
 func (z *Process) readLoop() {
+	defer z.endExits()
 	for {
 		m, _, err := z.ctl.recv()
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "peer closed") {
+			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) && !strings.Contains(err.Error(), "peer closed") {
 				z.log.Debug("zygote control socket", "err", err)
 			}
 			return
 		}
 		z.mu.Lock()
 		var ch chan message
+		var w *exitWait
 		switch m.Type {
 		case "forked", "fork_error":
 			ch = z.forks[m.Seq]
 			delete(z.forks, m.Seq)
 		case "exited":
-			ch = z.exits[m.Seq]
+			ch, w = z.exits[m.Seq], z.exitFns[m.Seq]
 			delete(z.exits, m.Seq)
+			delete(z.exitFns, m.Seq)
 		default:
 			z.log.Warn("zygote sent an unknown message", "type", m.Type)
 		}
 		z.mu.Unlock()
-		if ch != nil {
+		switch {
+		case w != nil:
+			w.fire()
+		case ch != nil:
 			ch <- m
 		}
 	}
+}
+
+// endExits runs, once the zygote is gone, the releases still waiting for
+// an exited that will not come (readLoop has ended).
+func (z *Process) endExits() {
+	z.mu.Lock()
+	fns := z.exitFns
+	z.exitFns, z.exitsDone = nil, true
+	z.mu.Unlock()
+	if len(fns) == 0 {
+		return
+	}
+	go func() {
+		<-z.done // the sandbox is gone, and every child with it
+		for _, w := range fns {
+			w.fire()
+		}
+	}()
 }
 
 // SecretsDir returns the host directory bound at /run/secrets, or "" when
@@ -803,6 +840,16 @@ func (z *Process) Stop() {
 	}
 	z.deleteCgroup()
 	z.removeRunDir()
+	z.closeRoot()
+}
+
+// closeRoot closes the request root (z.root) once nothing uses it: a
+// request's removal still in flight then fails with EBADF, and the run
+// directory's own removal takes what it left.
+func (z *Process) closeRoot() {
+	if z.root != nil {
+		z.root.Close()
+	}
 }
 
 // takeHeld returns the worker's Held and forgets it (nil when there is

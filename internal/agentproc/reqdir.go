@@ -26,34 +26,33 @@ import (
 // daemon's (mode 0711): the sandbox can neither list nor rename what is in it,
 // so the directory a token names is the one the supervisor made.
 
-// requestDir is one request's directory. A pooled one (made ahead of demand)
-// holds only its names; open gives it root and files.
+// requestDir is one request's directory, open from the moment it is made
+// (ahead of demand with a pre-forked pool) until it is removed.
 type requestDir struct {
 	name          string // the token
 	host, sandbox string // for messages and for the GO message; never read through
 
-	root  *untrusted.Dir // RunDir/req, the daemon's
-	files *untrusted.Dir // RunDir/req/TOKEN, the sandbox's
+	root  *untrusted.Dir // RunDir/req, the daemon's: the zygote's (Process.root), never closed here
+	files *untrusted.Dir // RunDir/req/TOKEN, the sandbox's; owned
 }
 
 // newDir creates a request directory (mode 0700, owned by the sandbox's
-// host uid) with tmp/ inside, under an unguessable name. Nothing is left
-// behind on error.
+// host uid) with tmp/ inside, under an unguessable name, and returns it
+// open. Nothing is left behind on error.
 func (z *Process) newDir() (d requestDir, err error) {
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		return requestDir{}, err
 	}
-	d = requestDir{name: hex.EncodeToString(tok[:])}
+	d = requestDir{name: hex.EncodeToString(tok[:]), root: z.root}
 	d.host, d.sandbox = filepath.Join(z.reqRoot, d.name), nsbox.ReqDir+"/"+d.name
-	if err := d.open(z.reqRoot, true); err != nil {
-		return d, err
+	if err := d.create(); err != nil {
+		return requestDir{}, err
 	}
 	defer func() {
 		if err != nil {
-			d.remove(context.Background())
+			_ = d.remove(context.Background())
 		}
-		d.close()
 	}()
 	if err := d.files.Mkdir("tmp", 0o700); err != nil {
 		return d, fmt.Errorf("creating request tmp: %w", err)
@@ -69,51 +68,31 @@ func (z *Process) newDir() (d requestDir, err error) {
 	return d, nil
 }
 
-// open opens the request root (reqRoot) and, creating it first when create
-// is set, the request directory. On error nothing is left open.
-func (d *requestDir) open(reqRoot string, create bool) error {
-	root, err := untrusted.OpenDir(reqRoot)
-	if err != nil {
-		return fmt.Errorf("opening request root: %w", err)
+// create makes the request directory in root and opens it. On error
+// nothing is left.
+func (d *requestDir) create() error {
+	if err := d.root.Mkdir(d.name, 0o700); err != nil {
+		return fmt.Errorf("creating request dir: %w", err)
 	}
-	if create {
-		if err := root.Mkdir(d.name, 0o700); err != nil {
-			root.Close()
-			return fmt.Errorf("creating request dir: %w", err)
-		}
-	}
-	files, err := root.Sub(d.name)
+	files, err := d.root.Sub(d.name)
 	if err != nil {
-		if create {
-			_ = root.Remove(d.name)
-		}
-		root.Close()
+		_ = d.root.Remove(d.name)
 		return fmt.Errorf("opening request dir: %w", err)
 	}
-	d.root, d.files = root, files
+	d.files = files
 	return nil
 }
 
 // remove deletes the request directory and all the sandbox left in it,
-// without following anything, bounded by ctx, and closes it. It is a no-op
-// on a directory that was never opened.
+// without following anything, bounded by ctx, through its own descriptor
+// (which it closes). It is a no-op on a directory that is not open.
 func (d *requestDir) remove(ctx context.Context) error {
-	if d.root == nil {
+	if d.files == nil {
 		return nil
 	}
-	err := d.root.RemoveAll(ctx, d.name)
-	d.close()
-	return err
-}
-
-func (d *requestDir) close() {
-	if d.files != nil {
-		d.files.Close()
-	}
-	if d.root != nil {
-		d.root.Close()
-	}
-	d.root, d.files = nil, nil
+	files := d.files
+	d.files = nil
+	return d.root.RemoveSub(ctx, d.name, files)
 }
 
 // errNotItsResult is the failure of a request whose result.json is not a

@@ -186,12 +186,9 @@ func TestRemoveRequestDirLeavesTargetsAlone(t *testing.T) {
 	if err := os.WriteFile(keep, []byte(marker), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	z := &Process{reqRoot: root}
+	z := &Process{reqRoot: root, root: openDir(t, root)}
 	d, err := z.newDir()
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.open(root, false); err != nil {
 		t.Fatal(err)
 	}
 	for i, what := range plants {

@@ -98,6 +98,7 @@ type Result struct {
 	lap     time.Time // start of the current phase
 	steps   []Phase   // the child's timing of its steps (result.json "steps"), after run
 	gone    chan struct{}
+	onGone  []func() // run by Run's release once gone is closed (OnGone)
 
 	// Phases records how long each step took, in order (for --debug and
 	// benchmarks, the invoke answer's Server-Timing): dir, fork+hello,
@@ -122,6 +123,23 @@ type Phase struct {
 // (its cgroup) without polling for the exit. A Result not made by Run has
 // no channel: Gone returns nil (blocks forever).
 func (r *Result) Gone() <-chan struct{} { return r.gone }
+
+// OnGone has f run once the request's process is gone (when Gone is
+// closed), where the request is released after Run returned — for a fork
+// zygote's child, on the zygote's reader when its exited arrives
+// (whenExited) — before Drain counts the request as finished: a release
+// that needs the process gone (its cgroup's) costs no goroutine and no
+// wake-up of its own. Call it only before Run returns (from the BeforeGo
+// hook's after); f runs once, and must not block (it holds up the zygote's
+// other exits; what may wait goes to a goroutine of its own). A Result not
+// made by Run runs f at once.
+func (r *Result) OnGone(f func()) {
+	if r.gone == nil {
+		f()
+		return
+	}
+	r.onGone = append(r.onGone, f)
+}
 
 func (r *Result) mark(name string, since *time.Time) {
 	now := time.Now()
@@ -273,7 +291,7 @@ func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, requestDirError(err)
 	}
 	res.mark("dir", &res.lap)
-	finish := z.runChild(ctx, req, deadline, dir, res)
+	finish, exiting := z.runChild(ctx, req, deadline, dir, res)
 	// Bounded reads of regular files only (reqdir.go): they cannot block, and
 	// a caller that went away must not cost the request its logs.
 	rctx := context.WithoutCancel(ctx)
@@ -281,17 +299,25 @@ func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 	res.Stderr = readLines(rctx, dir.files, "stderr", req.Redact)
 	res.mark("collect", &res.lap)
 	res.Elapsed = time.Since(t0)
-	go func() {
+	release := func() {
 		defer z.inflight.Done()
 		defer z.pool.finished()
 		if finish != nil {
 			finish()
 		}
 		close(res.gone)
+		for _, f := range res.onGone {
+			f()
+		}
 		if err := dir.remove(context.Background()); err != nil {
 			z.log.Warn("removing request dir", "request_id", req.ID, "err", err)
 		}
-	}()
+	}
+	if exiting != nil {
+		z.whenExited(exiting, deadline, release)
+	} else {
+		go release()
+	}
 	return res, nil
 }
 
@@ -344,8 +370,8 @@ func (z *Process) makeRequestDir(req Request) (requestDir, error) {
 	return d, nil
 }
 
-// takeDir returns an open, empty request directory: one made ahead of
-// demand when a pre-forked pool keeps some ready, else a new one. Its name
+// takeDir returns an open, empty request directory: one made (and opened)
+// ahead of demand when a pre-forked pool keeps some ready, else a new one. Its name
 // is a fresh 128-bit token that only the supervisor knows until GO.
 func (z *Process) takeDir() (requestDir, error) {
 	var d requestDir
@@ -357,14 +383,16 @@ func (z *Process) takeDir() (requestDir, error) {
 			return d, err
 		}
 	}
-	return d, d.open(z.reqRoot, false)
+	return d, nil
 }
 
 // runChild does steps 1–8 of docs/protocol.md for one request and fills
 // res.Failure, res.Error and res.Value. It returns what is left to do once
-// the caller has read the request's output (wait for the exit, run the
-// BeforeGo hook's after, release the child), or nil.
-func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time, dir requestDir, res *Result) (finish func()) {
+// the caller has read the request's output (wait for the exit, release the
+// child), or nil; and, for a fork zygote's child whose result is in and
+// which is exiting, the child: finish is then only its release, to run
+// once its exit is reported (whenExited).
+func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time, dir requestDir, res *Result) (finish func(), exiting *child) {
 	fail := func(f Failure, format string, a ...any) {
 		res.Failure = f
 		res.Error = &HandlerError{Type: string(f), Message: fmt.Sprintf(format, a...)}
@@ -373,7 +401,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	c, ok := z.newChild(ctx, fail)
 	if !ok {
 		watch.Close()
-		return nil
+		return nil, nil
 	}
 	res.HostPID, res.Child = c.hostPID, c.kind
 	res.mark("fork+hello", &res.lap)
@@ -390,7 +418,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 		z.awaitExit(c, time.Now().Add(5*time.Second), nil)
 		settle()
 		z.release(c)
-		return nil
+		return nil, nil
 	}
 	res.mark("before_go", &res.lap)
 	// deadline_ms is the time left, milliseconds, counted by the child from
@@ -412,7 +440,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 		fail(FailCrashed, "child went away before GO: %v", err)
 		settle()
 		z.release(c)
-		return nil
+		return nil, nil
 	}
 	if c.ownConn {
 		c.conn.close()
@@ -427,7 +455,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	res.Phases = append(res.Phases, res.steps...)
 	if !st.resultReady {
 		z.release(c)
-		return nil
+		return nil, nil
 	}
 	if res.Failure == FailCrashed {
 		// Something other than a result was renamed onto result.json: the
@@ -436,10 +464,13 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	}
 	// The result is in; the child is exiting. Wait for that off the
 	// request path, killing it if it lingers past the deadline.
+	if z.spec.Mode == ModeFork {
+		return func() { z.release(c) }, c
+	}
 	return func() {
 		z.awaitExit(c, time.Now().Add(max(time.Until(deadline), 0)+2*time.Second), nil)
 		z.release(c)
-	}
+	}, nil
 }
 
 // prepare readies c for GO: the Begin of what Spec.Hold readied for it (a

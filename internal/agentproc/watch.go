@@ -45,6 +45,12 @@ type resultWatch struct {
 // inotify, ready is nil and the caller waits for the exit instead. Every
 // component of dir is the daemon's (the sandbox cannot rename the request
 // directory itself); IN_DONT_FOLLOW|IN_ONLYDIR still refuse a symlink there.
+// The watch is one-shot (IN_ONESHOT): the kernel removes it at its first
+// event and queues IN_IGNORED with it, so the reader wakes once per request;
+// a watch left until the directory's removal woke the reader a second time
+// for that IN_IGNORED. A first rename onto another name ends the watch
+// without an answer: the request then waits for the child's exit, as
+// without inotify.
 // The event only says that some name was renamed onto result.json: a FIFO,
 // a directory or a symlink renamed there wakes the request too, and
 // readResult refuses it (untrusted.Dir), so the event is a hint, never
@@ -55,7 +61,7 @@ func (w *resultWatcher) watch(dir string) *resultWatch {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	wd, err := unix.InotifyAddWatch(int(w.f.Fd()), dir, unix.IN_MOVED_TO|unix.IN_DONT_FOLLOW|unix.IN_ONLYDIR)
+	wd, err := unix.InotifyAddWatch(int(w.f.Fd()), dir, unix.IN_MOVED_TO|unix.IN_DONT_FOLLOW|unix.IN_ONLYDIR|unix.IN_ONESHOT)
 	if err != nil {
 		return &resultWatch{}
 	}

@@ -3,10 +3,13 @@ package agentproc
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"sync"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -73,13 +76,13 @@ type Check struct {
 
 // seqpacketPair returns a connected AF_UNIX SOCK_SEQPACKET pair, both
 // close-on-exec. The caller owns both ends.
-func seqpacketPair() (local *net.UnixConn, remote *os.File, err error) {
+func seqpacketPair() (local sockConn, remote *os.File, err error) {
 	return socketPair(unix.SOCK_SEQPACKET)
 }
 
 // send writes one message, with f's descriptor attached as SCM_RIGHTS when
 // f is not nil. The caller keeps ownership of f.
-func send(c *net.UnixConn, m message, f *os.File) error {
+func send(c sockConn, m message, f *os.File) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -97,7 +100,7 @@ func send(c *net.UnixConn, m message, f *os.File) error {
 // recv reads one message. If the sender attached credentials (or the socket
 // has SO_PASSCRED), creds holds them with the pid translated into our pid
 // namespace by the kernel (unix(7), SCM_CREDENTIALS).
-func recv(c *net.UnixConn) (m message, creds *unix.Ucred, err error) {
+func recv(c sockConn) (m message, creds *unix.Ucred, err error) {
 	bp := datagrams.Get().(*[maxDatagram]byte)
 	defer datagrams.Put(bp)
 	buf := bp[:]
@@ -144,7 +147,7 @@ var datagrams = sync.Pool{New: func() any { return new([maxDatagram]byte) }}
 
 // setPassCred turns on SO_PASSCRED so that the kernel attaches the sender's
 // credentials to every message we receive.
-func setPassCred(c *net.UnixConn) error {
+func setPassCred(c sockConn) error {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return err
@@ -169,7 +172,7 @@ type channel interface {
 	close() error
 }
 
-type packetChannel struct{ c *net.UnixConn }
+type packetChannel struct{ c sockConn }
 
 func (p packetChannel) send(m message, f *os.File) error    { return send(p.c, m, f) }
 func (p packetChannel) recv() (message, *unix.Ucred, error) { return recv(p.c) }
@@ -179,7 +182,7 @@ func (p packetChannel) close() error                        { return p.c.Close()
 // streamChannel frames messages as JSON lines. Descriptors cannot be sent
 // on it.
 type streamChannel struct {
-	c     *net.UnixConn
+	c     sockConn
 	buf   []byte
 	creds *unix.Ucred // from the latest read that carried credentials
 }
@@ -241,19 +244,110 @@ func (s *streamChannel) setPassCred() error { return setPassCred(s.c) }
 func (s *streamChannel) close() error       { return s.c.Close() }
 
 // socketPair returns a connected AF_UNIX pair of the given type, both ends
-// close-on-exec; the caller owns both.
-func socketPair(typ int) (*net.UnixConn, *os.File, error) {
+// close-on-exec; the caller owns both. Our end is non-blocking and in the
+// runtime's poller (fdConn); the remote end, which goes to the agent, stays
+// blocking (a descriptor's O_NONBLOCK is shared with whoever it is passed
+// to).
+func socketPair(typ int) (sockConn, *os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating socket pair: %w", err)
 	}
-	lf := os.NewFile(uintptr(fds[0]), "zygo-local")
 	remote := os.NewFile(uintptr(fds[1]), "zygo-remote")
-	c, err := net.FileConn(lf)
-	lf.Close()
+	c, err := newFDConn(fds[0])
 	if err != nil {
 		remote.Close()
 		return nil, nil, fmt.Errorf("wrapping socket: %w", err)
 	}
-	return c.(*net.UnixConn), remote, nil
+	return c, remote, nil
 }
+
+// sockConn is what the channels use of our end of a socket: *net.UnixConn
+// has these methods, and so has fdConn.
+type sockConn interface {
+	ReadMsgUnix(b, oob []byte) (n, oobn, flags int, addr *net.UnixAddr, err error)
+	WriteMsgUnix(b, oob []byte, addr *net.UnixAddr) (n, oobn int, err error)
+	Write(b []byte) (int, error)
+	SyscallConn() (syscall.RawConn, error)
+	SetReadDeadline(t time.Time) error
+	Close() error
+}
+
+// fdConn is our end of a socket pair as a pollable *os.File, read and written
+// with recvmsg and sendmsg through its RawConn. net.FileConn, which it
+// replaces, dups the descriptor and asks the kernel for its flags, type and
+// both addresses: about ten system calls for every request socket (a child's),
+// where this makes four (F_SETFL, os.NewFile's F_GETFL, the poller's
+// epoll_ctl, and the remote end's F_GETFL).
+type fdConn struct {
+	f  *os.File
+	rc syscall.RawConn
+}
+
+var _ sockConn = (*fdConn)(nil)
+
+// newFDConn makes fd (owned from then on, closed on error) non-blocking
+// and wraps it.
+func newFDConn(fd int) (*fdConn, error) {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, unix.O_RDWR|unix.O_NONBLOCK); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("making the socket non-blocking: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "zygo-local") // non-blocking: in the poller
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &fdConn{f: f, rc: rc}, nil
+}
+
+// ReadMsgUnix reads one message (recvmsg(2), MSG_CMSG_CLOEXEC), waiting
+// in the poller; addr is always nil.
+func (c *fdConn) ReadMsgUnix(b, oob []byte) (n, oobn, flags int, addr *net.UnixAddr, err error) {
+	var serr error
+	rerr := c.rc.Read(func(fd uintptr) bool {
+		for {
+			n, oobn, flags, _, serr = unix.Recvmsg(int(fd), b, oob, unix.MSG_CMSG_CLOEXEC)
+			if serr != unix.EINTR {
+				return serr != unix.EAGAIN
+			}
+		}
+	})
+	if rerr != nil {
+		return 0, 0, 0, nil, rerr
+	}
+	if serr != nil {
+		return 0, 0, 0, nil, os.NewSyscallError("recvmsg", serr)
+	}
+	return n, oobn, flags, nil, nil
+}
+
+// WriteMsgUnix sends b with oob (sendmsg(2)), waiting in the poller while
+// the socket is full; addr must be nil.
+func (c *fdConn) WriteMsgUnix(b, oob []byte, addr *net.UnixAddr) (n, oobn int, err error) {
+	if addr != nil {
+		return 0, 0, errors.New("fdConn: no addresses on a connected pair")
+	}
+	var serr error
+	werr := c.rc.Write(func(fd uintptr) bool {
+		for {
+			n, serr = unix.SendmsgN(int(fd), b, oob, nil, 0)
+			if serr != unix.EINTR {
+				return serr != unix.EAGAIN
+			}
+		}
+	})
+	if werr != nil {
+		return 0, 0, werr
+	}
+	if serr != nil {
+		return 0, 0, os.NewSyscallError("sendmsg", serr)
+	}
+	return n, len(oob), nil
+}
+
+func (c *fdConn) Write(b []byte) (int, error)           { return c.f.Write(b) }
+func (c *fdConn) SyscallConn() (syscall.RawConn, error) { return c.rc, nil }
+func (c *fdConn) SetReadDeadline(t time.Time) error     { return c.f.SetReadDeadline(t) }
+func (c *fdConn) Close() error                          { return c.f.Close() }

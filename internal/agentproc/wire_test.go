@@ -16,7 +16,7 @@ import (
 
 // pair returns a connected socket pair of type typ: our end, wrapped as
 // wire.go wraps it, and the peer's end as the agent would hold it.
-func pair(t *testing.T, typ int) (local *net.UnixConn, peer *net.UnixConn, peerFile *os.File) {
+func pair(t *testing.T, typ int) (local sockConn, peer *net.UnixConn, peerFile *os.File) {
 	t.Helper()
 	local, remote, err := socketPair(typ)
 	if err != nil {
@@ -153,10 +153,10 @@ func TestPeerClosed(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		typ  int
-		ch   func(*net.UnixConn) channel
+		ch   func(sockConn) channel
 	}{
-		{"packet", unix.SOCK_SEQPACKET, func(c *net.UnixConn) channel { return packetChannel{c} }},
-		{"stream", unix.SOCK_STREAM, func(c *net.UnixConn) channel { return &streamChannel{c: c} }},
+		{"packet", unix.SOCK_SEQPACKET, func(c sockConn) channel { return packetChannel{c} }},
+		{"stream", unix.SOCK_STREAM, func(c sockConn) channel { return &streamChannel{c: c} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			local, peer, remote := pair(t, c.typ)
@@ -173,10 +173,10 @@ func TestPassCred(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		typ  int
-		ch   func(*net.UnixConn) channel
+		ch   func(sockConn) channel
 	}{
-		{"packet", unix.SOCK_SEQPACKET, func(c *net.UnixConn) channel { return packetChannel{c} }},
-		{"stream", unix.SOCK_STREAM, func(c *net.UnixConn) channel { return &streamChannel{c: c} }},
+		{"packet", unix.SOCK_SEQPACKET, func(c sockConn) channel { return packetChannel{c} }},
+		{"stream", unix.SOCK_STREAM, func(c sockConn) channel { return &streamChannel{c: c} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			local, peer, _ := pair(t, c.typ)

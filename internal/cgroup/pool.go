@@ -96,6 +96,15 @@ func (m *Manager) PlacePooled(ctx context.Context, prefix string, hostPID int, l
 	}
 }
 
+// Empty reports whether g holds no process now (one read of pids.current; an error reads
+// as false): Release then keeps or deletes it without waiting. A caller that must not wait
+// up to releaseWait (and a Delete's kill walk) releases a group that is not empty
+// elsewhere.
+func (g *Group) Empty() bool {
+	n, err := g.readUintFile(ctrlPids, "pids.current")
+	return err == nil && n == 0
+}
+
 // Release ends a request's use of a group from PlacePooled: once the group is empty
 // (waiting up to releaseWait for its process to finish exiting) and no limit was hit, it
 // is reset and kept for the next request; otherwise it is deleted (Delete: the kill

@@ -36,6 +36,9 @@ func TestReleasedGroupIsReusedWithItsLimits(t *testing.T) {
 	if u, err := g1.Usage(); err != nil || u.CPU < 10*time.Millisecond {
 		t.Fatalf("first request's usage %+v, %v: want some CPU", u, err)
 	}
+	if !g1.Empty() {
+		t.Fatal("Empty() = false for a group whose one process exited and was waited for")
+	}
 	if err := g1.Release(); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -95,6 +98,9 @@ print("forked")
 	pids, err := g.procs()
 	if err != nil || len(pids) != 1 {
 		t.Fatalf("procs = %v, %v; want the orphan", pids, err)
+	}
+	if g.Empty() {
+		t.Fatal("Empty() = true for a group holding an orphan")
 	}
 	if err := g.Release(); err != nil {
 		t.Fatalf("Release: %v", err)

@@ -84,9 +84,42 @@ func (m *Manager) enforceIn(d *deployment, reqID string, g *cgroup.Group) func(*
 		// was killed and waited for): Release then finds the group empty at
 		// its first read instead of polling pids.current through the exit,
 		// and keeps it, or deletes it with whatever is left in it
-		// (processes the request left behind).
-		m.releaseGroup(d, reqID, g, res.Gone())
+		// (processes the request left behind). It runs on the goroutine
+		// that releases the request (Result.OnGone), not one of its own.
+		m.releaseWhenGone(d, reqID, g, res)
 	}
+}
+
+// releaseWhenGone releases g (Group.Release) once res's process is gone
+// (Result.OnGone), counted as a goroutine of the Manager's until then; at
+// once while the manager shuts down.
+func (m *Manager) releaseWhenGone(d *deployment, reqID string, g *cgroup.Group, res *agentproc.Result) {
+	release := func() {
+		if err := g.Release(); err != nil {
+			m.log.Warn("releasing request cgroup", "function", d.name, "request_id", reqID, "err", err)
+		}
+	}
+	m.wgMu.Lock()
+	if m.shut {
+		m.wgMu.Unlock()
+		release()
+		return
+	}
+	m.wg.Add(1)
+	m.wgMu.Unlock()
+	res.OnGone(func() {
+		if !g.Empty() {
+			// Processes left behind: Release waits for them up to 200 ms, then kills
+			// them; not on the zygote's reader, which runs OnGone.
+			go func() {
+				defer m.wg.Done()
+				release()
+			}()
+			return
+		}
+		defer m.wg.Done()
+		release()
+	})
 }
 
 // releaseGroup releases g (Group.Release) in the background once gone is

@@ -19,7 +19,9 @@
 package untrusted
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -193,8 +195,9 @@ func (d *Dir) ReadFile(ctx context.Context, name string, max int64) ([]byte, err
 // and returns them with the size the file claimed when opened (which may be
 // larger than what was read, or smaller when it grew). It reads into one
 // buffer of that size (bounded by n), so a file of a few kilobytes costs
-// one allocation and two reads, and nothing beyond n bytes is read, however
-// large the file claims to be. ctx is checked before the read.
+// one allocation and one read (a short read of a regular file is its end; a
+// file empty when opened is not read), and nothing beyond n bytes is read,
+// however large the file claims to be. ctx is checked before the read.
 func (d *Dir) Head(ctx context.Context, name string, n int64) (b []byte, size int64, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
@@ -205,6 +208,9 @@ func (d *Dir) Head(ctx context.Context, name string, n int64) (b []byte, size in
 	}
 	defer unix.Close(fd)
 	b = make([]byte, 0, max(min(size+1, n), 0))
+	if size == 0 {
+		return b, 0, nil // empty when opened: nothing to read
+	}
 	for int64(len(b)) < n {
 		if len(b) == cap(b) {
 			b = slices.Grow(b, int(min(int64(max(cap(b), 512)), n-int64(len(b)))))
@@ -217,7 +223,11 @@ func (d *Dir) Head(ctx context.Context, name string, n int64) (b []byte, size in
 		if err != nil || got <= 0 {
 			break
 		}
+		want := int(min(int64(cap(b)), n)) - len(b)
 		b = b[:len(b)+got]
+		if got < want {
+			break // a short read of a regular file is its end: no read to see 0
+		}
 	}
 	if err != nil {
 		return nil, 0, &os.PathError{Op: "read", Path: filepath.Join(d.path, name), Err: err}
@@ -326,22 +336,55 @@ func (d *Dir) RemoveAll(ctx context.Context, name string) error {
 	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
 		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
 	}
-	return removeAllAt(ctx, d.live(), name, d.path, 0)
+	return removeAllAt(ctx, d.live(), name, d.path, 0, unix.DT_UNKNOWN)
+}
+
+// RemoveSub is RemoveAll of the directory name directly in d, walked through
+// sub, the Dir that d.Sub(name) returned (which saves opening it again; the
+// sandbox cannot rename name, since d is the daemon's). sub is closed, and
+// must not be in use by anything else meanwhile.
+func (d *Dir) RemoveSub(ctx context.Context, name string, sub *Dir) error {
+	defer sub.Close()
+	if err := checkName(name); err != nil || strings.ContainsRune(name, '/') {
+		return fmt.Errorf("%w: name %q", errdefs.ErrInvalidArgument, name)
+	}
+	return removeDirAt(ctx, d.live(), name, sub.live(), filepath.Join(d.path, name), 0)
 }
 
 // maxDepth bounds RemoveAll's recursion (each level holds one descriptor).
 const maxDepth = 512
 
-func removeAllAt(ctx context.Context, parent int, name, where string, depth int) error {
+// maxPasses bounds the listings of one directory that RemoveAll makes while
+// something keeps adding entries to it.
+const maxPasses = 64
+
+// removeAllAt removes name in the directory open at parent. typ is the type
+// getdents gave for it (a hint: the sandbox may have replaced the entry
+// since): a directory is first removed as an empty one (a request's tmp/
+// usually is), anything else first unlinked, and the other is tried when
+// the kernel says the entry is of the other kind.
+func removeAllAt(ctx context.Context, parent int, name, where string, depth int, typ uint8) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := unix.Unlinkat(parent, name, 0)
-	if err == nil || err == unix.ENOENT {
-		return nil
-	}
-	if err != unix.EISDIR && err != unix.EPERM {
-		return &os.PathError{Op: "remove", Path: filepath.Join(where, name), Err: err}
+	if typ == unix.DT_DIR {
+		switch err := unix.Unlinkat(parent, name, unix.AT_REMOVEDIR); err {
+		case nil, unix.ENOENT:
+			return nil
+		case unix.ENOTEMPTY, unix.EEXIST:
+		case unix.ENOTDIR:
+			return removeAllAt(ctx, parent, name, where, depth, unix.DT_UNKNOWN)
+		default:
+			return &os.PathError{Op: "remove", Path: filepath.Join(where, name), Err: err}
+		}
+	} else {
+		err := unix.Unlinkat(parent, name, 0)
+		if err == nil || err == unix.ENOENT {
+			return nil
+		}
+		if err != unix.EISDIR && err != unix.EPERM {
+			return &os.PathError{Op: "remove", Path: filepath.Join(where, name), Err: err}
+		}
 	}
 	if depth >= maxDepth {
 		return fmt.Errorf("removing %s: deeper than %d levels", filepath.Join(where, name), maxDepth)
@@ -353,29 +396,78 @@ func removeAllAt(ctx context.Context, parent int, name, where string, depth int)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: filepath.Join(where, name), Err: err}
 	}
-	dir := os.NewFile(uintptr(fd), filepath.Join(where, name))
-	for {
-		names, rerr := dir.Readdirnames(1024)
-		for _, n := range names {
-			if err := removeAllAt(ctx, fd, n, dir.Name(), depth+1); err != nil {
-				dir.Close()
-				return err
+	defer unix.Close(fd)
+	return removeDirAt(ctx, parent, name, fd, filepath.Join(where, name), depth)
+}
+
+// removeDirAt removes every entry of the directory open at fd (name in
+// parent), then the directory itself. One listing usually does: entries are
+// removed as getdents returns them; when the final rmdir finds the
+// directory not empty (an entry skipped while the listing changed, or one
+// added meanwhile), it lists again from the top, at most maxPasses times.
+func removeDirAt(ctx context.Context, parent int, name string, fd int, path string, depth int) error {
+	buf := make([]byte, 8<<10)
+	for pass := 0; ; pass++ {
+		if pass > 0 {
+			if _, err := unix.Seek(fd, 0, io.SeekStart); err != nil {
+				return &os.PathError{Op: "seek", Path: path, Err: err}
 			}
 		}
-		if rerr != nil {
-			break
+		for {
+			n, err := unix.Getdents(fd, buf)
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.ENOENT {
+				return nil // removed already (getdents of a deleted directory)
+			}
+			if err != nil || n <= 0 {
+				break // the rmdir below says whether anything is left
+			}
+			for off := 0; off < n; {
+				ent, typ, next := dirent(buf[:n], off)
+				if next <= off {
+					return fmt.Errorf("readdir %s: malformed entry", path)
+				}
+				off = next
+				if ent == "" || ent == "." || ent == ".." {
+					continue
+				}
+				if err := removeAllAt(ctx, fd, ent, path, depth+1, typ); err != nil {
+					return err
+				}
+			}
 		}
-		// Entries were removed while reading; start over from the top so
-		// none is skipped.
-		if _, err := dir.Seek(0, io.SeekStart); err != nil {
-			break
+		err := unix.Unlinkat(parent, name, unix.AT_REMOVEDIR)
+		switch {
+		case err == nil || err == unix.ENOENT:
+			return nil
+		case (err == unix.ENOTEMPTY || err == unix.EEXIST) && pass+1 < maxPasses:
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			continue
 		}
+		return &os.PathError{Op: "remove", Path: path, Err: err}
 	}
-	dir.Close()
-	if err := unix.Unlinkat(parent, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
-		return &os.PathError{Op: "remove", Path: filepath.Join(where, name), Err: err}
+}
+
+// dirent parses the linux_dirent64 at off in buf (getdents64(2)): its name,
+// its d_type and the offset of the next one (not past off when malformed).
+func dirent(buf []byte, off int) (name string, typ uint8, next int) {
+	const nameOff = 19 // d_ino 8, d_off 8, d_reclen 2, d_type 1
+	if off+nameOff > len(buf) {
+		return "", 0, off
 	}
-	return nil
+	reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+	if reclen < nameOff || off+reclen > len(buf) {
+		return "", 0, off
+	}
+	b := buf[off+nameOff : off+reclen]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b), buf[off+18], off + reclen
 }
 
 // Mkdir creates the directory name directly in d with mode perm (before the

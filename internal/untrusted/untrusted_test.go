@@ -3,6 +3,7 @@ package untrusted
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -152,6 +153,42 @@ func TestRemoveAllRemovesLinksNotTheirTargets(t *testing.T) {
 	}
 	if err := d.RemoveAll(context.Background(), "req"); err != nil {
 		t.Fatalf("second RemoveAll: %v", err)
+	}
+}
+
+// TestRemoveSubWalksTheOpenDir: RemoveSub removes a directory through the Dir
+// already open on it, with many entries (more than one getdents buffer),
+// nested and empty directories, links (never followed) and a FIFO.
+func TestRemoveSubWalksTheOpenDir(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "keep"), []byte("k"), 0o600)
+	req := filepath.Join(dir, "req")
+	os.MkdirAll(filepath.Join(req, "tmp"), 0o700)
+	os.MkdirAll(filepath.Join(req, "a", "b"), 0o700)
+	for i := 0; i < 600; i++ {
+		os.WriteFile(filepath.Join(req, "a", fmt.Sprintf("file-with-a-long-name-%04d", i)), nil, 0o600)
+	}
+	os.Symlink(outside, filepath.Join(req, "out"))
+	os.Symlink(filepath.Join(outside, "keep"), filepath.Join(req, "a", "b", "f"))
+	syscall.Mkfifo(filepath.Join(req, "fifo"), 0o600)
+	d, _ := OpenDir(dir)
+	defer d.Close()
+	sub, err := d.Sub("req")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RemoveSub(context.Background(), "req", sub); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(req); !os.IsNotExist(err) {
+		t.Fatalf("req still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Fatalf("target removed: %v", err)
+	}
+	if err := sub.Close(); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("sub not closed by RemoveSub: %v", err)
 	}
 }
 

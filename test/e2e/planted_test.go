@@ -21,11 +21,13 @@ import (
 // TestPlantedFilesInTheRequestDir: a handler replaces result.json, stdout or
 // stderr in its own request directory (owned by the sandbox uid) with a
 // symlink to a host file, a symlink to /etc/shadow, a FIFO, a hard link, a
-// directory or a 1 TiB sparse file. The root daemon must follow none of
+// directory or a 1 TiB sparse file, or renames a valid result of its own onto
+// result.json and goes on running. The root daemon must follow none of
 // them, block on none, read none past its bound: every request answers
 // with a clear outcome, no line of /etc/shadow and no host file's marker
 // reaches a response, the logs or the daemon's log, and afterwards no
-// request dir or request cgroup is left and the zygote serves the next
+// request dir or request cgroup is left (the lingering process killed past
+// its deadline, its request released) and the zygote serves the next
 // request. (Device nodes cannot be made in the sandbox; the unit tests in
 // internal/agentproc plant those.)
 func TestPlantedFilesInTheRequestDir(t *testing.T) {
@@ -52,6 +54,7 @@ func TestPlantedFilesInTheRequestDir(t *testing.T) {
 		{"hard link", map[string]any{"kind": "hardlink"}},
 		{"directory", map[string]any{"kind": "directory"}},
 		{"huge sparse file", map[string]any{"kind": "sparse"}},
+		{"result renamed early", map[string]any{"kind": "result"}},
 	}
 	var seen []string // every response and error message
 	for _, at := range []string{"result.json", "stdout", "stderr"} {
@@ -78,6 +81,12 @@ func TestPlantedFilesInTheRequestDir(t *testing.T) {
 					// The handler returned; what it did to its logs is its loss.
 					if err != nil {
 						t.Fatalf("planting at %s failed the request: %v", at, err)
+					}
+				case k.name == "result renamed early":
+					// The daemon answers with it at once; the process lingers and is
+					// killed past the deadline (checked below: nothing is left).
+					if err != nil || string(res.Value) != `"answered-early"` {
+						t.Fatalf("a result renamed early: got value %s, error %v; want it answered", res.Value, err)
 					}
 				case k.name == "huge sparse file":
 					if ae == nil || ae.Code != "response_too_large" {
