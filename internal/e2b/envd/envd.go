@@ -140,6 +140,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, ok := SandboxID(r)
+	if res, can := s.sb.(IDResolver); ok && can {
+		// What the Server keeps per sandbox (the code interpreter's state, watchers, stream
+		// counts) is keyed by the sandbox's id, never by the name a caller sent: a later
+		// sandbox of that name is another sandbox. A ref that names none stays as sent (the
+		// route answers that it does not run).
+		if rid, err := res.ResolveID(r.Context(), id); err == nil {
+			id = rid
+		}
+	}
 	ctx := context.WithValue(r.Context(), sandboxKey{}, sandboxRef{id: id, ok: ok})
 	s.mux.ServeHTTP(w, r.WithContext(ctx))
 }
@@ -206,11 +215,18 @@ const healthPing = 2 * time.Second
 
 // health answers 204 when the sandbox runs and its guest answers a Stat of "/" within
 // healthPing, and 502 (E2B's proxy's answer for a sandbox that is gone) otherwise: the SDK's
-// isRunning reads the status, so a frozen guest reads as not running.
+// isRunning reads the status, so a frozen guest reads as not running. A request without the
+// sandbox's access token (the SDK sends it) is answered 502 with the same message whether a
+// sandbox of that id or name exists or not: health tells nothing to who holds no token.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	id, err := sandboxIDFrom(r.Context())
 	if err != nil {
 		s.writeError(w, r, "", err)
+		return
+	}
+	if err := s.checkToken(r.Context(), id, r.Header); err != nil {
+		s.writeError(w, r, id, &tagged{msg: fmt.Sprintf("sandbox %s is not running, or this request does not carry its access token (%s)",
+			id, headerAccessToken), tag: errNotRunning})
 		return
 	}
 	if err := s.sb.CheckRunning(r.Context(), id); err != nil {
