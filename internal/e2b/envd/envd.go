@@ -139,25 +139,38 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, "", unsupportedf("header %s %q: Zygo serves a sandbox's envd (%d) and code interpreter (%d) ports only", headerSandboxPort, port, EnvdPort, CodeInterpreterPort))
 		return
 	}
-	id, ok := SandboxID(r)
+	sent, ok := SandboxID(r)
+	id := sent
 	if res, can := s.sb.(IDResolver); ok && can {
 		// What the Server keeps per sandbox (the code interpreter's state, watchers, stream
 		// counts) is keyed by the sandbox's id, never by the name a caller sent: a later
 		// sandbox of that name is another sandbox. A ref that names none stays as sent (the
-		// route answers that it does not run).
-		if rid, err := res.ResolveID(r.Context(), id); err == nil {
+		// route answers that it does not run). The token is checked against the resolved
+		// sandbox; what is said to a caller not yet authenticated names the ref as sent, never
+		// the id a name resolved to.
+		if rid, err := res.ResolveID(r.Context(), sent); err == nil {
 			id = rid
 		}
 	}
-	ctx := context.WithValue(r.Context(), sandboxKey{}, sandboxRef{id: id, ok: ok})
+	ctx := context.WithValue(r.Context(), sandboxKey{}, sandboxRef{id: id, sent: sent, ok: ok})
 	s.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 type sandboxKey struct{}
 
 type sandboxRef struct {
-	id string
-	ok bool
+	id   string // the sandbox's id (IDResolver), else as sent
+	sent string // as the request named it
+	ok   bool
+}
+
+// sentRef is how the request named sandbox id (its id or a name), for what is said before the
+// caller is authenticated.
+func sentRef(ctx context.Context, id string) string {
+	if ref, _ := ctx.Value(sandboxKey{}).(sandboxRef); ref.id == id && ref.sent != "" {
+		return ref.sent
+	}
+	return id
 }
 
 // IsEnvdRequest reports whether r is addressed to the envd API rather than E2B's control
@@ -225,8 +238,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.checkToken(r.Context(), id, r.Header); err != nil {
-		s.writeError(w, r, id, &tagged{msg: fmt.Sprintf("sandbox %s is not running, or this request does not carry its access token (%s)",
-			id, headerAccessToken), tag: errNotRunning})
+		s.writeError(w, r, "", &tagged{msg: fmt.Sprintf("sandbox %s is not running, or this request does not carry its access token (%s)",
+			sentRef(r.Context(), id), headerAccessToken), tag: errNotRunning})
 		return
 	}
 	if err := s.sb.CheckRunning(r.Context(), id); err != nil {

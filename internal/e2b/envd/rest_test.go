@@ -263,6 +263,22 @@ func TestHealthWithoutToken(t *testing.T) {
 	if st, body := answer(fakeID, "secret"); st != http.StatusNoContent {
 		t.Errorf("health with the token = %d %s, want 204", st, body)
 	}
+	// By name: the same answer, which names the name, never the id it resolves to.
+	h.fake.names = map[string]string{"kiwi": fakeID}
+	for _, tok := range []string{"", "wrong"} {
+		if st, body := answer("kiwi", tok); st != goneSt || body != goneBody {
+			t.Errorf("health of a running sandbox by name with token %q = %d %s, want %d %s", tok, st, body, goneSt, goneBody)
+		}
+	}
+	h.hdr.Set(HeaderSandboxID, "kiwi")
+	h.hdr.Set(headerAccessToken, "wrong")
+	_, err := h.proc.List(ctxT(t), connect.NewRequest(&pb.ListRequest{}))
+	if err == nil || strings.Contains(err.Error(), fakeID) {
+		t.Errorf("a call by name with a wrong token = %v: want refused without the sandbox's id", err)
+	}
+	if st, body := answer("kiwi", "secret"); st != http.StatusNoContent {
+		t.Errorf("health by name with the token = %d %s, want 204", st, body)
+	}
 }
 
 func TestAccessToken(t *testing.T) {
