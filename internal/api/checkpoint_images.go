@@ -62,7 +62,7 @@ func (s *Server) importCheckpoint(w http.ResponseWriter, r *http.Request, sb San
 	cp, err := sb.ImportCheckpoint(r.Context(), body, sandbox.ImportOptions{SHA256: q.Get("sha256"), Tag: q.Get("tag")})
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil && body.stalled {
-		s.fail(w, fmt.Errorf("the image's body stalled: no byte for %s (%v): %w", s.stallTimeout(), err, errdefs.ErrDeadlineExceeded))
+		s.fail(w, fmt.Errorf("the image's body stalled: no byte for %s (%s): %w", s.stallTimeout(), errdefs.Message(err), errdefs.ErrDeadlineExceeded))
 		return
 	}
 	if err != nil {

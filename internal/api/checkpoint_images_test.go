@@ -91,7 +91,7 @@ func TestImageStall(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(res.Body)
-	if res.StatusCode < 400 || !strings.Contains(string(body), "stalled") {
-		t.Errorf("stalled import answered %d %s, want an error saying the body stalled", res.StatusCode, body)
+	if res.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(body), "stalled") {
+		t.Errorf("stalled import answered %d %s, want 504 saying the body stalled", res.StatusCode, body)
 	}
 }

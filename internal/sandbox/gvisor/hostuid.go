@@ -136,7 +136,7 @@ func (b *Backend) checkImageBundle(imageDir string, spec sandbox.Spec) error {
 		if errors.As(err, &pe) {
 			err = pe.Err // the cause, without the daemon's path
 		}
-		return fmt.Errorf("reading the image's bundle: %v: %w", err, errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("reading the image's bundle: %s: %w", err.Error(), errdefs.ErrFailedPrecondition)
 	}
 	var old specs.Spec // as runsc reads it
 	if err := json.Unmarshal(data, &old); err != nil {
