@@ -413,6 +413,9 @@ func (m *Manager) restoreChild(ctx context.Context, be Backend, ck Checkpointer,
 	s.rec.Options.Name = s.rec.Name
 	s.rec.Options.Lifecycle = Lifecycle{} // set by the caller (ForkOptions.Lifecycle) once it runs
 	s.rec.EngineID = newEngineID(s.rec.ID)
+	if s.err = m.checkRestoreRoot(cp); s.err != nil { // before anything is made for the child
+		return s
+	}
 	if s.err = m.reg.PutSandbox(ctx, s.rec); s.err != nil {
 		return s
 	}
@@ -426,9 +429,6 @@ func (m *Manager) restoreChild(ctx context.Context, be Backend, ck Checkpointer,
 	s.undo.Add(func(ctx context.Context) error { return m.destroyEngine(ctx, be, engineID) })
 	var netAt *NetAttachment
 	if netAt, s.rec.Net, s.err = m.attachNet(ctx, engineID, cp.Options.Network); s.err != nil { // a new address and MAC
-		return s
-	}
-	if s.err = m.checkRestoreRoot(cp); s.err != nil {
 		return s
 	}
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
@@ -605,15 +605,15 @@ func (m *Manager) settle(ctx context.Context, rec *SandboxRecord, to State, caus
 
 // restoreInPlace restores cp under rec.EngineID and reseals it; on error it destroys it.
 func (m *Manager) restoreInPlace(ctx context.Context, be Backend, ck Checkpointer, rec *SandboxRecord, cp CheckpointRecord) (*Instance, error) {
+	if err := m.checkRestoreRoot(cp); err != nil { // before anything is made for the new instance
+		return nil, err
+	}
 	uid, err := m.hostUID(ctx, rec.ID) // the sandbox's own, which it keeps
 	if err != nil {
 		return nil, err
 	}
 	netAt, netID, err := m.attachNet(ctx, rec.EngineID, cp.Options.Network) // a new address and MAC
 	if err != nil {
-		return nil, err
-	}
-	if err := m.checkRestoreRoot(cp); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)

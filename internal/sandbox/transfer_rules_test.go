@@ -134,7 +134,7 @@ func TestImportRootIsResolvedHere(t *testing.T) {
 
 // TestRestoreRechecksRoot: a checkpoint's root is checked again at every restore, fork and
 // rollback, as create checks it: a rootfs_dir replaced since by a symlink into the daemon's
-// state directory is refused, and nothing is restored.
+// state directory is refused, and nothing is restored or attached.
 func TestRestoreRechecksRoot(t *testing.T) {
 	ctx := context.Background()
 	state := t.TempDir()
@@ -147,8 +147,9 @@ func TestRestoreRechecksRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	be := newFake()
+	nets := &fakeNet{open: map[string]NetIdentity{}, detached: map[string]NetIdentity{}}
 	m, err := NewManager(ManagerConfig{Backend: be, Registry: NewMemRegistry(), ImageDir: imgDir, Reseal: fakeReseal,
-		ProtectedDirs: []string{state}})
+		ProtectedDirs: []string{state}, Network: nets})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +181,11 @@ func TestRestoreRechecksRoot(t *testing.T) {
 	}
 	if n := restores.Load(); n != 0 {
 		t.Errorf("the engine restored %d times, want none", n)
+	}
+	nets.mu.Lock()
+	defer nets.mu.Unlock()
+	if len(nets.open) != 1 {
+		t.Errorf("network endpoints open: %v, want the sandbox's own only (a refused copy makes none)", nets.open)
 	}
 }
 
