@@ -77,9 +77,9 @@ func (m *Manager) Port(ctx context.Context, idOrName string, port int) (string, 
 		return p.ln.Addr().String(), nil
 	}
 	if n := m.portCountLocked(rec.ID); n >= MaxPorts {
-		return "", fmt.Errorf("port: sandbox %s already publishes %d ports, the most a sandbox may (%d): its published ports "+
-			"are freed when it is removed; publish fewer ports (one port can carry many services behind a proxy inside): %w",
-			rec.ID, n, MaxPorts, errdefs.ErrFailedPrecondition)
+		return "", fmt.Errorf("port: sandbox %s already publishes %d ports, the most a sandbox may (%d): free one with "+
+			"DELETE /v1/sandboxes/%s/ports/PORT (zygo sandbox port --close ID PORT); all are freed when the sandbox is removed: %w",
+			rec.ID, n, MaxPorts, rec.ID, errdefs.ErrFailedPrecondition)
 	}
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -94,6 +94,31 @@ func (m *Manager) Port(ctx context.Context, idOrName string, port int) (string, 
 		m.servePort(p, key)
 	}()
 	return ln.Addr().String(), nil
+}
+
+// Unpublish closes the published port of a sandbox (its listener and the connections it
+// carries), freeing its place under MaxPorts. Errors: errdefs.ErrInvalidArgument for a bad
+// port, errdefs.ErrNotFound for an unknown sandbox or a port it does not publish.
+func (m *Manager) Unpublish(ctx context.Context, idOrName string, port int) error {
+	if port < 1 || port > 65535 {
+		return invalid("port", "%d: want 1 to 65535", port)
+	}
+	rec, err := m.get(ctx, idOrName)
+	if err != nil {
+		return err
+	}
+	key := portKey{rec.ID, port}
+	m.portMu.Lock()
+	p := m.ports[key]
+	delete(m.ports, key)
+	m.portMu.Unlock()
+	if p == nil {
+		return fmt.Errorf("port %d of sandbox %s is not published: %w", port, rec.ID, errdefs.ErrNotFound)
+	}
+	p.cancel()
+	_ = p.ln.Close()
+	<-p.done
+	return nil
 }
 
 // portCountLocked is how many ports sandbox id publishes; portMu held.

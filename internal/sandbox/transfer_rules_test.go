@@ -283,7 +283,8 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
 // TestPortCap: a sandbox publishes at most MaxPorts ports; one more is refused naming the
-// bound, asking again for a published one still answers, and another sandbox has its own.
+// bound, asking again for a published one still answers, closing one (Unpublish) frees its
+// place, and another sandbox has its own.
 func TestPortCap(t *testing.T) {
 	ctx := context.Background()
 	nets := &fakeNet{open: map[string]NetIdentity{}, detached: map[string]NetIdentity{}}
@@ -307,11 +308,20 @@ func TestPortCap(t *testing.T) {
 		}
 	}
 	_, err = m.Port(ctx, a.ID, MaxPorts+1)
-	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), fmt.Sprint(MaxPorts)) || !strings.Contains(err.Error(), "removed") {
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), fmt.Sprint(MaxPorts)) || !strings.Contains(err.Error(), "DELETE") {
 		t.Errorf("port %d = %v, want refused naming the bound %d and how ports are freed", MaxPorts+1, err, MaxPorts)
 	}
 	if _, err := m.Port(ctx, a.ID, 1); err != nil {
 		t.Errorf("a published port again: %v", err)
+	}
+	if err := m.Unpublish(ctx, a.ID, 1); err != nil {
+		t.Fatalf("Unpublish: %v", err)
+	}
+	if err := m.Unpublish(ctx, a.ID, 1); !errdefs.IsNotFound(err) {
+		t.Errorf("Unpublish of a port no longer published = %v, want not found", err)
+	}
+	if _, err := m.Port(ctx, a.ID, MaxPorts+1); err != nil {
+		t.Errorf("a port once one was closed: %v", err)
 	}
 	if _, err := m.Port(ctx, b.ID, MaxPorts+1); err != nil {
 		t.Errorf("another sandbox's port: %v", err)
