@@ -21,15 +21,16 @@ import (
 // generation, services and ports. Every other route refuses such a token (403), a route added
 // later included until it is listed here.
 var sandboxScopedRoutes = map[string]bool{
-	"GET /v1/sandboxes/{id}":               true,
-	"POST /v1/sandboxes/{id}/exec":         true,
-	"POST /v1/sandboxes/{id}/run-code":     true,
-	"PUT /v1/sandboxes/{id}/files":         true,
-	"GET /v1/sandboxes/{id}/files":         true,
-	"GET /v1/sandboxes/{id}/files/list":    true,
-	"GET /v1/sandboxes/{id}/generation":    true,
-	"GET /v1/sandboxes/{id}/services":      true,
-	"POST /v1/sandboxes/{id}/ports/{port}": true,
+	"GET /v1/sandboxes/{id}":                 true,
+	"POST /v1/sandboxes/{id}/exec":           true,
+	"POST /v1/sandboxes/{id}/run-code":       true,
+	"PUT /v1/sandboxes/{id}/files":           true,
+	"GET /v1/sandboxes/{id}/files":           true,
+	"GET /v1/sandboxes/{id}/files/list":      true,
+	"GET /v1/sandboxes/{id}/generation":      true,
+	"GET /v1/sandboxes/{id}/services":        true,
+	"POST /v1/sandboxes/{id}/ports/{port}":   true,
+	"DELETE /v1/sandboxes/{id}/ports/{port}": true,
 }
 
 // SandboxAuthenticator is an optional capability of an Authenticator: the sandbox access

@@ -89,6 +89,11 @@ func (f *accessSandboxes) Port(_ context.Context, id string, _ int) (string, err
 	return "127.0.0.1:1", nil
 }
 
+func (f *accessSandboxes) Unpublish(_ context.Context, id string, _ int) error {
+	f.hit("Unpublish", id)
+	return nil
+}
+
 var created0 = time.Date(2026, 12, 2, 10, 0, 0, 123456789, time.UTC)
 
 // accessServer returns the unix-socket and TCP handlers of a server with two running
@@ -142,6 +147,7 @@ func scopedCalls(ref string) []struct{ method, target, body, hit string } {
 		{"GET", p + "/generation", "", ""},
 		{"GET", p + "/services", "", "Services"},
 		{"POST", p + "/ports/8080", "", "Port"},
+		{"DELETE", p + "/ports/8080", "", "Unpublish"},
 	}
 }
 
@@ -197,7 +203,7 @@ func TestSandboxAccessTokenRefused(t *testing.T) {
 	allowed["POST /v1/sandboxes/{id}/ports/8080"] = true
 	refused := 0
 	for _, r := range api.Routes() {
-		if allowed[r.String()] || r.String() == "POST /v1/sandboxes/{id}/ports/{port}" {
+		if allowed[r.String()] || r.String() == "POST /v1/sandboxes/{id}/ports/{port}" || r.String() == "DELETE /v1/sandboxes/{id}/ports/{port}" {
 			continue
 		}
 		target := strings.NewReplacer("{id}", "sb-00000000000000aa", "{name}", "x", "{port}", "80").Replace(r.Path)

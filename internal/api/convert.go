@@ -126,9 +126,13 @@ func sandboxesOf(rs []sandbox.SandboxRecord) []wire.Sandbox {
 }
 
 func checkpointOf(c sandbox.CheckpointRecord) wire.Checkpoint {
-	return wire.Checkpoint{ID: c.ID, Tag: c.Tag, SandboxID: c.SandboxID, ParentID: c.ParentID, Backend: c.Backend,
+	out := wire.Checkpoint{ID: c.ID, Tag: c.Tag, SandboxID: c.SandboxID, ParentID: c.ParentID, Backend: c.Backend,
 		SizeBytes: c.SizeBytes, Generation: c.Generation, Hostname: c.Hostname,
 		Options: createOptionsOf(c.Options), CreatedAt: c.CreatedAt, Checksums: c.Checksums, Lost: c.Lost}
+	if o := c.Origin; o != nil {
+		out.Origin = &wire.CheckpointOrigin{CheckpointID: o.CheckpointID, SandboxID: o.SandboxID, Tag: o.Tag}
+	}
+	return out
 }
 
 func checkpointsOf(cs []sandbox.CheckpointRecord) []wire.Checkpoint {

@@ -208,6 +208,7 @@ func (f *specSandboxes) Services(context.Context, string) ([]guest.ServiceStatus
 func (f *specSandboxes) Port(context.Context, string, int) (string, error) {
 	return "127.0.0.1:40000", f.err
 }
+func (f *specSandboxes) Unpublish(context.Context, string, int) error { return f.err }
 func (f *specSandboxes) Pause(context.Context, string) (sandbox.SandboxRecord, error) {
 	rec := sbRec
 	rec.State = sandbox.Paused
@@ -374,6 +375,7 @@ var happyCalls = []call{
 	{route: "GET /v1/sandboxes/{id}/generation", target: "/v1/sandboxes/agent/generation"},
 	{route: "GET /v1/sandboxes/{id}/services", target: "/v1/sandboxes/agent/services"},
 	{route: "POST /v1/sandboxes/{id}/ports/{port}", target: "/v1/sandboxes/agent/ports/8080"},
+	{route: "DELETE /v1/sandboxes/{id}/ports/{port}", target: "/v1/sandboxes/agent/ports/8080"},
 	{route: "GET /v1/checkpoints", target: "/v1/checkpoints?sandbox=agent"},
 	{route: "GET /v1/checkpoints/{id}", target: "/v1/checkpoints/base"},
 	{route: "DELETE /v1/checkpoints/{id}", target: "/v1/checkpoints/base"},
@@ -486,6 +488,7 @@ var otherCalls = []call{
 		setup: func(d *driver) { forkChildren(d, true) }},
 	{route: "POST /v1/sandboxes/{id}/rollback", target: "/v1/sandboxes/agent/rollback", body: `{}`, ctype: "application/json"},
 	{route: "POST /v1/sandboxes/{id}/ports/{port}", target: "/v1/sandboxes/agent/ports/080"},
+	{route: "DELETE /v1/sandboxes/{id}/ports/{port}", target: "/v1/sandboxes/agent/ports/0"},
 
 	// Streamed deploys and rollbacks: a failure after the stream began ends it with the
 	// error and its status; one before (a bad bundle) is a plain answer.

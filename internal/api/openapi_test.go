@@ -126,6 +126,7 @@ var schemaTypes = map[string]reflect.Type{
 	"Service":              reflect.TypeFor[wire.Service](),
 	"Sandbox":              reflect.TypeFor[wire.Sandbox](),
 	"Checkpoint":           reflect.TypeFor[wire.Checkpoint](),
+	"CheckpointOrigin":     reflect.TypeFor[wire.CheckpointOrigin](),
 	"ExecBody":             reflect.TypeFor[wire.ExecBody](),
 	"CodeBody":             reflect.TypeFor[wire.CodeBody](),
 	"StreamEvent":          reflect.TypeFor[wire.StreamEvent](),

@@ -61,6 +61,7 @@ func (s *Server) table() []handled {
 		{Route{"GET", "/v1/sandboxes/{id}/generation"}, sb(s.generation)},
 		{Route{"GET", "/v1/sandboxes/{id}/services"}, sb(s.services)},
 		{Route{"POST", "/v1/sandboxes/{id}/ports/{port}"}, sb(s.port)},
+		{Route{"DELETE", "/v1/sandboxes/{id}/ports/{port}"}, sb(s.unpublish)},
 		{Route{"POST", "/v1/sandboxes/{id}/pause"}, sb(s.pauseSandbox)},
 		{Route{"POST", "/v1/sandboxes/{id}/resume"}, sb(s.resumeSandbox)},
 		{Route{"POST", "/v1/sandboxes/{id}/timeout"}, sb(s.setSandboxTimeout)},

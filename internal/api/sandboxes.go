@@ -41,6 +41,7 @@ type Sandboxes interface {
 	Rollback(ctx context.Context, id, checkpoint string) (sandbox.SandboxRecord, error)
 	Services(ctx context.Context, id string) ([]guest.ServiceStatus, error)
 	Port(ctx context.Context, id string, port int) (string, error)
+	Unpublish(ctx context.Context, id string, port int) error
 	Pause(ctx context.Context, id string) (sandbox.SandboxRecord, error)
 	Resume(ctx context.Context, id string, timeout time.Duration) (sandbox.SandboxRecord, error)
 	SetTimeout(ctx context.Context, id string, timeout time.Duration, onTimeout string) (sandbox.SandboxRecord, error)
@@ -514,11 +515,33 @@ func (s *Server) generation(w http.ResponseWriter, r *http.Request, sb Sandboxes
 	writeJSON(w, http.StatusOK, wire.GenerationBody{SandboxID: rec.ID, Generation: rec.Generation})
 }
 
-func (s *Server) port(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+// portOf is the request's {port}, canonical ("+80", "080" are not) and 1..65535.
+func portOf(r *http.Request) (int, error) {
 	raw := r.PathValue("port")
 	port, err := strconv.Atoi(raw)
-	if err != nil || raw != strconv.Itoa(port) || port < 1 || port > 65535 { // "+80", "080": not the canonical form
-		s.fail(w, fmt.Errorf("port %.20q: want a number from 1 to 65535: %w", r.PathValue("port"), errdefs.ErrInvalidArgument))
+	if err != nil || raw != strconv.Itoa(port) || port < 1 || port > 65535 {
+		return 0, fmt.Errorf("port %.20q: want a number from 1 to 65535: %w", raw, errdefs.ErrInvalidArgument)
+	}
+	return port, nil
+}
+
+// unpublish closes a published port: 204.
+func (s *Server) unpublish(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	port, err := portOf(r)
+	if err == nil {
+		err = sb.Unpublish(r.Context(), r.PathValue("id"), port)
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) port(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	port, err := portOf(r)
+	if err != nil {
+		s.fail(w, err)
 		return
 	}
 	addr, err := sb.Port(r.Context(), r.PathValue("id"), port)

@@ -78,6 +78,9 @@ type Server struct {
 	accessKey []byte
 	// metrics serves GET /metrics (set by WithMetrics; serveMetrics); nil: the route answers 404.
 	metrics http.Handler
+	// stall ends an image export or import when no byte moves for this long
+	// (0: sandbox.ExportStallTimeout; checkpoint_images.go).
+	stall time.Duration
 }
 
 // serveMetrics answers GET /metrics with the handler WithMetrics gave, or 404 without one.

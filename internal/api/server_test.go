@@ -569,7 +569,7 @@ func TestWrongMethod(t *testing.T) {
 		{"PATCH", "/v1/functions/hello", "DELETE, GET, HEAD"},
 		{"GET", "/v1/functions/hello/invoke", "POST"},
 		{"DELETE", "/v1/secrets", "GET, HEAD"},
-		{"PUT", "/v1/sandboxes/sb-1/ports/80", "POST"},
+		{"PUT", "/v1/sandboxes/sb-1/ports/80", "DELETE, POST"},
 	} {
 		f := newFixture()
 		rec := f.do(c.method, c.target, nil)

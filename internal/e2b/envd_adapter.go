@@ -24,7 +24,14 @@ var (
 	_ envd.Sandboxes       = EnvdSandboxes{}
 	_ envd.AccessTokens    = EnvdSandboxes{}
 	_ envd.OwnedFilePutter = EnvdSandboxes{}
+	_ envd.IDResolver      = EnvdSandboxes{}
 )
+
+// ResolveID is the id of the sandbox ref names (an id or a name).
+func (a EnvdSandboxes) ResolveID(ctx context.Context, ref string) (string, error) {
+	rec, err := a.M.Get(ctx, ref)
+	return rec.ID, err
+}
 
 // CheckRunning answers nil for a Running sandbox; ErrNotFound for none (or one E2B would not
 // show: dead, failed); ErrFailedPrecondition naming the state otherwise (paused).

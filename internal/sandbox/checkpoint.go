@@ -413,6 +413,9 @@ func (m *Manager) restoreChild(ctx context.Context, be Backend, ck Checkpointer,
 	s.rec.Options.Name = s.rec.Name
 	s.rec.Options.Lifecycle = Lifecycle{} // set by the caller (ForkOptions.Lifecycle) once it runs
 	s.rec.EngineID = newEngineID(s.rec.ID)
+	if s.err = m.checkRestoreRoot(cp); s.err != nil { // before anything is made for the child
+		return s
+	}
 	if s.err = m.reg.PutSandbox(ctx, s.rec); s.err != nil {
 		return s
 	}
@@ -430,8 +433,7 @@ func (m *Manager) restoreChild(ctx context.Context, be Backend, ck Checkpointer,
 	}
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
-	spec := Spec{ID: s.rec.EngineID, Hostname: s.rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
-		Limits: cp.Options.Limits(), HostUID: uid, Net: netAt} // the source's limits: the image needs them
+	spec := restoreSpec(cp, engineID, uid, netAt)
 	s.inst, s.err = ck.Restore(rctx, cp.Dir, spec)
 	if s.err != nil {
 		s.err = fmt.Errorf("restoring %s from %s: %w", s.rec.ID, cp.ID, s.err)
@@ -603,6 +605,9 @@ func (m *Manager) settle(ctx context.Context, rec *SandboxRecord, to State, caus
 
 // restoreInPlace restores cp under rec.EngineID and reseals it; on error it destroys it.
 func (m *Manager) restoreInPlace(ctx context.Context, be Backend, ck Checkpointer, rec *SandboxRecord, cp CheckpointRecord) (*Instance, error) {
+	if err := m.checkRestoreRoot(cp); err != nil { // before anything is made for the new instance
+		return nil, err
+	}
 	uid, err := m.hostUID(ctx, rec.ID) // the sandbox's own, which it keeps
 	if err != nil {
 		return nil, err
@@ -613,8 +618,7 @@ func (m *Manager) restoreInPlace(ctx context.Context, be Backend, ck Checkpointe
 	}
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
-	spec := Spec{ID: rec.EngineID, Hostname: rec.EngineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
-		Limits: cp.Options.Limits(), HostUID: uid, Net: netAt}
+	spec := restoreSpec(cp, rec.EngineID, uid, netAt)
 	inst, err := ck.Restore(rctx, cp.Dir, spec)
 	if err != nil {
 		if derr := m.destroyEngine(context.WithoutCancel(ctx), be, rec.EngineID); derr != nil {
@@ -636,4 +640,51 @@ func (m *Manager) restoreInPlace(ctx context.Context, be Backend, ck Checkpointe
 	}
 	rec.Generation, rec.Token = saved.Generation, saved.Token
 	return inst, nil
+}
+
+// restoreSpec is the Spec of engine instance engineID restored from cp: the source's root and
+// limits (the image needs them), cp's guest token, and what each copy has of its own (host
+// uid, network attachment).
+func restoreSpec(cp CheckpointRecord, engineID string, uid uint32, netAt *NetAttachment) Spec {
+	return Spec{ID: engineID, Hostname: engineID, RootfsDir: cp.Options.RootfsDir, Token: cp.Token,
+		Limits: cp.Options.Limits(), HostUID: uid, Net: netAt, ImageImported: cp.Origin != nil}
+}
+
+// checkRestoreRoot checks the root a restore of cp is about to run on, as Create checks a
+// rootfs_dir, every time (the directory may have changed since the checkpoint was taken: a
+// symlink put in its place): clear of the daemon's directories, an existing non-empty
+// directory, reachable by the engine's uids. An imported checkpoint's root must moreover be
+// the default root or the directory of one of this daemon's templates as configured now. A
+// failure wraps errdefs.ErrFailedPrecondition (the checkpoint's root, not the caller's input,
+// is at fault) and never names a protected directory.
+func (m *Manager) checkRestoreRoot(cp CheckpointRecord) error {
+	root := cp.Options.RootfsDir
+	if root == "" {
+		return nil
+	}
+	if cp.Origin != nil && !m.isTemplateRoot(root) {
+		return fmt.Errorf("checkpoint %s was imported and its root is no longer the directory of a template of this daemon: %w",
+			cp.ID, errdefs.ErrFailedPrecondition)
+	}
+	err := rootfsClearOf(root, append([]string{m.cfg.ImageDir, m.cfg.SecretImageDir}, m.cfg.ProtectedDirs...))
+	if err == nil {
+		err = ValidateRootfs(root)
+	}
+	if err == nil {
+		err = m.rootfsReachable(root)
+	}
+	if err != nil {
+		return fmt.Errorf("the root of checkpoint %s: %s: %w", cp.ID, errdefs.Message(err), errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// isTemplateRoot reports whether dir is the root directory of one of the Manager's templates.
+func (m *Manager) isTemplateRoot(dir string) bool {
+	for _, t := range m.Templates() {
+		if t.RootfsDir != "" && t.RootfsDir == dir {
+			return true
+		}
+	}
+	return false
 }

@@ -24,22 +24,45 @@ import (
 	"github.com/zygo-run/zygo/internal/errdefs"
 )
 
+// leaseKind is what a lease is taken for, which an rm refused because of it names.
+type leaseKind int
+
+const (
+	leaseRestore leaseKind = iota // a fork, rollback, resume or restore
+	leaseExport                   // an export (ExportCheckpoint), until the caller closes it
+)
+
+// leaseCounts counts the leases on one checkpoint, by kind.
+type leaseCounts [2]int
+
+func (c *leaseCounts) total() int { return c[leaseRestore] + c[leaseExport] }
+
 // leaseCheckpoint takes a lease on cp for a fork or rollback that is about to read its image;
 // the caller calls the returned release once the copies it made have their records (it is
 // safe to call more than once). It returns an error wrapping errdefs.ErrNotFound when cp is
 // being removed or was removed since the caller looked it up.
 func (m *Manager) leaseCheckpoint(ctx context.Context, cp CheckpointRecord) (release func(), err error) {
+	return m.leaseCheckpointFor(ctx, cp, leaseRestore)
+}
+
+// leaseCheckpointFor is leaseCheckpoint for a call of that kind.
+func (m *Manager) leaseCheckpointFor(ctx context.Context, cp CheckpointRecord, kind leaseKind) (release func(), err error) {
 	m.ckMu.Lock()
 	if m.ckRemoving[cp.ID] {
 		m.ckMu.Unlock()
 		return nil, fmt.Errorf("checkpoint %s is being removed: %w", cp.ID, errdefs.ErrNotFound)
 	}
-	m.ckLeases[cp.ID]++
+	c := m.ckLeases[cp.ID]
+	if c == nil {
+		c = &leaseCounts{}
+		m.ckLeases[cp.ID] = c
+	}
+	c[kind]++
 	m.ckMu.Unlock()
 	release = sync.OnceFunc(func() {
 		m.ckMu.Lock()
 		defer m.ckMu.Unlock()
-		if m.ckLeases[cp.ID]--; m.ckLeases[cp.ID] <= 0 {
+		if c[kind]--; c.total() <= 0 {
 			delete(m.ckLeases, cp.ID)
 		}
 	})
@@ -55,14 +78,23 @@ func (m *Manager) leaseCheckpoint(ctx context.Context, cp CheckpointRecord) (rel
 }
 
 // markRemoving marks checkpoint id as being removed, so that no new lease is given on it. It
-// returns an error wrapping errdefs.ErrFailedPrecondition when a fork or rollback holds a lease
-// on it or another rm is removing it; unmark with unmarkRemoving.
+// returns an error wrapping errdefs.ErrFailedPrecondition, naming the calls, when a fork,
+// rollback or export holds a lease on it or another rm is removing it; unmark with
+// unmarkRemoving.
 func (m *Manager) markRemoving(id string) error {
 	m.ckMu.Lock()
 	defer m.ckMu.Unlock()
-	if n := m.ckLeases[id]; n > 0 {
-		return fmt.Errorf("checkpoint %s is being read by %d fork or rollback call(s) in progress; retry when they are done: %w",
-			id, n, errdefs.ErrFailedPrecondition)
+	if c := m.ckLeases[id]; c != nil && c.total() > 0 {
+		var who []string
+		if n := c[leaseRestore]; n > 0 {
+			who = append(who, fmt.Sprintf("%d fork, rollback or restore call(s)", n))
+		}
+		if n := c[leaseExport]; n > 0 {
+			who = append(who, fmt.Sprintf("%d export(s) (GET /v1/checkpoints/%s/image, ended when the reader has read it "+
+				"or stops reading for %s)", n, id, ExportStallTimeout))
+		}
+		return fmt.Errorf("checkpoint %s is being read by %s in progress; retry when they are done: %w",
+			id, strings.Join(who, " and "), errdefs.ErrFailedPrecondition)
 	}
 	if m.ckRemoving[id] {
 		return fmt.Errorf("checkpoint %s is already being removed: %w", id, errdefs.ErrFailedPrecondition)

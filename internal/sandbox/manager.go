@@ -131,9 +131,9 @@ type Manager struct {
 	live       map[string]*entry
 	recovering map[string]chan struct{} // sandbox id → closed when its recovery is done
 
-	ckMu       sync.Mutex      // guards ckLeases and ckRemoving (lease.go); never held across I/O
-	ckLeases   map[string]int  // checkpoint id → forks and rollbacks reading its image
-	ckRemoving map[string]bool // checkpoint ids a RemoveCheckpoint is removing
+	ckMu       sync.Mutex              // guards ckLeases and ckRemoving (lease.go); never held across I/O
+	ckLeases   map[string]*leaseCounts // checkpoint id → the calls reading its image, by kind
+	ckRemoving map[string]bool         // checkpoint ids a RemoveCheckpoint is removing
 	// removeImage deletes a checkpoint's image dir [os.RemoveAll]; tests replace it.
 	removeImage func(dir string) error
 
@@ -194,7 +194,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, bes: bes, reg: cfg.Registry, log: cfg.Log, live: map[string]*entry{},
-		recovering: map[string]chan struct{}{}, ckLeases: map[string]int{}, ckRemoving: map[string]bool{},
+		recovering: map[string]chan struct{}{}, ckLeases: map[string]*leaseCounts{}, ckRemoving: map[string]bool{},
 		removeImage: os.RemoveAll, nets: map[string]NetEndpoint{}, ports: map[portKey]*portProxy{},
 		resuming: map[string]chan struct{}{}}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())

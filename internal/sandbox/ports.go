@@ -32,12 +32,18 @@ type portProxy struct {
 	done   chan struct{} // closed once the accept loop and every connection ended
 }
 
+// MaxPorts bounds the ports one sandbox may have published at once: each is a listener (an fd
+// and an ephemeral port of the host's loopback) of the daemon.
+const MaxPorts = 32
+
 // portDialTimeout bounds the proxy's connection into the sandbox.
 const portDialTimeout = 5 * time.Second
 
 // Port publishes TCP port (1-65535) of a sandbox with network on a loopback address of the
 // host and returns it ("127.0.0.1:PORT"); asking again returns the same. The listener lives
-// until the sandbox is removed or the Manager closed; a fork child's ports are its own.
+// until the sandbox is removed or the Manager closed; a fork child's ports are its own. A
+// sandbox publishes at most MaxPorts ports: one more is errdefs.ErrFailedPrecondition naming
+// the bound, whoever asks (the API's token or the sandbox's access token).
 // Errors: errdefs.ErrInvalidArgument for a bad port, errdefs.ErrFailedPrecondition for a
 // sandbox without network or whose instance has no live endpoint on this daemon (dead, not
 // running), ErrRecovering while it is being adopted, errdefs.ErrNotFound for an unknown
@@ -70,6 +76,11 @@ func (m *Manager) Port(ctx context.Context, idOrName string, port int) (string, 
 	if p := m.ports[key]; p != nil {
 		return p.ln.Addr().String(), nil
 	}
+	if n := m.portCountLocked(rec.ID); n >= MaxPorts {
+		return "", fmt.Errorf("port: sandbox %s already publishes %d ports, the most a sandbox may (%d): free one with "+
+			"DELETE /v1/sandboxes/%s/ports/PORT (zygo sandbox port --close ID PORT); all are freed when the sandbox is removed: %w",
+			rec.ID, n, MaxPorts, rec.ID, errdefs.ErrFailedPrecondition)
+	}
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("listening for port %d of %s: %w", port, rec.ID, err)
@@ -83,6 +94,42 @@ func (m *Manager) Port(ctx context.Context, idOrName string, port int) (string, 
 		m.servePort(p, key)
 	}()
 	return ln.Addr().String(), nil
+}
+
+// Unpublish closes the published port of a sandbox (its listener and the connections it
+// carries), freeing its place under MaxPorts. Errors: errdefs.ErrInvalidArgument for a bad
+// port, errdefs.ErrNotFound for an unknown sandbox or a port it does not publish.
+func (m *Manager) Unpublish(ctx context.Context, idOrName string, port int) error {
+	if port < 1 || port > 65535 {
+		return invalid("port", "%d: want 1 to 65535", port)
+	}
+	rec, err := m.get(ctx, idOrName)
+	if err != nil {
+		return err
+	}
+	key := portKey{rec.ID, port}
+	m.portMu.Lock()
+	p := m.ports[key]
+	delete(m.ports, key)
+	m.portMu.Unlock()
+	if p == nil {
+		return fmt.Errorf("port %d of sandbox %s is not published: %w", port, rec.ID, errdefs.ErrNotFound)
+	}
+	p.cancel()
+	_ = p.ln.Close()
+	<-p.done
+	return nil
+}
+
+// portCountLocked is how many ports sandbox id publishes; portMu held.
+func (m *Manager) portCountLocked(id string) int {
+	n := 0
+	for k := range m.ports {
+		if k.sandboxID == id {
+			n++
+		}
+	}
+	return n
 }
 
 // servePort accepts on p until it is closed, carrying each connection to key's sandbox.

@@ -67,6 +67,19 @@ type CheckpointRecord struct {
 	// Lost is set, by the Manager's listings and never stored, when the image is gone: an
 	// image held in memory (its sandbox held secrets) does not survive a reboot.
 	Lost bool `json:"lost,omitempty"`
+	// Origin is set on a checkpoint imported from another daemon (ImportCheckpoint), nil on
+	// one taken here. It is information only: an imported checkpoint belongs to no sandbox of
+	// this daemon (its SandboxID is a fresh id that names none), and its restores are held to
+	// the import rules (docs/sandboxes.md, "Moving a checkpoint to another daemon").
+	Origin *CheckpointOrigin `json:"origin,omitempty"`
+}
+
+// CheckpointOrigin is where an imported checkpoint came from, as its image's manifest says
+// (the exporter's word, unchecked: never used to resolve anything).
+type CheckpointOrigin struct {
+	CheckpointID string `json:"checkpoint_id"` // the exporter's checkpoint id
+	SandboxID    string `json:"sandbox_id"`    // the exporter's sandbox id
+	Tag          string `json:"tag,omitempty"` // the exporter's tag
 }
 
 // Registry persists sandbox and checkpoint records. The daemon implements it on SQLite;
@@ -216,6 +229,10 @@ func cloneCheckpoint(rec CheckpointRecord) CheckpointRecord {
 	rec.Options.Env = slices.Clone(rec.Options.Env)
 	rec.Options.Secrets = slices.Clone(rec.Options.Secrets)
 	rec.Options.Metadata = maps.Clone(rec.Options.Metadata)
+	if rec.Origin != nil {
+		o := *rec.Origin
+		rec.Origin = &o
+	}
 	return rec
 }
 

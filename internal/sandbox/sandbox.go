@@ -68,6 +68,11 @@ type Spec struct {
 	// Net is the network the instance runs on; nil means none (loopback only). Per instance:
 	// every restored copy is given a namespace of its own, and so its own MAC and address.
 	Net *NetAttachment
+	// ImageImported is set by Restore for an image imported from another daemon
+	// (CheckpointRecord.Origin): the engine must refuse it unless it carries the engine's own
+	// record of the instance it was taken of (gVisor: its bundle) and that record matches
+	// spec's in everything but per-copy and per-daemon host paths, none of which it may use.
+	ImageImported bool
 }
 
 // NetAttachment is a network namespace the host prepared for one instance: one interface
@@ -195,4 +200,13 @@ type Checkpointer interface {
 	// guest has connected (before any reseal). Many restores of one image may run at once.
 	// On error (a corrupted image included) nothing of the new instance is left behind.
 	Restore(ctx context.Context, imageDir string, spec Spec) (*Instance, error)
+}
+
+// ImportChecker is an optional capability of a Checkpointer, found by type assertion: it
+// checks, when an image is imported (ImportCheckpoint) and before it is kept, that the image
+// in imageDir would pass Restore's checks of an imported image (Spec.ImageImported) for spec.
+// It reads imageDir only. Errors wrap errdefs.ErrFailedPrecondition, say what is missing or
+// differs, and name no host path.
+type ImportChecker interface {
+	CheckImportedImage(imageDir string, spec Spec) error
 }

@@ -18,8 +18,12 @@ package sandbox
 // read has it; it also checks each file's CRC-32C against the manifest, and every bound
 // below, while it writes. What an imported checkpoint can never hold: the secrets of the
 // sandbox it was taken of (an image of a sandbox with secrets is not exported: its memory
-// holds their values), and host paths of the exporter (a template's root is resolved by the
-// template's name on the importer).
+// holds their values), and a host path of any daemon (its root is a template named on the
+// importer, or the default root: a manifest naming options.rootfs_dir is refused, and the
+// image's engine record, gVisor's bundle, must be there and match the importer's own, host
+// paths left out). Nor does it belong to a sandbox of the importer: its sandbox_id is a fresh
+// id that names none (the exporter's ids are kept in CheckpointRecord.Origin), so it is never
+// in a local sandbox's lineage, and a rollback by tag never finds it.
 
 import (
 	"archive/tar"
@@ -53,6 +57,9 @@ const (
 	MaxImportEntries = 1024
 	// MaxImportDepth bounds the directory depth of an imported image file's path.
 	MaxImportDepth = 16
+	// ExportStallTimeout is how long an export's reader and an import's writer may go without
+	// a byte moving before the API ends the call (and an export's lease on its checkpoint).
+	ExportStallTimeout = 30 * time.Second
 	// maxManifestBytes bounds the manifest entry.
 	maxManifestBytes = 1 << 20
 
@@ -137,13 +144,17 @@ func (m *Manager) ExportCheckpoint(ctx context.Context, ref string) (_ *ImageExp
 	case len(cp.Options.Secrets) > 0:
 		return nil, fmt.Errorf("checkpoint %s was taken of a sandbox that holds secrets, whose values are in the image: "+
 			"it is not exported (docs/sandboxes.md): %w", cp.ID, errdefs.ErrFailedPrecondition)
+	case cp.Options.RootfsDir != "" && cp.Options.Template == "":
+		return nil, fmt.Errorf("checkpoint %s was taken of a sandbox whose root is a directory given as rootfs_dir, a host path "+
+			"another daemon does not share: it is not exported; make that directory a template (zygo serve --template NAME=DIR, "+
+			"on both daemons) and create the sandbox from it: %w", cp.ID, errdefs.ErrFailedPrecondition)
 	case imageLost(cp):
 		return nil, lostImageError(cp)
 	case len(cp.Checksums) == 0:
 		return nil, fmt.Errorf("checkpoint %s has no recorded checksums (taken by an older daemon): it is not exported: %w",
 			cp.ID, errdefs.ErrFailedPrecondition)
 	}
-	release, err := m.leaseCheckpoint(ctx, cp)
+	release, err := m.leaseCheckpointFor(ctx, cp, leaseExport)
 	if err != nil {
 		return nil, err
 	}
@@ -312,11 +323,17 @@ func (m *Manager) ImportCheckpoint(ctx context.Context, r io.Reader, opts Import
 	if got := h.Sum(nil); !slices.Equal(got, want) {
 		return CheckpointRecord{}, invalid("sha256", "the image read has SHA-256 %x, not the %s announced: it was changed or cut on the way", got, opts.SHA256)
 	}
-	cp := CheckpointRecord{ID: id, Tag: man.Tag, SandboxID: man.SandboxID, Backend: man.Backend, Dir: dir,
+	// A sandbox id of its own, naming no sandbox here: the manifest's names one of the
+	// exporter's, which may be one of ours too (a lineage, a rollback's tag, a copy's parent).
+	cp := CheckpointRecord{ID: id, Tag: man.Tag, SandboxID: newID("sb-", 8), Backend: man.Backend, Dir: dir,
 		Token: man.Token, Generation: man.Generation, Hostname: man.Hostname, Options: man.Options,
-		CreatedAt: m.cfg.Now(), Checksums: man.Checksums, SizeBytes: man.SizeBytes}
+		CreatedAt: m.cfg.Now(), Checksums: man.Checksums, SizeBytes: man.SizeBytes,
+		Origin: &CheckpointOrigin{CheckpointID: man.ID, SandboxID: man.SandboxID, Tag: man.Tag}}
 	if opts.Tag != "" {
 		cp.Tag = opts.Tag
+	}
+	if err := m.checkImportedImage(tmp, cp); err != nil {
+		return CheckpointRecord{}, err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return CheckpointRecord{}, fmt.Errorf("placing imported image %s: %w", id, err)
@@ -326,6 +343,33 @@ func (m *Manager) ImportCheckpoint(ctx context.Context, r io.Reader, opts Import
 	}
 	m.log.Info("imported checkpoint", "checkpoint", id, "from", man.ID, "bytes", lr.max-lr.left)
 	return cp, nil
+}
+
+// checkImportedImage asks cp's backend, when it can tell (ImportChecker), whether the image
+// in dir would restore here as an imported image: what it needs is there (gVisor: its bundle)
+// and matches what this daemon would run. It returns an error wrapping
+// errdefs.ErrInvalidArgument naming the image otherwise.
+func (m *Manager) checkImportedImage(dir string, cp CheckpointRecord) error {
+	be, err := m.bes.named(cp.Backend)
+	if err != nil {
+		return err
+	}
+	ic, ok := be.(ImportChecker)
+	if !ok {
+		return nil
+	}
+	var uid uint32
+	if m.cfg.HostIDs != nil {
+		uid = 1 // any but 0: each copy's own uid, which the check leaves out, but not none
+	}
+	var netAt *NetAttachment
+	if cp.Options.Network.Mode == NetworkEgress {
+		netAt = &NetAttachment{}
+	}
+	if err := ic.CheckImportedImage(dir, restoreSpec(cp, newEngineID(cp.SandboxID), uid, netAt)); err != nil {
+		return invalid("image", "would not restore on this daemon: %s", errdefs.Message(err))
+	}
+	return nil
 }
 
 // boundReader fails with errdefs.ErrTooLarge once more than max bytes were read.
@@ -341,8 +385,7 @@ func (b *boundReader) Read(p []byte) (int, error) {
 		if n, _ := b.r.Read(one[:]); n == 0 {
 			return 0, io.EOF
 		}
-		return 0, fmt.Errorf("the image is larger than this daemon's import bound of %d MiB (zygo serve --checkpoint-import-max-mib): %w",
-			b.max>>20, errdefs.ErrTooLarge)
+		return 0, importBoundError(b.max)
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
@@ -350,6 +393,30 @@ func (b *boundReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.left -= int64(n)
 	return n, err
+}
+
+// tooLarge is the error of an image past the Manager's import bound.
+func (m *Manager) tooLarge() error { return importBoundError(m.cfg.MaxImportBytes) }
+
+func importBoundError(max int64) error {
+	return fmt.Errorf("the image is larger than this daemon's import bound of %d MiB (zygo serve --checkpoint-import-max-mib): %w",
+		max>>20, errdefs.ErrTooLarge)
+}
+
+// notSparse refuses a sparse tar entry (GNU's old sparse type, or PAX GNU.sparse records):
+// archive/tar expands a sparse file's holes into zeros, so a few bytes of stream would write
+// as many bytes to disk as the entry's size says. A Zygo export never writes one.
+func notSparse(h *tar.Header) error {
+	if h.Typeflag == tar.TypeGNUSparse {
+		return invalid("image", "entry %s is a sparse file: not imported (want the tar of `zygo checkpoint export`)", short(h.Name))
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return invalid("image", "entry %s is a sparse file (PAX record %s): not imported (want the tar of `zygo checkpoint export`)",
+				short(h.Name), short(k))
+		}
+	}
+	return nil
 }
 
 // untarImage reads the tar from r into dir (empty, the Manager's) and returns its manifest,
@@ -382,6 +449,9 @@ func (m *Manager) untarImage(ctx context.Context, r io.Reader, dir string) (imag
 			}
 			continue
 		}
+		if err := notSparse(h); err != nil {
+			return man, err
+		}
 		rel, err := importPath(h)
 		if err != nil {
 			return man, err
@@ -402,6 +472,9 @@ func (m *Manager) untarImage(ctx context.Context, r io.Reader, dir string) (imag
 		}
 		if total += h.Size; total > man.SizeBytes {
 			return man, invalid("image", "its files hold more than the manifest's size_bytes %d", man.SizeBytes)
+		}
+		if total > m.cfg.MaxImportBytes { // what is written to disk, whatever the stream's size
+			return man, m.tooLarge()
 		}
 		if err := writeImportFile(tr, filepath.Join(dir, filepath.FromSlash(rel)), rel, h.Size, want); err != nil {
 			return man, err
@@ -467,6 +540,11 @@ func (m *Manager) checkManifest(man *imageManifest) error {
 		return invalid("manifest.token", "want 64 hex digits")
 	case man.SizeBytes < 0:
 		return invalid("manifest.size_bytes", "%d is negative", man.SizeBytes)
+	case man.SizeBytes > m.cfg.MaxImportBytes:
+		return fmt.Errorf("manifest.size_bytes: %d: %w", man.SizeBytes, m.tooLarge())
+	case man.Options.RootfsDir != "":
+		return invalid("manifest.options.rootfs_dir", "%s: an imported image carries no host path; its root is the template "+
+			"named in options.template (resolved on this daemon) or the default root", short(man.Options.RootfsDir))
 	case len(man.Checksums) == 0 || len(man.Checksums) > MaxImportEntries:
 		return invalid("manifest.checksums", "has %d files: want 1..%d", len(man.Checksums), MaxImportEntries)
 	case len(man.Options.Secrets) > 0:
@@ -492,7 +570,7 @@ func (m *Manager) checkManifest(man *imageManifest) error {
 	if _, err := m.bes.named(man.Backend); err != nil {
 		return fmt.Errorf("manifest.backend %s: %w", short(man.Backend), err)
 	}
-	if man.Options.Template != "" {
+	if man.Options.Template != "" { // the root is this daemon's template of that name
 		t, err := m.template(man.Options.Template)
 		if err != nil {
 			return fmt.Errorf("manifest.options.template: this daemon has no such template, which the image's root needs: %w: %w",

@@ -64,8 +64,12 @@ func TestExportImportRestore(t *testing.T) {
 		t.Fatalf("ImportCheckpoint: %v", err)
 	}
 	if imp.ID == cp.ID || imp.Tag != "moved" || imp.Generation != cp.Generation || imp.SizeBytes != cp.SizeBytes ||
-		imp.Token != cp.Token || imp.Options.Env[0] != "A=1" || imp.SandboxID != src.ID {
-		t.Errorf("imported record %+v; exported %+v", imp, cp)
+		imp.Token != cp.Token || imp.Options.Env[0] != "A=1" || !idRE.MatchString(imp.SandboxID) || imp.SandboxID == src.ID ||
+		imp.Origin == nil || *imp.Origin != (CheckpointOrigin{CheckpointID: cp.ID, SandboxID: src.ID, Tag: "moved"}) {
+		t.Errorf("imported record %+v (origin %+v); exported %+v", imp, imp.Origin, cp)
+	}
+	if back, err := breg.GetCheckpoint(ctx, imp.ID); err != nil || back.Origin == nil || *back.Origin != *imp.Origin {
+		t.Errorf("stored import %+v, %v: want its origin kept", back, err)
 	}
 	got, err := os.ReadFile(filepath.Join(imp.Dir, "checkpoint.img"))
 	want, _ := os.ReadFile(filepath.Join(cp.Dir, "checkpoint.img"))
@@ -76,7 +80,7 @@ func TestExportImportRestore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Restore of the import: %v", err)
 	}
-	if kid.Generation == "" || kid.Generation == cp.Generation || kid.CheckpointID != imp.ID || kid.ParentID != src.ID {
+	if kid.Generation == "" || kid.Generation == cp.Generation || kid.CheckpointID != imp.ID || kid.ParentID != imp.SandboxID {
 		t.Errorf("restored copy %+v: want its own generation, from %s", kid, imp.ID)
 	}
 	// The imported one is a checkpoint like another: held while its copy runs, then removable.
@@ -207,7 +211,12 @@ func TestImportRefusals(t *testing.T) {
 		{"manifest unknown field", []tarEntry{file(manifestEntry, []byte(`{"format":1,"evil":true}`)), dirEntry, ok[2]}, "", 0, errdefs.IsInvalidArgument, "unknown field"},
 		{"manifest bad path", []tarEntry{goodManifest(t, files, func(m *imageManifest) { m.Checksums["../x"] = crcOf(img) }), dirEntry, ok[2]}, "", 0, errdefs.IsInvalidArgument, "manifest.checksums"},
 		{"manifest bad name", []tarEntry{goodManifest(t, files, func(m *imageManifest) { m.Options.Name = "../x" }), dirEntry, ok[2]}, "", 0, errdefs.IsInvalidArgument, "manifest.options"},
-		{"manifest rootfs in the state", []tarEntry{goodManifest(t, files, func(m *imageManifest) { m.Options.RootfsDir = "/" }), dirEntry, ok[2]}, "", 0, errdefs.IsInvalidArgument, "manifest.options"},
+		{"manifest rootfs in the state", []tarEntry{goodManifest(t, files, func(m *imageManifest) { m.Options.RootfsDir = "/" }), dirEntry, ok[2]}, "", 0, errdefs.IsInvalidArgument, "manifest.options.rootfs_dir"},
+		{"manifest rootfs_dir", []tarEntry{goodManifest(t, files, func(m *imageManifest) { m.Options.RootfsDir = "/usr" }), dirEntry, ok[2]}, "", 0, errdefs.IsInvalidArgument, "manifest.options.rootfs_dir"},
+		{"manifest rootfs_dir with a template", []tarEntry{goodManifest(t, files, func(m *imageManifest) {
+			m.Options.RootfsDir, m.Options.Template = "/usr", BaseTemplate
+		}), dirEntry, ok[2]}, "", 0, errdefs.IsInvalidArgument, "manifest.options.rootfs_dir"},
+		{"manifest size_bytes past the bound", []tarEntry{goodManifest(t, files, func(m *imageManifest) { m.SizeBytes = 16 << 30 }), dirEntry, ok[2]}, "", 0, isTooLarge, "manifest.size_bytes"},
 		{"unknown backend", []tarEntry{goodManifest(t, files, func(m *imageManifest) { m.Backend = "vm" }), dirEntry, ok[2]}, "", 0, errdefs.IsFailedPrecondition, "manifest.backend"},
 		{"unknown template", []tarEntry{goodManifest(t, files, func(m *imageManifest) { m.Options.Template = "nope" }), dirEntry, ok[2]}, "", 0, errdefs.IsFailedPrecondition, "template"},
 		{"size lies", []tarEntry{goodManifest(t, files, func(m *imageManifest) { m.SizeBytes = 1 }), dirEntry, ok[2]}, "", 0, errdefs.IsInvalidArgument, "size_bytes"},

@@ -52,6 +52,10 @@ var migrations = []migration{
 		`ALTER TABLE versions ADD COLUMN activated_at INTEGER NOT NULL DEFAULT 0`)},
 	// Branch pools: runtime pools (pools.go).
 	{11, "runtime pools", ddl(poolSchema)},
+	// Branch fixd: an imported checkpoint's origin (JSON of sandbox.CheckpointOrigin; '' for
+	// one taken here).
+	{12, "imported checkpoints' origin", addColumn("checkpoints", "origin",
+		`ALTER TABLE checkpoints ADD COLUMN origin TEXT NOT NULL DEFAULT ''`)},
 }
 
 // SchemaVersion is the user_version of a store this daemon has opened.

@@ -20,7 +20,7 @@ import (
 // (so the tables can be read with the sqlite3 shell); options and services are JSON. Tokens
 // are columns too: the records leave them out of their JSON on purpose (json:"-"), so they
 // must never travel through it. Times are Unix nanoseconds. This is step 2 of migrate.go, as
-// it first shipped; checkpoints.checksums is step 3.
+// it first shipped; checkpoints.checksums is step 3, checkpoints.origin step 12.
 const sandboxSchema = `
 CREATE TABLE IF NOT EXISTS sandboxes (
 	id            TEXT PRIMARY KEY,
@@ -213,12 +213,20 @@ func (r *SandboxRegistry) PutCheckpoint(ctx context.Context, rec sandbox.Checkpo
 		}
 		sums = string(b)
 	}
+	origin := ""
+	if rec.Origin != nil {
+		b, err := json.Marshal(rec.Origin)
+		if err != nil {
+			return fmt.Errorf("encoding the origin of %s: %w", rec.ID, err)
+		}
+		origin = string(b)
+	}
 	_, err = r.db.ExecContext(ctx, `
 		INSERT INTO checkpoints (id, tag, sandbox_id, parent_id, backend, dir, size_bytes, token,
-			generation, hostname, options, created_at, checksums)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			generation, hostname, options, created_at, checksums, origin)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		rec.ID, rec.Tag, rec.SandboxID, rec.ParentID, rec.Backend, rec.Dir, rec.SizeBytes, rec.Token,
-		rec.Generation, rec.Hostname, string(opts), nanos(rec.CreatedAt), sums)
+		rec.Generation, rec.Hostname, string(opts), nanos(rec.CreatedAt), sums, origin)
 	if isConstraint(err) {
 		return fmt.Errorf("checkpoint %q: %w", rec.ID, errdefs.ErrExists)
 	}
@@ -229,14 +237,14 @@ func (r *SandboxRegistry) PutCheckpoint(ctx context.Context, rec sandbox.Checkpo
 }
 
 const checkpointCols = `id, tag, sandbox_id, parent_id, backend, dir, size_bytes, token, generation,
-	hostname, options, created_at, checksums`
+	hostname, options, created_at, checksums, origin`
 
 func scanCheckpoint(sc scanner) (sandbox.CheckpointRecord, error) {
 	var rec sandbox.CheckpointRecord
-	var opts, sums string
+	var opts, sums, origin string
 	var created int64
 	if err := sc.Scan(&rec.ID, &rec.Tag, &rec.SandboxID, &rec.ParentID, &rec.Backend, &rec.Dir,
-		&rec.SizeBytes, &rec.Token, &rec.Generation, &rec.Hostname, &opts, &created, &sums); err != nil {
+		&rec.SizeBytes, &rec.Token, &rec.Generation, &rec.Hostname, &opts, &created, &sums, &origin); err != nil {
 		return rec, err
 	}
 	rec.CreatedAt = fromNanos(created)
@@ -246,6 +254,12 @@ func scanCheckpoint(sc scanner) (sandbox.CheckpointRecord, error) {
 	if sums != "" { // '': recorded before checksums existed
 		if err := json.Unmarshal([]byte(sums), &rec.Checksums); err != nil {
 			return rec, fmt.Errorf("decoding checksums of %s: %w", rec.ID, err)
+		}
+	}
+	if origin != "" { // '': taken here, or recorded before imports were marked
+		rec.Origin = &sandbox.CheckpointOrigin{}
+		if err := json.Unmarshal([]byte(origin), rec.Origin); err != nil {
+			return rec, fmt.Errorf("decoding the origin of %s: %w", rec.ID, err)
 		}
 	}
 	return rec, nil

@@ -43,7 +43,7 @@ func (s *Server) tokenOf(ctx context.Context, id string) (string, error) {
 	}
 	tok, err := at.EnvdAccessToken(ctx, id)
 	if err != nil {
-		return "", fmt.Errorf("reading the access token of sandbox %s: %w", id, err)
+		return "", fmt.Errorf("reading the access token of sandbox %s: %w", sentRef(ctx, id), err)
 	}
 	return tok, nil
 }
@@ -56,10 +56,10 @@ func (s *Server) checkToken(ctx context.Context, id string, h http.Header) error
 	}
 	got := h.Get(headerAccessToken)
 	if got == "" {
-		return unauthenticatedf("header %s is missing: sandbox %s is secure; use the envdAccessToken its create or connect returned", headerAccessToken, id)
+		return unauthenticatedf("header %s is missing: sandbox %s is secure; use the envdAccessToken its create or connect returned", headerAccessToken, sentRef(ctx, id))
 	}
 	if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
-		return unauthenticatedf("header %s: not the access token of sandbox %s", headerAccessToken, id)
+		return unauthenticatedf("header %s: not the access token of sandbox %s", headerAccessToken, sentRef(ctx, id))
 	}
 	return nil
 }
@@ -91,7 +91,7 @@ func (s *Server) checkFiles(ctx context.Context, id string, h http.Header, q url
 	sum := sha256.Sum256([]byte(raw))
 	want := "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
 	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
-		return unauthenticatedf("signature: not valid for %s of %q as %q in sandbox %s", operation, q.Get("path"), q.Get("username"), id)
+		return unauthenticatedf("signature: not valid for %s of %q as %q in sandbox %s", operation, q.Get("path"), q.Get("username"), sentRef(ctx, id))
 	}
 	return nil
 }

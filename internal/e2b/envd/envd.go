@@ -139,16 +139,38 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, "", unsupportedf("header %s %q: Zygo serves a sandbox's envd (%d) and code interpreter (%d) ports only", headerSandboxPort, port, EnvdPort, CodeInterpreterPort))
 		return
 	}
-	id, ok := SandboxID(r)
-	ctx := context.WithValue(r.Context(), sandboxKey{}, sandboxRef{id: id, ok: ok})
+	sent, ok := SandboxID(r)
+	id := sent
+	if res, can := s.sb.(IDResolver); ok && can {
+		// What the Server keeps per sandbox (the code interpreter's state, watchers, stream
+		// counts) is keyed by the sandbox's id, never by the name a caller sent: a later
+		// sandbox of that name is another sandbox. A ref that names none stays as sent (the
+		// route answers that it does not run). The token is checked against the resolved
+		// sandbox; what is said to a caller not yet authenticated names the ref as sent, never
+		// the id a name resolved to.
+		if rid, err := res.ResolveID(r.Context(), sent); err == nil {
+			id = rid
+		}
+	}
+	ctx := context.WithValue(r.Context(), sandboxKey{}, sandboxRef{id: id, sent: sent, ok: ok})
 	s.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 type sandboxKey struct{}
 
 type sandboxRef struct {
-	id string
-	ok bool
+	id   string // the sandbox's id (IDResolver), else as sent
+	sent string // as the request named it
+	ok   bool
+}
+
+// sentRef is how the request named sandbox id (its id or a name), for what is said before the
+// caller is authenticated.
+func sentRef(ctx context.Context, id string) string {
+	if ref, _ := ctx.Value(sandboxKey{}).(sandboxRef); ref.id == id && ref.sent != "" {
+		return ref.sent
+	}
+	return id
 }
 
 // IsEnvdRequest reports whether r is addressed to the envd API rather than E2B's control
@@ -206,11 +228,18 @@ const healthPing = 2 * time.Second
 
 // health answers 204 when the sandbox runs and its guest answers a Stat of "/" within
 // healthPing, and 502 (E2B's proxy's answer for a sandbox that is gone) otherwise: the SDK's
-// isRunning reads the status, so a frozen guest reads as not running.
+// isRunning reads the status, so a frozen guest reads as not running. A request without the
+// sandbox's access token (the SDK sends it) is answered 502 with the same message whether a
+// sandbox of that id or name exists or not: health tells nothing to who holds no token.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	id, err := sandboxIDFrom(r.Context())
 	if err != nil {
 		s.writeError(w, r, "", err)
+		return
+	}
+	if err := s.checkToken(r.Context(), id, r.Header); err != nil {
+		s.writeError(w, r, "", &tagged{msg: fmt.Sprintf("sandbox %s is not running, or this request does not carry its access token (%s)",
+			sentRef(r.Context(), id), headerAccessToken), tag: errNotRunning})
 		return
 	}
 	if err := s.sb.CheckRunning(r.Context(), id); err != nil {

@@ -37,13 +37,26 @@ type fakeSandboxes struct {
 	getFault error                   // GetFile fails with it after writing "partial"
 	figures  string                  // the value of figuresCode: base64 PNGs joined by commas
 	frozen   chan struct{}           // guarded by mu; when set, Stat waits for it, ignoring ctx (a frozen guest)
+	names    map[string]string       // guarded by mu; sandbox name -> the id it names now
 }
 
 var (
 	_ Sandboxes       = (*fakeSandboxes)(nil)
 	_ OwnedFilePutter = (*fakeSandboxes)(nil)
 	_ AccessTokens    = (*fakeSandboxes)(nil)
+	_ IDResolver      = (*fakeSandboxes)(nil)
 )
+
+// ResolveID knows the ids and the names of f.names.
+func (f *fakeSandboxes) ResolveID(_ context.Context, ref string) (string, error) {
+	f.mu.Lock()
+	id, ok := f.names[ref]
+	f.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	return ref, f.check(ref)
+}
 
 // fakeID is the sandbox the tests use; otherID runs too, to check that one sandbox cannot
 // reach another's state.

@@ -232,6 +232,55 @@ func TestUpload(t *testing.T) {
 	wantError(t, st, body, http.StatusBadGateway, "not running")
 }
 
+// TestHealthWithoutToken: GET /health without a sandbox's access token (missing or wrong)
+// answers exactly as for a sandbox that does not exist, so it tells no one without the token
+// whether a sandbox of that id or name exists; with the token it answers 204.
+func TestHealthWithoutToken(t *testing.T) {
+	h := newHarness(t)
+	h.fake.token = "secret"
+	answer := func(sandbox, token string) (int, string) {
+		h.hdr.Set(HeaderSandboxID, sandbox)
+		h.hdr.Set(headerAccessToken, token)
+		if token == "" {
+			h.hdr.Del(headerAccessToken)
+		}
+		st, body := h.do(t, "GET", "/health", "", nil)
+		return st, strings.ReplaceAll(body, sandbox, "ID")
+	}
+	goneSt, goneBody := answer("gone", "")
+	if goneSt != http.StatusBadGateway {
+		t.Fatalf("health of no sandbox = %d %s, want 502", goneSt, goneBody)
+	}
+	for _, tok := range []string{"", "wrong"} {
+		if st, body := answer(fakeID, tok); st != goneSt || body != goneBody {
+			t.Errorf("health of a running sandbox with token %q = %d %s; want what a missing one answers: %d %s",
+				tok, st, body, goneSt, goneBody)
+		}
+		if st, body := answer("gone", tok); st != goneSt || body != goneBody {
+			t.Errorf("health of no sandbox with token %q = %d %s, want %d %s", tok, st, body, goneSt, goneBody)
+		}
+	}
+	if st, body := answer(fakeID, "secret"); st != http.StatusNoContent {
+		t.Errorf("health with the token = %d %s, want 204", st, body)
+	}
+	// By name: the same answer, which names the name, never the id it resolves to.
+	h.fake.names = map[string]string{"kiwi": fakeID}
+	for _, tok := range []string{"", "wrong"} {
+		if st, body := answer("kiwi", tok); st != goneSt || body != goneBody {
+			t.Errorf("health of a running sandbox by name with token %q = %d %s, want %d %s", tok, st, body, goneSt, goneBody)
+		}
+	}
+	h.hdr.Set(HeaderSandboxID, "kiwi")
+	h.hdr.Set(headerAccessToken, "wrong")
+	_, err := h.proc.List(ctxT(t), connect.NewRequest(&pb.ListRequest{}))
+	if err == nil || strings.Contains(err.Error(), fakeID) {
+		t.Errorf("a call by name with a wrong token = %v: want refused without the sandbox's id", err)
+	}
+	if st, body := answer("kiwi", "secret"); st != http.StatusNoContent {
+		t.Errorf("health by name with the token = %d %s, want 204", st, body)
+	}
+}
+
 func TestAccessToken(t *testing.T) {
 	h := newHarness(t)
 	h.fake.token = "secret"
@@ -242,9 +291,9 @@ func TestAccessToken(t *testing.T) {
 	wantCode(t, err, connect.CodeUnauthenticated, headerAccessToken)
 	st, body := h.do(t, "GET", "/files?path=f", "", nil)
 	wantError(t, st, body, http.StatusUnauthorized, headerAccessToken)
-	// /health needs no token, as E2B's.
-	if st, _ := h.do(t, "GET", "/health", "", nil); st != http.StatusNoContent {
-		t.Fatalf("health = %d", st)
+	// /health without the token tells nothing (TestHealthWithoutToken).
+	if st, _ := h.do(t, "GET", "/health", "", nil); st != http.StatusBadGateway {
+		t.Fatalf("health without the token = %d, want 502", st)
 	}
 
 	// A signed URL, as the SDK's downloadUrl makes it.
@@ -288,6 +337,37 @@ func (h *harness) executeLines(t *testing.T, body string) (int, []map[string]any
 		lines = append(lines, m)
 	}
 	return st, lines, out
+}
+
+// TestCodeStateByID: the code interpreter's state (its execution count) is the sandbox's, by
+// id: asked by name or by id it is one; a later sandbox given that name starts its own.
+func TestCodeStateByID(t *testing.T) {
+	h := newHarness(t)
+	h.fake.names = map[string]string{"box": fakeID}
+	count := func(ref string) any {
+		t.Helper()
+		h.hdr.Set(HeaderSandboxID, ref)
+		_, lines, out := h.executeLines(t, `{"code":"1+1"}`)
+		for _, l := range lines {
+			if l["type"] == "number_of_executions" {
+				return l["execution_count"]
+			}
+		}
+		t.Fatalf("no execution count in %s", out)
+		return nil
+	}
+	if n := count("box"); n != 1.0 {
+		t.Fatalf("first run by name: count %v", n)
+	}
+	if n := count(fakeID); n != 2.0 {
+		t.Errorf("then by id: count %v, want 2 (one sandbox, one state)", n)
+	}
+	h.fake.mu.Lock()
+	h.fake.names["box"] = otherID // the name now names another sandbox
+	h.fake.mu.Unlock()
+	if n := count("box"); n != 1.0 {
+		t.Errorf("the name's new sandbox: count %v, want 1 (not the earlier sandbox's state)", n)
+	}
 }
 
 func TestExecute(t *testing.T) {

@@ -73,6 +73,13 @@ type Sandboxes interface {
 	RunCode(ctx context.Context, id string, req guest.CodeRequest, stdout, stderr io.Writer) (guest.CodeResult, error)
 }
 
+// IDResolver is an optional capability of a Sandboxes: ResolveID returns the id of the
+// sandbox ref names (an id or a name); an error wrapping errdefs.ErrNotFound for none. With it,
+// the Server keys what it keeps per sandbox by id (a sandbox's name may later be another's).
+type IDResolver interface {
+	ResolveID(ctx context.Context, ref string) (string, error)
+}
+
 // OwnedFilePutter is an optional capability of a Sandboxes: PutFileAs writes the file (and
 // the parents it creates) with the credentials of user, as E2B's upload does for its
 // `username` (what the user may not write is refused). Without

@@ -116,27 +116,37 @@ func saveImageBundle(instDir, imageDir string) error {
 // checkImageBundle returns an error wrapping errdefs.ErrFailedPrecondition when spec's bundle
 // differs from the image's in anything but what each copy has of its own: hostname, cgroup,
 // host dir and host uid, and what each engine has of its own: where its copies of the guest
-// binary and of the default root are (an image imported from another daemon names that
-// daemon's). An image without a saved bundle (taken by an older zygo, on the same
-// bundle code) is not checked.
+// binary and of the default root are. An image without a saved bundle taken here (by an older
+// zygo, on the same bundle code) is not checked. An imported one (spec.ImageImported) must
+// have its bundle, and its root's path is left out of the comparison whatever the root (each
+// daemon's template of a name has its own directory): the root is spec's, which the Manager
+// resolved on this daemon; nothing of the image's bundle is used but to compare.
 func (b *Backend) checkImageBundle(imageDir string, spec sandbox.Spec) error {
 	data, err := os.ReadFile(filepath.Join(imageDir, imageBundle))
 	if errors.Is(err, os.ErrNotExist) {
+		if spec.ImageImported {
+			return fmt.Errorf("the image was imported without its bundle (%s), which an imported image must carry: %w",
+				imageBundle, errdefs.ErrFailedPrecondition)
+		}
 		b.log.Warn("restoring an image without its bundle: runsc only warns of a mismatch", "engine_id", spec.ID)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading the image's bundle: %w", err)
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the cause, without the daemon's path
+		}
+		return fmt.Errorf("reading the image's bundle: %s: %w", err.Error(), errdefs.ErrFailedPrecondition)
 	}
 	var old specs.Spec // as runsc reads it
 	if err := json.Unmarshal(data, &old); err != nil {
 		return fmt.Errorf("image's bundle: %w: %w", err, errdefs.ErrFailedPrecondition)
 	}
 	x, y := perCopyCleared(old), perCopyCleared(b.bundleSpec(spec, ""))
-	if spec.RootfsDir == "" && x.Root != nil && y.Root != nil {
-		// The default root is each engine's own copy (STATE/rootfs) of one template: an image
-		// imported from another daemon names that daemon's copy. A given root (a template's
-		// directory) must be the same path.
+	if (spec.RootfsDir == "" || spec.ImageImported) && x.Root != nil && y.Root != nil {
+		// The default root is each engine's own copy (STATE/rootfs) of one template, and a
+		// template's directory is each daemon's own: an image imported from another daemon
+		// names that daemon's. A root given here (a rootfs_dir) must be the same path.
 		xr, yr := *x.Root, *y.Root
 		xr.Path, yr.Path = "", ""
 		x.Root, y.Root = &xr, &yr
@@ -147,6 +157,14 @@ func (b *Backend) checkImageBundle(imageDir string, spec sandbox.Spec) error {
 	}
 	return nil
 }
+
+// CheckImportedImage implements sandbox.ImportChecker: checkImageBundle of an imported image.
+func (b *Backend) CheckImportedImage(imageDir string, spec sandbox.Spec) error {
+	spec.ImageImported = true
+	return b.checkImageBundle(imageDir, spec)
+}
+
+var _ sandbox.ImportChecker = (*Backend)(nil)
 
 // perCopyCleared returns s without what each restored copy has of its own.
 func perCopyCleared(s specs.Spec) specs.Spec {

@@ -3,6 +3,7 @@ package gvisor
 import (
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -68,5 +69,39 @@ func TestImageBundleCheck(t *testing.T) {
 	other.RootfsDir = "/nonexistent" // the image's root path, given: still the default root's binds differ
 	if err := elsewhere.checkImageBundle(img, other); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("a given root for an image of the default root: %v, want ErrFailedPrecondition", err)
+	}
+}
+
+// An imported image (Spec.ImageImported) must carry its bundle; its root's path is each
+// daemon's own (a template's directory there), and everything else must match.
+func TestImportedImageBundle(t *testing.T) {
+	b := &Backend{cgroupParent: DefaultCgroupParent, rootfs: "/nonexistent", guestBin: "/nonexistent", log: slog.Default()}
+	img, inst := t.TempDir(), t.TempDir()
+	src := sandbox.Spec{ID: "sb-a-1", Hostname: "sb-a-1", RootfsDir: "/exporter/templates/py", Limits: sandbox.Limits{MemoryMiB: 256}}
+	if err := writeJSON(filepath.Join(inst, "config.json"), b.bundleSpec(src, "/a/host"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := saveImageBundle(inst, img); err != nil {
+		t.Fatal(err)
+	}
+	here := sandbox.Spec{ID: "sb-b-2", Hostname: "sb-b-2", RootfsDir: "/importer/templates/py", Limits: src.Limits, ImageImported: true}
+	if err := b.CheckImportedImage(img, here); err != nil {
+		t.Errorf("an imported image on this daemon's directory of its template: %v", err)
+	}
+	if err := b.checkImageBundle(t.TempDir(), here); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), imageBundle) {
+		t.Errorf("an imported image without its bundle: %v, want ErrFailedPrecondition naming %s", err, imageBundle)
+	}
+	if err := b.CheckImportedImage(t.TempDir(), sandbox.Spec{ID: "sb-b-2"}); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("CheckImportedImage of an image without its bundle: %v, want ErrFailedPrecondition", err)
+	}
+	other := here
+	other.RootfsDir = "" // the default root: its binds are not in the image's bundle
+	if err := b.CheckImportedImage(img, other); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("an imported image of a template restored on the default root: %v, want ErrFailedPrecondition", err)
+	}
+	other = here
+	other.Limits.MemoryMiB = 512
+	if err := b.CheckImportedImage(img, other); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("an imported image with other limits: %v, want ErrFailedPrecondition", err)
 	}
 }

@@ -165,6 +165,17 @@ type Checkpoint struct {
 	// Lost is true when the image is gone (an in-memory image of a sandbox that holds
 	// secrets, after a reboot): fork and rollback from it fail with 412; it can be removed.
 	Lost bool `json:"lost,omitempty"`
+	// Origin is set on a checkpoint imported from another daemon (POST
+	// /v1/checkpoints/import): the exporter's ids and tag, for information. Such a checkpoint
+	// belongs to no sandbox of this daemon: its SandboxID is an id of its own that names none.
+	Origin *CheckpointOrigin `json:"origin,omitempty"`
+}
+
+// CheckpointOrigin is where an imported checkpoint came from, as its image's manifest says.
+type CheckpointOrigin struct {
+	CheckpointID string `json:"checkpoint_id"`
+	SandboxID    string `json:"sandbox_id"`
+	Tag          string `json:"tag,omitempty"`
 }
 
 // ExecBody is the body of POST /v1/sandboxes/{id}/exec: one JSON object of at most

@@ -321,6 +321,13 @@ func (c *Client) Port(ctx context.Context, id string, port int) (wire.PortBody, 
 	return p, c.call(ctx, "POST", sbPath(id, "ports", strconv.Itoa(port)), nil, &p)
 }
 
+// Unpublish closes a port Port published (its address stops answering; its connections
+// end), freeing its place under the daemon's bound of published ports per sandbox (32).
+// IsNotFound when the port is not published.
+func (c *Client) Unpublish(ctx context.Context, id string, port int) error {
+	return c.call(ctx, "DELETE", sbPath(id, "ports", strconv.Itoa(port)), nil, nil)
+}
+
 // Generation returns the sandbox's current generation token (IsConflict while it does not run).
 func (c *Client) Generation(ctx context.Context, id string) (wire.GenerationBody, error) {
 	var g wire.GenerationBody
