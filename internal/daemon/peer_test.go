@@ -52,9 +52,9 @@ print(repr(s.recv(10)))`).CombinedOutput()
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "hello\n" {
 		t.Errorf("another process's connection: %q %v", buf, err)
 	}
-	select {
+	select { // the accepting goroutine sends after its write, which the read above may beat
 	case <-accepted:
-	default:
+	case <-time.After(5 * time.Second):
 		t.Error("the other connection was not accepted")
 	}
 }
