@@ -50,7 +50,7 @@ func (s *Server) restoreCheckpoint(w http.ResponseWriter, r *http.Request, sb Sa
 	if !decodeBody(w, r, &body) {
 		return
 	}
-	rec, err := sb.Restore(r.Context(), r.PathValue("id"), sandbox.RestoreOptions{Metadata: body.Metadata,
+	rec, err := sb.Restore(r.Context(), r.PathValue("id"), sandbox.RestoreOptions{Metadata: body.Metadata, Name: body.Name,
 		Lifecycle: sandbox.Lifecycle{Timeout: millis(body.TimeoutMS), OnTimeout: body.OnTimeout}})
 	if err != nil {
 		s.fail(w, err)

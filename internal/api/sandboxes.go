@@ -441,7 +441,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	if !decodeBody(w, r, &body) {
 		return
 	}
-	opts := sandbox.ForkOptions{N: body.N, From: body.From}
+	opts := sandbox.ForkOptions{N: body.N, From: body.From, Names: body.Names}
 	var stream *json.Encoder // set once the 200 is sent: after the first progress event
 	if r.Header.Get("Accept") == wire.ForkStreamType {
 		rc := http.NewResponseController(w)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ type fakeSandboxes struct {
 	putMode   uint32
 	forkRes   sandbox.ForkResult
 	forkErr   error
+	forkOpts  sandbox.ForkOptions // the last Fork's
 	removeErr error
 	recs      []sandbox.SandboxRecord    // List
 	cps       []sandbox.CheckpointRecord // Checkpoints
@@ -73,6 +75,7 @@ func (f *fakeSandboxes) GetFile(_ context.Context, _, _ string, w io.Writer) err
 // Fork reports progress as a Manager does (once the checkpoint is ready, then once per child)
 // unless it fails before any child.
 func (f *fakeSandboxes) Fork(_ context.Context, _ string, opts sandbox.ForkOptions) (sandbox.ForkResult, error) {
+	f.forkOpts = opts
 	if opts.Progress != nil && len(f.forkRes.Children) > 0 {
 		p := sandbox.ForkProgress{Checkpoint: "cp-1", N: len(f.forkRes.Children)}
 		opts.Progress(p)
@@ -255,6 +258,13 @@ func TestSandboxFork(t *testing.T) {
 	f = &fakeSandboxes{forkErr: fmt.Errorf("fork n=0: must be between 1 and 16: %w", errdefs.ErrInvalidArgument)}
 	_, err = newTestServer(t, f, nil).Fork(ctx, "sb-1", 0, "", nil)
 	wantAPIError(t, err, 400, "between 1 and 16")
+	// Names reach the manager; a name in use is a 409 naming it.
+	f = &fakeSandboxes{forkErr: fmt.Errorf("names[1]: a sandbox named %q (sb-x): %w", "taken", errdefs.ErrExists)}
+	_, err = newTestServer(t, f, nil).ForkWith(ctx, "sb-1", wire.ForkBody{N: 2, Names: []string{"a", "taken"}}, nil)
+	wantAPIError(t, err, 409, `names[1]: a sandbox named "taken"`)
+	if !slices.Equal(f.forkOpts.Names, []string{"a", "taken"}) {
+		t.Errorf("the manager got names %q", f.forkOpts.Names)
+	}
 }
 
 // With a progress callback the daemon streams one event when the checkpoint is ready and one

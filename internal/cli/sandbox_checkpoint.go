@@ -146,18 +146,23 @@ func newSandboxForkCmd(g *globals) *cobra.Command {
 	var n int
 	var out *Output
 	var from string
+	var names []string
 	cmd := &cobra.Command{
-		Use:   "fork ID -n N [--from CHECKPOINT]",
+		Use:   "fork ID -n N [--from CHECKPOINT] [--name NAME]...",
 		Short: "Restore N resealed copies of a sandbox in parallel and print their ids",
 		Long: "Restore N children of the sandbox in parallel, from a fresh checkpoint (or --from), and reseal\n" +
 			"each one before it is usable. The ids of the children that run are printed on stdout, one a\n" +
 			"line; each child that failed is reported on stderr with its cause (it was destroyed), and the\n" +
-			"exit status is 1 when any failed. N is at most 16.",
+			"exit status is 1 when any failed. N is at most 16. --name, once per child, names the children\n" +
+			"(N defaults to the number of names); without it each is named after its parent.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(names) > 0 && !cmd.Flags().Changed("n") {
+				n = len(names)
+			}
 			bar := startForkProgress(cmd, args[0], n, from)
 			t0 := time.Now()
-			ans, err := g.client().Fork(cmd.Context(), args[0], n, from, bar.update)
+			ans, err := g.client().ForkWith(cmd.Context(), args[0], wire.ForkBody{N: n, From: from, Names: names}, bar.update)
 			bar.stop()
 			var ae *zygo.Error
 			if err != nil && (!errors.As(err, &ae) || len(ans.Children) == 0) {
@@ -189,6 +194,7 @@ func newSandboxForkCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().IntVarP(&n, "n", "n", 1, "how many children (1..16)")
 	cmd.Flags().StringVar(&from, "from", "", "restore this checkpoint (id or tag) instead of taking a new one")
+	cmd.Flags().StringArrayVar(&names, "name", nil, "a child's name, once per child in order (none in use; nothing is made otherwise)")
 	out = addOutput(cmd, singleCmd)
 	return cmd
 }

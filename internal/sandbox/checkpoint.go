@@ -257,6 +257,13 @@ type ForkOptions struct {
 	// Lifecycle is each child's own timeout (its Timeout counted from when the child runs);
 	// zero: the children never end by themselves. The parent's deadline does not move.
 	Lifecycle Lifecycle
+	// Names, when set, are the children's names, Names[i] for child i: exactly N, each valid
+	// as a create's name (ValidateName, not empty), all distinct and none in use. Checked
+	// before anything is made: a bad one is errdefs.ErrInvalidArgument naming names[i], one in
+	// use errdefs.ErrExists naming it. Empty: each child is named after its parent
+	// (childName). A caller that names the children finds them again by name if the answer is
+	// lost (the Kubernetes controller names them for its objects).
+	Names []string
 }
 
 // ForkProgress is how far a Fork has got.
@@ -295,8 +302,14 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 			return res, err
 		}
 	}
+	if err := validateChildNames(opts.Names, opts.N); err != nil {
+		return res, err
+	}
 	parent, err := m.get(ctx, idOrName)
 	if err != nil {
+		return res, err
+	}
+	if err := m.namesFree(ctx, opts.Names, func(i int) string { return fmt.Sprintf("names[%d]", i) }); err != nil {
 		return res, err
 	}
 	if _, _, err := m.bes.checkpointer(parent.Backend); err != nil {
@@ -334,7 +347,11 @@ func (m *Manager) Fork(ctx context.Context, idOrName string, opts ForkOptions) (
 	var wg sync.WaitGroup
 	for i := range staged {
 		wg.Go(func() {
-			staged[i] = m.restoreChild(ctx, be, ck, parent, res.Checkpoint)
+			name := ""
+			if opts.Names != nil {
+				name = opts.Names[i]
+			}
+			staged[i] = m.restoreChild(ctx, be, ck, parent, res.Checkpoint, name)
 			report(staged[i])
 		})
 	}
@@ -400,16 +417,65 @@ type staged struct {
 	undo   cleanup.Stack
 }
 
+// validateChildNames checks ForkOptions.Names against n: none, or n valid distinct names.
+func validateChildNames(names []string, n int) error {
+	if names == nil {
+		return nil
+	}
+	if len(names) != n {
+		return invalid("names", "%d names for n=%d children: give one name per child, or none", len(names), n)
+	}
+	seen := make(map[string]int, n)
+	for i, name := range names {
+		field := fmt.Sprintf("names[%d]", i)
+		if name == "" {
+			return invalid(field, "empty: every child needs a name when names is given")
+		}
+		if err := ValidateName(name); err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		if j, dup := seen[name]; dup {
+			return invalid(field, "%q is names[%d] too: the names must be distinct", name, j)
+		}
+		seen[name] = i
+	}
+	return nil
+}
+
+// namesFree returns an error wrapping errdefs.ErrExists naming the first of names a sandbox
+// already has (by name or id), as field(i). A create racing the fork may still take one: that child then
+// fails alone (the registry refuses the duplicate).
+func (m *Manager) namesFree(ctx context.Context, names []string, field func(i int) string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	all, err := m.reg.ListSandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("listing sandboxes: %w", err)
+	}
+	for i, name := range names {
+		for _, r := range all {
+			if r.Name == name || r.ID == name {
+				return fmt.Errorf("%s: a sandbox named %q (%s): %w", field(i), name, r.ID, errdefs.ErrExists)
+			}
+		}
+	}
+	return nil
+}
+
 // restoreChild restores one child and reseals it, leaving it Resealing (or failed, with its
-// undo stack loaded).
-func (m *Manager) restoreChild(ctx context.Context, be Backend, ck Checkpointer, parent SandboxRecord, cp CheckpointRecord) *staged {
+// undo stack loaded). name is the child's name; empty: childName.
+func (m *Manager) restoreChild(ctx context.Context, be Backend, ck Checkpointer, parent SandboxRecord, cp CheckpointRecord, name string) *staged {
 	now := m.cfg.Now()
 	s := &staged{be: be, rec: SandboxRecord{ID: newID("sb-", 8), Backend: be.Name(), State: Restoring,
 		// No generation until the reseal issues one: until then the record must not show the
 		// checkpoint's, which its siblings and its source hold too.
 		ParentID: parent.ID, CheckpointID: cp.ID, Token: cp.Token,
 		Options: cp.Options, CreatedAt: now, UpdatedAt: now}}
-	s.rec.Name = childName(parent.Name, s.rec.ID)
+	s.rec.Name = name
+	if name == "" {
+		s.rec.Name = childName(parent.Name, s.rec.ID)
+	}
 	s.rec.Options.Name = s.rec.Name
 	s.rec.Options.Lifecycle = Lifecycle{} // set by the caller (ForkOptions.Lifecycle) once it runs
 	s.rec.EngineID = newEngineID(s.rec.ID)

@@ -173,12 +173,15 @@ type RestoreOptions struct {
 	Metadata map[string]string
 	// Template names what the sandbox is made from in listings ("" keeps the checkpoint's).
 	Template string
+	// Name is the new sandbox's name: valid as a create's (ValidateName) and not in use
+	// (errdefs.ErrExists), checked before anything is made. Empty: named as below.
+	Name string
 }
 
 // Restore makes a new sandbox from a checkpoint, which may have outlived the sandbox it was
 // taken of: restored and resealed as a fork child is (its own id, generation, hostname,
 // machine-id, host uid and network address), its parent the checkpoint's sandbox, its name
-// that sandbox's name and a dash and 8 digits of its id. The image is verified first. It
+// that sandbox's name and a dash and 8 digits of its id (or opts.Name). The image is verified first. It
 // returns the new record, or an error wrapping errdefs.ErrNotFound for an unknown checkpoint,
 // errdefs.ErrInvalidArgument for bad options, errdefs.ErrFailedPrecondition for an image that
 // is lost or corrupted; on error nothing of the new sandbox is left.
@@ -190,6 +193,9 @@ func (m *Manager) Restore(ctx context.Context, checkpoint string, opts RestoreOp
 		return SandboxRecord{}, err
 	}
 	if err := validateMetadata(opts.Metadata); err != nil {
+		return SandboxRecord{}, err
+	}
+	if err := ValidateName(opts.Name); err != nil {
 		return SandboxRecord{}, err
 	}
 	cp, err := m.getCheckpoint(ctx, checkpoint)
@@ -205,6 +211,11 @@ func (m *Manager) Restore(ctx context.Context, checkpoint string, opts RestoreOp
 		return SandboxRecord{}, err
 	}
 	defer release()
+	if opts.Name != "" {
+		if err := m.namesFree(ctx, []string{opts.Name}, func(int) string { return "name" }); err != nil {
+			return SandboxRecord{}, err
+		}
+	}
 	if err := m.verifyImage(ctx, cp); err != nil {
 		return SandboxRecord{}, err
 	}
@@ -218,7 +229,7 @@ func (m *Manager) Restore(ctx context.Context, checkpoint string, opts RestoreOp
 	if parent.Name == "" {
 		parent.Name = "restored"
 	}
-	s := m.restoreChild(ctx, be, ck, parent, cp)
+	s := m.restoreChild(ctx, be, ck, parent, cp, opts.Name)
 	child := m.finishChild(ctx, s, opts.Lifecycle)
 	if child.Err != nil {
 		return SandboxRecord{}, fmt.Errorf("restoring checkpoint %s: %w", cp.ID, child.Err)

@@ -82,6 +82,9 @@ func (e *env) testCrossNodeFork(t *testing.T) {
 			t.Fatalf("copy %s: %+v (generations so far %v)", c.Name, c.Status, gens)
 		}
 		gens[c.Status.Zygo.Generation] = true
+		if rec, err := agentB.GetSandbox(ctx, fmt.Sprintf("k8s-%s-%d", f.UID, ch.Index)); err != nil || rec.ID != ch.SandboxID {
+			t.Fatalf("copy %d by its name k8s-%s-%d on node-b: %+v, %v; want %s", ch.Index, f.UID, ch.Index, rec, err, ch.SandboxID)
+		}
 		var out bytes.Buffer
 		if st, err := agentB.Exec(ctx, c.Status.Zygo.SandboxID, execBody("cat", "/tmp/origin"), &out, io.Discard); err != nil || st.Code != 0 ||
 			strings.TrimSpace(out.String()) != "from node-a" {

@@ -673,6 +673,10 @@ func (e *env) forkIt(t *testing.T, sb *agentsv1.Sandbox, agent *zygo.Client) []s
 			t.Fatalf("copy %s: %+v (source %s, generations so far %v)", c.Name, c.Status, sb.Status.Zygo.SandboxID, gens)
 		}
 		gens[c.Status.Zygo.Generation] = true
+		// Named for the fork and its index (k8s-FORKUID-i): found again by name after a crash.
+		if rec, err := agent.GetSandbox(ctx, fmt.Sprintf("k8s-%s-%d", f.UID, ch.Index)); err != nil || rec.ID != ch.SandboxID {
+			t.Fatalf("copy %d by its name k8s-%s-%d: %+v, %v; want %s", ch.Index, f.UID, ch.Index, rec, err, ch.SandboxID)
+		}
 		copies = append(copies, c)
 		accesses = append(accesses, e.accessOf(t, c))
 	}

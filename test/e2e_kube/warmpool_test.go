@@ -104,6 +104,10 @@ func (e *env) testWarmPoolForeignCheckpoint(t *testing.T) {
 	if cl.Status.SandboxStatus.LaunchType != "warm" || got.Status.Zygo.CheckpointID == victimImage || got.Status.Zygo.ParentID == victim.Status.Zygo.SandboxID {
 		t.Fatalf("claim's sandbox %+v (launch %s): want a warm copy of the tenant's own source, not of image %s", got.Status.Zygo, cl.Status.SandboxStatus.LaunchType, victimImage)
 	}
+	// The claim's copy is named for its Sandbox's UID, as a created sandbox is.
+	if rec, err := a.GetSandbox(bg, "k8s-"+string(got.UID)); err != nil || rec.ID != got.Status.Zygo.SandboxID || rec.ParentID == "" {
+		t.Fatalf("the claim's copy by its name k8s-%s: %+v, %v; want copy %s", got.UID, rec, err, got.Status.Zygo.SandboxID)
+	}
 	if mark := exec(got.Status.Zygo.SandboxID, "cat /tmp/mark 2>/dev/null || echo none"); mark != "none" {
 		t.Fatalf("the tenant's claim reads /tmp/mark = %q: it holds the victim's files", mark)
 	}

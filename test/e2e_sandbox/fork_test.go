@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/zygo-run/zygo/internal/guest"
+	"github.com/zygo-run/zygo/sdk/go/wire"
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 var forkSummaryRE = regexp.MustCompile(`(\d+) of (\d+) children running in (\S+)`)
@@ -185,5 +187,58 @@ func TestSignalServiceIsTheProgram(t *testing.T) {
 	}
 	if len(st) != 1 || !st[0].Running || st[0].Restarts != 0 || st[0].LastExit != nil {
 		t.Errorf("after the signal: %+v, want running, never restarted", st)
+	}
+}
+
+// TestForkNamed forks with caller-chosen names through the CLI (--name per child) and the Go
+// SDK (restore with a name), finds each child by its name, and checks that a name in use
+// refuses the whole fork (409 naming it) without making anything.
+func TestForkNamed(t *testing.T) {
+	d := startDaemon(t)
+	src := d.OK("sandbox", "create", "--name", "named-src")
+	d.OK("sandbox", "run-code", src, "--code", "x = 7")
+	out, errOut, code := d.CLI("sandbox", "fork", src, "--name", "kid-one", "--name", "kid-two")
+	kids := lines(out)
+	if code != 0 || len(kids) != 2 {
+		t.Fatalf("fork --name x2: exit %d, %d children\nstderr: %s", code, len(kids), errOut)
+	}
+	for i, name := range []string{"kid-one", "kid-two"} {
+		rec, err := d.Client.GetSandbox(t.Context(), name)
+		if err != nil || rec.ID != kids[i] || rec.Name != name || rec.ParentID == "" {
+			t.Errorf("GetSandbox(%q) = %+v, %v; want child %d (%s)", name, rec, err, i, kids[i])
+		}
+		if got := d.OK("sandbox", "run-code", name, "--code", "x"); got != "7" {
+			t.Errorf("child %s by name: x = %q, want 7", name, got)
+		}
+	}
+	before, err := d.Client.ListSandboxes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Client.ForkWith(t.Context(), src, wire.ForkBody{N: 2, Names: []string{"kid-three", "kid-two"}}, nil)
+	if !zygo.IsConflict(err) || !strings.Contains(err.Error(), "names[1]") || !strings.Contains(err.Error(), "kid-two") {
+		t.Errorf("fork onto a name in use = %v; want 409 naming names[1] kid-two", err)
+	}
+	_, err = d.Client.ForkWith(t.Context(), src, wire.ForkBody{N: 1, Names: []string{"bad name"}}, nil)
+	if !zygo.IsBadRequest(err) || !strings.Contains(err.Error(), "names[0]") {
+		t.Errorf("fork with a bad name = %v; want 400 naming names[0]", err)
+	}
+	after, err := d.Client.ListSandboxes(t.Context())
+	if err != nil || len(after) != len(before) {
+		t.Errorf("refused forks changed the sandboxes: %d before, %d after (%v)", len(before), len(after), err)
+	}
+	cp, err := d.Client.Checkpoint(t.Context(), src, "named-base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := d.Client.Restore(t.Context(), cp.ID, wire.RestoreBody{Name: "kid-restored"})
+	if err != nil || rec.Name != "kid-restored" {
+		t.Fatalf("restore with a name = %+v, %v", rec, err)
+	}
+	if got := d.OK("sandbox", "run-code", "kid-restored", "--code", "x"); got != "7" {
+		t.Errorf("restored child by name: x = %q, want 7", got)
+	}
+	for _, name := range []string{"kid-one", "kid-two", "kid-restored"} {
+		d.OK("sandbox", "rm", name)
 	}
 }

@@ -38,8 +38,9 @@ type Agent interface {
 	RemoveCheckpoint(ctx context.Context, checkpoint string) error
 	// GetCheckpoint takes an id or a tag.
 	GetCheckpoint(ctx context.Context, checkpoint string) (wire.Checkpoint, error)
-	// Fork makes n copies of sandbox id from checkpoint from (empty: a fresh one).
-	Fork(ctx context.Context, id string, n int, from string, progress func(wire.ForkProgress)) (wire.ForkAnswer, error)
+	// ForkWith makes body.N copies of sandbox id from checkpoint body.From (empty: a fresh
+	// one), named body.Names (the controller always names them: forkCopyName, nodeSandboxName).
+	ForkWith(ctx context.Context, id string, body wire.ForkBody, progress func(wire.ForkProgress)) (wire.ForkAnswer, error)
 	// ExportCheckpoint, ImportCheckpoint and Restore copy an image to another node and
 	// restore it there (a cross-node SandboxFork, crossnode.go).
 	ExportCheckpoint(ctx context.Context, checkpoint string) (*zygo.CheckpointImage, error)

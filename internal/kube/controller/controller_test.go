@@ -234,6 +234,15 @@ func TestForkMakesChildren(t *testing.T) {
 		if sb.Annotations[agentsv1.AnnotationSandboxID] != ch.SandboxID || sb.Labels[LabelFork] != "f" {
 			t.Fatalf("child %s: %+v", ch.Sandbox, sb.ObjectMeta)
 		}
+		// The copy is named for the fork and its index; its Sandbox adopts it as its own.
+		if rec := e.agents["a"].sandboxes[ch.SandboxID]; rec.Name != forkCopyName(f.UID, int(ch.Index)) {
+			t.Errorf("copy %d named %q, want %q", ch.Index, rec.Name, forkCopyName(f.UID, int(ch.Index)))
+		}
+		e.reconcile(&SandboxReconciler{Client: e.c, Dialer: e.agents}, &sb)
+		e.get(&sb)
+		if c := condition(t, sb.Status.Conditions, agentsv1.ConditionReady); c.Status != metav1.ConditionTrue {
+			t.Errorf("copy %s: Ready %+v", sb.Name, c)
+		}
 	}
 }
 

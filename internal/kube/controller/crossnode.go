@@ -59,6 +59,10 @@ func (r *ForkReconciler) forkElsewhere(ctx context.Context, f *zygov1.SandboxFor
 		done(false, zygov1.ReasonCopyFailed, err.Error())
 		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
 	}
+	if err := removeLeftovers(ctx, dstA, f); err != nil {
+		done(false, zygov1.ReasonForkFailed, err.Error()+"; nothing was made")
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	}
 	fresh := from == ""
 	if fresh {
 		cctx, cancel := context.WithTimeout(ctx, createTimeout)
@@ -87,7 +91,7 @@ func (r *ForkReconciler) forkElsewhere(ctx context.Context, f *zygov1.SandboxFor
 	}
 	log.FromContext(ctx).Info("copied a checkpoint image between nodes", "from", f.Status.CopiedFrom, "to", dstN.Name+"/"+imp.ID,
 		"bytes", n, "seconds", time.Since(t0).Seconds())
-	ans := restoreCopies(ctx, dstA, imp.ID, int(f.Spec.Count))
+	ans := restoreCopies(ctx, dstA, imp.ID, forkCopyNames(f))
 	ans.Checkpoint = imp
 	f.Status.Children = forkChildren(f.Name, ans)
 	f.Status.Succeeded, f.Status.Failed = int32(ans.Succeeded), int32(ans.Failed) //nolint:gosec // at most 16
@@ -145,17 +149,17 @@ func (c *countReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// restoreCopies restores n copies of checkpoint on a in parallel, each resealed by the agent,
-// and answers as a fork would.
-func restoreCopies(ctx context.Context, a Agent, checkpoint string, n int) wire.ForkAnswer {
+// restoreCopies restores one copy of checkpoint per name on a in parallel (copy i named
+// names[i]), each resealed by the agent, and answers as a fork would.
+func restoreCopies(ctx context.Context, a Agent, checkpoint string, names []string) wire.ForkAnswer {
 	ctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
-	kids := make([]wire.ForkChild, n)
+	kids := make([]wire.ForkChild, len(names))
 	var wg sync.WaitGroup
 	for i := range kids {
 		wg.Go(func() {
 			kids[i].Index = i
-			sb, err := a.Restore(ctx, checkpoint, wire.RestoreBody{})
+			sb, err := a.Restore(ctx, checkpoint, wire.RestoreBody{Name: names[i]})
 			if err != nil {
 				kids[i].Error = &wire.ErrorBody{Code: wire.CodeHTTP, Message: err.Error()}
 				var ze *zygo.Error

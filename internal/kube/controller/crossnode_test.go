@@ -75,7 +75,7 @@ func (f *fakeAgent) ImportCheckpoint(_ context.Context, r io.Reader, size int64,
 	return cp, nil
 }
 
-func (f *fakeAgent) Restore(_ context.Context, checkpoint string, _ wire.RestoreBody) (wire.Sandbox, error) {
+func (f *fakeAgent) Restore(_ context.Context, checkpoint string, body wire.RestoreBody) (wire.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -84,8 +84,11 @@ func (f *fakeAgent) Restore(_ context.Context, checkpoint string, _ wire.Restore
 	if !f.images[checkpoint] {
 		return wire.Sandbox{}, notFound("checkpoint " + checkpoint)
 	}
+	if _, taken := f.find(body.Name); taken && body.Name != "" {
+		return wire.Sandbox{}, &zygo.Error{Status: 409, ErrorBody: wire.ErrorBody{Code: wire.CodeExists, Message: fmt.Sprintf("name: a sandbox named %q already exists", body.Name)}}
+	}
 	f.next++
-	rec := wire.Sandbox{ID: fmt.Sprintf("sb-%s%d", f.name, f.next), State: "running", CheckpointID: checkpoint,
+	rec := wire.Sandbox{ID: fmt.Sprintf("sb-%s%d", f.name, f.next), Name: body.Name, State: "running", CheckpointID: checkpoint,
 		ParentID: "sb-source-of-" + checkpoint, Generation: fmt.Sprintf("gen%d", f.next)}
 	f.sandboxes[rec.ID] = rec
 	return rec, nil
@@ -141,7 +144,13 @@ func TestForkCrossNodeCopiesTheImage(t *testing.T) {
 	if err := e.c.Delete(context.Background(), f); err != nil {
 		t.Fatal(err)
 	}
+	// First the copies' Sandboxes are deleted (the fork waits for them: their finalizers check
+	// ownership against its status), then the image waits for the copies on the node.
 	res, err := r.Reconcile(context.Background(), reqOf(f))
+	if err != nil || res.RequeueAfter != time.Second {
+		t.Fatalf("deleting: %+v, %v; want a wait for the copies' Sandboxes", res, err)
+	}
+	res, err = r.Reconcile(context.Background(), reqOf(f))
 	if err != nil || res.RequeueAfter != removeRetry || !b.images[f.Status.CheckpointID] {
 		t.Fatalf("deleting with copies left: %+v, %v; image on b %v", res, err, b.images)
 	}

@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 	extv1 "github.com/zygo-run/zygo/internal/kube/api/extensions/v1beta1"
@@ -204,7 +205,15 @@ func (f *fakeAgent) RemoveCheckpoint(_ context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeAgent) Fork(_ context.Context, id string, n int, from string, _ func(wire.ForkProgress)) (wire.ForkAnswer, error) {
+// Fork is ForkWith without names (as tests call it).
+func (f *fakeAgent) Fork(ctx context.Context, id string, n int, from string, progress func(wire.ForkProgress)) (wire.ForkAnswer, error) {
+	return f.ForkWith(ctx, id, wire.ForkBody{N: n, From: from}, progress)
+}
+
+// ForkWith names the children body.Names (as the daemon, refusing a name in use with 409),
+// else after the source.
+func (f *fakeAgent) ForkWith(_ context.Context, id string, body wire.ForkBody, _ func(wire.ForkProgress)) (wire.ForkAnswer, error) {
+	n, from := body.N, body.From
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -213,6 +222,14 @@ func (f *fakeAgent) Fork(_ context.Context, id string, n int, from string, _ fun
 	src, ok := f.find(id)
 	if !ok {
 		return wire.ForkAnswer{}, notFound("sandbox " + id)
+	}
+	if body.Names != nil && len(body.Names) != n {
+		return wire.ForkAnswer{}, &zygo.Error{Status: 400, ErrorBody: wire.ErrorBody{Code: wire.CodeBadRequest, Message: "names: one per child"}}
+	}
+	for i, name := range body.Names {
+		if _, taken := f.find(name); taken {
+			return wire.ForkAnswer{}, &zygo.Error{Status: 409, ErrorBody: wire.ErrorBody{Code: wire.CodeExists, Message: fmt.Sprintf("names[%d]: a sandbox named %q already exists", i, name)}}
+		}
 	}
 	f.forks++
 	f.forkFrom = append(f.forkFrom, from)
@@ -225,6 +242,9 @@ func (f *fakeAgent) Fork(_ context.Context, id string, n int, from string, _ fun
 		f.next++
 		rec := wire.Sandbox{ID: fmt.Sprintf("sb-%s%d", f.name, f.next), Name: fmt.Sprintf("%s-%d", src.Name, i), State: "running",
 			ParentID: src.ID, CheckpointID: ans.Checkpoint.ID, Generation: fmt.Sprintf("gen%d", f.next)}
+		if body.Names != nil {
+			rec.Name = body.Names[i]
+		}
 		f.sandboxes[rec.ID] = rec
 		ans.Children = append(ans.Children, wire.ForkChild{Index: i, Sandbox: &rec})
 		ans.Succeeded++
@@ -370,7 +390,13 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	c := fake.NewClientBuilder().WithScheme(NewScheme()).
 		WithStatusSubresource(&agentsv1.Sandbox{}, &extv1.SandboxClaim{}, &extv1.SandboxWarmPool{},
 			&zygov1.ZygoNode{}, &zygov1.Checkpoint{}, &zygov1.SandboxFork{}, &zygov1.Function{}).
-		WithObjects(append(nodes, objs...)...).Build()
+		WithObjects(append(nodes, objs...)...).
+		WithInterceptorFuncs(interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if obj.GetUID() == "" { // as an API server does: the controller names what it makes for UIDs
+				obj.SetUID(types.UID("uid-" + obj.GetNamespace() + "-" + obj.GetName()))
+			}
+			return c.Create(ctx, obj, opts...)
+		}}).Build()
 	return &env{t: t, c: c, agents: fakeDialer{"a": newFakeAgent("a"), "b": newFakeAgent("b")}}
 }
 

@@ -10,12 +10,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
@@ -42,6 +44,48 @@ type ForkReconciler struct {
 // forkChildName is the Sandbox name of a fork's i-th copy.
 func forkChildName(fork string, i int) string { return fork + "-" + strconv.Itoa(i) }
 
+// forkCopyName is the Zygo sandbox name of the i-th copy of SandboxFork uid on its node:
+// "k8s-UID-i", deterministic (like nodeSandboxName), so a copy made and not recorded (the
+// controller died before the status write) is found again by name: the fork's next try
+// removes it (removeLeftovers), the node's collection removes it once the SandboxFork is
+// gone, and a Sandbox's status can name only its own copy (notOwned). The copy's Sandbox
+// object does not exist before the fork (its UID is not known), so the name is the fork's.
+// At most "k8s-" + 36 + "-" + 2 digits: within a sandbox name's 63 characters.
+func forkCopyName(uid types.UID, i int) string { return "k8s-" + string(uid) + "-" + strconv.Itoa(i) }
+
+// forkCopyNames are the names of f's spec.count copies.
+func forkCopyNames(f *zygov1.SandboxFork) []string {
+	out := make([]string, f.Spec.Count)
+	for i := range out {
+		out[i] = forkCopyName(f.UID, i)
+	}
+	return out
+}
+
+// removeLeftovers removes, before f's fork runs on a, the copies an earlier try made under
+// f's names and did not record (f.Status.CheckpointID is empty: nothing of them is
+// recorded): otherwise the names would be in use and the fork refused.
+func removeLeftovers(ctx context.Context, a Agent, f *zygov1.SandboxFork) error {
+	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
+	defer cancel()
+	for _, name := range forkCopyNames(f) {
+		rec, err := a.GetSandbox(cctx, name)
+		if zygo.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("looking for an unrecorded copy %s: %w", name, err)
+		}
+		if rec.Name != name { // an id that looks like the name: not possible (ids are sb-…), but never remove another's
+			continue
+		}
+		log.FromContext(ctx).Info("removing a copy an earlier try of this fork made and did not record", "sandbox", name, "sandbox_id", rec.ID)
+		if err := a.RemoveSandbox(cctx, rec.ID); err != nil && !zygo.IsNotFound(err) {
+			return fmt.Errorf("removing unrecorded copy %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // Reconcile forks, records the copies, or deletes them with the SandboxFork.
 func (r *ForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var f zygov1.SandboxFork
@@ -56,13 +100,23 @@ func (r *ForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		if err := r.Client.List(ctx, &kids, client.InNamespace(f.Namespace), client.MatchingLabels{LabelFork: NameLabel(f.Name)}); err != nil {
 			return ctrl.Result{}, fmt.Errorf("listing the copies: %w", err)
 		}
+		left := 0
 		for i := range kids.Items {
 			if !metav1.IsControlledBy(&kids.Items[i], &f) { // a label anyone may set names no copy
+				continue
+			}
+			left++
+			if kids.Items[i].DeletionTimestamp != nil {
 				continue
 			}
 			if err := r.Client.Delete(ctx, &kids.Items[i]); err != nil && !apierrors.IsNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("deleting copy %s: %w", kids.Items[i].Name, err)
 			}
+		}
+		if left > 0 {
+			// The copies' finalizers check a copy is theirs against this fork's status
+			// (notOwned): it stays until they are gone.
+			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 		if wait, err := r.removeCopiedImage(ctx, &f); err != nil || wait > 0 { // a cross-node fork's
 			return ctrl.Result{RequeueAfter: wait}, err
@@ -130,9 +184,13 @@ func (r *ForkReconciler) fork(ctx context.Context, f *zygov1.SandboxFork) (ctrl.
 		done(false, zygov1.ReasonForkFailed, err.Error())
 		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
 	}
+	if err := removeLeftovers(ctx, a, f); err != nil {
+		done(false, zygov1.ReasonForkFailed, err.Error()+"; nothing was made")
+		return ctrl.Result{RequeueAfter: ProbeEvery}, nil
+	}
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
-	ans, err := a.Fork(cctx, src.Status.Zygo.SandboxID, int(f.Spec.Count), from, nil)
+	ans, err := a.ForkWith(cctx, src.Status.Zygo.SandboxID, wire.ForkBody{N: int(f.Spec.Count), From: from, Names: forkCopyNames(f)}, nil)
 	if err != nil && ans.Succeeded == 0 {
 		done(false, zygov1.ReasonForkFailed, fmt.Sprintf("forking sandbox %s on node %s: %v", src.Status.Zygo.SandboxID, node.Name, err))
 		f.Status.Failed, f.Status.Children = int32(len(ans.Children)), forkChildren(f.Name, ans) //nolint:gosec // at most 16

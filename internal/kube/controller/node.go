@@ -170,9 +170,15 @@ func (r *NodeReconciler) probe(ctx context.Context, n *zygov1.ZygoNode) (ok bool
 	return true, zygov1.ReasonAgentReady, fmt.Sprintf("zygo %s answers on %s", st.Version, n.Spec.Address)
 }
 
-// collect removes the sandboxes the controller created on the node ("k8s-" + a Sandbox's UID,
-// no parent) whose Sandbox object no longer exists: those deleted while the node did not
-// answer. Copies (a fork's, a warm claim's) are never collected: their names are the agent's.
+// collect removes the sandboxes the controller made on the node whose object no longer
+// exists: those deleted while the node did not answer, and copies a fork made and did not
+// record (the controller died before its status write) once the fork is gone. What the
+// controller makes is named for its object: "k8s-" + a Sandbox's UID (a create, a warm
+// claim's copy) or forkCopyName (a SandboxFork's copy). A sandbox of such a name is kept
+// while a Sandbox's status records its id on this node (copies made before the controller
+// named them, named by the agent "k8s-UID-XXXXXXXX" after their source, are kept this way).
+// The agent's records are listed before the objects: a sandbox made for an object that exists
+// is never taken for a leftover.
 func (r *NodeReconciler) collect(ctx context.Context, n *zygov1.ZygoNode) error {
 	a, err := r.Dialer.Agent(ctx, n)
 	if err != nil {
@@ -188,19 +194,31 @@ func (r *NodeReconciler) collect(ctx context.Context, n *zygov1.ZygoNode) error 
 	if err := r.Client.List(ctx, &sbs); err != nil {
 		return fmt.Errorf("listing Sandboxes: %w", err)
 	}
-	live := map[string]bool{} // names k8s-UID and recorded ids
+	var forks zygov1.SandboxForkList
+	if err := r.Client.List(ctx, &forks); err != nil {
+		return fmt.Errorf("listing SandboxForks: %w", err)
+	}
+	live := map[string]bool{} // names k8s-UID, fork copy names and recorded ids
 	for _, s := range sbs.Items {
 		live["k8s-"+string(s.UID)] = true
 		if id := s.Status.Zygo.SandboxID; id != "" && s.Status.NodeName == n.Name {
 			live[id] = true
 		}
 	}
+	for i := range forks.Items {
+		for _, name := range forkCopyNames(&forks.Items[i]) {
+			live[name] = true
+		}
+		for _, ch := range forks.Items[i].Status.Children {
+			if ch.SandboxID != "" && forks.Items[i].Status.NodeName == n.Name {
+				live[ch.SandboxID] = true // recorded, its Sandbox not made yet
+			}
+		}
+	}
 	var errs []error
 	for _, rec := range recs {
-		// A copy (ParentID set: a fork's or a restore's) is named by the agent after its
-		// source, k8s-UID-XXXXXXXX: it is not a create's leftover.
-		if strings.HasPrefix(rec.Name, "k8s-") && rec.ParentID == "" && !live[rec.Name] && !live[rec.ID] {
-			log.FromContext(ctx).Info("removing a leftover sandbox", "node", n.Name, "sandbox", rec.Name)
+		if strings.HasPrefix(rec.Name, "k8s-") && !live[rec.Name] && !live[rec.ID] {
+			log.FromContext(ctx).Info("removing a leftover sandbox", "node", n.Name, "sandbox", rec.Name, "copy", rec.ParentID != "")
 			if err := a.RemoveSandbox(cctx, rec.ID); err != nil && !zygo.IsNotFound(err) {
 				errs = append(errs, err)
 			}

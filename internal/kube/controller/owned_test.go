@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
@@ -128,5 +129,62 @@ func TestForgedCheckpointIDNotRemoved(t *testing.T) {
 	e.reconcile(sr, thief)
 	if !e.agents["a"].images[vimg] {
 		t.Errorf("deleting a Sandbox whose status.zygo.warmCheckpointID names another's image %s removed it", vimg)
+	}
+}
+
+// A tenant who may write its Sandbox's status and annotations (and owner references) points
+// it at another namespace's fork copy: the copy is named for that namespace's SandboxFork
+// (forkCopyName), which no SandboxFork of the tenant's namespace is, so nothing is minted for
+// it and the forger's deletion leaves it. The old code trusted the annotations for a copy.
+func TestForgedCopyNotActedOn(t *testing.T) {
+	ctx := context.Background()
+	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	f := &zygov1.SandboxFork{ObjectMeta: objMeta("f"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 1}}
+	e := newEnv(t, src, f)
+	r := &SandboxReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, src)
+	e.reconcile(&ForkReconciler{Client: e.c, Dialer: e.agents}, f)
+	e.get(f)
+	if len(f.Status.Children) != 1 || f.Status.Children[0].SandboxID == "" {
+		t.Fatalf("fork status %+v", f.Status)
+	}
+	vid := f.Status.Children[0].SandboxID
+	victim := &agentsv1.Sandbox{}
+	victim.Namespace, victim.Name = "ns", f.Status.Children[0].Sandbox
+	e.reconcile(r, victim)
+	e.get(victim)
+	if c := condition(t, victim.Status.Conditions, agentsv1.ConditionReady); c.Status != metav1.ConditionTrue {
+		t.Fatalf("the fork's own copy: Ready %+v", c)
+	}
+
+	yes := true
+	thief := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "evil", Name: "thief", UID: "uid-evil-thief",
+		Annotations:     map[string]string{agentsv1.AnnotationNode: "a", agentsv1.AnnotationSandboxID: vid},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: zygov1.GroupVersion.String(), Kind: "SandboxFork", Name: "f", UID: f.UID, Controller: &yes}}},
+		Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	e.create(thief)
+	before := thief.DeepCopy()
+	thief.Status.NodeName, thief.Status.Zygo.SandboxID = "a", vid
+	if err := e.c.Status().Patch(ctx, thief, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(r, thief)
+	e.get(thief)
+	if c := condition(t, thief.Status.Conditions, agentsv1.ConditionReady); c.Reason != agentsv1.ReasonSandboxNotOwned {
+		t.Errorf("a status naming another namespace's copy: Ready %+v, want SandboxNotOwned", c)
+	}
+	var s corev1.Secret
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: "evil", Name: AccessSecretName("thief")}, &s); err == nil && string(s.Data[AccessKeySandboxID]) == vid {
+		t.Errorf("the forger's access Secret names the other namespace's copy %s", vid)
+	}
+	if err := e.c.Delete(ctx, thief); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(r, thief)
+	a := e.agents["a"]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.sandboxes[vid]; !ok {
+		t.Errorf("deleting the forger removed the other namespace's copy %s", vid)
 	}
 }

@@ -244,8 +244,9 @@ func (r *SandboxReconciler) make(ctx context.Context, sb *agentsv1.Sandbox, node
 			ready(sb, false, agentsv1.ReasonInvalidSpec, fmt.Sprintf("annotation %s %q: want NODE/SANDBOX-ID/CHECKPOINT on node %s", AnnotationForkFrom, from, node.Name))
 			return ctrl.Result{}, nil
 		}
+		name := nodeSandboxName(sb)
 		return r.runCreate(ctx, sb, node.Name, func(cctx context.Context) outcome {
-			return r.forkOne(cctx, node, a, parts[1], parts[2])
+			return r.forkOne(cctx, node, a, parts[1], parts[2], name)
 		})
 	}
 	want := sb.DeepCopy() // the spec as this pass saw it
@@ -296,18 +297,33 @@ func (r *SandboxReconciler) create(ctx context.Context, want *agentsv1.Sandbox, 
 	return made(rec)
 }
 
-// forkOne makes a resealed copy of sandbox id from checkpoint cp on node and returns how to
-// record it.
-func (r *SandboxReconciler) forkOne(ctx context.Context, node *zygov1.ZygoNode, a Agent, id, cp string) outcome {
-	ans, err := a.Fork(ctx, id, 1, cp, nil)
-	if err == nil && (len(ans.Children) != 1 || ans.Children[0].Sandbox == nil) {
-		err = errors.New("the fork answered no running copy")
-	}
-	return func(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
-		if err != nil {
-			return r.agentFailed(sb, node, "forking warm sandbox "+id, err)
+// forkOne makes a resealed copy of sandbox id from checkpoint cp on node, named name (the
+// claim's Sandbox's nodeSandboxName: a copy made by a try whose answer was lost is found
+// again by it, as a create's), and returns how to record it.
+func (r *SandboxReconciler) forkOne(ctx context.Context, node *zygov1.ZygoNode, a Agent, id, cp, name string) outcome {
+	record := func(rec wire.Sandbox) outcome {
+		return func(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
+			return r.recordAndGrant(ctx, sb, node, a, rec)
 		}
-		return r.recordAndGrant(ctx, sb, node, a, *ans.Children[0].Sandbox)
+	}
+	lctx, lcancel := context.WithTimeout(ctx, agentCallTimeout)
+	rec, err := a.GetSandbox(lctx, name)
+	lcancel()
+	if err == nil && rec.Name == name {
+		return record(rec) // made before the last answer was lost
+	}
+	if err == nil || zygo.IsNotFound(err) {
+		var ans wire.ForkAnswer
+		ans, err = a.ForkWith(ctx, id, wire.ForkBody{N: 1, From: cp, Names: []string{name}}, nil)
+		if err == nil && (len(ans.Children) != 1 || ans.Children[0].Sandbox == nil) {
+			err = errors.New("the fork answered no running copy")
+		}
+		if err == nil {
+			return record(*ans.Children[0].Sandbox)
+		}
+	}
+	return func(_ context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error) {
+		return r.agentFailed(sb, node, "forking warm sandbox "+id, err)
 	}
 }
 
@@ -460,10 +476,7 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	}
 	id := sb.Status.Zygo.SandboxID
 	if id == "" {
-		if sb.Annotations[AnnotationForkFrom] != "" {
-			return nil // a fork that did not answer made nothing (the agent destroys failed copies)
-		}
-		id = nodeSandboxName(sb)
+		id = nodeSandboxName(sb) // a create's or a warm claim's copy whose answer was lost
 	}
 	cctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
@@ -514,39 +527,59 @@ func (r *SandboxReconciler) removeOnNode(ctx context.Context, sb *agentsv1.Sandb
 	return nil
 }
 
-// notOwned says why the agent's record rec is not sb's ("" when it is). A sandbox the
-// controller created for sb is named nodeSandboxName(sb) on its node, and UIDs are unique in
-// the cluster: no other object's status can name it and pass. A copy (a SandboxFork's, a warm
-// claim's: a name the agent chose) passes when it is a copy (it has a parent: a created
-// sandbox, named k8s-UID of another object, never passes) and is the one sb's annotations
-// name: the adopted id, or a copy of the warm source and checkpoint of zygo.run/fork-from.
-// Those annotations were vouched for when the copy was adopted (trustedAnnotations), but a
-// tenant who may write this status may write them too: a copy's check stops a status naming
-// another namespace's created sandbox, not one naming another namespace's copy (the agent
-// would need a caller-chosen name per copy: docs/kubernetes.md, known gaps). rec is read by
-// id, so its fields are the agent's. The error is for what a retry may cure (none yet).
-func (r *SandboxReconciler) notOwned(_ context.Context, sb *agentsv1.Sandbox, rec wire.Sandbox) (string, error) {
+// notOwned says why the agent's record rec is not sb's ("" when it is). Every sandbox the
+// controller makes is named for the object it is made for, and UIDs are unique in the
+// cluster: a create's or a warm claim's copy is nodeSandboxName(sb); a SandboxFork's copy is
+// forkCopyName(fork UID, index), where the fork is the one of sb's namespace that controls sb
+// (its UID, not only its name, matches the owner reference) and whose status (written by the
+// controller alone) records sb as that index. No annotation is trusted for identity: a status
+// naming another namespace's sandbox, created or copied, never passes. rec is read by id, so
+// its fields are the agent's. The error is for what a retry may cure (reading the fork).
+func (r *SandboxReconciler) notOwned(ctx context.Context, sb *agentsv1.Sandbox, rec wire.Sandbox) (string, error) {
 	if rec.Name == nodeSandboxName(sb) {
 		return "", nil
 	}
 	why := fmt.Sprintf("status.zygo.sandboxID %s names sandbox %q on node %s, not this Sandbox's (%s)", rec.ID, rec.Name, sb.Status.NodeName, nodeSandboxName(sb))
-	a := sb.Annotations
-	switch {
-	case rec.ParentID == "":
+	if rec.ParentID == "" {
 		return why, nil // a created sandbox: only k8s-UID is this object's
-	case a[agentsv1.AnnotationSandboxID] != "":
-		if a[agentsv1.AnnotationSandboxID] != rec.ID {
-			return why + " nor the copy its annotation " + agentsv1.AnnotationSandboxID + " names", nil
-		}
-		return "", nil
-	case a[AnnotationForkFrom] != "":
-		parts := strings.SplitN(a[AnnotationForkFrom], "/", 3)
-		if len(parts) != 3 || rec.ParentID != parts[1] || rec.CheckpointID != parts[2] {
-			return why + " nor a copy of the warm source its annotation " + AnnotationForkFrom + " names", nil
-		}
+	}
+	copyName, err := r.forkCopyNameOf(ctx, sb)
+	if err != nil {
+		return "", err
+	}
+	if copyName == "" {
+		return why, nil
+	}
+	if rec.Name != copyName {
+		return why + " nor this Sandbox's fork copy (" + copyName + ")", nil
+	}
+	return "", nil
+}
+
+// forkCopyNameOf returns the name of sb's copy when sb is a SandboxFork's copy: the fork of
+// sb's namespace that controls it (same UID) records sb as its copy of index i in its status;
+// "" otherwise.
+func (r *SandboxReconciler) forkCopyNameOf(ctx context.Context, sb *agentsv1.Sandbox) (string, error) {
+	owner := metav1.GetControllerOf(sb)
+	if owner == nil || owner.Kind != "SandboxFork" || owner.APIVersion != zygov1.GroupVersion.String() {
 		return "", nil
 	}
-	return why, nil
+	var f zygov1.SandboxFork
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: sb.Namespace, Name: owner.Name}, &f); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("reading SandboxFork %s: %w", owner.Name, err)
+	}
+	if f.UID != owner.UID {
+		return "", nil
+	}
+	for _, ch := range f.Status.Children {
+		if ch.Sandbox == sb.Name && ch.SandboxID != "" {
+			return forkCopyName(f.UID, int(ch.Index)), nil
+		}
+	}
+	return "", nil
 }
 
 // isWarmSource reports whether sb is controlled by a SandboxWarmPool. An owner reference is

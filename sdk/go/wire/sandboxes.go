@@ -81,6 +81,9 @@ type RestoreBody struct {
 	TimeoutMS int64             `json:"timeout_ms,omitempty"` // the new sandbox's timeout; 0: none
 	OnTimeout string            `json:"on_timeout,omitempty"` // "kill" (default) or "pause"
 	Metadata  map[string]string `json:"metadata,omitempty"`   // replaces the checkpoint's sandbox's
+	// Name is the new sandbox's name (valid as a create's, not in use: 400 or 409 naming
+	// name, nothing made); empty: the checkpoint's sandbox's name, a dash and 8 digits.
+	Name string `json:"name,omitempty"`
 }
 
 // Template is one template of the daemon (GET /v1/templates).
@@ -258,6 +261,10 @@ type ForkBody struct {
 	N int `json:"n"` // children, 1..the daemon's bound (MaxForkN by default)
 	// From is the checkpoint (id or tag) to restore; empty: checkpoint the sandbox now.
 	From string `json:"from,omitempty"`
+	// Names, when set, names the children: exactly N distinct names, Names[i] for child i,
+	// each valid as a create's name and none in use (400 naming names[i], 409 naming the one
+	// in use; nothing is made). Empty: each child is named after its parent.
+	Names []string `json:"names,omitempty"`
 }
 
 // ForkChild is one child's outcome: its record, or why it failed (it was destroyed).

@@ -236,8 +236,16 @@ func (c *Client) RemoveCheckpoint(ctx context.Context, checkpoint string) error 
 // attempted are *Error (400 for a bad n, 404 for an unknown sandbox or checkpoint), or
 // *Unreachable when no daemon answers.
 func (c *Client) Fork(ctx context.Context, id string, n int, from string, progress func(wire.ForkProgress)) (wire.ForkAnswer, error) {
+	return c.ForkWith(ctx, id, wire.ForkBody{N: n, From: from}, progress)
+}
+
+// ForkWith is Fork with the whole request body: body.Names names the children (exactly
+// body.N distinct names; 400 (IsBadRequest) naming names[i] for a bad one, 409 (IsConflict)
+// naming one in use, nothing made). A caller that names the children finds them again by
+// name (GetSandbox) when the answer is lost.
+func (c *Client) ForkWith(ctx context.Context, id string, body wire.ForkBody, progress func(wire.ForkProgress)) (wire.ForkAnswer, error) {
 	var ans wire.ForkAnswer
-	b, err := json.Marshal(wire.ForkBody{N: n, From: from})
+	b, err := json.Marshal(body)
 	if err != nil {
 		return ans, fmt.Errorf("encoding request: %w", err)
 	}

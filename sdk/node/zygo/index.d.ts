@@ -289,7 +289,7 @@ export class Sandbox {
   runCode(code: string, opts?: { timeout?: number }): Promise<CodeResult>;
   checkpoint(tag?: string): Promise<CheckpointRecord>;
   checkpoints(opts?: { pageSize?: number }): Promise<CheckpointRecord[]>;
-  fork(n: number, fromCheckpoint?: string | CheckpointRecord): Promise<ForkResult>;
+  fork(n: number, fromCheckpoint?: string | CheckpointRecord | null, opts?: { names?: string[] }): Promise<ForkResult>;
   rollback(checkpoint: string | CheckpointRecord): Promise<void>;
   generation(): Promise<string>;
   kill(): Promise<void>;

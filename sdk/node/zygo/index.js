@@ -334,10 +334,13 @@ export class Sandbox {
    * Makes n independent copies restored in parallel from fromCheckpoint (an id, tag or record)
    * or a fresh checkpoint. Resolves to a ForkResult even when some children failed; rejects
    * when the fork was refused (bad n: BadRequest) or every child failed (err.answer lists them).
+   * opts.names names the children (exactly n distinct names, names[i] for child i; a bad one is
+   * BadRequest naming names[i], one in use Conflict; nothing is made).
    */
-  async fork(n, fromCheckpoint) {
+  async fork(n, fromCheckpoint, opts = {}) {
     const req = { n };
     if (fromCheckpoint !== undefined && fromCheckpoint !== null) req.from = cpRef(fromCheckpoint);
+    if (opts.names) req.names = [...opts.names];
     const ans = await this._t.call('POST', sbPath(this.id, 'fork'), req);
     const children = (ans.children ?? []).map((ch, i) => ({
       index: ch.index ?? i,

@@ -285,10 +285,12 @@ class SandboxTest(unittest.TestCase):
             self.assertIn(cp["id"], [c["id"] for c in self.c.checkpoints.list(sandbox=sb.id)])
 
             sb.files.write("/tmp/state", "after")
-            with sb.fork(2, cp) as fork:
+            with sb.fork(2, cp, names=["py-kid-a", "py-kid-b"]) as fork:
                 self.assertEqual(fork.checkpoint["id"], cp["id"])
                 kids = fork.sandboxes
                 self.assertEqual(len(kids), 2, [c.error for c in fork.children])
+                self.assertEqual([k.record["name"] for k in kids], ["py-kid-a", "py-kid-b"])
+                self.assertEqual(self.c.sandboxes.get("py-kid-b").id, kids[1].id)
                 gens = {k.generation() for k in kids}
                 self.assertEqual(len(gens | {g0}), 3, "children share a generation")
                 for k in kids:

@@ -229,15 +229,20 @@ class Sandbox:
         """The checkpoints taken of this sandbox, oldest first."""
         return list(paginate(self._t, _sb_path(self.id, "checkpoints"), page_size))
 
-    def fork(self, n: int, from_checkpoint: Union[None, str, Dict[str, Any]] = None) -> "ForkResult":
+    def fork(self, n: int, from_checkpoint: Union[None, str, Dict[str, Any]] = None,
+             names: Optional[List[str]] = None) -> "ForkResult":
         """Makes n independent copies, restored in parallel from from_checkpoint (an id, a
         tag or a checkpoint dict), or from a fresh checkpoint when None. Each copy has its
-        own id, name, generation, hostname and machine id. Partial success is not an error
+        own id, name, generation, hostname and machine id; names, when given, names them
+        (exactly n distinct names, names[i] for child i; a bad one is BadRequest naming
+        names[i], one in use Conflict; nothing is made). Partial success is not an error
         (check ForkResult.children); a refused fork (bad n: BadRequest) or one whose every
         child failed raises (``err.answer`` then lists the children)."""
         req: Dict[str, Any] = {"n": n}
         if from_checkpoint is not None:
             req["from"] = _checkpoint_ref(from_checkpoint)
+        if names is not None:
+            req["names"] = list(names)
         ans = self._t.call("POST", _sb_path(self.id, "fork"), req)
         children = []
         for ch in ans.get("children") or []:

@@ -279,11 +279,13 @@ describe('sandboxes', () => {
       assert.ok((await c.checkpoints.list({ sandbox: s.id })).some((x) => x.id === cp.id));
 
       await s.files.write('/tmp/state', 'after');
-      const fork = await s.fork(2, cp);
+      const fork = await s.fork(2, cp, { names: ['js-kid-a', 'js-kid-b'] });
       try {
         assert.equal(fork.checkpoint.id, cp.id);
         kids = fork.sandboxes;
         assert.equal(kids.length, 2, JSON.stringify(fork.children.map((k) => k.error?.message)));
+        assert.deepEqual(kids.map((k) => k.record.name), ['js-kid-a', 'js-kid-b']);
+        assert.equal((await c.sandboxes.get('js-kid-b')).id, kids[1].id);
         const gens = new Set(await Promise.all(kids.map((k) => k.generation())));
         gens.add(g0);
         assert.equal(gens.size, 3, 'children share a generation');
