@@ -99,37 +99,3 @@ func TestForkRetryRemovesUnrecordedCopies(t *testing.T) {
 		}
 	}
 }
-
-// A SandboxFork whose earlier try made copies and recorded nothing (the controller died
-// before its status write) finds them by their names on its retry and removes them, then
-// forks again under the same names.
-func TestForkRetryRemovesUnrecordedCopies(t *testing.T) {
-	ctx := context.Background()
-	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
-	f := &zygov1.SandboxFork{ObjectMeta: objMeta("f"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 2}}
-	e := newEnv(t, src, f)
-	e.reconcile(&SandboxReconciler{Client: e.c, Dialer: e.agents}, src)
-	e.get(src)
-	a := e.agents["a"]
-	lost, err := a.ForkWith(ctx, src.Status.Zygo.SandboxID, wire.ForkBody{N: 2, Names: forkCopyNames(f)}, nil) // the lost try
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.reconcile(&ForkReconciler{Client: e.c, Dialer: e.agents}, f)
-	e.get(f)
-	if f.Status.Succeeded != 2 || len(f.Status.Children) != 2 {
-		t.Fatalf("retried fork: status %+v", f.Status)
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, ch := range lost.Children {
-		if _, ok := a.sandboxes[ch.Sandbox.ID]; ok {
-			t.Errorf("the lost try's copy %s (%s) is still on the node", ch.Sandbox.ID, ch.Sandbox.Name)
-		}
-	}
-	for _, ch := range f.Status.Children {
-		if rec := a.sandboxes[ch.SandboxID]; rec.Name != forkCopyName(f.UID, int(ch.Index)) {
-			t.Errorf("copy %d: %+v, want it named %s", ch.Index, rec, forkCopyName(f.UID, int(ch.Index)))
-		}
-	}
-}
