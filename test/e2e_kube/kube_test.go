@@ -238,8 +238,8 @@ func TestKubernetes(t *testing.T) {
 		// The route wants tokens for audience zygo-route, as deploy/controller.yaml says.
 		errc <- controller.Run(ctx, controllerConfig(kenv.Config), controller.Config{Namespace: sysNS, RouteListen: "127.0.0.1:0", Log: log,
 			RouteAudiences: []string{routeAudience},
-			Sources:    controller.SourcePolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}},
-			RouteReady: func(a string) { routec <- a }})
+			Sources:        controller.SourcePolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}},
+			RouteReady:     func(a string) { routec <- a }})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -362,7 +362,8 @@ func (e *env) testClaim(t *testing.T) {
 
 	// A claim with shutdownPolicy Delete is deleted, with its Sandbox, at its shutdownTime
 	// (the controller's own delete: deploy/rbac.yaml must allow it).
-	shutdown := metav1.NewTime(time.Now().Add(10 * time.Second))
+	// Whole seconds: the API server keeps a metav1.Time to the second.
+	shutdown := metav1.NewTime(time.Now().Add(10 * time.Second).Truncate(time.Second))
 	exp := &extv1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "c-expires"},
 		Spec: extv1.SandboxClaimSpec{TemplateRef: extv1.SandboxTemplateRef{Name: "py"},
 			Lifecycle: &extv1.ClaimLifecycle{ShutdownTime: &shutdown, ShutdownPolicy: extv1.ClaimShutdownPolicyDelete}}}
