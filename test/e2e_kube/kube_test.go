@@ -144,6 +144,42 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() (bool, st
 	}
 }
 
+// controllerSA is the user the controller runs as in a cluster (deploy/rbac.yaml).
+const controllerSA = "system:serviceaccount:" + sysNS + ":zygo-controller"
+
+// routeAudience is the audience deploy/controller.yaml's --route-audience names.
+const routeAudience = "zygo-route"
+
+// controllerConfig is admin with every request impersonating controllerSA: the API server
+// checks each of the controller's calls against deploy/rbac.yaml (a missing verb is a
+// forbidden error in the controller's log and a test that fails).
+func controllerConfig(admin *rest.Config) *rest.Config {
+	cfg := rest.CopyConfig(admin)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: controllerSA}
+	return cfg
+}
+
+// applyManifest applies (server-side, for real) every object of the YAML file path.
+func applyManifest(t *testing.T, c client.Client, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, doc := range bytes.Split(b, []byte("\n---\n")) {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+			t.Fatalf("%s document %d: %v", path, i, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := c.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("zygo-e2e"), client.ForceOwnership); err != nil {
+			t.Fatalf("%s: applying %s %s: %v", path, u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
 // env is the API server, the client and the controller's route.
 type env struct {
 	c     client.Client
@@ -180,7 +216,12 @@ func TestKubernetes(t *testing.T) {
 	c = client.WithFieldValidation(c, metav1.FieldValidationStrict) // what kubectl apply does
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &env{c: c, cfg: kenv.Config, nodes: map[string]*node{"node-a": startNode(t, "node-a"), "node-b": startNode(t, "node-b")}}
-	e.mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sysNS}})
+	// deploy/'s namespace, ServiceAccounts and RBAC, applied for real: the controller below runs
+	// as its ServiceAccount (impersonated), so every call it makes is checked against the
+	// rights deploy/ ships, as in a cluster.
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "function-invoker.yaml", "tenant-rbac.yaml"} {
+		applyManifest(t, c, filepath.Join(repo, "deploy", f))
+	}
 	for name, n := range e.nodes {
 		e.mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sysNS, Name: name + "-token"}, Data: map[string][]byte{"token": []byte(n.token)}})
 		e.mustCreate(t, &zygov1.ZygoNode{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -194,9 +235,11 @@ func TestKubernetes(t *testing.T) {
 		// as a source address by default: this controller allows exactly that address
 		// (--source-allow-cidr 127.0.0.1/32), and the rest of loopback stays refused
 		// (TestKubernetes/TenantSources fetches from 127.0.0.2 to show it).
-		errc <- controller.Run(ctx, kenv.Config, controller.Config{Namespace: sysNS, RouteListen: "127.0.0.1:0", Log: log,
-			Sources:    controller.SourcePolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}},
-			RouteReady: func(a string) { routec <- a }})
+		// The route wants tokens for audience zygo-route, as deploy/controller.yaml says.
+		errc <- controller.Run(ctx, controllerConfig(kenv.Config), controller.Config{Namespace: sysNS, RouteListen: "127.0.0.1:0", Log: log,
+			RouteAudiences: []string{routeAudience},
+			Sources:        controller.SourcePolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}},
+			RouteReady:     func(a string) { routec <- a }})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -315,6 +358,27 @@ func (e *env) testClaim(t *testing.T) {
 	})
 	if _, err := access.client.Exec(ctx, sb.Status.Zygo.SandboxID, execBody("true"), io.Discard, io.Discard); !zygo.IsUnauthenticated(err) {
 		t.Fatalf("the access token after its Sandbox's delete: %v, want 401", err)
+	}
+
+	// A claim with shutdownPolicy Delete is deleted, with its Sandbox, at its shutdownTime
+	// (the controller's own delete: deploy/rbac.yaml must allow it).
+	// Whole seconds: the API server keeps a metav1.Time to the second.
+	shutdown := metav1.NewTime(time.Now().Add(10 * time.Second).Truncate(time.Second))
+	exp := &extv1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "c-expires"},
+		Spec: extv1.SandboxClaimSpec{TemplateRef: extv1.SandboxTemplateRef{Name: "py"},
+			Lifecycle: &extv1.ClaimLifecycle{ShutdownTime: &shutdown, ShutdownPolicy: extv1.ClaimShutdownPolicyDelete}}}
+	e.mustCreate(t, exp)
+	expSb := &agentsv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: exp.Name}}
+	waitFor(t, 10*time.Second, "claim c-expires's Sandbox made", func() (bool, string) {
+		err := e.get(expSb)
+		return err == nil, fmt.Sprint(err)
+	})
+	waitFor(t, 90*time.Second, "claim c-expires and its Sandbox deleted at shutdownTime", func() (bool, string) {
+		errClaim, errSb := e.get(exp), e.get(expSb)
+		return apierrors.IsNotFound(errClaim) && apierrors.IsNotFound(errSb), fmt.Sprintf("claim: %v %s, sandbox: %v", errClaim, condStr(exp.Status.Conditions, agentsv1.ConditionReady), errSb)
+	})
+	if time.Now().Before(shutdown.Time) {
+		t.Fatalf("claim c-expires was deleted before its shutdownTime %v", shutdown)
 	}
 }
 

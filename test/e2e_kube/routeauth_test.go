@@ -62,7 +62,8 @@ func (e *env) installInvokerRole(t *testing.T, c client.Client) {
 }
 
 // serviceAccountToken makes ServiceAccount ns/name (if missing) and returns a token of it from
-// the API server's TokenRequest API, as `kubectl create token` does. When bindIn is not
+// the API server's TokenRequest API for audience zygo-route, as `kubectl create token NAME
+// --audience zygo-route` does. When bindIn is not
 // empty, the account is bound to ClusterRole zygo-function-invoker in namespace bindIn.
 func (e *env) serviceAccountToken(t *testing.T, c client.Client, ns, name, bindIn string) string {
 	t.Helper()
@@ -87,13 +88,24 @@ func (e *env) serviceAccountToken(t *testing.T, c client.Client, ns, name, bindI
 			t.Fatal(err)
 		}
 	}
+	return tokenOf(t, c, sa, routeAudience)
+}
+
+// tokenOf returns a token of sa for audience (the API server's own when ""), from the
+// TokenRequest API as `kubectl create token [--audience A]` does.
+func tokenOf(t *testing.T, c client.Client, sa *corev1.ServiceAccount, audience string) string {
+	t.Helper()
+	ctx := context.Background()
 	exp := int64(3600)
 	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp}}
+	if audience != "" {
+		tr.Spec.Audiences = []string{audience}
+	}
 	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
-		t.Fatalf("requesting a token of ServiceAccount %s/%s: %v", ns, name, err)
+		t.Fatalf("requesting a token of ServiceAccount %s/%s: %v", sa.Namespace, sa.Name, err)
 	}
 	if tr.Status.Token == "" {
-		t.Fatalf("TokenRequest for %s/%s answered no token", ns, name)
+		t.Fatalf("TokenRequest for %s/%s answered no token", sa.Namespace, sa.Name)
 	}
 	return tr.Status.Token
 }
@@ -151,6 +163,9 @@ func (e *env) testRouteAuth(t *testing.T) {
 	misbound := e.serviceAccountToken(t, rc, "default", "misbound", "elsewhere")   // bound in another namespace
 	outsider := e.serviceAccountToken(t, rc, "elsewhere", "outsider", "elsewhere") // of another namespace, bound there
 	invoker := e.serviceAccountToken(t, rc, "default", "caller", "default")
+	// The same bound account's token for the API server's own audience: the route wants
+	// zygo-route (--route-audience), so it is refused as not valid for it.
+	apiAudience := tokenOf(t, rc, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "caller"}}, "")
 	// RBAC's authorizer sees a new RoleBinding through its informer: wait for the grant.
 	waitFor(t, 30*time.Second, "default/caller allowed", func() (bool, string) {
 		st, _, body := e.invokeAs(t, path, invoker, `{"v":"hi"}`)
@@ -163,6 +178,7 @@ func (e *env) testRouteAuth(t *testing.T) {
 	}{
 		{"no token", "", http.StatusUnauthorized, "no bearer token"},
 		{"a forged token", "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", http.StatusUnauthorized, "not valid"},
+		{"a token for the API server's audience", apiAudience, http.StatusUnauthorized, "not valid"},
 		{"a ServiceAccount without the role", nobody, http.StatusForbidden, `user "system:serviceaccount:default:nobody" may not create functions/invoke (group zygo.run) of Function default/authfn`},
 		{"the role bound in another namespace", misbound, http.StatusForbidden, `user "system:serviceaccount:default:misbound" may not`},
 		{"an account of another namespace", outsider, http.StatusForbidden, `user "system:serviceaccount:elsewhere:outsider" may not`},

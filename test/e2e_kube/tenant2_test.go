@@ -264,6 +264,30 @@ func (e *env) shippedTenantRoleNoStatus(t *testing.T, rc client.Client) {
 	if err := ac.Status().Patch(bg, f, client.MergeFrom(fb)); !apierrors.IsForbidden(err) {
 		t.Errorf("alice (zygo-tenant-edit) patching a SandboxFork's status: %v, want forbidden", err)
 	}
+	// zygo-tenant-edit may invoke the namespace's Functions, so its holder may grant that too:
+	// given rolebindings create (as a namespace admin has), alice binds zygo-function-invoker
+	// in her namespace; RBAC's escalation check refuses that to whoever lacks functions/invoke.
+	if err := rc.Create(bg, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "t2-tenant", Name: "bind-roles"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, Verbs: []string{"create", "delete"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Create(bg, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "t2-tenant", Name: "alice-binds"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "bind-roles"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}}}); err != nil {
+		t.Fatal(err)
+	}
+	grant := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "t2-tenant", Name: "invokers"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "zygo-function-invoker"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "t2-tenant", Name: "caller"}}}
+	arc, err := client.New(acfg, client.Options{Scheme: rc.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "alice (zygo-tenant-edit) binds zygo-function-invoker in her namespace", func() (bool, string) {
+		err := arc.Create(bg, grant)
+		return err == nil, fmt.Sprint(err)
+	})
+	_ = arc.Delete(bg, grant)
 	for _, o := range []client.Object{f, sb} {
 		_ = ac.Delete(bg, o)
 	}

@@ -62,7 +62,25 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if perr := patchStatus(ctx, r.Client, &cl, before, before.Status, cl.Status); perr != nil && !apierrors.IsNotFound(perr) {
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing the status: %w", perr))
 	}
-	return res, err
+	return r.untilShutdown(&cl, res), err
+}
+
+// untilShutdown adds to res a requeue at cl's shutdownTime, if it has one to come (nothing
+// else wakes the claim then).
+func (r *ClaimReconciler) untilShutdown(cl *extv1.SandboxClaim, res ctrl.Result) ctrl.Result {
+	lc := cl.Spec.Lifecycle
+	if lc == nil || lc.ShutdownTime == nil {
+		return res
+	}
+	now := time.Now()
+	if r.Now != nil {
+		now = r.Now()
+	}
+	// A little after it: the next reconcile must not come before shutdownTime.
+	if d := lc.ShutdownTime.Sub(now) + 100*time.Millisecond; d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+		res.RequeueAfter = d
+	}
+	return res
 }
 
 // expire applies the claim's shutdownPolicy once its shutdownTime passed; it reports whether
