@@ -139,6 +139,8 @@ func TestSandboxBadInputIs400(t *testing.T) {
 		{"tag NUL", "POST", "/v1/sandboxes/sb/checkpoint", `{"tag":"a\u0000"}`, 400, "tag"},
 		{"fork n zero", "POST", "/v1/sandboxes/sb/fork", `{"n":0}`, 400, "n:"},
 		{"fork n too big", "POST", "/v1/sandboxes/sb/fork", `{"n":1000}`, 400, "n:"},
+		{"fork n not the number of names", "POST", "/v1/sandboxes/sb/fork", `{"n":3,"names":["q1","q2"]}`, 400, "names"},
+		{"fork names without n, one bad", "POST", "/v1/sandboxes/sb/fork", `{"names":["q1","Q 2"]}`, 400, "names[1]"},
 		{"fork n wrong type", "POST", "/v1/sandboxes/sb/fork", `{"n":"two"}`, 400, ".n"},
 		{"fork from malformed", "POST", "/v1/sandboxes/sb/fork", `{"n":1,"from":"../cp"}`, 400, "from"},
 		{"fork from unknown", "POST", "/v1/sandboxes/sb/fork", js(map[string]any{"n": 1, "from": unknownCP}), 404, unknownCP},
@@ -217,4 +219,27 @@ func call(t *testing.T, ts *httptest.Server, method, path, body string) (int, st
 	}
 	_ = json.Unmarshal(raw, &eb)
 	return resp.StatusCode, eb.Error.Message, string(raw)
+}
+
+// TestForkNamesWithoutN: a fork body with names and no n makes one child per name (as the CLI
+// does with --name and no -n), named in order; it was a 400 "n: 0" before.
+func TestForkNamesWithoutN(t *testing.T) {
+	ts, m, _, _ := newInputServer(t)
+	status, _, raw := call(t, ts, "POST", "/v1/sandboxes/sb/fork", `{"names":["q1","q2"],"from":"base"}`)
+	if status != http.StatusOK {
+		t.Fatalf("fork with names and no n: %d %s", status, raw)
+	}
+	var ans wire.ForkAnswer
+	if err := json.Unmarshal([]byte(raw), &ans); err != nil {
+		t.Fatal(err)
+	}
+	if ans.Succeeded != 2 || len(ans.Children) != 2 || ans.Children[0].Sandbox == nil || ans.Children[1].Sandbox == nil ||
+		ans.Children[0].Sandbox.Name != "q1" || ans.Children[1].Sandbox.Name != "q2" {
+		t.Fatalf("fork answer %s, want children q1 and q2", raw)
+	}
+	for _, name := range []string{"q1", "q2"} {
+		if _, err := m.Get(context.Background(), name); err != nil {
+			t.Errorf("child %s: %v", name, err)
+		}
+	}
 }

@@ -441,6 +441,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	if !decodeBody(w, r, &body) {
 		return
 	}
+	if body.N == 0 && len(body.Names) > 0 { // n absent: one child per name (a given n must equal len(names))
+		body.N = len(body.Names)
+	}
 	opts := sandbox.ForkOptions{N: body.N, From: body.From, Names: body.Names}
 	var stream *json.Encoder // set once the 200 is sent: after the first progress event
 	if r.Header.Get("Accept") == wire.ForkStreamType {
