@@ -153,6 +153,12 @@ func TestSandboxBadInputIs400(t *testing.T) {
 		{"rm checkpoint NUL", "DELETE", "/v1/checkpoints/" + url.PathEscape("cp\x00"), "", 400, "checkpoint"},
 		{"rm checkpoint unknown", "DELETE", "/v1/checkpoints/" + unknownCP, "", 404, unknownCP},
 		{"list checkpoints of malformed", "GET", "/v1/checkpoints?sandbox=" + q("a\x00"), "", 400, "sandbox"},
+		// routes that take no body refuse one with fields; import refuses unknown parameters
+		{"access-token ttl", "POST", "/v1/sandboxes/sb/access-token", `{"ttl":5}`, 400, "ttl"},
+		{"access-token not JSON", "POST", "/v1/sandboxes/sb/access-token", `ttl=5`, 400, "request body"},
+		{"port unknown field", "POST", "/v1/sandboxes/sb/ports/80", `{"unknown":1}`, 400, "unknown"},
+		{"pause unknown field", "POST", "/v1/sandboxes/sb/pause", `{"force":true}`, 400, "force"},
+		{"import unknown parameter", "POST", "/v1/checkpoints/import?sha256=" + strings.Repeat("0", 64) + "&bogus=1", "x", 400, "bogus"},
 		// sandbox references
 		{"sandbox ref NUL", "GET", "/v1/sandboxes/" + url.PathEscape("sb\x00"), "", 400, "sandbox"},
 		{"sandbox ref too long", "POST", "/v1/sandboxes/" + long(64) + "/exec", `{"argv":["/bin/true"]}`, 400, "sandbox"},
