@@ -249,3 +249,21 @@ func TestForkNamesWithoutN(t *testing.T) {
 		}
 	}
 }
+
+// TestMessagesReadOnce: closing a port that is not published, and importing a tar that is not
+// an export, answer one sentence each: "not found" once, and the command that makes the tar.
+func TestMessagesReadOnce(t *testing.T) {
+	ts, m, _, _ := newInputServer(t)
+	sb, err := m.Get(context.Background(), "sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, msg, raw := call(t, ts, "DELETE", "/v1/sandboxes/sb/ports/8000", "")
+	if want := "published port 8000 of sandbox " + sb.ID + " not found"; status != http.StatusNotFound || msg != want {
+		t.Errorf("closing an unpublished port: %d %s, want 404 %q", status, raw, want)
+	}
+	status, msg, raw = call(t, ts, "POST", "/v1/checkpoints/import?sha256="+strings.Repeat("0", 64), "")
+	if status != http.StatusBadRequest || !strings.Contains(msg, "`zygo sandbox checkpoints export`") {
+		t.Errorf("importing an empty body: %d %s, want 400 naming zygo sandbox checkpoints export", status, raw)
+	}
+}
