@@ -123,6 +123,9 @@ func (s *Server) scoped(rt Route, h http.HandlerFunc) http.HandlerFunc {
 // mintAccessToken answers the access token of the sandbox (POST /v1/sandboxes/{id}/access-token).
 // The same sandbox always gets the same token: minting again is harmless, and revokes nothing.
 func (s *Server) mintAccessToken(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	if !noBody(w, r) { // it takes no options: a {"ttl":5} must not look honoured (the token never expires)
+		return
+	}
 	if s.accessKey == nil {
 		writeError(w, wire.ErrorBody{Code: wire.CodeUnavailable, Message: "this daemon issues no sandbox access tokens"})
 		return

@@ -266,6 +266,14 @@ func TestSandboxAccessTokenLifetime(t *testing.T) {
 			t.Errorf("token %q: %d, want 401", tok, c)
 		}
 	}
+	// A token not in shape is called malformed, not a removed sandbox's.
+	for _, tok := range []string{"zygo_sbx_garbage", "zygo_sbx_", "zygo_sbx_sb-00000000000000aa_" + strings.Repeat("G", 64),
+		strings.Replace(at.Token, "sb-00000000000000aa", "a", 1)} {
+		resp := serve(tcp, "GET", "/v1/sandboxes/a", "", tok)
+		if body := resp.Body.String(); resp.Code != 401 || !strings.Contains(body, "malformed sandbox access token") || strings.Contains(body, "removed") {
+			t.Errorf("token %q: %d %s, want 401 saying it is malformed", tok, resp.Code, body)
+		}
+	}
 	if c := get(at.Token, "a"); c != 200 {
 		t.Fatalf("the right token after wrong ones: %d", c)
 	}

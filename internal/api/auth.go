@@ -149,6 +149,12 @@ func RequireTokens(auth Authenticator, log *slog.Logger, h http.Handler) http.Ha
 			return
 		}
 		if strings.HasPrefix(got, wire.SandboxAccessTokenPrefix) {
+			if _, ok := wire.SandboxOfAccessToken(got); !ok {
+				authFailed(log, r, "malformed sandbox access token")
+				unauthenticated(w, "malformed sandbox access token: one is "+wire.SandboxAccessTokenPrefix+
+					"ID_ and 64 hex digits, ID the sandbox's id (`zygo sandbox token ID` prints it)")
+				return
+			}
 			sa, isSA := auth.(SandboxAuthenticator)
 			id, ok := "", false
 			if isSA {

@@ -52,6 +52,9 @@ func (s *Server) exportCheckpoint(w http.ResponseWriter, r *http.Request, sb San
 // (default the image's). A body from which no byte arrives for s.stall ends the import
 // (sandbox.ImportCheckpoint then leaves nothing behind).
 func (s *Server) importCheckpoint(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	if !onlyQuery(w, r, "sha256", "tag") {
+		return
+	}
 	q := r.URL.Query()
 	if q.Get("sha256") == "" {
 		badRequest(w, "sha256: missing: give the image's SHA-256 (its exporter's "+wire.ImageSHA256Header+" header) as ?sha256=")

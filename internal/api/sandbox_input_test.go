@@ -139,6 +139,8 @@ func TestSandboxBadInputIs400(t *testing.T) {
 		{"tag NUL", "POST", "/v1/sandboxes/sb/checkpoint", `{"tag":"a\u0000"}`, 400, "tag"},
 		{"fork n zero", "POST", "/v1/sandboxes/sb/fork", `{"n":0}`, 400, "n:"},
 		{"fork n too big", "POST", "/v1/sandboxes/sb/fork", `{"n":1000}`, 400, "n:"},
+		{"fork n not the number of names", "POST", "/v1/sandboxes/sb/fork", `{"n":3,"names":["q1","q2"]}`, 400, "names"},
+		{"fork names without n, one bad", "POST", "/v1/sandboxes/sb/fork", `{"names":["q1","Q 2"]}`, 400, "names[1]"},
 		{"fork n wrong type", "POST", "/v1/sandboxes/sb/fork", `{"n":"two"}`, 400, ".n"},
 		{"fork from malformed", "POST", "/v1/sandboxes/sb/fork", `{"n":1,"from":"../cp"}`, 400, "from"},
 		{"fork from unknown", "POST", "/v1/sandboxes/sb/fork", js(map[string]any{"n": 1, "from": unknownCP}), 404, unknownCP},
@@ -151,6 +153,12 @@ func TestSandboxBadInputIs400(t *testing.T) {
 		{"rm checkpoint NUL", "DELETE", "/v1/checkpoints/" + url.PathEscape("cp\x00"), "", 400, "checkpoint"},
 		{"rm checkpoint unknown", "DELETE", "/v1/checkpoints/" + unknownCP, "", 404, unknownCP},
 		{"list checkpoints of malformed", "GET", "/v1/checkpoints?sandbox=" + q("a\x00"), "", 400, "sandbox"},
+		// routes that take no body refuse one with fields; import refuses unknown parameters
+		{"access-token ttl", "POST", "/v1/sandboxes/sb/access-token", `{"ttl":5}`, 400, "ttl"},
+		{"access-token not JSON", "POST", "/v1/sandboxes/sb/access-token", `ttl=5`, 400, "request body"},
+		{"port unknown field", "POST", "/v1/sandboxes/sb/ports/80", `{"unknown":1}`, 400, "unknown"},
+		{"pause unknown field", "POST", "/v1/sandboxes/sb/pause", `{"force":true}`, 400, "force"},
+		{"import unknown parameter", "POST", "/v1/checkpoints/import?sha256=" + strings.Repeat("0", 64) + "&bogus=1", "x", 400, "bogus"},
 		// sandbox references
 		{"sandbox ref NUL", "GET", "/v1/sandboxes/" + url.PathEscape("sb\x00"), "", 400, "sandbox"},
 		{"sandbox ref too long", "POST", "/v1/sandboxes/" + long(64) + "/exec", `{"argv":["/bin/true"]}`, 400, "sandbox"},
@@ -217,4 +225,45 @@ func call(t *testing.T, ts *httptest.Server, method, path, body string) (int, st
 	}
 	_ = json.Unmarshal(raw, &eb)
 	return resp.StatusCode, eb.Error.Message, string(raw)
+}
+
+// TestForkNamesWithoutN: a fork body with names and no n makes one child per name (as the CLI
+// does with --name and no -n), named in order; it was a 400 "n: 0" before.
+func TestForkNamesWithoutN(t *testing.T) {
+	ts, m, _, _ := newInputServer(t)
+	status, _, raw := call(t, ts, "POST", "/v1/sandboxes/sb/fork", `{"names":["q1","q2"],"from":"base"}`)
+	if status != http.StatusOK {
+		t.Fatalf("fork with names and no n: %d %s", status, raw)
+	}
+	var ans wire.ForkAnswer
+	if err := json.Unmarshal([]byte(raw), &ans); err != nil {
+		t.Fatal(err)
+	}
+	if ans.Succeeded != 2 || len(ans.Children) != 2 || ans.Children[0].Sandbox == nil || ans.Children[1].Sandbox == nil ||
+		ans.Children[0].Sandbox.Name != "q1" || ans.Children[1].Sandbox.Name != "q2" {
+		t.Fatalf("fork answer %s, want children q1 and q2", raw)
+	}
+	for _, name := range []string{"q1", "q2"} {
+		if _, err := m.Get(context.Background(), name); err != nil {
+			t.Errorf("child %s: %v", name, err)
+		}
+	}
+}
+
+// TestMessagesReadOnce: closing a port that is not published, and importing a tar that is not
+// an export, answer one sentence each: "not found" once, and the command that makes the tar.
+func TestMessagesReadOnce(t *testing.T) {
+	ts, m, _, _ := newInputServer(t)
+	sb, err := m.Get(context.Background(), "sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, msg, raw := call(t, ts, "DELETE", "/v1/sandboxes/sb/ports/8000", "")
+	if want := "published port 8000 of sandbox " + sb.ID + " not found"; status != http.StatusNotFound || msg != want {
+		t.Errorf("closing an unpublished port: %d %s, want 404 %q", status, raw, want)
+	}
+	status, msg, raw = call(t, ts, "POST", "/v1/checkpoints/import?sha256="+strings.Repeat("0", 64), "")
+	if status != http.StatusBadRequest || !strings.Contains(msg, "`zygo sandbox checkpoints export`") {
+		t.Errorf("importing an empty body: %d %s, want 400 naming zygo sandbox checkpoints export", status, raw)
+	}
 }

@@ -11,6 +11,9 @@ import (
 )
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	if !noBody(w, r) {
+		return
+	}
 	rec, err := sb.Pause(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)

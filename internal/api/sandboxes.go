@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,6 +114,30 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// noBody refuses a body on a route that takes none: an empty body or an empty JSON object
+// passes; any field is a 400 naming it (a caller who sends {"ttl":5} learns it was not
+// honoured) and anything else a 400 about the request body. On failure it has answered.
+func noBody(w http.ResponseWriter, r *http.Request) bool {
+	return decodeBody(w, r, &struct{}{})
+}
+
+// onlyQuery refuses a query parameter outside allowed with a 400 naming it, so a misspelt
+// option is an error rather than ignored. On failure it has answered.
+func onlyQuery(w http.ResponseWriter, r *http.Request, allowed ...string) bool {
+	keys := make([]string, 0, len(r.URL.Query()))
+	for k := range r.URL.Query() {
+		if !slices.Contains(allowed, k) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return true
+	}
+	slices.Sort(keys)
+	badRequest(w, fmt.Sprintf("%s: unknown query parameter (this route takes %s)", keys[0], strings.Join(allowed, ", ")))
+	return false
 }
 
 func badRequest(w http.ResponseWriter, msg string) {
@@ -441,6 +466,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
 	if !decodeBody(w, r, &body) {
 		return
 	}
+	if body.N == 0 && len(body.Names) > 0 { // n absent: one child per name (a given n must equal len(names))
+		body.N = len(body.Names)
+	}
 	opts := sandbox.ForkOptions{N: body.N, From: body.From, Names: body.Names}
 	var stream *json.Encoder // set once the 200 is sent: after the first progress event
 	if r.Header.Get("Accept") == wire.ForkStreamType {
@@ -539,6 +567,9 @@ func (s *Server) unpublish(w http.ResponseWriter, r *http.Request, sb Sandboxes)
 }
 
 func (s *Server) port(w http.ResponseWriter, r *http.Request, sb Sandboxes) {
+	if !noBody(w, r) {
+		return
+	}
 	port, err := portOf(r)
 	if err != nil {
 		s.fail(w, err)

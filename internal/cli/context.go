@@ -15,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/cobra"
 
+	"github.com/zygo-run/zygo/sdk/go/wire"
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
@@ -286,6 +287,15 @@ func isTLSRecordError(err error) bool {
 
 // explainUnauthenticated adds to a 401 what the user can do.
 func (t *target) explainUnauthenticated(err error) error {
+	if strings.HasPrefix(t.token, wire.SandboxAccessTokenPrefix) { // a sandbox's token: zygo token ls does not list it
+		if _, ok := wire.SandboxOfAccessToken(t.token); !ok {
+			return fmt.Errorf("%w\nthe sandbox access token in %s is malformed: one is %sID_ and 64 hex digits, "+
+				"as `zygo sandbox token ID` prints it", err, t.tokenFrom, wire.SandboxAccessTokenPrefix)
+		}
+		return fmt.Errorf("%w\nthe daemon at %s refused the sandbox access token in %s: its sandbox is gone (removed), "+
+			"or it is another daemon's; a token dies with its sandbox: mint one for a live sandbox with `zygo sandbox token ID`",
+			err, t.addr, t.tokenFrom)
+	}
 	switch t.tokenFrom {
 	case "":
 		return fmt.Errorf("%w\nzygo found no token to send (no $ZYGO_TOKEN, no token in %s, no readable %s): set ZYGO_TOKEN to a token "+

@@ -82,7 +82,14 @@ func newRootCmd(g *globals) *cobra.Command {
 		if cmd.Annotations[annotationLocal] != "" {
 			return nil
 		}
-		return g.resolve()
+		if err := g.resolve(); err != nil {
+			return err
+		}
+		if g.tgt.addr == "" && strings.TrimSpace(os.Getenv("ZYGO_TOKEN")) != "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "zygo: warning: $ZYGO_TOKEN is not used over the local socket "+
+				"(no --addr, $ZYGO_ADDR or context address): the socket needs no token and has the daemon's full rights")
+		}
+		return nil
 	}
 	root.AddCommand(daemonCommands(g)...) // serve, check: Linux only
 	root.AddCommand(newUpCmd(g), newInvokeCmd(g), newLsCmd(g), newLogsCmd(g), newRmCmd(g), newStatusCmd(g), newSecretCmd(g), newSandboxCmd(g))

@@ -60,7 +60,9 @@ func newCheckpointImportCmd(g *globals) *cobra.Command {
 		Long: "Send FILE (or stdin, -), a tar written by `zygo sandbox checkpoints export`, to the daemon, which\n" +
 			"checks it (only the image's files, its bounds, every checksum) and keeps it as a new checkpoint\n" +
 			"with an id of its own; `zygo sandbox restore` copies it (each copy resealed). --sha256 is the\n" +
-			"digest export printed; without it the file's own is sent (stdin needs --sha256).",
+			"digest export printed; without it the file's own is sent. Stdin without --sha256 is first\n" +
+			"spooled to a temporary file (removed at once; at most 8192 MiB, the daemon's default bound)\n" +
+			"to compute its digest; with --sha256 it is streamed as it comes.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var r io.Reader = cmd.InOrStdin()
@@ -87,7 +89,15 @@ func newCheckpointImportCmd(g *globals) *cobra.Command {
 				}
 				r, size = f, st.Size()
 			} else if sum == "" {
-				return usagef("import - (stdin) needs --sha256 HEX, the digest export printed")
+				f, digest, err := spoolStdin(r, maxSpoolBytes)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = f.Close(); _ = os.Remove(f.Name()) }() // removed already where an open file can be
+				r, sum = f, digest
+				if st, err := f.Stat(); err == nil {
+					size = st.Size()
+				}
 			}
 			stop := startProgress(cmd, "importing "+args[0])
 			cp, err := g.client().ImportCheckpoint(cmd.Context(), r, size, sum, tag)
@@ -102,4 +112,36 @@ func newCheckpointImportCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&tag, "tag", "", "the new checkpoint's tag (default: the image's)")
 	out = addOutput(cmd, singleCmd)
 	return cmd
+}
+
+// maxSpoolBytes bounds what import - spools from stdin: the daemon's default bound on an
+// imported image (--checkpoint-import-max-mib 8192); a larger one needs --sha256 (streamed).
+const maxSpoolBytes = 8192 << 20
+
+// spoolStdin copies r into an unlinked temporary file (in $TMPDIR), at most max bytes, and
+// returns it rewound with the hex SHA-256 of what it holds. Over max is a usage error saying
+// to give --sha256. The caller closes the file and removes its name (gone already but on
+// Windows); its space is freed then.
+func spoolStdin(r io.Reader, max int64) (*os.File, string, error) {
+	f, err := os.CreateTemp("", "zygo-import-*.tar")
+	if err != nil {
+		return nil, "", fmt.Errorf("spooling stdin to compute its SHA-256: %w", err)
+	}
+	_ = os.Remove(f.Name()) // unlinked at once where the system allows (not Windows): nothing stays behind
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, max+1))
+	if err == nil && n > max {
+		err = usagef("import - (stdin): over %d MiB, more than a daemon takes by default; give --sha256 HEX (the digest export printed) to stream it", max>>20)
+	} else if err != nil {
+		err = fmt.Errorf("spooling stdin to compute its SHA-256 (give --sha256 HEX to stream it instead): %w", err)
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		return nil, "", err
+	}
+	return f, hex.EncodeToString(h.Sum(nil)), nil
 }

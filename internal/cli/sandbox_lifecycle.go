@@ -97,10 +97,10 @@ func expires(rec wire.Sandbox) string {
 
 func newSandboxRestoreCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
-	var onTimeout string
+	var onTimeout, name string
 	var out *Output
 	cmd := &cobra.Command{
-		Use:   "restore CHECKPOINT [--timeout DURATION] [--on-timeout kill|pause]",
+		Use:   "restore CHECKPOINT [--timeout DURATION] [--on-timeout kill|pause] [--name NAME]",
 		Short: "Restore a checkpoint into a new sandbox, resealed; the checkpoint may have outlived its sandbox",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -108,16 +108,17 @@ func newSandboxRestoreCmd(g *globals) *cobra.Command {
 				return usagef("--timeout %s: must not be negative", timeout)
 			}
 			stop := startProgress(cmd, "restoring "+args[0])
-			rec, err := g.client().Restore(cmd.Context(), args[0], wire.RestoreBody{TimeoutMS: timeout.Milliseconds(), OnTimeout: onTimeout})
+			rec, err := g.client().Restore(cmd.Context(), args[0], wire.RestoreBody{TimeoutMS: timeout.Milliseconds(), OnTimeout: onTimeout, Name: name})
 			stop()
 			if err != nil {
-				return nameFlags(err, []fieldFlag{{"on_timeout", "--on-timeout"}, {"timeout", "--timeout"}})
+				return nameFlags(err, []fieldFlag{{"on_timeout", "--on-timeout"}, {"timeout", "--timeout"}, {"name", "--name"}})
 			}
 			return out.print(cmd, rec, func(w io.Writer) { fmt.Fprintln(w, rec.ID) }, nil)
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "the new sandbox ends this long after it starts (default: never)")
 	cmd.Flags().StringVar(&onTimeout, "on-timeout", "", "kill (default) or pause, when the timeout passes")
+	cmd.Flags().StringVar(&name, "name", "", "the new sandbox's name (none in use; default: the checkpoint's sandbox's name, a dash and 8 digits)")
 	out = addOutput(cmd, singleCmd)
 	return cmd
 }

@@ -20,7 +20,8 @@ func newSandboxPortCmd(g *globals) *cobra.Command {
 			"http://127.0.0.1:HOSTPORT/: the daemon carries every connection there to PORT inside the\n" +
 			"sandbox (which needs network egress). Asking again prints the same; a fork child's ports are\n" +
 			"its own; the address lives until the sandbox is removed or --close closes it. A sandbox\n" +
-			"publishes at most 32 ports.",
+			"publishes at most 32 ports. The address takes no credential: any local user of the host\n" +
+			"reaches it (docs/security.md).",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			port, err := strconv.Atoi(args[1])

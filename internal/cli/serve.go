@@ -53,6 +53,14 @@ func newServeCmd(g *globals) *cobra.Command {
 			if logRetention < 1 { // 0 would mean the default to daemon.Config
 				return fmt.Errorf("--log-retention-lines %d: must be 1..%d", logRetention, store.MaxLogRetentionLines)
 			}
+			for _, f := range []struct {
+				name string
+				v    int
+			}{{"run-tmpfs-mib", tmpfsMiB}, {"secret-images-mib", sbx.SecretImagesMiB}, {"checkpoint-import-max-mib", sbx.CheckpointImportMaxMiB}} {
+				if f.v < 1 { // 0 would mean the default to daemon.Config; the daemon refuses below 0 alike
+					return fmt.Errorf("--%s %d: must be a positive number of MiB", f.name, f.v)
+				}
+			}
 			if cpuProfile != "" {
 				stop, err := startCPUProfile(cpuProfile)
 				if err != nil {

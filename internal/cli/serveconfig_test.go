@@ -147,12 +147,21 @@ func TestServeConfigStopsTheDaemon(t *testing.T) {
 	}
 	for _, c := range []struct{ config, want string }{
 		{"keep-versions = 0\n", "--keep-versions 0: must be 1..1000"},
+		{"checkpoint-import-max-mib = 0\n", "--checkpoint-import-max-mib 0: must be a positive number of MiB"},
+		{"checkpoint-import-max-mib = -1\n", "--checkpoint-import-max-mib -1: must be a positive number of MiB"},
+		{"secret-images-mib = 0\n", "--secret-images-mib 0: must be a positive number of MiB"},
+		{"run-tmpfs-mib = 0\n", "--run-tmpfs-mib 0: must be a positive number of MiB"},
 		{"ca = \"/x\"\n", `unknown key "ca"`},
 	} {
 		code, _, stderr = runCLI(t, "serve", "--state-dir", state, "--config", writeConfig(t, c.config))
 		if code != 1 || !strings.Contains(stderr, c.want) {
 			t.Errorf("config %q: exit %d, stderr %q; want 1 and %q", c.config, code, stderr, c.want)
 		}
+	}
+	// 0 given as a flag is refused as -1 is (it used to mean the default 8192 silently).
+	code, _, stderr = runCLI(t, "serve", "--state-dir", state, "--config", writeConfig(t, ""), "--checkpoint-import-max-mib", "0")
+	if code != 1 || !strings.Contains(stderr, "--checkpoint-import-max-mib 0: must be a positive number of MiB") {
+		t.Errorf("--checkpoint-import-max-mib 0: exit %d, stderr %q; want 1 naming the flag", code, stderr)
 	}
 	if _, err := os.Stat(state); err == nil {
 		t.Errorf("a refused daemon made its state dir %s", state)
@@ -191,6 +200,11 @@ func TestServeConfigUntrustedFile(t *testing.T) {
 	code, _, stderr := runCLI(t, "serve", "--state-dir", state, "--config", writeConfig(t, "runsc = \""+runsc+"\"\n"))
 	if code != 1 || !strings.Contains(stderr, "--runsc "+runsc) || !strings.Contains(stderr, "writable by its group or by others") {
 		t.Errorf("runsc = %s (mode 0777): exit %d, stderr %q; want 1 naming --runsc and the file", runsc, code, stderr)
+	}
+	// 0 given as a flag is refused as -1 is (it used to mean the default 8192 silently).
+	code, _, stderr = runCLI(t, "serve", "--state-dir", state, "--config", writeConfig(t, ""), "--checkpoint-import-max-mib", "0")
+	if code != 1 || !strings.Contains(stderr, "--checkpoint-import-max-mib 0: must be a positive number of MiB") {
+		t.Errorf("--checkpoint-import-max-mib 0: exit %d, stderr %q; want 1 naming the flag", code, stderr)
 	}
 	if _, err := os.Stat(state); err == nil {
 		t.Errorf("a refused daemon made its state dir %s", state)

@@ -113,7 +113,7 @@ func (m *Manager) Unpublish(ctx context.Context, idOrName string, port int) erro
 	delete(m.ports, key)
 	m.portMu.Unlock()
 	if p == nil {
-		return fmt.Errorf("port %d of sandbox %s is not published: %w", port, rec.ID, errdefs.ErrNotFound)
+		return fmt.Errorf("published port %d of sandbox %s: %w", port, rec.ID, errdefs.ErrNotFound) // reads "published port … not found"
 	}
 	p.cancel()
 	_ = p.ln.Close()

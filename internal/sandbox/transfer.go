@@ -408,11 +408,11 @@ func importBoundError(max int64) error {
 // as many bytes to disk as the entry's size says. A Zygo export never writes one.
 func notSparse(h *tar.Header) error {
 	if h.Typeflag == tar.TypeGNUSparse {
-		return invalid("image", "entry %s is a sparse file: not imported (want the tar of `zygo checkpoint export`)", short(h.Name))
+		return invalid("image", "entry %s is a sparse file: not imported (want the tar of `zygo sandbox checkpoints export`)", short(h.Name))
 	}
 	for k := range h.PAXRecords {
 		if strings.HasPrefix(k, "GNU.sparse.") {
-			return invalid("image", "entry %s is a sparse file (PAX record %s): not imported (want the tar of `zygo checkpoint export`)",
+			return invalid("image", "entry %s is a sparse file (PAX record %s): not imported (want the tar of `zygo sandbox checkpoints export`)",
 				short(h.Name), short(k))
 		}
 	}
@@ -481,7 +481,7 @@ func (m *Manager) untarImage(ctx context.Context, r io.Reader, dir string) (imag
 		}
 	}
 	if len(seen) == 0 && man.Format == 0 {
-		return man, invalid("image", "is empty: want the tar of `zygo checkpoint export`")
+		return man, invalid("image", "is empty: want the tar of `zygo sandbox checkpoints export`")
 	}
 	for f := range man.Checksums {
 		if !seen[f] {
@@ -500,7 +500,7 @@ func badImage(err error, format string, args ...any) error {
 	if errors.Is(err, errdefs.ErrTooLarge) {
 		return err
 	}
-	return invalid("image", "%s: %v (want the tar of `zygo checkpoint export`)", fmt.Sprintf(format, args...), err)
+	return invalid("image", "%s: %v (want the tar of `zygo sandbox checkpoints export`)", fmt.Sprintf(format, args...), err)
 }
 
 // readManifest reads and decodes the manifest entry h.

@@ -22,15 +22,21 @@ type SandboxAccessToken struct {
 }
 
 // SandboxOfAccessToken returns the sandbox id a sandbox access token names, ok false when tok
-// is not one in shape. It checks nothing else: only the daemon can tell a valid one.
+// is not one in shape (the prefix, an id starting "sb-", "_" and 64 lower-case hex digits). It
+// checks nothing else: only the daemon can tell a valid one.
 func SandboxOfAccessToken(tok string) (id string, ok bool) {
 	rest, ok := strings.CutPrefix(tok, SandboxAccessTokenPrefix)
 	if !ok {
 		return "", false
 	}
 	i := strings.LastIndexByte(rest, '_')
-	if i <= 0 || len(rest)-i-1 != 64 {
+	if i <= 0 || len(rest)-i-1 != 64 || !strings.HasPrefix(rest[:i], "sb-") {
 		return "", false
+	}
+	for _, c := range rest[i+1:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", false
+		}
 	}
 	return rest[:i], true
 }

@@ -258,7 +258,9 @@ type CheckpointBody struct {
 
 // ForkBody is the body of POST /v1/sandboxes/{id}/fork.
 type ForkBody struct {
-	N int `json:"n"` // children, 1..the daemon's bound (MaxForkN by default)
+	// N is how many children, 1..the daemon's bound (MaxForkN by default); 0 or absent with
+	// Names: len(Names). Given with Names, it must equal len(Names) (400 naming names).
+	N int `json:"n,omitempty"`
 	// From is the checkpoint (id or tag) to restore; empty: checkpoint the sandbox now.
 	From string `json:"from,omitempty"`
 	// Names, when set, names the children: exactly N distinct names, Names[i] for child i,
