@@ -118,7 +118,7 @@ func (r *ForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			// (notOwned): it stays until they are gone.
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
-		if wait, err := r.removeCopiedImage(ctx, &f); err != nil || wait > 0 { // a cross-node fork's
+		if wait, err := r.removeImage(ctx, &f); err != nil || wait > 0 { // the image it took or copied
 			return ctrl.Result{RequeueAfter: wait}, err
 		}
 		if controllerutil.RemoveFinalizer(&f, Finalizer) {
@@ -194,6 +194,10 @@ func (r *ForkReconciler) fork(ctx context.Context, f *zygov1.SandboxFork) (ctrl.
 	if err != nil && ans.Succeeded == 0 {
 		done(false, zygov1.ReasonForkFailed, fmt.Sprintf("forking sandbox %s on node %s: %v", src.Status.Zygo.SandboxID, node.Name, err))
 		f.Status.Failed, f.Status.Children = int32(len(ans.Children)), forkChildren(f.Name, ans) //nolint:gosec // at most 16
+		// The image this try took restores nothing: the next try takes its own.
+		if from == "" && ans.Checkpoint.ID != "" {
+			r.dropImage(ctx, a, node.Name, ans.Checkpoint.ID)
+		}
 		if zygo.IsBadRequest(err) {
 			return ctrl.Result{}, nil
 		}

@@ -1,0 +1,108 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
+	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
+)
+
+// Deleting a same-node SandboxFork removes the image it took (tag "fork"), once the copies
+// restored from it are gone; it waits while the agent refuses.
+func TestSameNodeForkImageRemovedOnDelete(t *testing.T) {
+	ctx := context.Background()
+	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	f := &zygov1.SandboxFork{ObjectMeta: objMeta("f"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 2}}
+	e := newEnv(t, src, f)
+	e.reconcile(&SandboxReconciler{Client: e.c, Dialer: e.agents}, src)
+	r := &ForkReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, f)
+	e.get(f)
+	a := e.agents["a"]
+	img := f.Status.CheckpointID
+	if f.Status.Succeeded != 2 || img == "" || !a.images[img] {
+		t.Fatalf("fork status %+v; images %v", f.Status, a.images)
+	}
+	if err := e.c.Delete(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Reconcile(ctx, reqOf(f)); err != nil || res.RequeueAfter != time.Second {
+		t.Fatalf("deleting: %+v, %v; want a wait for the copies' Sandboxes", res, err)
+	}
+	res, err := r.Reconcile(ctx, reqOf(f))
+	if err != nil || res.RequeueAfter != removeRetry || !a.images[img] {
+		t.Fatalf("deleting with copies left: %+v, %v; image kept %v", res, err, a.images[img])
+	}
+	for _, ch := range f.Status.Children {
+		if err := a.RemoveSandbox(ctx, ch.SandboxID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := r.Reconcile(ctx, reqOf(f)); err != nil || res.RequeueAfter != 0 {
+		t.Fatalf("deleting once the copies are gone: %+v, %v", res, err)
+	}
+	if a.images[img] {
+		t.Errorf("the deleted SandboxFork's image %s is still on node a (images %v)", img, a.images)
+	}
+}
+
+// A same-node SandboxFork given a Checkpoint by spec.checkpointRef leaves that image alone
+// when deleted: it is the Checkpoint's.
+func TestSameNodeForkKeepsGivenCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	e := newEnv(t, src)
+	e.reconcile(&SandboxReconciler{Client: e.c, Dialer: e.agents}, src)
+	e.get(src)
+	a := e.agents["a"]
+	given, err := a.Checkpoint(ctx, src.Status.Zygo.SandboxID, "users")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &zygov1.SandboxFork{ObjectMeta: objMeta("f"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 1}}
+	e.create(f)
+	e.get(f)
+	f.Status.NodeName, f.Status.CheckpointID = "a", given.ID // as a fork from a checkpointRef records it
+	f.Spec.CheckpointRef = &zygov1.LocalRef{Name: "cp"}
+	r := &ForkReconciler{Client: e.c, Dialer: e.agents}
+	if wait, err := r.removeImage(ctx, f); err != nil || wait != 0 {
+		t.Fatalf("removeImage: %v, %v", wait, err)
+	}
+	if !a.images[given.ID] {
+		t.Errorf("a fork given Checkpoint image %s removed it", given.ID)
+	}
+	// Without checkpointRef, an image not tagged "fork" is not the fork's either.
+	f.Spec.CheckpointRef = nil
+	if wait, err := r.removeImage(ctx, f); err != nil || wait != 0 || !a.images[given.ID] {
+		t.Errorf("removeImage of an image tagged %q: %v, %v; kept %v", given.Tag, wait, err, a.images[given.ID])
+	}
+}
+
+// A fork whose every copy fails removes the image that try took: failing tries do not pile
+// images up on the node.
+func TestFailedForkTriesLeaveNoImages(t *testing.T) {
+	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	f := &zygov1.SandboxFork{ObjectMeta: objMeta("f"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 1}}
+	e := newEnv(t, src, f)
+	e.reconcile(&SandboxReconciler{Client: e.c, Dialer: e.agents}, src)
+	a := e.agents["a"]
+	a.failForks = 3
+	r := &ForkReconciler{Client: e.c, Dialer: e.agents}
+	for range 3 {
+		e.reconcile(r, f)
+	}
+	e.get(f)
+	if a.forks != 3 || f.Status.CheckpointID != "" {
+		t.Fatalf("forks %d, status %+v: want 3 failed tries", a.forks, f.Status)
+	}
+	if len(a.images) != 0 {
+		t.Errorf("after 3 failed fork tries node a keeps images %v", a.images)
+	}
+	e.reconcile(r, f)
+	e.get(f)
+	if f.Status.Succeeded != 1 || len(a.images) != 1 || !a.images[f.Status.CheckpointID] {
+		t.Errorf("the fourth try: status %+v, images %v", f.Status, a.images)
+	}
+}
