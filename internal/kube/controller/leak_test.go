@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 	zygov1 "github.com/zygo-run/zygo/internal/kube/api/zygo/v1alpha1"
 )
@@ -104,5 +107,39 @@ func TestFailedForkTriesLeaveNoImages(t *testing.T) {
 	e.get(f)
 	if f.Status.Succeeded != 1 || len(a.images) != 1 || !a.images[f.Status.CheckpointID] {
 		t.Errorf("the fourth try: status %+v, images %v", f.Status, a.images)
+	}
+}
+
+// A Checkpoint whose spec.tag changed after its image was taken (an object written before the
+// schema made it immutable) still removes its image when deleted: it goes by the tag recorded
+// in status.tag at creation, not the current spec.
+func TestCheckpointTagChangedStillRemovesImage(t *testing.T) {
+	ctx := context.Background()
+	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src")}
+	e := newEnv(t, src)
+	e.reconcile(&SandboxReconciler{Client: e.c, Dialer: e.agents}, src)
+	cp := &zygov1.Checkpoint{ObjectMeta: objMeta("cp"), Spec: zygov1.CheckpointSpec{SandboxRef: zygov1.LocalRef{Name: "src"}}}
+	e.create(cp)
+	cr := &CheckpointReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(cr, cp)
+	e.get(cp)
+	a := e.agents[cp.Status.NodeName]
+	id := cp.Status.CheckpointID
+	if id == "" || !a.images[id] || cp.Status.Tag != "k8s-"+string(cp.UID) {
+		t.Fatalf("checkpoint status %+v, node images %v", cp.Status, a.images)
+	}
+	cp.Spec.Tag = "renamed" // the fake client does not run the CRD's CEL rule
+	if err := e.c.Update(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(cr, cp)
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(cp), cp); !apierrors.IsNotFound(err) {
+		t.Fatalf("the Checkpoint is still there: %v", err)
+	}
+	if a.images[id] {
+		t.Errorf("the deleted Checkpoint's image %s is still on node %s", id, a.name)
 	}
 }
