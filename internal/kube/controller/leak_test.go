@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
@@ -141,5 +143,54 @@ func TestCheckpointTagChangedStillRemovesImage(t *testing.T) {
 	}
 	if a.images[id] {
 		t.Errorf("the deleted Checkpoint's image %s is still on node %s", id, a.name)
+	}
+}
+
+// A SandboxFork whose copy's Sandbox name (FORK-i) is taken by an object it does not control
+// removes that copy from the node and says so (Complete=False, NameTaken naming the object),
+// rather than leave the copy running with no Sandbox recording it.
+func TestForkCopyNameSquatted(t *testing.T) {
+	src := &agentsv1.Sandbox{ObjectMeta: objMeta("src"), Spec: agentsv1.SandboxSpec{NodeName: "a"}}
+	squat := &agentsv1.Sandbox{ObjectMeta: objMeta("f-0"), Spec: agentsv1.SandboxSpec{NodeName: "elsewhere"}}
+	f := &zygov1.SandboxFork{ObjectMeta: objMeta("f"), Spec: zygov1.SandboxForkSpec{SourceRef: zygov1.LocalRef{Name: "src"}, Count: 2}}
+	e := newEnv(t, src, squat, f)
+	e.reconcile(&SandboxReconciler{Client: e.c, Dialer: e.agents}, src)
+	r := &ForkReconciler{Client: e.c, Dialer: e.agents}
+	e.reconcile(r, f)
+	e.get(f)
+	a := e.agents["a"]
+	c := condition(t, f.Status.Conditions, zygov1.ConditionComplete)
+	if c.Status != metav1.ConditionFalse || c.Reason != zygov1.ReasonNameTaken || !strings.Contains(c.Message, "ns/f-0") {
+		t.Errorf("Complete = %+v; want False, NameTaken naming ns/f-0", c)
+	}
+	if f.Status.Succeeded != 1 || f.Status.Failed != 1 || len(f.Status.Children) != 2 {
+		t.Fatalf("status %+v", f.Status)
+	}
+	ch0, ch1 := f.Status.Children[0], f.Status.Children[1]
+	if ch0.SandboxID != "" || ch0.Sandbox != "" || ch0.Error == "" || ch1.SandboxID == "" {
+		t.Errorf("children %+v", f.Status.Children)
+	}
+	a.mu.Lock()
+	for id, rec := range a.sandboxes {
+		if rec.Name == forkCopyName(f.UID, 0) {
+			t.Errorf("copy 0 (%s) still runs on node a with no Sandbox recording it", id)
+		}
+	}
+	a.mu.Unlock()
+	e.get(squat)
+	if metav1.IsControlledBy(squat, f) || squat.Spec.NodeName != "elsewhere" {
+		t.Errorf("the squatting Sandbox was changed: %+v", squat.ObjectMeta)
+	}
+	var kid agentsv1.Sandbox
+	kid.Namespace, kid.Name = "ns", ch1.Sandbox
+	e.get(&kid)
+	if !metav1.IsControlledBy(&kid, f) {
+		t.Errorf("copy 1's Sandbox %s is not the fork's", kid.Name)
+	}
+	// Reconciled again: nothing changes (the copy stays removed, the condition stays).
+	e.reconcile(r, f)
+	e.get(f)
+	if f.Status.Succeeded != 1 || condition(t, f.Status.Conditions, zygov1.ConditionComplete).Reason != zygov1.ReasonNameTaken {
+		t.Errorf("after another pass: %+v", f.Status)
 	}
 }

@@ -42,6 +42,10 @@ const (
 	// ReasonRemoveFailed: a deleted Checkpoint's image could not be removed yet (its node is
 	// not Ready or the agent failed); retried, the finalizer stays.
 	ReasonRemoveFailed = "RemoveFailed"
+	// ReasonNameTaken: a SandboxFork's copy could not get its Sandbox, the name FORK-i being
+	// taken by an object the fork does not control (the message names it); that copy was
+	// removed from its node and is listed with the error.
+	ReasonNameTaken = "NameTaken"
 )
 
 // SecretRef names a key of a Secret in the controller's namespace.
