@@ -2,7 +2,11 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,5 +196,72 @@ func TestForkCopyNameSquatted(t *testing.T) {
 	e.get(f)
 	if f.Status.Succeeded != 1 || condition(t, f.Status.Conditions, zygov1.ConditionComplete).Reason != zygov1.ReasonNameTaken {
 		t.Errorf("after another pass: %+v", f.Status)
+	}
+}
+
+// routeReq is a request to Function ns/hello from addr with a bearer token.
+func routeReq(addr, token string) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/functions/ns/hello/invoke", nil)
+	r.RemoteAddr = addr
+	r.Header.Set("Authorization", "Bearer "+token)
+	return r
+}
+
+// A flood of made-up tokens from one address spends that address's review budget, not
+// another's: alice, from another address, is still reviewed and allowed; the flooder is 429.
+func TestRouteReviewBudgetPerClient(t *testing.T) {
+	rv := &fakeReviewer{users: map[string]string{"good": "alice"}, allow: map[string]bool{"alice ns/hello": true}}
+	now := time.Unix(1_800_000_000, 0)
+	a := newRouteAuth(rv, 0, 0, func() time.Time { return now }, 0, 0, 0)
+	limited := 0
+	for i := range 2 * DefaultAuthReviewsBurst {
+		if st, _ := a.check(routeReq("203.0.113.7:4000", fmt.Sprintf("junk-%d", i)), "ns", "hello"); st == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	if limited != DefaultAuthReviewsBurst {
+		t.Errorf("the flooder got %d answers 429 for %d tokens at one instant, want %d (past its burst)", limited, 2*DefaultAuthReviewsBurst, DefaultAuthReviewsBurst)
+	}
+	if st, msg := a.check(routeReq("198.51.100.2:5000", "good"), "ns", "hello"); st != 0 {
+		t.Errorf("alice from another address after the flood: %d %q, want allowed", st, msg)
+	}
+	// An IPv6 flooder's neighbours in its /64 share its budget (one host holds a /64).
+	for i := range DefaultAuthReviewsBurst {
+		a.check(routeReq(fmt.Sprintf("[2001:db8::%x]:1", i+1), fmt.Sprintf("v6-%d", i)), "ns", "hello")
+	}
+	if st, _ := a.check(routeReq("[2001:db8::ffff]:1", "v6-more"), "ns", "hello"); st != http.StatusTooManyRequests {
+		t.Errorf("another address of the same /64 past its burst: %d, want 429", st)
+	}
+}
+
+// One address holds at most its share (a quarter) of the reviews under way; the global bound
+// still holds across addresses.
+func TestRouteReviewsInFlightShare(t *testing.T) {
+	block := make(chan struct{})
+	rv := &blockingReviewer{block: block}
+	a := newRouteAuth(rv, 0, 0, nil, 1e6, 1e6, 8) // 2 per address
+	var wg sync.WaitGroup
+	slow := func(addr string, want int32) {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.check(routeReq(addr, fmt.Sprintf("slow-%s-%d", addr, want)), "ns", "hello") }()
+		deadline := time.Now().Add(10 * time.Second)
+		for rv.started.Load() < want && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if rv.started.Load() < want {
+			t.Fatalf("review %d from %s did not start", want, addr)
+		}
+	}
+	defer func() { close(block); wg.Wait() }()
+	slow("192.0.2.1:1", 1)
+	slow("192.0.2.1:2", 2)
+	if st, _ := a.check(routeReq("192.0.2.1:3", "third"), "ns", "hello"); st != http.StatusTooManyRequests {
+		t.Errorf("a third review from an address holding its share: %d, want 429", st)
+	}
+	for i, addr := range []string{"192.0.2.2:1", "192.0.2.2:2", "192.0.2.3:1", "192.0.2.3:2", "192.0.2.4:1", "192.0.2.4:2"} {
+		slow(addr, int32(3+i)) //nolint:gosec // small
+	}
+	if st, _ := a.check(routeReq("192.0.2.5:1", "ninth"), "ns", "hello"); st != http.StatusTooManyRequests {
+		t.Errorf("a ninth review with 8 under way: %d, want 429", st)
 	}
 }
