@@ -278,6 +278,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("ForeignAnnotations", e.testForeignAnnotations)
 	t.Run("WarmPoolForeignCheckpoint", e.testWarmPoolForeignCheckpoint)
 	t.Run("TenantAttacks", e.testTenantAttacks)
+	t.Run("Leaks", e.testLeaks)
 	t.Run("HungNode", e.testHungNode)
 	t.Run("NodeDelete", e.testNodeDelete)
 }

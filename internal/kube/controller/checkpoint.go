@@ -88,7 +88,7 @@ func (r *CheckpointReconciler) take(ctx context.Context, cp *zygov1.Checkpoint) 
 		cond(false, zygov1.ReasonCheckpointFailed, fmt.Sprintf("checkpointing sandbox %s on node %s: %v", sb.Status.Zygo.SandboxID, node.Name, err))
 		return ctrl.Result{RequeueAfter: ProbeEvery}
 	}
-	cp.Status.NodeName, cp.Status.CheckpointID = node.Name, imgID
+	cp.Status.NodeName, cp.Status.CheckpointID, cp.Status.Tag = node.Name, imgID, tag
 	cond(true, zygov1.ReasonCheckpointed, fmt.Sprintf("image %s on node %s", imgID, node.Name))
 	return ctrl.Result{}
 }
@@ -99,6 +99,16 @@ func checkpointTag(cp *zygov1.Checkpoint) string {
 		return cp.Spec.Tag
 	}
 	return "k8s-" + string(cp.UID)
+}
+
+// takenTag is the tag cp's image was taken with, as recorded in status.tag at the time (the
+// spec may have changed since on an object made before spec.tag was immutable); an object
+// recorded before status.tag existed falls back to checkpointTag.
+func takenTag(cp *zygov1.Checkpoint) string {
+	if cp.Status.Tag != "" {
+		return cp.Status.Tag
+	}
+	return checkpointTag(cp)
 }
 
 // imageTagged reports whether image id on a carries tag (the one the controller gave it);
@@ -173,11 +183,12 @@ func (r *CheckpointReconciler) remove(ctx context.Context, cp *zygov1.Checkpoint
 	}
 	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
 	defer cancel()
-	if mine, err := imageTagged(cctx, a, cp.Status.CheckpointID, checkpointTag(cp)); err != nil {
+	tag := takenTag(cp)
+	if mine, err := imageTagged(cctx, a, cp.Status.CheckpointID, tag); err != nil {
 		return failed(err.Error())
 	} else if !mine {
 		log.FromContext(ctx).Info("status.checkpointID names an image this Checkpoint did not take: not removing it",
-			"node", node.Name, "checkpoint", cp.Status.CheckpointID, "tag", checkpointTag(cp))
+			"node", node.Name, "checkpoint", cp.Status.CheckpointID, "tag", tag)
 		return 0, "", "", nil
 	}
 	err = a.RemoveCheckpoint(cctx, cp.Status.CheckpointID)

@@ -32,7 +32,7 @@ const CopyTimeout = 15 * time.Minute
 // to f.Spec.NodeName and restores f.Spec.Count copies there, recording them in f.Status as
 // fork does. done sets the Complete condition. The image taken for the copy (when from is
 // "") is removed from the source's node once the copy is over; the copy on the target is
-// f.Status.CheckpointID, removed when f is deleted (removeCopiedImage).
+// f.Status.CheckpointID, removed when f is deleted (removeImage).
 func (r *ForkReconciler) forkElsewhere(ctx context.Context, f *zygov1.SandboxFork, src *agentsv1.Sandbox, srcNode, from string,
 	done func(bool, string, string)) (ctrl.Result, error) {
 	srcN, err := getNode(ctx, r.Client, srcNode)
@@ -189,16 +189,37 @@ func (r *ForkReconciler) dropImage(ctx context.Context, a Agent, node, id string
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentCallTimeout)
 	defer cancel()
 	if err := a.RemoveCheckpoint(cctx, id); err != nil && !zygo.IsNotFound(err) {
-		log.FromContext(ctx).Error(err, "removing a checkpoint image a cross-node fork no longer needs", "node", node, "checkpoint", id)
+		log.FromContext(ctx).Error(err, "removing a checkpoint image a fork no longer needs", "node", node, "checkpoint", id)
 	}
 }
 
-// removeCopiedImage removes, when f is deleted, the image a cross-node fork copied to its node.
-// It returns wait > 0 while the agent refuses (the copies restored from it still exist: their
-// Sandboxes' finalizers are removing them) or the node does not answer; a ZygoNode that no
-// longer exists lets it go (the image is lost with its node).
-func (r *ForkReconciler) removeCopiedImage(ctx context.Context, f *zygov1.SandboxFork) (time.Duration, error) {
-	if f.Status.CopiedFrom == "" || f.Status.CheckpointID == "" {
+// forkImageTag is the tag the daemon gives the image a fork without from takes.
+const forkImageTag = "fork"
+
+// ownImageTag returns the tag of the image f made itself and recorded in status.checkpointID:
+// the image a cross-node fork copied (k8s-fork-UID), or the one a same-node fork without
+// spec.checkpointRef took (the daemon's "fork"); "" when the image is not f's (a user's
+// Checkpoint given by spec.checkpointRef, which its Checkpoint removes) or nothing was made.
+func ownImageTag(f *zygov1.SandboxFork) string {
+	switch {
+	case f.Status.CheckpointID == "":
+		return ""
+	case f.Status.CopiedFrom != "":
+		return "k8s-fork-" + string(f.UID)
+	case f.Spec.CheckpointRef == nil:
+		return forkImageTag
+	}
+	return ""
+}
+
+// removeImage removes, when f is deleted, the image f made on its node (ownImageTag): the
+// one a cross-node fork copied or the one a same-node fork took. It returns wait > 0 while
+// the agent refuses (the copies restored from it still exist: their Sandboxes' finalizers are
+// removing them) or the node does not answer; a ZygoNode that no longer exists lets it go
+// (the image is lost with its node).
+func (r *ForkReconciler) removeImage(ctx context.Context, f *zygov1.SandboxFork) (time.Duration, error) {
+	tag := ownImageTag(f)
+	if tag == "" {
 		return 0, nil
 	}
 	node, err := getNode(ctx, r.Client, f.Status.NodeName)
@@ -211,11 +232,11 @@ func (r *ForkReconciler) removeCopiedImage(ctx context.Context, f *zygov1.Sandbo
 	}
 	cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
 	defer cancel()
-	if mine, err := imageTagged(cctx, a, f.Status.CheckpointID, "k8s-fork-"+string(f.UID)); err != nil {
-		log.FromContext(ctx).Info("reading the copied image failed; retried", "node", node.Name, "checkpoint", f.Status.CheckpointID, "err", err.Error())
+	if mine, err := imageTagged(cctx, a, f.Status.CheckpointID, tag); err != nil {
+		log.FromContext(ctx).Info("reading the fork's image failed; retried", "node", node.Name, "checkpoint", f.Status.CheckpointID, "err", err.Error())
 		return ProbeEvery, nil
 	} else if !mine {
-		log.FromContext(ctx).Info("status.checkpointID names an image this SandboxFork did not copy: not removing it", "node", node.Name, "checkpoint", f.Status.CheckpointID)
+		log.FromContext(ctx).Info("status.checkpointID names an image this SandboxFork did not make: not removing it", "node", node.Name, "checkpoint", f.Status.CheckpointID, "want_tag", tag)
 		return 0, nil
 	}
 	err = a.RemoveCheckpoint(cctx, f.Status.CheckpointID)
@@ -225,6 +246,6 @@ func (r *ForkReconciler) removeCopiedImage(ctx context.Context, f *zygov1.Sandbo
 	case zygo.IsConflict(err):
 		return removeRetry, nil
 	}
-	log.FromContext(ctx).Info("removing the copied image failed; retried", "node", node.Name, "checkpoint", f.Status.CheckpointID, "err", err.Error())
+	log.FromContext(ctx).Info("removing the fork's image failed; retried", "node", node.Name, "checkpoint", f.Status.CheckpointID, "err", err.Error())
 	return ProbeEvery, nil
 }

@@ -43,10 +43,11 @@ type fakeAgent struct {
 	// refuseExport, when set, is ExportCheckpoint's error (crossnode_test.go).
 	refuseExport error
 
-	secretAt map[string]time.Time // when each secret was set (zero: long ago)
-	ckpts    []wire.Checkpoint    // the records of Checkpoint, oldest first
-	forkFrom []string             // the from of each Fork call
-	hang     chan struct{}        // if not nil, CreateSandbox waits for it to close (or its ctx)
+	secretAt  map[string]time.Time // when each secret was set (zero: long ago)
+	ckpts     []wire.Checkpoint    // the records of Checkpoint, oldest first
+	forkFrom  []string             // the from of each Fork call
+	failForks int                  // the next failForks forks fail every child (leak_test.go)
+	hang      chan struct{}        // if not nil, CreateSandbox waits for it to close (or its ctx)
 	// hangExport, if not nil, has ExportCheckpoint wait for it to close (or its ctx).
 	hangExport chan struct{}
 }
@@ -234,9 +235,22 @@ func (f *fakeAgent) ForkWith(_ context.Context, id string, body wire.ForkBody, _
 	f.forks++
 	f.forkFrom = append(f.forkFrom, from)
 	ans := wire.ForkAnswer{Checkpoint: wire.Checkpoint{ID: from}}
-	if from == "" {
-		ans.Checkpoint.ID = "cp-fork" + id
+	if from == "" { // a fresh image tagged "fork", as the daemon takes
+		ans.Checkpoint = wire.Checkpoint{ID: "cp-fork" + id, Tag: forkImageTag, SandboxID: id}
+		if f.images[ans.Checkpoint.ID] {
+			f.next++
+			ans.Checkpoint.ID = fmt.Sprintf("cp-fork%s-%d", id, f.next)
+		}
 		f.images[ans.Checkpoint.ID] = true
+		f.ckpts = append(f.ckpts, ans.Checkpoint)
+	}
+	if f.failForks > 0 { // every child failed (and was destroyed); the image stays
+		f.failForks--
+		for i := range n {
+			ans.Children = append(ans.Children, wire.ForkChild{Index: i, Error: &wire.ErrorBody{Code: wire.CodeInternal, Message: "restore failed"}})
+			ans.Failed++
+		}
+		return ans, &zygo.Error{Status: http.StatusInternalServerError, ErrorBody: wire.ErrorBody{Code: wire.CodeInternal, Message: "every child failed"}}
 	}
 	for i := range n {
 		f.next++

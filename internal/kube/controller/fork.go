@@ -118,7 +118,7 @@ func (r *ForkReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			// (notOwned): it stays until they are gone.
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
-		if wait, err := r.removeCopiedImage(ctx, &f); err != nil || wait > 0 { // a cross-node fork's
+		if wait, err := r.removeImage(ctx, &f); err != nil || wait > 0 { // the image it took or copied
 			return ctrl.Result{RequeueAfter: wait}, err
 		}
 		if controllerutil.RemoveFinalizer(&f, Finalizer) {
@@ -194,6 +194,10 @@ func (r *ForkReconciler) fork(ctx context.Context, f *zygov1.SandboxFork) (ctrl.
 	if err != nil && ans.Succeeded == 0 {
 		done(false, zygov1.ReasonForkFailed, fmt.Sprintf("forking sandbox %s on node %s: %v", src.Status.Zygo.SandboxID, node.Name, err))
 		f.Status.Failed, f.Status.Children = int32(len(ans.Children)), forkChildren(f.Name, ans) //nolint:gosec // at most 16
+		// The image this try took restores nothing: the next try takes its own.
+		if from == "" && ans.Checkpoint.ID != "" {
+			r.dropImage(ctx, a, node.Name, ans.Checkpoint.ID)
+		}
 		if zygo.IsBadRequest(err) {
 			return ctrl.Result{}, nil
 		}
@@ -222,11 +226,14 @@ func forkChildren(fork string, ans wire.ForkAnswer) []zygov1.ForkChild {
 	return out
 }
 
-// ensureChildren creates the Sandbox of each running copy in f.Status, adopting the copy.
+// ensureChildren creates the Sandbox of each running copy in f.Status, adopting the copy. A
+// copy whose name is taken by an object f does not control (made before the fork, by anyone
+// allowed to create Sandboxes) is removed from its node rather than left running with no
+// Sandbox recording it: see nameTaken.
 func (r *ForkReconciler) ensureChildren(ctx context.Context, f *zygov1.SandboxFork) error {
 	var src agentsv1.Sandbox
 	srcErr := r.Client.Get(ctx, client.ObjectKey{Namespace: f.Namespace, Name: f.Spec.SourceRef.Name}, &src)
-	for _, ch := range f.Status.Children {
+	for i, ch := range f.Status.Children {
 		if ch.SandboxID == "" {
 			continue
 		}
@@ -240,9 +247,57 @@ func (r *ForkReconciler) ensureChildren(ctx context.Context, f *zygov1.SandboxFo
 		if err := controllerutil.SetControllerReference(f, sb, r.Client.Scheme()); err != nil {
 			return fmt.Errorf("owning copy %s: %w", sb.Name, err)
 		}
-		if err := r.Client.Create(ctx, sb); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := r.Client.Create(ctx, sb)
+		switch {
+		case err == nil:
+			continue
+		case !apierrors.IsAlreadyExists(err):
 			return fmt.Errorf("creating Sandbox %s for copy %s: %w", sb.Name, ch.SandboxID, err)
 		}
+		var there agentsv1.Sandbox
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(sb), &there); err != nil {
+			return fmt.Errorf("reading Sandbox %s: %w", sb.Name, err) // deleted meanwhile: retried
+		}
+		if metav1.IsControlledBy(&there, f) {
+			continue
+		}
+		if err := r.nameTaken(ctx, f, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nameTaken removes copy f.Status.Children[i] from its node, its Sandbox's name being taken by
+// an object f does not control, and records that in f's status: the child loses its sandbox
+// and gets the error, Complete turns False with reason NameTaken naming the object. An error
+// (the node did not answer) leaves the status as it was: the next reconcile tries again.
+func (r *ForkReconciler) nameTaken(ctx context.Context, f *zygov1.SandboxFork, i int) error {
+	ch := &f.Status.Children[i]
+	node, err := getNode(ctx, r.Client, f.Status.NodeName)
+	if err == nil {
+		a, aerr := r.Dialer.Agent(ctx, node)
+		if aerr != nil {
+			return fmt.Errorf("removing copy %s (its name %s is taken): %w", ch.SandboxID, ch.Sandbox, aerr)
+		}
+		cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
+		err = a.RemoveSandbox(cctx, ch.SandboxID)
+		cancel()
+		if err != nil && !zygo.IsNotFound(err) {
+			return fmt.Errorf("removing copy %s (its name %s is taken): %w", ch.SandboxID, ch.Sandbox, err)
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading ZygoNode %s: %w", f.Status.NodeName, err)
+	} // a node that no longer exists took the copy with it
+	before := f.DeepCopy()
+	msg := fmt.Sprintf("Sandbox %s/%s already exists and is not this SandboxFork's: copy %d (%s) was removed from node %s", f.Namespace, ch.Sandbox, ch.Index, ch.SandboxID, f.Status.NodeName)
+	log.FromContext(ctx).Info("a fork copy's Sandbox name is taken: copy removed", "sandbox", ch.Sandbox, "sandbox_id", ch.SandboxID)
+	ch.Sandbox, ch.SandboxID, ch.Generation, ch.Error = "", "", "", msg
+	f.Status.Succeeded--
+	f.Status.Failed++
+	setCondition(&f.Status.Conditions, f.Generation, zygov1.ConditionComplete, false, zygov1.ReasonNameTaken, msg)
+	if err := r.Client.Status().Patch(ctx, f, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("writing the status: %w", err)
 	}
 	return nil
 }

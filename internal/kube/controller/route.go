@@ -44,9 +44,10 @@ type Route struct {
 	// each of the caches of allowances and refusals (0: DefaultAuthCacheEntries).
 	AuthTTL     time.Duration
 	AuthEntries int
-	// AuthReviewsPerSecond, AuthReviewsBurst and AuthReviewsInFlight bound the reviews of
-	// uncached tokens (0: DefaultAuthReviewsPerSecond, ...Burst, ...InFlight); past them an
-	// uncached caller gets 429 with Retry-After.
+	// AuthReviewsPerSecond and AuthReviewsBurst bound the reviews of uncached tokens per
+	// client address, AuthReviewsInFlight those under way at once (one address: a quarter)
+	// (0: DefaultAuthReviewsPerSecond, ...Burst, ...InFlight); past them an uncached caller
+	// gets 429 with Retry-After.
 	AuthReviewsPerSecond float64
 	AuthReviewsBurst     int
 	AuthReviewsInFlight  int

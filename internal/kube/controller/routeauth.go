@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -120,25 +122,31 @@ const (
 	// so a flood of bogus tokens costs valid callers nothing.
 	DefaultAuthCacheEntries = 10000
 	// DefaultAuthReviewsPerSecond and DefaultAuthReviewsBurst bound the reviews (a
-	// TokenReview, then a SubjectAccessReview) the route starts for tokens not in its cache;
-	// DefaultAuthReviewsInFlight bounds those under way at once. Past either, an uncached
-	// caller is answered 429 with Retry-After, and the API server is not asked.
+	// TokenReview, then a SubjectAccessReview) the route starts for tokens not in its cache,
+	// per client address (clientKey): one source spends its own budget, never another's.
+	// DefaultAuthReviewsInFlight bounds the reviews under way at once, all clients together,
+	// and one address may hold at most a quarter of them (at least 1). Past any bound, an
+	// uncached caller is answered 429 with Retry-After, and the API server is not asked.
 	DefaultAuthReviewsPerSecond = 50
 	DefaultAuthReviewsBurst     = 100
 	DefaultAuthReviewsInFlight  = 16
+	// DefaultAuthClients bounds the client addresses whose budgets are kept: past it, the
+	// least recently seen address's budget goes (it starts full again when it comes back).
+	DefaultAuthClients = 10000
 )
 
 // routeAuth decides whether a request may invoke a Function, caching decisions per (token,
 // Function) for ttl: allowances and refusals in two LRU caches of max entries each. The key is
 // the sha256 of the token and the target: the cache holds no token. Reviews of uncached
-// tokens are bounded by limit (per second) and inflight (at once).
+// tokens are bounded per client address (a rate and a share of the in-flight bound: clients)
+// and, all clients together, by inflight (at once).
 type routeAuth struct {
 	reviewer Reviewer
 	ttl      time.Duration
 	max      int
 	now      func() time.Time
-	limit    *rate.Limiter
 	inflight chan struct{} // a slot per review under way; its capacity is the bound
+	clients  *clientBudgets
 
 	mu      sync.Mutex // guards allowed and refused
 	allowed *decisionLRU
@@ -166,8 +174,86 @@ func newRouteAuth(rv Reviewer, ttl time.Duration, max int, now func() time.Time,
 	if inflight <= 0 {
 		inflight = DefaultAuthReviewsInFlight
 	}
-	return &routeAuth{reviewer: rv, ttl: ttl, max: max, now: now, limit: rate.NewLimiter(rate.Limit(perSecond), burst),
-		inflight: make(chan struct{}, inflight), allowed: newDecisionLRU(max), refused: newDecisionLRU(max)}
+	share := inflight / 4 // of the reviews under way, one address's
+	if share < 1 {
+		share = 1
+	}
+	return &routeAuth{reviewer: rv, ttl: ttl, max: max, now: now, inflight: make(chan struct{}, inflight),
+		clients: newClientBudgets(DefaultAuthClients, rate.Limit(perSecond), burst, share),
+		allowed: newDecisionLRU(max), refused: newDecisionLRU(max)}
+}
+
+// clientBudgets is the review budget of each client address: a rate limiter and a count of
+// its reviews under way, in an LRU of at most max addresses. Safe for concurrent use.
+type clientBudgets struct {
+	mu        sync.Mutex
+	max       int
+	perSecond rate.Limit
+	burst     int
+	share     int        // reviews under way one address may hold
+	ll        *list.List // of *clientBudget, most recently seen first
+	m         map[string]*list.Element
+}
+
+// clientBudget is one address's budget; inflight is guarded by clientBudgets.mu.
+type clientBudget struct {
+	key      string
+	lim      *rate.Limiter
+	inflight int
+}
+
+func newClientBudgets(max int, perSecond rate.Limit, burst, share int) *clientBudgets {
+	return &clientBudgets{max: max, perSecond: perSecond, burst: burst, share: share, ll: list.New(), m: map[string]*list.Element{}}
+}
+
+// acquire takes one review from key's budget at now: false when its rate or its share of
+// reviews under way is spent. On true, call release when the review is over.
+func (c *clientBudgets) acquire(key string, now time.Time) (b *clientBudget, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, hit := c.m[key]; hit {
+		c.ll.MoveToFront(e)
+		b = e.Value.(*clientBudget)
+	} else {
+		b = &clientBudget{key: key, lim: rate.NewLimiter(c.perSecond, c.burst)}
+		c.m[key] = c.ll.PushFront(b)
+		for c.ll.Len() > c.max {
+			last := c.ll.Back()
+			c.ll.Remove(last)
+			delete(c.m, last.Value.(*clientBudget).key)
+		}
+	}
+	if b.inflight >= c.share || !b.lim.AllowN(now, 1) {
+		return nil, false
+	}
+	b.inflight++
+	return b, true
+}
+
+// release ends a review acquire allowed.
+func (c *clientBudgets) release(b *clientBudget) {
+	c.mu.Lock()
+	b.inflight--
+	c.mu.Unlock()
+}
+
+// clientKey is the budget key of r's client: the remote IP, an IPv6 address by its /64 (one
+// host usually holds a whole /64). The route trusts no forwarding header (a caller sets it).
+func clientKey(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
 }
 
 // authDecision is a cached answer: status 0 allows, 401 or 403 refuses with msg.
@@ -202,9 +288,11 @@ func (a *routeAuth) check(r *http.Request, namespace, name string) (int, string)
 	if hit {
 		return d.status, d.msg
 	}
-	if !a.limit.AllowN(now, 1) {
+	b, ok := a.clients.acquire(clientKey(r), now)
+	if !ok {
 		return http.StatusTooManyRequests, reviewsBusyMsg
 	}
+	defer a.clients.release(b)
 	select {
 	case a.inflight <- struct{}{}:
 		defer func() { <-a.inflight }()

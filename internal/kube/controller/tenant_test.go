@@ -112,29 +112,28 @@ func TestRouteAuthReviewLimit(t *testing.T) {
 }
 
 // TestRouteAuthReviewsInFlight: past the bound on reviews under way at once, an uncached caller
-// gets 429 with Retry-After (through the route's handler) without waiting for them.
+// gets 429 with Retry-After (through the route's handler) without waiting for them. With a
+// bound of 4 one address holds at most 1 (its share): the second from 127.0.0.1 is refused.
 func TestRouteAuthReviewsInFlight(t *testing.T) {
 	block := make(chan struct{})
 	rv := &blockingReviewer{block: block}
-	rt := &Route{Auth: rv, AuthReviewsInFlight: 2, AuthReviewsPerSecond: 1e6, AuthReviewsBurst: 1e6}
+	rt := &Route{Auth: rv, AuthReviewsInFlight: 4, AuthReviewsPerSecond: 1e6, AuthReviewsBurst: 1e6}
 	srv := httptest.NewServer(rt.Handler())
 	defer srv.Close()
 	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := postAuth(srv.URL+RoutePath("ns", "hello"), fmt.Sprintf("slow-%d", i), "{}")
-			if err == nil {
-				resp.Body.Close()
-			}
-		}()
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		resp, err := postAuth(srv.URL+RoutePath("ns", "hello"), "slow", "{}")
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for rv.started.Load() < 2 && time.Now().Before(deadline) {
+	for rv.started.Load() < 1 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	resp, err := postAuth(srv.URL+RoutePath("ns", "hello"), "third", "{}")
+	resp, err := postAuth(srv.URL+RoutePath("ns", "hello"), "second", "{}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +141,7 @@ func TestRouteAuthReviewsInFlight(t *testing.T) {
 	close(block)
 	wg.Wait()
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("third uncached caller with 2 reviews under way: %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		t.Fatalf("second uncached caller from an address with its share under way: %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 }
 

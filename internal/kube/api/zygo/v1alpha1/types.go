@@ -42,6 +42,10 @@ const (
 	// ReasonRemoveFailed: a deleted Checkpoint's image could not be removed yet (its node is
 	// not Ready or the agent failed); retried, the finalizer stays.
 	ReasonRemoveFailed = "RemoveFailed"
+	// ReasonNameTaken: a SandboxFork's copy could not get its Sandbox, the name FORK-i being
+	// taken by an object the fork does not control (the message names it); that copy was
+	// removed from its node and is listed with the error.
+	ReasonNameTaken = "NameTaken"
 )
 
 // SecretRef names a key of a Secret in the controller's namespace.
@@ -132,7 +136,10 @@ type LocalRef struct {
 	Name string `json:"name"`
 }
 
-// CheckpointSpec asks for an image of a running Sandbox.
+// CheckpointSpec asks for an image of a running Sandbox. Both fields are immutable: they are
+// the image's identity (a changed tag would no longer name the image taken).
+//
+// +kubebuilder:validation:XValidation:rule="has(self.tag) == has(oldSelf.tag) && (!has(self.tag) || self.tag == oldSelf.tag)",message="tag is immutable"
 type CheckpointSpec struct {
 	// sandboxRef names the Sandbox.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sandboxRef is immutable"
@@ -157,6 +164,10 @@ type CheckpointStatus struct {
 	// checkpointID is the image's id on that node.
 	// +optional
 	CheckpointID string `json:"checkpointID,omitempty"`
+	// tag is the tag the image was taken with (spec.tag, else "k8s-" and the UID): deleting
+	// the Checkpoint removes the image only when it still carries this tag.
+	// +optional
+	Tag string `json:"tag,omitempty"`
 }
 
 // Checkpoint is an immutable image of a Sandbox, on the node that holds it.
