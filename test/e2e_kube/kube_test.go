@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,7 +85,16 @@ func startNode(t *testing.T, name string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		// A node stopped while it held sandboxes (testFunction stops node-b) keeps runsc's
+		// null-netns mount under dir (the daemon releases it only with no container left):
+		// unmount what is left, or RemoveAll cannot remove dir and /tmp collects mounts.
+		for _, m := range e2eutil.MountsUnder(dir) {
+			t.Logf("unmounting %s left under node %s's state dir", m, name)
+			_ = syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+		os.RemoveAll(dir)
+	})
 	addr := freeAddr(t)
 	p := &e2eutil.Process{T: t, Bin: zygoBin, StateDir: dir, Args: []string{"--listen", addr, "--no-sandbox-network"}}
 	p.Start(60 * time.Second)

@@ -79,7 +79,7 @@ func newStateDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if m := mountsUnder(d); len(m) > 0 {
+		if m := e2eutil.MountsUnder(d); len(m) > 0 {
 			t.Errorf("mounts left under the state dir: %v", m)
 			for _, p := range m {
 				_ = syscall.Unmount(p, syscall.MNT_DETACH)
@@ -235,19 +235,6 @@ func (d *Daemon) engineProcesses() []string {
 		}
 	}
 	return pids
-}
-
-// mountsUnder returns the mount points at or below dir.
-func mountsUnder(dir string) []string {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
-		}
-	}
-	return out
 }
 
 func dirEntries(t *testing.T, dir string) []string {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zygo-run/zygo/test/e2eutil"
 )
 
 var genRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
@@ -155,7 +157,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Errorf("image dirs left after removing the checkpoint: %v", left)
 	}
 	d.Stop()
-	if m := mountsUnder(d.StateDir); len(m) != 0 {
+	if m := e2eutil.MountsUnder(d.StateDir); len(m) != 0 {
 		t.Errorf("mounts left after rm and daemon stop: %v", m)
 	}
 }

@@ -200,3 +200,17 @@ func (p *Process) CLI(stdin string, limit time.Duration, args ...string) (stdout
 	}
 	return o.String(), e.String(), code
 }
+
+// MountsUnder returns the mount points at or below dir, from /proc/self/mountinfo (the mount
+// point is its fifth field).
+func MountsUnder(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
