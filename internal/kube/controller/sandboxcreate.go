@@ -2,12 +2,9 @@ package controller
 
 import (
 	"context"
-	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	agentsv1 "github.com/zygo-run/zygo/internal/kube/api/agents/v1beta1"
 )
@@ -17,7 +14,7 @@ import (
 // A create or fork on a node agent may take up to createTimeout (a gVisor start, a restore and
 // a reseal; a hung node: the whole bound). Run inside a reconcile it would hold one of the
 // reconcileWorkers that long, and four Sandboxes on one hung node would stall every
-// Sandbox's reconcile. So the reconcile starts the call as a createOp, a goroutine of its own
+// Sandbox's reconcile. So the reconcile starts the call as an op (offworker.go), a goroutine of its own
 // bounded by createTimeout, and waits for it at most createInlineWait: a quick create is
 // recorded in the same pass; a slow one leaves the worker free (the Sandbox says Creating),
 // and its end requeues the Sandbox (SandboxReconciler.wake), whose next pass records the
@@ -32,79 +29,17 @@ const createInlineWait = 2 * time.Second
 // it (ctx is that reconcile's: granting the sandbox's access Secret writes to the API server).
 type outcome func(ctx context.Context, sb *agentsv1.Sandbox) (ctrl.Result, error)
 
-// createOp is one create or fork under way for a Sandbox.
-type createOp struct {
-	done  chan struct{} // closed when apply is set
-	apply outcome
-}
-
-// createOps tracks the createOps by Sandbox UID.
-type createOps struct {
-	mu  sync.Mutex // guards ops
-	ops map[types.UID]*createOp
-}
-
-// get returns sb's op, if any.
-func (c *createOps) get(uid types.UID) *createOp {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ops[uid]
-}
-
-// forget drops sb's op.
-func (c *createOps) forget(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.ops, uid)
-}
-
-// start runs call for sb in a goroutine of its own, with a context detached from the
-// reconcile's and bounded by createTimeout; call returns how to record its outcome on the
-// Sandbox (applied by a later pass, on the Sandbox as it is then). wake, if not nil, is told
-// when it ends.
-func (c *createOps) start(ctx context.Context, sb *agentsv1.Sandbox, wake chan<- event.GenericEvent,
-	call func(ctx context.Context) outcome) *createOp {
-	op := &createOp{done: make(chan struct{})}
-	c.mu.Lock()
-	if c.ops == nil {
-		c.ops = map[types.UID]*createOp{}
-	}
-	c.ops[sb.UID] = op
-	c.mu.Unlock()
-	key := sb.DeepCopy()
-	go func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
-		defer cancel()
-		op.apply = call(cctx)
-		close(op.done)
-		if wake != nil {
-			select {
-			case wake <- event.GenericEvent{Object: key}:
-			case <-time.After(createTimeout): // nobody listens (the manager stopped)
-			}
-		}
-	}()
-	return op
-}
+// createOps tracks the creates and forks under way, by Sandbox UID (offworker.go).
+type createOps = bgOps[outcome]
 
 // finish waits up to wait for op; it reports whether op ended, and then applies its outcome to
 // sb and forgets it.
-func (c *createOps) finish(ctx context.Context, op *createOp, sb *agentsv1.Sandbox, wait time.Duration) (bool, ctrl.Result, error) {
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-op.done:
-		case <-t.C:
-		}
-	}
-	select {
-	case <-op.done:
-	default:
+func (r *SandboxReconciler) finish(ctx context.Context, op *bgOp[outcome], sb *agentsv1.Sandbox, wait time.Duration) (bool, ctrl.Result, error) {
+	if !op.ended(wait) {
 		return false, ctrl.Result{}, nil
 	}
-	c.forget(sb.UID)
-	res, err := op.apply(ctx, sb)
+	r.ops.forget(sb.UID)
+	res, err := op.result(ctx, sb)
 	return true, res, err
 }
 
@@ -115,9 +50,9 @@ func (r *SandboxReconciler) runCreate(ctx context.Context, sb *agentsv1.Sandbox,
 	call func(ctx context.Context) outcome) (ctrl.Result, error) {
 	op := r.ops.get(sb.UID)
 	if op == nil {
-		op = r.ops.start(ctx, sb, r.wake, call)
+		op = r.ops.start(ctx, sb.UID, sb.DeepCopy(), createTimeout, r.wake, call)
 	}
-	if ended, res, err := r.ops.finish(ctx, op, sb, createInlineWait); ended {
+	if ended, res, err := r.finish(ctx, op, sb, createInlineWait); ended {
 		return res, err
 	}
 	ready(sb, false, agentsv1.ReasonCreating, "creating the sandbox on node "+node+" (the agent has not answered yet)")
@@ -130,11 +65,9 @@ func (r *SandboxReconciler) opRunning(sb *agentsv1.Sandbox) bool {
 	if op == nil {
 		return false
 	}
-	select {
-	case <-op.done:
+	if op.ended(0) {
 		r.ops.forget(sb.UID) // ended: its outcome no longer matters to a deleted Sandbox
 		return false
-	default:
-		return true
 	}
+	return true
 }
