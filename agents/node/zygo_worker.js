@@ -175,6 +175,7 @@ async function serve(sock, msg, handler) {
 }
 
 async function main() {
+  request.watchStdio(); // before any user code
   const args = parseArgs(process.argv.slice(2));
   if (!wire.controlFdIsSocket()) {
     log(`fd ${wire.CONTROL_FD} is not the control socket`);

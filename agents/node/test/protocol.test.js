@@ -81,6 +81,15 @@ test('stdout and stderr go to the request files, console, import-time references
   assert.strictEqual(fs.statSync(path.join(run.dir, 'stdout')).mode & 0o777, 0o600);
 });
 
+test('stdout and stderr made on first use in the handler go to the request files', async () => {
+  const run = await invoke('handlers', 'main.js:printsFirst');
+  assert.deepStrictEqual(run.result, { ok: true, value: { stdoutFd: 1, stderrFd: 2 } });
+  assert.strictEqual(run.stdout, 'out: console.log\nout: process.stdout.write\n');
+  assert.strictEqual(run.stderr, 'err: console.error\nerr: buffer\n');
+  assert.strictEqual(run.worker.out, '', 'nothing reached the worker\'s own stdout');
+  assert.strictEqual(run.worker.err, '', 'nothing reached the worker\'s own stderr');
+});
+
 test('TMPDIR and os.tmpdir() are the request\'s private tmp/', async () => {
   const run = await invoke('cjs', 'main.js:handler');
   const tmp = path.join(run.dir, 'tmp');
