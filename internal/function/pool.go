@@ -135,11 +135,14 @@ func (r *workerRunner) Status() RunnerStatus {
 
 // workerPool keeps up to size one-shot sandboxes ready (imported, waiting
 // for GO). A worker serves one request and exits; the pool starts its
-// replacement off the request path: once the requests in flight have their
-// outcome, or refillDelay after it was woken, whichever comes first (a
-// worker's start is a Node start-up, tens of milliseconds of CPU, and on a
-// machine with few cores it slowed the very request that took the worker by
-// about a third when it ran beside it).
+// replacement off the request path. While a worker is still ready for the
+// next request, a replacement waits for the requests in flight on the pool
+// to have their outcome and for answerGrace more (the daemon's answer to
+// them), refillDelay at most in all (settle): a worker's start is a Node
+// start-up, tens of milliseconds of CPU, and on a machine with few cores it
+// slowed the request that took the worker when it ran beside it, and that
+// request's answer when it started with the outcome. When none is ready, it
+// starts at once.
 type workerPool struct {
 	size        int
 	start       func(ctx context.Context) (oneShot, error)
@@ -149,6 +152,7 @@ type workerPool struct {
 	inflight    atomic.Int32    // requests between take and done
 	settled     chan struct{}   // done's signal to a filler waiting in settle
 	refillDelay time.Duration   // settle's bound
+	answerGrace time.Duration   // settle's wait after the outcome
 	ctx         context.Context // cancelled by close
 	stop        context.CancelFunc
 	wg          sync.WaitGroup // the filler
@@ -161,7 +165,7 @@ type workerPool struct {
 func newWorkerPool(size int, first oneShot, start func(context.Context) (oneShot, error), log *slog.Logger) *workerPool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &workerPool{size: size, start: start, log: log, ready: make(chan oneShot, size), kick: make(chan struct{}, 1),
-		settled: make(chan struct{}, 1), refillDelay: workerRefillDelay, ctx: ctx, stop: cancel}
+		settled: make(chan struct{}, 1), refillDelay: workerRefillDelay, answerGrace: workerAnswerGrace, ctx: ctx, stop: cancel}
 	if first != nil {
 		p.ready <- first
 	}
@@ -172,12 +176,14 @@ func newWorkerPool(size int, first oneShot, start func(context.Context) (oneShot
 
 // Pool tuning: backoff after a worker failed to start, how often idle
 // workers are checked for having died, and how long a replacement's start
-// waits at most for the requests in flight to have their outcome (settle).
+// waits at most for the requests in flight (settle), and after their
+// outcome for the daemon to answer them.
 const (
 	workerBackoffMin  = 100 * time.Millisecond
 	workerBackoffMax  = 10 * time.Second
 	workerCheck       = time.Second
 	workerRefillDelay = 20 * time.Millisecond
+	workerAnswerGrace = 5 * time.Millisecond
 )
 
 // fill starts workers until size are ready, and again whenever one is
@@ -218,21 +224,33 @@ func (p *workerPool) fill() {
 	}
 }
 
-// settle waits until no request taken from the pool is in flight, or
-// refillDelay, whichever comes first; false when the pool was closed.
+// settle waits before a replacement's start, while a worker is still ready:
+// until no request taken from the pool is in flight, then answerGrace more,
+// refillDelay at most in all. It returns at once when no worker is ready (a
+// request now would start one itself) or none is in flight; false when the
+// pool was closed.
 func (p *workerPool) settle() bool {
-	if p.inflight.Load() > 0 {
-		t := time.NewTimer(p.refillDelay)
-		defer t.Stop()
-		for p.inflight.Load() > 0 {
-			select {
-			case <-p.settled:
-			case <-t.C:
-				return p.ctx.Err() == nil
-			case <-p.ctx.Done():
-				return false
-			}
+	if len(p.ready) == 0 || p.inflight.Load() == 0 {
+		return p.ctx.Err() == nil
+	}
+	t := time.NewTimer(p.refillDelay)
+	defer t.Stop()
+	for p.inflight.Load() > 0 {
+		select {
+		case <-p.settled:
+		case <-t.C:
+			return p.ctx.Err() == nil
+		case <-p.ctx.Done():
+			return false
 		}
+	}
+	grace := time.NewTimer(p.answerGrace)
+	defer grace.Stop()
+	select {
+	case <-grace.C:
+	case <-t.C:
+	case <-p.ctx.Done():
+		return false
 	}
 	return p.ctx.Err() == nil
 }

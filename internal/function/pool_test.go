@@ -139,29 +139,40 @@ func TestWorkerPoolColdStartAndBackoff(t *testing.T) {
 	}
 }
 
-// TestWorkerPoolRefillWaitsForTheRequest: the replacement of a taken worker
-// starts once the request is done, or after refillDelay while it is still
-// in flight, not beside it at once.
+// TestWorkerPoolRefillWaitsForTheRequest: while a worker is still ready, the
+// replacement of a taken one starts once the request is done (and
+// answerGrace after), or after refillDelay while it is still in flight, not
+// beside it at once; with none ready it starts at once.
 func TestWorkerPoolRefillWaitsForTheRequest(t *testing.T) {
 	f := &fakeWorkers{}
-	p := newWorkerPool(1, &fakeWorker{id: -1}, f.start, slog.Default())
+	p := newWorkerPool(2, &fakeWorker{id: -1}, f.start, slog.Default())
 	defer p.close()
-	p.refillDelay = time.Hour // before the first take, which hands it to the filler
+	waitFor(t, "2 ready workers", func() bool { return p.idle() == 2 })
+	p.refillDelay, p.answerGrace = time.Hour, time.Millisecond // before the take, which hands them to the filler
 	if _, cold, err := p.take(context.Background()); err != nil || cold {
 		t.Fatalf("take: cold %v, %v", cold, err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if n := f.count(); n != 0 {
-		t.Fatalf("%d replacements started while the request was in flight", n)
+	if n := f.count(); n != 1 {
+		t.Fatalf("%d replacements started while the request was in flight", n-1)
 	}
 	p.done()
-	waitFor(t, "the replacement after done", func() bool { return f.count() == 1 && p.idle() == 1 })
+	waitFor(t, "the replacement after done", func() bool { return f.count() == 2 && p.idle() == 2 })
 
-	q := newWorkerPool(1, &fakeWorker{id: -1}, f.start, slog.Default())
+	q := newWorkerPool(2, &fakeWorker{id: -1}, f.start, slog.Default())
 	defer q.close()
+	waitFor(t, "2 ready workers", func() bool { return q.idle() == 2 })
 	q.refillDelay = 50 * time.Millisecond
 	if _, _, err := q.take(context.Background()); err != nil { // never done
 		t.Fatal(err)
 	}
-	waitFor(t, "the replacement after refillDelay", func() bool { return f.count() == 2 && q.idle() == 1 })
+	waitFor(t, "the replacement after refillDelay", func() bool { return f.count() == 4 && q.idle() == 2 })
+
+	r := newWorkerPool(1, &fakeWorker{id: -1}, f.start, slog.Default())
+	defer r.close()
+	r.refillDelay = time.Hour
+	if _, _, err := r.take(context.Background()); err != nil { // never done; none left ready
+		t.Fatal(err)
+	}
+	waitFor(t, "the replacement at once when none is ready", func() bool { return f.count() == 5 && r.idle() == 1 })
 }
