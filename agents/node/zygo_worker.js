@@ -9,7 +9,8 @@
 // Phases, in order (`phase` below):
 //   loading    load the handler (loader.js), run the warm-up checks (warmup.js), send `ready`
 //              or `import_error`;
-//   idle       read fd 3 until `go` (other types are logged and ignored);
+//   idle       read fd 3 until `go` (`warm` is read and ignored, other types are logged and
+//              ignored);
 //   preparing  request.prepare: fd 3 closed, stdio and TMPDIR set, event read (no user code);
 //   running    the handler;
 //   done       result.json written (or import_error sent), exiting.
@@ -203,7 +204,7 @@ async function main() {
   }
   phase = 'idle';
   const sock = wire.receive((msg) => {
-    if (phase !== 'idle') return;
+    if (phase !== 'idle' || msg.type === 'warm') return; // warm: read, nothing to do
     if (msg.type !== 'go') {
       log(`ignoring message of unknown type ${JSON.stringify(msg.type)}`);
       return;

@@ -153,6 +153,17 @@ test('unknown messages are ignored; only go starts the request', async () => {
   assert.match(worker.err, /over 64 KiB/);
 });
 
+test('warm before go is read and ignored without a word', async () => {
+  const worker = new Worker('handlers', 'main.js:sync');
+  await worker.next();
+  worker.send({ type: 'warm' });
+  const dir = requestDir({ a: 1, b: 1 });
+  worker.send(goFor(dir));
+  assert.deepStrictEqual(await worker.exit(), { code: 0, signal: null });
+  assert.deepStrictEqual(readResult(dir), { ok: true, value: { sum: 2 } });
+  assert.strictEqual(worker.err, '');
+});
+
 test('the control socket closing before go ends the worker with status 0', async () => {
   const worker = new Worker('cjs', 'main.js:handler');
   await worker.next();
