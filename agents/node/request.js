@@ -10,6 +10,11 @@
 //   writeResult   dir/result.json, atomically
 //   lap, withSteps the worker's own timing of its steps after go (result.json "steps")
 
+// Functions that first run after go are parenthesized expressions, `const f = (function f()
+// {...});`, marked `// EAGER`: V8 compiles a parenthesized function when it compiles the module
+// (its heuristic for functions invoked at once), where it compiles a declaration on its first
+// call, which after go put that compilation on the request path.
+
 const fs = require('fs');
 const path = require('path');
 const wire = require('./wire');
@@ -112,7 +117,8 @@ function makeContext(go) {
  * Everything between go and user code, in order; returns the parsed event. `sock` is the
  * control socket from wire.receive. Throws StepFailed.
  */
-function prepare(sock, go) {
+// EAGER
+const prepare = (function prepare(sock, go) {
   runStep('closing the control socket', 'close_socket', wire.closeControl, sock);
   runStep('redirecting stdout and stderr', 'stdio', redirectStdio, go.dir);
   runStep('setting TMPDIR', 'tmpdir', setTmpdir, inDir(go.dir, 'tmp'));
@@ -125,7 +131,7 @@ function prepare(sock, go) {
   const event = decodeEvent(text);
   lap('event');
   return event;
-}
+});
 
 /** Run step(arg), then lap(token); throws StepFailed(name) with what the step threw. */
 function runStep(name, token, step, arg) {
@@ -185,11 +191,12 @@ function watchStdio() {
 }
 
 /** Return true if process[name] may exist as a stream already (see watchStdio). */
-function stdioMade(name) {
+// EAGER
+const stdioMade = (function stdioMade(name) {
   if (stdioUsed[name]) return true;
   const d = Object.getOwnPropertyDescriptor(process, name);
   return !d || d.get !== stdioGetters[name]; // replaced by user code: treat as made
-}
+});
 
 /**
  * Make fds 1 and 2 themselves dir/stdout and dir/stderr (append, 0600), as the Python agent's
@@ -204,7 +211,8 @@ function stdioMade(name) {
  * stream objects taken at import, follow. Returns nothing; throws the open errors, or an
  * Error when the file did not land on its fd (another thread opened a file in between).
  */
-function redirectStdio(dir) {
+// EAGER
+const redirectStdio = (function redirectStdio(dir) {
   for (let fd = 1; fd <= 2; fd++) {
     fs.closeSync(fd);
     const got = fs.openSync(inDir(dir, STDIO_NAMES[fd]), LOG_FLAGS, 0o600);
@@ -216,7 +224,7 @@ function redirectStdio(dir) {
   for (let fd = 1; fd <= 2; fd++) {
     if (stdioMade(STDIO_NAMES[fd])) process[STDIO_NAMES[fd]].write = fileWriter(fd);
   }
-}
+});
 
 /**
  * Return the path of `name` (a relative path) in the request directory `dir` (absolute, from
@@ -260,10 +268,11 @@ function fileWriter(fd) {
 }
 
 /** Make `dir` (created 0700 if missing) the TMPDIR; os.tmpdir() reads it on every call. */
-function setTmpdir(dir) {
+// EAGER
+const setTmpdir = (function setTmpdir(dir) {
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   process.env.TMPDIR = dir;
-}
+});
 
 /**
  * Return the JSON text of an outcome: {"ok":true,"value":V} or {"ok":false,"error":{...}}.
@@ -295,7 +304,8 @@ function encodeOutcome(outcome) {
  * Write `text` (from encodeOutcome) to dir/result.json atomically (dir/.result.json.tmp,
  * then rename). Returns nothing; throws the fs errors.
  */
-function writeResult(dir, text) {
+// EAGER
+const writeResult = (function writeResult(dir, text) {
   const tmp = inDir(dir, '.result.json.tmp');
   const fd = fs.openSync(tmp, RESULT_FLAGS, 0o600);
   try {
@@ -304,7 +314,7 @@ function writeResult(dir, text) {
     fs.closeSync(fd);
   }
   fs.renameSync(tmp, inDir(dir, 'result.json'));
-}
+});
 
 function writeAll(fd, data) {
   for (let off = 0; off < data.length;) off += fs.writeSync(fd, data, off, data.length - off);

@@ -9,6 +9,11 @@
 // uv_disable_stdio_inheritance() at start-up, which marks fds 0 to 15 close-on-exec, so
 // processes spawned by user code never inherit fd 3.
 
+// Functions that first run after go are parenthesized expressions, `const f = (function f()
+// {...});`, marked `// EAGER`: V8 compiles a parenthesized function when it compiles the module
+// (its heuristic for functions invoked at once), where it compiles a declaration on its first
+// call, which after go put that compilation on the request path.
+
 const fs = require('fs');
 const net = require('net');
 const { StringDecoder } = require('string_decoder');
@@ -181,7 +186,8 @@ function parseLine(line) {
  * right after (nothing opens a file in between, so it cannot be someone else's fd). Returns
  * nothing; throws if fd 3 is still open afterwards.
  */
-function closeControl(sock) {
+// EAGER
+const closeControl = (function closeControl(sock) {
   stopped = true;
   const handle = sock._handle;
   if (handle && typeof handle.close === 'function') {
@@ -195,7 +201,7 @@ function closeControl(sock) {
     fs.closeSync(CONTROL_FD);
     if (controlFdIsSocket()) throw new Error('fd 3 is still a socket after closing it');
   }
-}
+});
 
 module.exports = {
   CONTROL_FD, MAX_LINE, controlFdIsSocket, encode, sendSync, receive, lineReader, parseLine,

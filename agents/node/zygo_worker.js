@@ -28,6 +28,11 @@
 //   4  an uncaught exception or unhandled rejection while idle (import-time code that fails
 //      later, e.g. in a timer); no result
 
+// Functions that first run after go are parenthesized expressions, `const f = (function f()
+// {...});`, marked `// EAGER`: V8 compiles a parenthesized function when it compiles the module
+// (its heuristic for functions invoked at once), where it compiles a declaration on its first
+// call, which after go put that compilation on the request path.
+
 const util = require('util');
 const wire = require('./wire');
 const loader = require('./loader');
@@ -84,7 +89,8 @@ function importFailed(err) {
 }
 
 /** Write the request's outcome and exit 0 (3 if result.json cannot be written). */
-function finish(outcome) {
+// EAGER
+const finish = (function finish(outcome) {
   if (phase !== 'running') return;
   request.lap('handler');
   const text = request.encodeOutcome(outcome); // may run the value's toJSON: still 'running'
@@ -97,7 +103,7 @@ function finish(outcome) {
     exit(EXIT_AGENT_ERROR);
   }
   exit(EXIT_OK);
-}
+});
 
 /** An uncaught exception or unhandled rejection, in whatever phase it happens. */
 function onStray(value, what) {
@@ -131,7 +137,8 @@ function guardedExit(code) {
 }
 
 /** Serve the go message `msg` with `handler`; ends with exit. */
-async function serve(sock, msg, handler) {
+// EAGER
+const serve = (async function serve(sock, msg, handler) {
   let go;
   try {
     go = request.parseGo(msg);
@@ -173,7 +180,7 @@ async function serve(sock, msg, handler) {
     return finish({ ok: false, error: describe(err) });
   }
   return finish({ ok: true, value });
-}
+});
 
 async function main() {
   request.watchStdio(); // before any user code
