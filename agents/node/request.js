@@ -345,7 +345,7 @@ function rehearse() {
     } finally {
       fs.closeSync(fd);
     }
-    wire.controlFdIsSocket(fd); // closed: EBADF (nothing opens a file in between)
+    wire.controlFdIsSocket(fd); // closed: EBADF (a number another thread took: harmless)
     fs.readFileSync('/dev/null', 'utf8');
     fs.mkdirSync(inDir(go.dir, 'tmp'), { recursive: true, mode: 0o700 });
     fs.renameSync('/nonexistent-zygo-rehearsal/a', '/nonexistent-zygo-rehearsal/b');
