@@ -10,6 +10,11 @@
 //   writeResult   dir/result.json, atomically
 //   lap, withSteps the worker's own timing of its steps after go (result.json "steps")
 
+// Functions that first run after go are parenthesized expressions, `const f = (function f()
+// {...});`, marked `// EAGER`: V8 compiles a parenthesized function when it compiles the module
+// (its heuristic for functions invoked at once), where it compiles a declaration on its first
+// call, which after go put that compilation on the request path.
+
 const fs = require('fs');
 const path = require('path');
 const wire = require('./wire');
@@ -112,29 +117,30 @@ function makeContext(go) {
  * Everything between go and user code, in order; returns the parsed event. `sock` is the
  * control socket from wire.receive. Throws StepFailed.
  */
-function prepare(sock, go) {
-  const prepSteps = [
-    ['closing the control socket', 'close_socket', () => wire.closeControl(sock)],
-    ['redirecting stdout and stderr', 'stdio', () => redirectStdio(go.dir)],
-    ['setting TMPDIR', 'tmpdir', () => setTmpdir(path.join(go.dir, 'tmp'))],
-  ];
-  for (const [name, token, step] of prepSteps) {
-    try {
-      step();
-    } catch (err) {
-      throw new StepFailed(name, err);
-    }
-    lap(token);
-  }
+// EAGER
+const prepare = (function prepare(sock, go) {
+  runStep('closing the control socket', 'close_socket', wire.closeControl, sock);
+  runStep('redirecting stdout and stderr', 'stdio', redirectStdio, go.dir);
+  runStep('setting TMPDIR', 'tmpdir', setTmpdir, inDir(go.dir, 'tmp'));
   let text;
   try {
-    text = fs.readFileSync(path.join(go.dir, 'event.json'), 'utf8');
+    text = fs.readFileSync(inDir(go.dir, 'event.json'), 'utf8');
   } catch (err) {
     throw new StepFailed('reading event.json', err);
   }
   const event = decodeEvent(text);
   lap('event');
   return event;
+});
+
+/** Run step(arg), then lap(token); throws StepFailed(name) with what the step threw. */
+function runStep(name, token, step, arg) {
+  try {
+    step(arg);
+  } catch (err) {
+    throw new StepFailed(name, err);
+  }
+  lap(token);
 }
 
 /** Parse the event's text; throws EventRejected when JSON.parse refuses it (or overflows). */
@@ -151,27 +157,82 @@ function rejectedOutcome(err) {
   return { ok: false, rejected: 'event', error: error('EventRejected', err.message) };
 }
 
+// process.stdout and process.stderr are made by Node on first use, for what fd 1 or 2 is
+// then: a pipe stream on the worker's own output, or a synchronous file stream. watchStdio
+// puts a getter in front of Node's that notes that first use; STDIO_NAMES[fd] names fd 1, 2.
+const STDIO_NAMES = [null, 'stdout', 'stderr'];
+const stdioUsed = { stdout: false, stderr: false };
+const stdioGetters = {};
+
+/**
+ * Note, from now on, when process.stdout or process.stderr is first used (Node's getter still
+ * makes the stream, once). Call before user code. Returns nothing; never throws (a stream it
+ * cannot watch counts as used).
+ */
+function watchStdio() {
+  for (const name of ['stdout', 'stderr']) {
+    const d = Object.getOwnPropertyDescriptor(process, name);
+    if (!d || typeof d.get !== 'function' || !d.configurable) {
+      stdioUsed[name] = true;
+      continue;
+    }
+    const nodeGetter = d.get;
+    stdioGetters[name] = function stdioGetter() {
+      stdioUsed[name] = true;
+      return nodeGetter.call(this);
+    };
+    try {
+      Object.defineProperty(process, name,
+        { configurable: true, enumerable: d.enumerable, get: stdioGetters[name] });
+    } catch {
+      stdioUsed[name] = true;
+    }
+  }
+}
+
+/** Return true if process[name] may exist as a stream already (see watchStdio). */
+// EAGER
+const stdioMade = (function stdioMade(name) {
+  if (stdioUsed[name]) return true;
+  const d = Object.getOwnPropertyDescriptor(process, name);
+  return !d || d.get !== stdioGetters[name]; // replaced by user code: treat as made
+});
+
 /**
  * Make fds 1 and 2 themselves dir/stdout and dir/stderr (append, 0600), as the Python agent's
  * dup2 does: each is closed and the file opened in its place (open(2) takes the lowest free
  * descriptor; fd 0 is open), so writes made on fds 1 and 2 directly (fs.writeSync(1),
  * children spawned with inherited stdio) reach the request's files, and the supervisor can
  * answer without waiting for the worker's exit to see them. Then process.stdout and
- * process.stderr write synchronously to them; the console, and any reference to those
+ * process.stderr write synchronously to them: a stream Node already made (user code used it
+ * before go, on the worker's own output) gets a write that writes to the fd; one not yet made
+ * is left to Node, which makes it on first use as a synchronous file stream on the request's
+ * file (and this step does not pay for making it). The console, and any reference to those
  * stream objects taken at import, follow. Returns nothing; throws the open errors, or an
  * Error when the file did not land on its fd (another thread opened a file in between).
  */
-function redirectStdio(dir) {
-  for (const [fd, name] of [[1, 'stdout'], [2, 'stderr']]) {
+// EAGER
+const redirectStdio = (function redirectStdio(dir) {
+  for (let fd = 1; fd <= 2; fd++) {
     fs.closeSync(fd);
-    const got = fs.openSync(path.join(dir, name), LOG_FLAGS, 0o600);
+    const got = fs.openSync(inDir(dir, STDIO_NAMES[fd]), LOG_FLAGS, 0o600);
     if (got !== fd) {
       fs.closeSync(got);
-      throw new Error(`dir/${name} opened as fd ${got}, not ${fd}`);
+      throw new Error(`dir/${STDIO_NAMES[fd]} opened as fd ${got}, not ${fd}`);
     }
   }
-  process.stdout.write = fileWriter(1);
-  process.stderr.write = fileWriter(2);
+  for (let fd = 1; fd <= 2; fd++) {
+    if (stdioMade(STDIO_NAMES[fd])) process[STDIO_NAMES[fd]].write = fileWriter(fd);
+  }
+});
+
+/**
+ * Return the path of `name` (a relative path) in the request directory `dir` (absolute, from
+ * parseGo): `dir/name`, by concatenation, not path.join's normalising walk (the supervisor
+ * sends a clean path; the kernel resolves it the same either way).
+ */
+function inDir(dir, name) {
+  return dir.endsWith('/') ? dir + name : dir + '/' + name;
 }
 
 /**
@@ -207,10 +268,11 @@ function fileWriter(fd) {
 }
 
 /** Make `dir` (created 0700 if missing) the TMPDIR; os.tmpdir() reads it on every call. */
-function setTmpdir(dir) {
+// EAGER
+const setTmpdir = (function setTmpdir(dir) {
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   process.env.TMPDIR = dir;
-}
+});
 
 /**
  * Return the JSON text of an outcome: {"ok":true,"value":V} or {"ok":false,"error":{...}}.
@@ -242,44 +304,51 @@ function encodeOutcome(outcome) {
  * Write `text` (from encodeOutcome) to dir/result.json atomically (dir/.result.json.tmp,
  * then rename). Returns nothing; throws the fs errors.
  */
-function writeResult(dir, text) {
-  const tmp = path.join(dir, '.result.json.tmp');
+// EAGER
+const writeResult = (function writeResult(dir, text) {
+  const tmp = inDir(dir, '.result.json.tmp');
   const fd = fs.openSync(tmp, RESULT_FLAGS, 0o600);
   try {
     writeAll(fd, Buffer.from(text));
   } finally {
     fs.closeSync(fd);
   }
-  fs.renameSync(tmp, path.join(dir, 'result.json'));
-}
+  fs.renameSync(tmp, inDir(dir, 'result.json'));
+});
 
 function writeAll(fd, data) {
   for (let off = 0; off < data.length;) off += fs.writeSync(fd, data, off, data.length - off);
 }
 
 /**
- * Run, before ready, what the steps after go run, on what is not a request's: parse a go
- * message and make its context, decode and encode JSON, write through a file writer to
- * /dev/null, read /dev/null, a recursive mkdir of an existing directory, the timing. Each is
- * done again, for real, after go; this only pays V8's lazy compilation of their code (and
- * Node's of the fs paths they take) off the request path. Never throws.
+ * Run, before ready, what the steps after go run, on what is not a request's: a go line read
+ * as from fd 3, parsed, and its context, decode and encode JSON, a step run and timed, write
+ * through a file writer to /dev/null, the check that a closed descriptor is gone (fstat's
+ * EBADF, whose error Node builds from a table made on first use), read /dev/null, a recursive
+ * mkdir of an existing directory, a rename that fails, the timing. Each is done again, for
+ * real, after go; this only pays V8's lazy compilation of their code (and Node's of the fs
+ * paths they take) off the request path. Never throws.
  */
 function rehearse() {
   try {
-    const go = parseGo({ type: 'go', request_id: 'r-rehearsal', dir: '/', deadline_ms: 0 });
+    let go = null;
+    wire.lineReader((msg) => { go = parseGo(msg); }, () => go !== null)(
+      Buffer.from('{"type":"go","request_id":"r-rehearsal","dir":"/","deadline_ms":0}\n'));
     makeContext(go).getRemainingTimeInMillis();
     decodeEvent('{"n": 1, "s": "x", "l": [1.5, null, true]}');
-    lap('rehearsal');
+    runStep('rehearsal', 'rehearsal', String, '');
     withSteps(encodeOutcome({ ok: true, value: { n: 1, l: [1.5, null, true] } }));
     encodeOutcome({ ok: false, error: { type: 'Error', message: 'm', traceback: '' } });
-    const fd = fs.openSync('/dev/null', LOG_FLAGS, 0o600);
+    const fd = fs.openSync(inDir(go.dir, 'dev/null'), LOG_FLAGS, 0o600);
     try {
       fileWriter(fd)('\n');
     } finally {
       fs.closeSync(fd);
     }
+    wire.controlFdIsSocket(fd); // closed: EBADF (a number another thread took: harmless)
     fs.readFileSync('/dev/null', 'utf8');
-    fs.mkdirSync(path.join('/', 'tmp'), { recursive: true, mode: 0o700 });
+    fs.mkdirSync(inDir(go.dir, 'tmp'), { recursive: true, mode: 0o700 });
+    fs.renameSync('/nonexistent-zygo-rehearsal/a', '/nonexistent-zygo-rehearsal/b');
   } catch {
     // the same steps run, and report, after go
   } finally {
@@ -289,5 +358,5 @@ function rehearse() {
 
 module.exports = {
   StepFailed, EventRejected, parseGo, makeContext, prepare, decodeEvent, rejectedOutcome, redirectStdio, fileWriter, setTmpdir,
-  encodeOutcome, writeResult, startLaps, lap, withSteps, rehearse,
+  encodeOutcome, writeResult, startLaps, lap, withSteps, rehearse, watchStdio, inDir,
 };

@@ -9,6 +9,11 @@
 // uv_disable_stdio_inheritance() at start-up, which marks fds 0 to 15 close-on-exec, so
 // processes spawned by user code never inherit fd 3.
 
+// Functions that first run after go are parenthesized expressions, `const f = (function f()
+// {...});`, marked `// EAGER`: V8 compiles a parenthesized function when it compiles the module
+// (its heuristic for functions invoked at once), where it compiles a declaration on its first
+// call, which after go put that compilation on the request path.
+
 const fs = require('fs');
 const net = require('net');
 const { StringDecoder } = require('string_decoder');
@@ -19,10 +24,10 @@ const CONTROL_FD = 3;
 const MAX_LINE = 64 * 1024;
 const SEND_TIMEOUT_MS = 10000;
 
-/** Return true if fd 3 is open and is a socket. Never throws. */
-function controlFdIsSocket() {
+/** Return true if descriptor `fd` (default 3) is open and is a socket. Never throws. */
+function controlFdIsSocket(fd = CONTROL_FD) {
   try {
-    return fs.fstatSync(CONTROL_FD).isSocket();
+    return fs.fstatSync(fd).isSocket();
   } catch {
     return false;
   }
@@ -71,28 +76,25 @@ function sendSync(msg) {
   }
 }
 
+// Set by closeControl (one control socket per worker): the reader delivers no more lines, and
+// the socket's end is ours, not the supervisor's.
+let stopped = false;
+
 /**
- * Start reading fd 3. Calls onMessage(obj) for every line that is a JSON object with a string
- * `type`, in order; lines that are not, or exceed 64 KiB, are logged and skipped. Calls
- * onClose() once when the peer closes the socket or it fails. Returns the net.Socket, which
- * keeps the event loop alive until closeControl. Throws if fd 3 cannot be wrapped.
+ * Return feed(chunk) for the bytes read from fd 3: it splits them into lines and calls
+ * onMessage(obj) for every line that is a JSON object with a string `type`, in order; lines
+ * that are not, or exceed 64 KiB, are logged and skipped. A chunk is decoded before feed
+ * returns (the caller may reuse its memory); a line may span chunks. No line is delivered
+ * once done() returns true.
  */
-function receive(onMessage, onClose) {
-  const sock = new net.Socket({ fd: CONTROL_FD, readable: true, writable: true });
+function lineReader(onMessage, done) {
   const decoder = new StringDecoder('utf8');
   let pending = '';
   let discarding = false; // inside a line that went over MAX_LINE
-  let closed = false;
-  const close = () => {
-    if (!closed) {
-      closed = true;
-      onClose();
-    }
-  };
-  sock.on('data', (chunk) => {
+  return function feed(chunk) {
     pending += decoder.write(chunk);
     let nl;
-    while (!closed && !sock.destroyed && (nl = pending.indexOf('\n')) !== -1) {
+    while (!done() && (nl = pending.indexOf('\n')) !== -1) {
       const line = pending.slice(0, nl);
       pending = pending.slice(nl + 1);
       if (discarding) {
@@ -107,6 +109,42 @@ function receive(onMessage, onClose) {
       pending = '';
       discarding = true;
     }
+  };
+}
+
+/**
+ * Start reading fd 3. Calls onMessage(obj) for every line that is a JSON object with a string
+ * `type`, in order; lines that are not, or exceed 64 KiB, are logged and skipped. Calls
+ * onClose() once when the peer closes the socket or it fails (not after closeControl).
+ * Returns the net.Socket, which keeps the event loop alive until closeControl. Throws if fd 3
+ * cannot be wrapped.
+ *
+ * The socket reads into one buffer of its own (net.Socket's `onread`): what arrives is handed
+ * to the line reader directly, not through the readable stream's machinery, whose first run
+ * on `go` cost most of the time between the message's arrival and the worker's first step.
+ */
+function receive(onMessage, onClose) {
+  let closed = false;
+  const close = () => {
+    if (!closed && !stopped) {
+      closed = true;
+      onClose();
+    }
+  };
+  const feed = lineReader(onMessage, () => closed || stopped);
+  const sock = new net.Socket({
+    fd: CONTROL_FD,
+    readable: true,
+    writable: true,
+    onread: {
+      buffer: Buffer.alloc(MAX_LINE),
+      // true: never pause. After go, closeControl has closed the handle under this call,
+      // and a pause would ask the closed handle to stop reading (an EINVAL 'error').
+      callback: (n, buf) => {
+        feed(buf.subarray(0, n));
+        return true;
+      },
+    },
   });
   sock.on('error', (err) => {
     log(`control socket: ${err.message}`);
@@ -139,19 +177,33 @@ function parseLine(line) {
 }
 
 /**
- * Destroy `sock` and make sure fd 3 is closed. libuv closes the fd synchronously inside
- * destroy(); fd 3 is closed by hand only if it is still a socket right after (nothing opens a
- * file in between, so it cannot be someone else's fd). Returns nothing; throws if fd 3 is
- * still open afterwards.
+ * Close `sock` (from receive) and make sure fd 3 is closed. The socket's libuv handle is closed
+ * directly: uv_close stops reading and closes the fd synchronously, and none of the stream's
+ * JavaScript runs (destroy() would run its teardown and, through `this !== process.stderr` in
+ * net's _destroy, build process.stderr: most of this step's time when it did). The reader
+ * delivers no line after this, and the socket's listeners are never called again (the
+ * handle's close callback calls none). fd 3 is closed by hand only if it is still a socket
+ * right after (nothing opens a file in between, so it cannot be someone else's fd). Returns
+ * nothing; throws if fd 3 is still open afterwards.
  */
-function closeControl(sock) {
-  sock.removeAllListeners();
-  sock.on('error', () => {}); // nothing more is read: late errors do not matter
-  sock.destroy();
-  if (controlFdIsSocket()) fs.closeSync(CONTROL_FD);
-  if (controlFdIsSocket()) throw new Error('fd 3 is still a socket after closing it');
-}
+// EAGER
+const closeControl = (function closeControl(sock) {
+  stopped = true;
+  const handle = sock._handle;
+  if (handle && typeof handle.close === 'function') {
+    sock._handle = null;
+    handle.close();
+  } else {
+    sock.on('error', () => {}); // nothing more is read: late errors do not matter
+    sock.destroy();
+  }
+  if (controlFdIsSocket()) {
+    fs.closeSync(CONTROL_FD);
+    if (controlFdIsSocket()) throw new Error('fd 3 is still a socket after closing it');
+  }
+});
 
 module.exports = {
-  CONTROL_FD, MAX_LINE, controlFdIsSocket, encode, sendSync, receive, parseLine, closeControl,
+  CONTROL_FD, MAX_LINE, controlFdIsSocket, encode, sendSync, receive, lineReader, parseLine,
+  closeControl,
 };

@@ -9,7 +9,8 @@
 // Phases, in order (`phase` below):
 //   loading    load the handler (loader.js), run the warm-up checks (warmup.js), send `ready`
 //              or `import_error`;
-//   idle       read fd 3 until `go` (other types are logged and ignored);
+//   idle       read fd 3 until `go` (`warm` is read and ignored, other types are logged and
+//              ignored);
 //   preparing  request.prepare: fd 3 closed, stdio and TMPDIR set, event read (no user code);
 //   running    the handler;
 //   done       result.json written (or import_error sent), exiting.
@@ -26,6 +27,11 @@
 //      request directory allowed it
 //   4  an uncaught exception or unhandled rejection while idle (import-time code that fails
 //      later, e.g. in a timer); no result
+
+// Functions that first run after go are parenthesized expressions, `const f = (function f()
+// {...});`, marked `// EAGER`: V8 compiles a parenthesized function when it compiles the module
+// (its heuristic for functions invoked at once), where it compiles a declaration on its first
+// call, which after go put that compilation on the request path.
 
 const util = require('util');
 const wire = require('./wire');
@@ -83,7 +89,8 @@ function importFailed(err) {
 }
 
 /** Write the request's outcome and exit 0 (3 if result.json cannot be written). */
-function finish(outcome) {
+// EAGER
+const finish = (function finish(outcome) {
   if (phase !== 'running') return;
   request.lap('handler');
   const text = request.encodeOutcome(outcome); // may run the value's toJSON: still 'running'
@@ -96,7 +103,7 @@ function finish(outcome) {
     exit(EXIT_AGENT_ERROR);
   }
   exit(EXIT_OK);
-}
+});
 
 /** An uncaught exception or unhandled rejection, in whatever phase it happens. */
 function onStray(value, what) {
@@ -130,7 +137,8 @@ function guardedExit(code) {
 }
 
 /** Serve the go message `msg` with `handler`; ends with exit. */
-async function serve(sock, msg, handler) {
+// EAGER
+const serve = (async function serve(sock, msg, handler) {
   let go;
   try {
     go = request.parseGo(msg);
@@ -172,9 +180,10 @@ async function serve(sock, msg, handler) {
     return finish({ ok: false, error: describe(err) });
   }
   return finish({ ok: true, value });
-}
+});
 
 async function main() {
+  request.watchStdio(); // before any user code
   const args = parseArgs(process.argv.slice(2));
   if (!wire.controlFdIsSocket()) {
     log(`fd ${wire.CONTROL_FD} is not the control socket`);
@@ -202,7 +211,7 @@ async function main() {
   }
   phase = 'idle';
   const sock = wire.receive((msg) => {
-    if (phase !== 'idle') return;
+    if (phase !== 'idle' || msg.type === 'warm') return; // warm: read, nothing to do
     if (msg.type !== 'go') {
       log(`ignoring message of unknown type ${JSON.stringify(msg.type)}`);
       return;

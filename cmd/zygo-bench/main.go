@@ -24,7 +24,7 @@ func main() {
 	abFn := flag.String("ab-function", "stats", "the example -ab deploys on both daemons")
 	abRounds := flag.Int("ab-rounds", 4, "-ab: rounds of -ab-n8 requests at 8 clients per daemon, alternating which goes first (-1: none)")
 	abN8 := flag.Int("ab-n8", 300, "-ab: requests per 8-client round per daemon")
-	abGap := flag.Duration("ab-gap", 0, "-ab: pause after each pair of one-client requests (250ms for Node workers)")
+	abGap := flag.Duration("ab-gap", 0, "-ab: pause after each one-client request (250ms for Node workers)")
 	abPerf := flag.Bool("ab-perf", false, "-ab: count system calls, page faults and context switches per request with perf stat")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -290,6 +290,13 @@ func Start(ctx context.Context, spec Spec) (_ *Process, err error) {
 		z.held = h
 		z.mu.Unlock()
 	}
+	if spec.Mode == ModeWorker {
+		// A worker's first read of its socket (Node's read path, run for
+		// the first time) happens on this message, not on go.
+		if err := z.ctl.send(message{Type: "warm"}, nil); err != nil {
+			return nil, fmt.Errorf("%w: warming the worker: %w", errdefs.ErrUnavailable, err)
+		}
+	}
 	z.watcher = newResultWatcher()
 	if spec.Mode != ModeWorker {
 		go z.readLoop()

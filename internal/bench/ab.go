@@ -28,8 +28,11 @@ type ABConfig struct {
 	// Rounds of the 8-client series, A then B, then B then A, ... (default 4;
 	// negative: none); each is N8 requests per daemon (default 300).
 	Rounds, N8 int
-	// Gap is a pause after each pair of one-client requests (for a function
-	// whose pool must refill between requests: Node workers).
+	// Gap is a pause after each one-client request (for a function whose
+	// pool must refill between requests: Node workers). It follows every
+	// request, not each pair, so that what one daemon does after its answer
+	// (a Node worker's replacement starting) does not run beside the other
+	// daemon's request.
 	Gap time.Duration
 	// N1 requests per daemon at one client, alternating one by one
 	// (A B B A ...; default 200).
@@ -161,8 +164,8 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 			}
 			s.lat = append(s.lat, time.Since(t))
 			s.steps = append(s.steps, res.Phases)
+			time.Sleep(cfg.Gap)
 		}
-		time.Sleep(cfg.Gap)
 	}
 	for _, s := range sides {
 		o := s.out

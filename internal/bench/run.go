@@ -1043,6 +1043,96 @@ filler's kick and its hello, the inotify reader, the zygote reader's ~exited~; s
 follow them); the v1 cgroup moves (four ~cgroup.procs~ writes a child, each a migration that can
 wait for an RCU grace period); the cgroup's ~cpuacct.usage~ written twice for a held child
 (Release's reset and Begin's); the pool filler's per-child JSON and ~forked~ read.
+
+### Eighth round (w8-node): a warm Node request, go to answer
+
+Measured A/B with ~zygo-bench -ab A_BIN -zygo B_BIN -ab-function hello-node -ab-gap 250ms
+-ab-rounds -1~ (A: commit ae3ac03, main at the start of the round; B: this branch after each
+change), paced one-client requests alternating between the daemons, and with a harness that
+drives the real ~zygo_worker.js~ as the daemon does (a socket pair at fd 3, ~ready~, a pause,
+~go~, ~result.json~ awaited by inotify) with hooks that time what the worker's steps do not
+see: from ~go~'s send to the worker's read callback (delivery), from there to the first step,
+and the worker's system calls and faults from ~go~ to the rename. Other helpers' builds and
+tests shared the host (load 1.5-9), and page faults were slow on it all round: a copy-on-write
+fault took 20-45 us (4,096 in 75-187 ms in a forked python3, measured three times), so the
+Python hello example ran at a p50 of 38-39 ms here (2.02 ms in the table above) and the Node /
+Python ratio of the target cannot be read on this host; ~make bench~ on the idle host gives it.
+
+The whole round, A against B at its last commit (200 requests each, 250 ms after each, load
+1.3-2.7):
+
+| warm hello-node, 1 client | A | B |
+|---|---|---|
+| p50 / p90 | 15.75 / 31.00 ms | 6.81 / 9.55 ms (0.43 / 0.31) |
+| wait (GO sent to the result seen) | 11.86 ms | 4.02 ms (0.34) |
+| child.close_socket / stdio / tmpdir / event | 2.08 / 0.90 / 0.20 / 0.15 ms | 0.27 / 0.18 / 0.06 / 0.10 ms |
+| child.handler / encode | 1.18 / 0.03 ms | 1.11 / 0.03 ms |
+| harness, 30 each: go's delivery to the worker's callback (median) | 1.46 ms | 0.35 ms |
+| harness: the worker's system calls / page faults from go to the rename | 31 / 24 | 25 / 11 |
+
+Python did not move (it shares none of the changed code): hello back to back, 300 each, p50
+39.12 vs 38.69 ms (0.99), wait 30.23 vs 30.20 ms.
+
+Where the time went, and what was cut (each A/B alone, on the tree before it):
+
+- **close_socket was the stream's teardown and ~process.stderr~.** ~net.Socket.destroy()~ runs
+  the stream's destroy machinery for the first time, and net's ~_destroy~ tests
+  ~this !== process.stderr~, which makes ~process.stderr~ (a tty check, an fstat, loading the
+  synchronous file stream's module): 1.0-2.6 ms of close_socket in the harness. The worker now closes the
+  socket's libuv handle itself (~uv_close~ stops reading and closes fd 3 at once; no listener
+  is called again) and still checks fd 3 gone, with one fstat fewer. **stdio** made
+  ~process.stdout~ (the same getter) to replace its ~write~; a getter in front of Node's now
+  notes whether user code used either stream before ~go~: only then is ~write~ replaced, else
+  Node makes the stream on first use, on the request's file (new agent test). **The read of
+  ~go~** goes through ~net.Socket~'s ~onread~ buffer, not the readable stream's machinery (a
+  standalone reader, 25 each in one run: ~go~ to the callback 1.53 -> 1.15 ms median; node in a
+  blocking read 0.88, python3 in one 0.52). And the rehearsal before ~ready~ now also runs the
+  line reader, a step, the check of a closed descriptor (fstat's EBADF, whose error Node builds
+  from a table made on first use) and a failing rename. Daemon A/B: close_socket 2.71 -> 0.38
+  ms, stdio 0.85 -> 0.28 ms, wait 16.0 -> 8.1 ms, p50 21.7 -> 12.7 ms.
+- **The replacement worker started beside the request** that took its predecessor: a Node
+  start-up is about 40 ms on the idle host (the cold Node row above), 90-175 ms of CPU for a
+  worker's whole life in the harness on this one, against the request's own worker and the
+  daemon on 2 cores. The pool's filler now waits, while another worker is still ready, until
+  the requests in flight on the pool have their outcome and 5 ms more for their answers, 20 ms
+  at most (~workerPool.settle~; at once when none is ready, so a busy pool refills as fast as
+  before; TestWorkerPoolRefillWaitsForTheRequest). Starting at the outcome alone: wait 6.43 ->
+  4.54 ms, p50 9.61 -> 7.96 ms, p90 23.6 -> 12.2 ms; the 5 ms more, two runs with the roles
+  swapped: p50 10.12 -> 7.45 and 8.63 -> 7.55 ms, the wait 6.02 -> 5.00 and 5.07 -> 4.89 ms
+  (the start had run beside the daemon's answer). The A/B tool's ~-ab-gap~ now follows every
+  request, not each pair, so one daemon's replacement does not run beside the other's request.
+- **The delivery of ~go~**: a worker's first read of fd 3 ran Node's read path (~onStreamRead~,
+  the callback into JavaScript) for the first time on ~go~. The supervisor now sends a ready
+  worker ~{"type":"warm"}~ once, which it reads and ignores (docs/protocol.md): harness, 50
+  each, delivery 1.09 -> 0.71 ms median, faults 14 -> 12; daemon A/B wait 3.94 -> 3.67 ms, p50
+  6.66 -> 6.45 ms.
+- **First calls compiled on the request path.** V8 compiles a function declaration on its first
+  call; ~serve~, ~prepare~, ~closeControl~, ~redirectStdio~, ~setTmpdir~, ~writeResult~ and
+  ~finish~ first run after ~go~. They are now parenthesized function expressions, which V8
+  compiles with the module (marked ~// EAGER~): harness, callback to the first step 0.54 ->
+  0.31 ms; daemon A/B wait 3.04 -> 2.66 ms, p50 5.63 -> 5.14 ms, close_socket 0.28 -> 0.20,
+  stdio 0.24 -> 0.14, tmpdir 0.09 -> 0.05 ms.
+
+Tried and not kept: the worker lowering its priority before its exit (its teardown is 8-12 ms
+of CPU after the rename on this host, beside the daemon's answer): p50 0.99, p90 0.94x, within
+the noise. Killing itself after the rename instead of ~process.exit~: the teardown's CPU 11.7
+-> 8.1 ms (the kernel's share stays), for an exit status that would no longer say the result is
+in. Rehearsing the read path on a real socket made before ~ready~ (an abstract unix socket and
+a connection to it): 17-21 ms more per worker start (the standalone reader's delivery 1.38 ->
+1.15 ms); the ~warm~ message runs the same path at no start-up cost. Waiting for ~go~ with a
+read on libuv's thread pool: a thread blocked in ~read~ would hold up ~process.exit~ (libuv
+joins its threads at exit) in every exit while idle.
+
+What is left on the Node side, from the last harness and daemon runs on this host: delivery of
+~go~ 0.35-0.7 ms (a python3 blocked in a read: 0.3-0.5 ms in the same kind of harness), the
+callback to the first step 0.3 ms, the steps 1.6 ms (most of it the example handler's own first
+calls), the result's write and rename 0.3 ms. The worker's steps cost more than their system
+calls because code run once before is slow again after the idle wait on this host: a
+~path.join~ already run took 30-150 us when called again after a sleep of 1-250 ms (or after
+100 ms of other work), 9 us back to back. Target 5 (Node p50 <= 2x Python): not measured in
+this round; A's 5.04 ms on the idle host less what B saved in the steps alone (about 1.1 ms at
+the idle host's A figures) would be about 3.9 ms, 1.9x, before the delivery, first-call and
+replacement savings above; to be confirmed by ~make bench~ on the idle host.
 `
 
 // boundsText explains, for the targets of the performance issue, what
@@ -1069,7 +1159,9 @@ const boundsText = `
   figures need traffic that leaves the pool time to refill (the warm series is paced); under
   back-to-back traffic a pool of 2 falls back to cold starts. A larger pool_size trades memory
   (the idle pool's PSS is reported above) for that. A ready worker already waits in its
-  request cgroup, and the answer no longer waits for the worker's and bubblewrap's exit (its
-  fds 1 and 2 are the request's files): what is left is the worker's own steps after go and
-  the HTTP round trip.
+  request cgroup, has read a first message and compiled its steps, and the answer no longer
+  waits for the worker's and bubblewrap's exit (its fds 1 and 2 are the request's files); the
+  replacement starts after the answer while another worker is ready. What is left is the
+  worker's own steps after go (Node's first runs of its code after the idle wait), the
+  delivery of go to an idle process, and the HTTP round trip.
 `

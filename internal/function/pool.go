@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/agentproc"
@@ -92,6 +93,7 @@ func (r *workerRunner) Run(ctx context.Context, call Call) (*agentproc.Result, e
 	}
 	t0 := time.Now()
 	w, _, err := p.take(ctx)
+	defer p.done()
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting a worker: %w", errdefs.ErrUnavailable, err)
 	}
@@ -133,17 +135,28 @@ func (r *workerRunner) Status() RunnerStatus {
 
 // workerPool keeps up to size one-shot sandboxes ready (imported, waiting
 // for GO). A worker serves one request and exits; the pool starts its
-// replacement off the request path.
+// replacement off the request path. While a worker is still ready for the
+// next request, a replacement waits for the requests in flight on the pool
+// to have their outcome and for answerGrace more (the daemon's answer to
+// them), refillDelay at most in all (settle): a worker's start is a Node
+// start-up, tens of milliseconds of CPU, and on a machine with few cores it
+// slowed the request that took the worker when it ran beside it, and that
+// request's answer when it started with the outcome. When none is ready, it
+// starts at once.
 type workerPool struct {
-	size  int
-	start func(ctx context.Context) (oneShot, error)
-	log   *slog.Logger
-	ready chan oneShot    // idle, ready workers
-	kick  chan struct{}   // wakes the filler
-	ctx   context.Context // cancelled by close
-	stop  context.CancelFunc
-	wg    sync.WaitGroup // the filler
-	once  sync.Once
+	size        int
+	start       func(ctx context.Context) (oneShot, error)
+	log         *slog.Logger
+	ready       chan oneShot    // idle, ready workers
+	kick        chan struct{}   // wakes the filler
+	inflight    atomic.Int32    // requests between take and done
+	settled     chan struct{}   // done's signal to a filler waiting in settle
+	refillDelay time.Duration   // settle's bound
+	answerGrace time.Duration   // settle's wait after the outcome
+	ctx         context.Context // cancelled by close
+	stop        context.CancelFunc
+	wg          sync.WaitGroup // the filler
+	once        sync.Once
 }
 
 // newWorkerPool returns a pool of size workers made by start, holding
@@ -151,7 +164,8 @@ type workerPool struct {
 // stops it.
 func newWorkerPool(size int, first oneShot, start func(context.Context) (oneShot, error), log *slog.Logger) *workerPool {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &workerPool{size: size, start: start, log: log, ready: make(chan oneShot, size), kick: make(chan struct{}, 1), ctx: ctx, stop: cancel}
+	p := &workerPool{size: size, start: start, log: log, ready: make(chan oneShot, size), kick: make(chan struct{}, 1),
+		settled: make(chan struct{}, 1), refillDelay: workerRefillDelay, answerGrace: workerAnswerGrace, ctx: ctx, stop: cancel}
 	if first != nil {
 		p.ready <- first
 	}
@@ -160,12 +174,16 @@ func newWorkerPool(size int, first oneShot, start func(context.Context) (oneShot
 	return p
 }
 
-// Pool tuning: backoff after a worker failed to start, and how often idle
-// workers are checked for having died.
+// Pool tuning: backoff after a worker failed to start, how often idle
+// workers are checked for having died, and how long a replacement's start
+// waits at most for the requests in flight (settle), and after their
+// outcome for the daemon to answer them.
 const (
-	workerBackoffMin = 100 * time.Millisecond
-	workerBackoffMax = 10 * time.Second
-	workerCheck      = time.Second
+	workerBackoffMin  = 100 * time.Millisecond
+	workerBackoffMax  = 10 * time.Second
+	workerCheck       = time.Second
+	workerRefillDelay = 20 * time.Millisecond
+	workerAnswerGrace = 5 * time.Millisecond
 )
 
 // fill starts workers until size are ready, and again whenever one is
@@ -175,7 +193,7 @@ func (p *workerPool) fill() {
 	backoff := workerBackoffMin
 	for {
 		for len(p.ready) < p.size {
-			if p.ctx.Err() != nil {
+			if !p.settle() {
 				return
 			}
 			w, err := p.start(p.ctx)
@@ -204,6 +222,37 @@ func (p *workerPool) fill() {
 		}
 		t.Stop()
 	}
+}
+
+// settle waits before a replacement's start, while a worker is still ready:
+// until no request taken from the pool is in flight, then answerGrace more,
+// refillDelay at most in all. It returns at once when no worker is ready (a
+// request now would start one itself) or none is in flight; false when the
+// pool was closed.
+func (p *workerPool) settle() bool {
+	if len(p.ready) == 0 || p.inflight.Load() == 0 {
+		return p.ctx.Err() == nil
+	}
+	t := time.NewTimer(p.refillDelay)
+	defer t.Stop()
+	for p.inflight.Load() > 0 {
+		select {
+		case <-p.settled:
+		case <-t.C:
+			return p.ctx.Err() == nil
+		case <-p.ctx.Done():
+			return false
+		}
+	}
+	grace := time.NewTimer(p.answerGrace)
+	defer grace.Stop()
+	select {
+	case <-grace.C:
+	case <-t.C:
+	case <-p.ctx.Done():
+		return false
+	}
+	return p.ctx.Err() == nil
 }
 
 // sleepCtx waits d or until ctx ends; false when ctx ended.
@@ -236,8 +285,10 @@ func (p *workerPool) dropDead() {
 }
 
 // take returns a ready worker (the caller owns it and must Stop it after its
-// request), starting one inline when none is idle (a cold start: true).
+// request), starting one inline when none is idle (a cold start: true). The
+// caller calls done once the request has its outcome (also after an error).
 func (p *workerPool) take(ctx context.Context) (oneShot, bool, error) {
+	p.inflight.Add(1)
 	defer func() {
 		select {
 		case p.kick <- struct{}{}:
@@ -256,6 +307,16 @@ func (p *workerPool) take(ctx context.Context) (oneShot, bool, error) {
 			w, err := p.start(ctx)
 			return w, true, err
 		}
+	}
+}
+
+// done says that a request from take has its outcome: a replacement may
+// start now (settle).
+func (p *workerPool) done() {
+	p.inflight.Add(-1)
+	select {
+	case p.settled <- struct{}{}:
+	default:
 	}
 }
 

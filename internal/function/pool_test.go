@@ -87,6 +87,7 @@ func TestWorkerPoolKeepsSizeReady(t *testing.T) {
 	if err != nil || cold || w != oneShot(first) {
 		t.Fatalf("take: %v (cold %v, %v), want the first worker, warm", w, cold, err)
 	}
+	p.done()
 	waitFor(t, "the taken worker replaced", func() bool { return p.idle() == 2 && f.count() == 2 })
 	f.mu.Lock()
 	f.started[0].dead.Store(true) // the older idle one dies
@@ -95,6 +96,7 @@ func TestWorkerPoolKeepsSizeReady(t *testing.T) {
 	if err != nil || w.(*fakeWorker).id != 1 {
 		t.Fatalf("take after a death: %v, %v; want worker 1", w, err)
 	}
+	p.done()
 	if !f.started[0].stopped.Load() {
 		t.Error("the dead idle worker was not stopped")
 	}
@@ -118,6 +120,7 @@ func TestWorkerPoolColdStartAndBackoff(t *testing.T) {
 	if _, _, err := p.take(context.Background()); err == nil {
 		t.Fatal("take with failing starts succeeded")
 	}
+	p.done()
 	f.mu.Lock()
 	f.fail = false
 	f.mu.Unlock()
@@ -125,6 +128,7 @@ func TestWorkerPoolColdStartAndBackoff(t *testing.T) {
 	if err != nil || !cold || w == nil {
 		t.Fatalf("take: %v, cold %v, %v; want a cold start", w, cold, err)
 	}
+	p.done()
 	waitFor(t, "the filler to recover after its backoff", func() bool { return p.idle() == 1 })
 	closed := make(chan struct{})
 	go func() { p.close(); close(closed) }()
@@ -133,4 +137,42 @@ func TestWorkerPoolColdStartAndBackoff(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("close waited for the filler's backoff")
 	}
+}
+
+// TestWorkerPoolRefillWaitsForTheRequest: while a worker is still ready, the
+// replacement of a taken one starts once the request is done (and
+// answerGrace after), or after refillDelay while it is still in flight, not
+// beside it at once; with none ready it starts at once.
+func TestWorkerPoolRefillWaitsForTheRequest(t *testing.T) {
+	f := &fakeWorkers{}
+	p := newWorkerPool(2, &fakeWorker{id: -1}, f.start, slog.Default())
+	defer p.close()
+	waitFor(t, "2 ready workers", func() bool { return p.idle() == 2 })
+	p.refillDelay, p.answerGrace = time.Hour, time.Millisecond // before the take, which hands them to the filler
+	if _, cold, err := p.take(context.Background()); err != nil || cold {
+		t.Fatalf("take: cold %v, %v", cold, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := f.count(); n != 1 {
+		t.Fatalf("%d replacements started while the request was in flight", n-1)
+	}
+	p.done()
+	waitFor(t, "the replacement after done", func() bool { return f.count() == 2 && p.idle() == 2 })
+
+	q := newWorkerPool(2, &fakeWorker{id: -1}, f.start, slog.Default())
+	defer q.close()
+	waitFor(t, "2 ready workers", func() bool { return q.idle() == 2 })
+	q.refillDelay = 50 * time.Millisecond
+	if _, _, err := q.take(context.Background()); err != nil { // never done
+		t.Fatal(err)
+	}
+	waitFor(t, "the replacement after refillDelay", func() bool { return f.count() == 4 && q.idle() == 2 })
+
+	r := newWorkerPool(1, &fakeWorker{id: -1}, f.start, slog.Default())
+	defer r.close()
+	r.refillDelay = time.Hour
+	if _, _, err := r.take(context.Background()); err != nil { // never done; none left ready
+		t.Fatal(err)
+	}
+	waitFor(t, "the replacement at once when none is ready", func() bool { return f.count() == 5 && r.idle() == 1 })
 }

@@ -81,6 +81,15 @@ test('stdout and stderr go to the request files, console, import-time references
   assert.strictEqual(fs.statSync(path.join(run.dir, 'stdout')).mode & 0o777, 0o600);
 });
 
+test('stdout and stderr made on first use in the handler go to the request files', async () => {
+  const run = await invoke('handlers', 'main.js:printsFirst');
+  assert.deepStrictEqual(run.result, { ok: true, value: { stdoutFd: 1, stderrFd: 2 } });
+  assert.strictEqual(run.stdout, 'out: console.log\nout: process.stdout.write\n');
+  assert.strictEqual(run.stderr, 'err: console.error\nerr: buffer\n');
+  assert.strictEqual(run.worker.out, '', 'nothing reached the worker\'s own stdout');
+  assert.strictEqual(run.worker.err, '', 'nothing reached the worker\'s own stderr');
+});
+
 test('TMPDIR and os.tmpdir() are the request\'s private tmp/', async () => {
   const run = await invoke('cjs', 'main.js:handler');
   const tmp = path.join(run.dir, 'tmp');
@@ -142,6 +151,17 @@ test('unknown messages are ignored; only go starts the request', async () => {
   assert.match(worker.err, /unknown type "stop-please"/);
   assert.match(worker.err, /not JSON/);
   assert.match(worker.err, /over 64 KiB/);
+});
+
+test('warm before go is read and ignored without a word', async () => {
+  const worker = new Worker('handlers', 'main.js:sync');
+  await worker.next();
+  worker.send({ type: 'warm' });
+  const dir = requestDir({ a: 1, b: 1 });
+  worker.send(goFor(dir));
+  assert.deepStrictEqual(await worker.exit(), { code: 0, signal: null });
+  assert.deepStrictEqual(readResult(dir), { ok: true, value: { sum: 2 } });
+  assert.strictEqual(worker.err, '');
 });
 
 test('the control socket closing before go ends the worker with status 0', async () => {

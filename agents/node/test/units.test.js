@@ -30,6 +30,23 @@ test('wire.parseLine: objects with a string type only', () => {
   }
 });
 
+test('wire.lineReader: lines across chunks and split characters, none after done', () => {
+  const got = [];
+  let stop = false;
+  const feed = wire.lineReader((msg) => {
+    got.push(msg);
+    if (msg.type === 'go') stop = true;
+  }, () => stop);
+  const bytes = Buffer.from('{"type":"a","s":"ž"}\n{"type":"go"}\n{"type":"late"}\n');
+  const cut = bytes.indexOf(0xc5) + 1; // inside the two bytes of ž
+  feed(bytes.subarray(0, 5));
+  feed(bytes.subarray(5, cut));
+  const reused = Buffer.from(bytes.subarray(cut)); // the caller may reuse its buffer after
+  feed(reused);
+  reused.fill(0);
+  assert.deepStrictEqual(got, [{ type: 'a', s: 'ž' }, { type: 'go' }]);
+});
+
 test('errors.describe never throws and names what was thrown', () => {
   const hostile = new Error('x');
   Object.defineProperty(hostile, 'message', { get() { throw new Error('no'); } });
