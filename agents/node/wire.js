@@ -7,7 +7,9 @@
 // synchronous writes on the raw fd; reading (waiting for go) goes through a net.Socket so that
 // the event loop keeps running import-time timers meanwhile. Node calls libuv's
 // uv_disable_stdio_inheritance() at start-up, which marks fds 0 to 15 close-on-exec, so
-// processes spawned by user code never inherit fd 3.
+// processes spawned by user code do not inherit fd 3 unless it is passed on purpose
+// (stdio: [.., 3]); the supervisor takes messages only from the worker itself (its pid in
+// SCM_CREDENTIALS, docs/protocol.md "Channels").
 
 // Functions that first run after go are parenthesized expressions, `const f = (function f()
 // {...});`, marked `// EAGER`: V8 compiles a parenthesized function when it compiles the module

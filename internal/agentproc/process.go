@@ -153,6 +153,9 @@ type Process struct {
 	// (guarded by mu).
 	childPID chan int
 	blockW   *os.File
+	// pid1Known is closed once pid1 holds the sandbox's PID 1 (readStatus).
+	pid1Known chan struct{}
+	pid1      int // the host pid of the sandbox's PID 1 (the agent); set once, before pid1Known closes
 
 	sendMu  sync.Mutex      // serialises writes on ctl
 	pool    *pool           // pre-forked children (fork mode with PreFork > 0)
@@ -191,7 +194,7 @@ func Start(ctx context.Context, spec Spec) (_ *Process, err error) {
 		spec.Log = slog.Default()
 	}
 	z := &Process{spec: spec, log: spec.Log, done: make(chan struct{}), draining: make(chan struct{}),
-		forks: map[int]chan message{}, exits: map[int]chan message{}, exitFns: map[int]*exitWait{}, pid1fd: -1, childPID: make(chan int, 1)}
+		forks: map[int]chan message{}, exits: map[int]chan message{}, exitFns: map[int]*exitWait{}, pid1fd: -1, childPID: make(chan int, 1), pid1Known: make(chan struct{})}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -502,7 +505,10 @@ func (z *Process) wait(outR, errR, statusR *os.File) {
 const outputGrace = 2 * time.Second
 
 // readStatus reads bwrap's --json-status-fd reports until end of file (or
-// until wait closes r) and keeps a pidfd of the sandbox's PID 1, the agent.
+// until wait closes r). The first child-pid, which bwrap reports before the
+// agent runs, is the agent's host pid (pid1: the only sender the control
+// socket accepts); it keeps a pidfd of it, checked to be PID 1 of its pid
+// namespace, for confine and for killing the sandbox.
 func (z *Process) readStatus(r io.Reader) {
 	dec := json.NewDecoder(r)
 	for {
@@ -515,20 +521,24 @@ func (z *Process) readStatus(r io.Reader) {
 		if st.ChildPID == 0 {
 			continue
 		}
+		if z.pid1 != 0 {
+			continue // only the first report, bwrap's own before the agent runs, names it
+		}
 		fd, err := openPID1(st.ChildPID)
 		if err != nil {
 			z.log.Warn("opening the sandbox's PID 1", "pid", st.ChildPID, "err", err)
-			continue
 		}
 		z.mu.Lock()
-		first := z.pid1fd < 0 && z.state != StateStopped
-		if first {
+		keep := fd >= 0 && z.pid1fd < 0 && z.state != StateStopped
+		if keep {
 			z.pid1fd = fd
-		} else {
+		} else if fd >= 0 {
 			unix.Close(fd)
 		}
 		z.mu.Unlock()
-		if first {
+		z.pid1 = st.ChildPID
+		close(z.pid1Known)
+		if keep {
 			select {
 			case z.childPID <- st.ChildPID:
 			default:
@@ -669,17 +679,44 @@ func (z *Process) awaitReady(ctx context.Context) error {
 			}
 			return fmt.Errorf("%w: agent exited before ready: %w%s", errdefs.ErrUnavailable, z.exitErr, z.lastOutput())
 		}
-		if r.creds != nil {
-			z.mu.Lock()
-			z.ready.HostPID = int(r.creds.Pid) // the agent, PID 1 of the sandbox
-			z.mu.Unlock()
+		// Only the agent speaks on the control socket. A process the import
+		// started and handed the socket to (Node's stdio: [.., 3], Python's
+		// pass_fds) could otherwise answer ready first, with its own pid: the
+		// supervisor would move it, not the worker, into the request's cgroup.
+		select {
+		case <-z.pid1Known:
+		case <-z.done:
+			return fmt.Errorf("%w: agent exited before ready: %w%s", errdefs.ErrUnavailable, z.exitErr, z.lastOutput())
+		case <-timer.C:
+			return fmt.Errorf("%w: the sandbox did not report its process within %s", errdefs.ErrUnavailable, z.spec.ReadyTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
+		if r.creds == nil || int(r.creds.Pid) != z.pid1 {
+			sender := 0
+			if r.creds != nil {
+				sender = int(r.creds.Pid)
+			}
+			return fmt.Errorf("%w: a process other than the agent (host pid %d, the agent is %d) wrote %q to the agent's control socket before ready: the function's import handed the socket (fd 3) to a process it started, which this runtime refuses",
+				errdefs.ErrFailedPrecondition, sender, z.pid1, m0Type(r.m))
+		}
+		z.mu.Lock()
+		z.ready.HostPID = z.pid1 // the agent, PID 1 of the sandbox
+		z.mu.Unlock()
 		return z.handleFirst(r.m)
 	case <-timer.C:
 		return fmt.Errorf("%w: agent not ready after %s (import too slow or stuck)", errdefs.ErrDeadlineExceeded, z.spec.ReadyTimeout)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// m0Type is m's type for an error message, at most 32 bytes of it.
+func m0Type(m message) string {
+	if len(m.Type) > 32 {
+		return m.Type[:32]
+	}
+	return m.Type
 }
 
 func (z *Process) handleFirst(m message) error {
@@ -708,16 +745,31 @@ func (z *Process) handleFirst(m message) error {
 
 // readLoop dispatches control messages until the socket closes. The
 // release of a request that whenExited registered runs here, when its
-// child's exited arrives: no goroutine waits for it.
+// child's exited arrives: no goroutine waits for it. A message whose
+// sender (SCM_CREDENTIALS) is not the agent, the sandbox's PID 1, is
+// dropped: a process the import handed the socket to could otherwise
+// forge a child's exited or a fork's outcome.
 func (z *Process) readLoop() {
 	defer z.endExits()
+	forged := 0
 	for {
-		m, _, err := z.ctl.recv()
+		m, creds, err := z.ctl.recv()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) && !strings.Contains(err.Error(), "peer closed") {
 				z.log.Debug("zygote control socket", "err", err)
 			}
 			return
+		}
+		if creds == nil || int(creds.Pid) != z.pid1 {
+			if forged++; forged == 1 || forged%1000 == 0 {
+				sender := 0
+				if creds != nil {
+					sender = int(creds.Pid)
+				}
+				z.log.Warn("dropped a control message not sent by the agent: a process the function's import started holds the agent's control socket",
+					"type", m.Type, "sender_host_pid", sender, "agent_host_pid", z.pid1, "dropped", forged)
+			}
+			continue
 		}
 		z.mu.Lock()
 		var ch chan message
