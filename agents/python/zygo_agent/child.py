@@ -297,81 +297,56 @@ def _wait_for_go(sock: socket.socket):
 
 def _prepare(sock: socket.socket, go: _Go, forked: bool):
     """Everything between ``go`` and user code; returns the event. Raises ``_StepFailed``.
-    The steps are module-level functions in fixed tables (no closure or list made per
-    request: in a child every object made or touched is a copy-on-write fault)."""
-    for token, step in (_FORK_STEPS if forked else _SPAWN_STEPS):
-        _run_step(token, step, sock, go)
-    if go.strict:  # last, so nothing of ours runs under it before user code
-        _run_step("strict", _step_strict, sock, go)
+
+    In order: close the request socket; stdout and stderr; in fork mode rule 9 (descriptors,
+    shared memory); reseed; ``TMPDIR``; non-dumpable; in fork mode the request's own Landlock
+    domain, before anything the request can start; the zygote's ``atexit`` handlers; under
+    ``strict``, last, the filter; then the event. One function, each step timed under its
+    short name (``step``, the key of ``_STEP_NAMES``): in a child every function and object
+    touched is a copy-on-write fault, and a closure or table entry per step was more of them."""
+    step = "close_socket"
     try:
+        os.close(sock.detach())
+        _lap(step)
+        step = "stdio"
+        redirect_stdio(go.dir)
+        _lap(step)
+        if forked:  # rule 9; in spawn mode what the import made is this process's own
+            step = "fdreset"
+            fdreset.reset_inherited(keep=(_domain_ahead[0],))
+            _lap(step)
+            step = "privatise"
+            _privatise_memory()
+            _lap(step)
+        step = "reseed"
+        reseed.reseed_all()
+        _lap(step)
+        step = "tmpdir"
+        set_tmpdir(_join(go.dir, "tmp"))
+        _lap(step)
+        step = "dumpable"
+        libc.set_dumpable(False)
+        _lap(step)
+        if forked:  # before anything the request can start; one thread here (the fork's)
+            step = "landlock"
+            enter_own_domain(writable_dirs(go.dir))
+            _lap(step)
+        step = "atexit_clear"
+        atexit._clear()
+        _lap(step)
+        if go.strict:  # last, so nothing of ours runs under it before user code
+            step = "strict"
+            install_strict(go.dir)
+            _lap(step)
+        step = "event"
         data = read_file(_join(go.dir, "event.json"))
-    except Exception as exc:  # noqa: BLE001 - OSError
-        raise _StepFailed("reading event.json", exc) from exc
+    except Exception as exc:  # noqa: BLE001 - turned into a ZygoAgentError result
+        raise _StepFailed(_STEP_NAMES[step], exc) from exc
     event = decode_event(data)
     _lap("event")
     return event
 
 
-def _run_step(token: str, step, sock: socket.socket, go: _Go) -> None:
-    try:
-        step(sock, go)
-    except Exception as exc:  # noqa: BLE001 - turned into a ZygoAgentError result
-        raise _StepFailed(_STEP_NAMES[token], exc) from exc
-    _lap(token)
-
-
-def _step_close_socket(sock: socket.socket, go: _Go) -> None:
-    os.close(sock.detach())
-
-
-def _step_stdio(sock: socket.socket, go: _Go) -> None:
-    redirect_stdio(go.dir)
-
-
-def _step_fdreset(sock: socket.socket, go: _Go) -> None:
-    fdreset.reset_inherited(keep=(_domain_ahead[0],))
-
-
-def _step_privatise(sock: socket.socket, go: _Go) -> None:
-    _privatise_memory()
-
-
-def _step_reseed(sock: socket.socket, go: _Go) -> None:
-    reseed.reseed_all()
-
-
-def _step_tmpdir(sock: socket.socket, go: _Go) -> None:
-    set_tmpdir(_join(go.dir, "tmp"))
-
-
-def _step_dumpable(sock: socket.socket, go: _Go) -> None:
-    libc.set_dumpable(False)
-
-
-def _step_landlock(sock: socket.socket, go: _Go) -> None:
-    enter_own_domain(writable_dirs(go.dir))
-
-
-def _step_atexit(sock: socket.socket, go: _Go) -> None:
-    atexit._clear()
-
-
-def _step_strict(sock: socket.socket, go: _Go) -> None:
-    install_strict(go.dir)
-
-
-# The steps of _prepare in order, by the short name each has in the child's timing ("steps"
-# of result.json). Fork mode: rule 9 (descriptors, shared memory) after stdio, and the
-# request's own Landlock domain before anything the request can start; spawn mode: what
-# the import made is this process's own, and there is no domain of its own.
-_FORK_STEPS = (("close_socket", _step_close_socket), ("stdio", _step_stdio),
-               ("fdreset", _step_fdreset), ("privatise", _step_privatise),
-               ("reseed", _step_reseed), ("tmpdir", _step_tmpdir),
-               ("dumpable", _step_dumpable), ("landlock", _step_landlock),
-               ("atexit_clear", _step_atexit))
-_SPAWN_STEPS = (("close_socket", _step_close_socket), ("stdio", _step_stdio),
-                ("reseed", _step_reseed), ("tmpdir", _step_tmpdir),
-                ("dumpable", _step_dumpable), ("atexit_clear", _step_atexit))
 # What a failed step is called in the ZygoAgentError result.
 _STEP_NAMES = {
     "close_socket": "closing the request socket",
@@ -384,6 +359,7 @@ _STEP_NAMES = {
     "landlock": "entering the request's own Landlock domain",
     "atexit_clear": "clearing the zygote's atexit handlers",
     "strict": "installing the strict seccomp filter",
+    "event": "reading event.json",
 }
 
 
