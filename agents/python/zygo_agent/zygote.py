@@ -9,9 +9,17 @@ it passes the received descriptor to the child and closes its own copy.
 Its own diagnostics go through :mod:`agentlog` (one ``write(2)``, no lock), and nothing runs
 in the child between ``fork()`` and :func:`child.serve_request` except closing the zygote's
 descriptors and restoring ``SIGCHLD``.
+
+Where the supervisor preloaded ``zygo_rand.so`` (fork mode), the loop runs in C
+(``zygo_fork_loop``, agents/native/zygo_fork.c) on the same two descriptors: it forks the
+fork requests it recognises and reaps every child, and hands the rest back here
+(:meth:`Zygote._serve_native`). Between two forks the Python loop wrote about 110 pages, each a
+copy-on-write fault while the newest child shares it; the C loop writes a few dozen (the
+flush, the interpreter's fork hooks). ``ZYGO_NATIVE_LOOP=0`` keeps the loop in Python.
 """
 
 import _signal
+import ctypes
 import os
 import select
 import signal
@@ -41,6 +49,46 @@ _SEQ_DIGITS = 18  # at most: below 2**63, and far below int()'s limit on digits
 
 class _ControlClosed(Exception):
     """The supervisor's end of the control socket is gone."""
+
+
+# The loop in C (agents/native/zygo_fork.c, in zygo_rand.so, which the supervisor preloads
+# into a fork-mode zygote): its return codes and the state it shares with the agent.
+_LOOP_CLOSED, _LOOP_FORK_REQUEST, _LOOP_FULL = -1, -2, -3
+_MAX_FDS = 8
+
+
+class _LoopState(ctypes.Structure):
+    _fields_ = [("control", ctypes.c_int), ("wakeup", ctypes.c_int),
+                ("flush", ctypes.py_object), ("buf", ctypes.c_void_p),
+                ("bufsize", ctypes.c_size_t), ("len", ctypes.c_size_t),
+                ("msg_flags", ctypes.c_int), ("nfds", ctypes.c_int),
+                ("fds", ctypes.c_int * _MAX_FDS), ("seq", ctypes.c_longlong)]
+
+
+class _NativeLoop:
+    """``zygo_fork_loop`` and its helpers, called with the GIL held (``ctypes.PyDLL``)."""
+
+    def __init__(self, lib, control: int, wakeup: int):
+        self.run, self.fork_one, self.track = lib.zygo_fork_loop, lib.zygo_fork_one, lib.zygo_track
+        self.run.argtypes = [ctypes.POINTER(_LoopState)]
+        self.fork_one.argtypes = [ctypes.POINTER(_LoopState), ctypes.c_longlong, ctypes.c_int]
+        self.track.argtypes = [ctypes.c_int, ctypes.c_longlong]
+        self.run.restype = self.fork_one.restype = self.track.restype = ctypes.c_int
+        self.buf = ctypes.create_string_buffer(wire.MAX_DATAGRAM)
+        self.state = _LoopState(control=control, wakeup=wakeup, flush=flush_stdio,
+                                buf=ctypes.addressof(self.buf), bufsize=wire.MAX_DATAGRAM)
+        self.ref = ctypes.byref(self.state)
+
+
+def _native_loop(control: int, wakeup: int) -> Optional[_NativeLoop]:
+    """The loop in C if this process has it (the preloaded zygo_rand.so) and
+    ``ZYGO_NATIVE_LOOP`` is not ``0``, else None (the loop in Python serves)."""
+    if os.environ.get("ZYGO_NATIVE_LOOP") == "0":
+        return None
+    try:
+        return _NativeLoop(ctypes.PyDLL(None, use_errno=True), control, wakeup)
+    except (OSError, AttributeError):
+        return None
 
 
 def flush_stdio() -> None:
@@ -98,6 +146,7 @@ class Zygote:
         self._wakeup_r = self._wakeup_w = -1
         self._receiver = wire.Receiver(control)
         self._sendmsg = control.sendmsg
+        self._native: Optional[_NativeLoop] = None
 
     def serve(self) -> int:
         """Serve ``fork`` messages until ``stop`` or end of stream on the control socket.
@@ -105,11 +154,15 @@ class Zygote:
         self._wakeup_r, self._wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.signal(signal.SIGCHLD, _ignore_signal)
         signal.set_wakeup_fd(self._wakeup_w, warn_on_full_buffer=False)
+        self._native = _native_loop(self._control.fileno(), self._wakeup_r)
         poller = select.poll()
         poller.register(self._control.fileno(), select.POLLIN)
         poller.register(self._wakeup_r, select.POLLIN)
         wakeup_r = self._wakeup_r
         try:
+            if self._native is not None:
+                log("the fork loop runs in C (zygo_fork_loop, agents/native/zygo_fork.c)")
+                return self._serve_native(self._native)
             while True:
                 for fd, _ in poller.poll():
                     if fd == wakeup_r:
@@ -123,6 +176,23 @@ class Zygote:
         finally:
             signal.set_wakeup_fd(-1)
 
+    def _serve_native(self, native: _NativeLoop) -> int:
+        """The loop in C serves; what it hands back is done here as the Python loop does it:
+        a datagram it did not take, a fork request that needs the full checks. The C loop
+        reaps and reports every child (those forked here too: ``_fork`` tracks them)."""
+        st = native.state
+        while True:
+            rc = native.run(native.ref)
+            if rc > 0:
+                self._become_child(rc)
+            if rc == _LOOP_CLOSED:
+                raise _ControlClosed() from OSError(ctypes.get_errno(), "control socket")
+            fds = list(st.fds[:st.nfds])
+            if rc in (_LOOP_FORK_REQUEST, _LOOP_FULL):
+                self._fork(st.seq, fds)
+            elif not self._on_datagram(ctypes.string_at(native.buf, st.len), fds, st.msg_flags):
+                return 0
+
     def _on_control(self) -> bool:
         """Handle one control message; returns False when the zygote must stop."""
         try:
@@ -134,8 +204,12 @@ class Zygote:
             if seq is not None:
                 self._fork(seq, fds)
                 return True
+        return self._on_datagram(bytes(data), fds, flags)
+
+    def _on_datagram(self, data: bytes, fds: list, flags: int) -> bool:
+        """Handle a control datagram the fast path did not take; returns False on ``stop``."""
         try:
-            msg = wire.parse(bytes(data), fds, flags)
+            msg = wire.parse(data, fds, flags)
         except wire.ProtocolError as exc:
             log(f"control socket: {exc}")
             return True
@@ -161,6 +235,21 @@ class Zygote:
             wire.close_all(fds)
             self._send({"type": "fork_error", "seq": seq, "error": problem})
             return
+        native = self._native
+        if native is not None:  # the C loop tracks the child and sends forked
+            rc = native.fork_one(native.ref, seq, fds[0])
+            if rc > 0:
+                self._become_child(rc)
+            if rc == 0:
+                return
+            if rc == _LOOP_CLOSED:
+                raise _ControlClosed() from OSError(ctypes.get_errno(), "control socket")
+            if rc == _LOOP_FULL:
+                wire.close_all(fds)
+                self._send({"type": "fork_error", "seq": seq,
+                            "error": "fork: too many children alive"})
+                return
+            # _LOOP_FORK_REQUEST: an audit hook or the kernel refused; os.fork says why
         try:
             pid = os.fork()
         except OSError as exc:
@@ -170,7 +259,10 @@ class Zygote:
         if pid == 0:
             self._become_child(fds[0])
         os.close(fds[0])
-        self._children[pid] = seq
+        if native is not None:
+            native.track(pid, seq)
+        else:
+            self._children[pid] = seq
         try:
             self._sendmsg([_FORKED % (seq, pid)])
         except OSError as exc:
