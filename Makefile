@@ -22,7 +22,7 @@ build:
 	$(GO) build -o $(BIN)/zygo ./cmd/zygo
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/zygo-guest ./cmd/zygo-guest
 	@command -v $(CC) >/dev/null 2>&1 || { echo "build: $(CC) not found: the native-randomness guard (bin/zygo_rand.so) needs a C compiler: apt-get install gcc (or run make deps)" >&2; exit 1; }
-	$(CC) $(RAND_CFLAGS) -o $(BIN)/zygo_rand.so agents/native/zygo_rand.c -ldl
+	$(CC) $(RAND_CFLAGS) -o $(BIN)/zygo_rand.so agents/native/zygo_rand.c agents/native/zygo_fork.c -ldl
 
 # make install [PREFIX=/usr/local] [DESTDIR=]: the three binaries side by side in PREFIX/bin
 # (the daemon finds zygo-guest and zygo_rand.so next to zygo; the language agents are embedded

@@ -20,7 +20,8 @@
  * The constructor removes this object from LD_PRELOAD in the process's environment, so
  * nothing the zygote or a request execs loads it.
  *
- * Exported for the agent (ctypes): zygo_rand_stop(), zygo_rand_records(buf, len).
+ * Exported for the agent (ctypes): zygo_rand_stop(), zygo_rand_records(buf, len). The same
+ * shared object carries the zygote's fork loop (zygo_fork.c), compiled in beside this file.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -63,10 +63,12 @@ func Build(guest bool) (zygo string, cleanup func(), err error) {
 	return bins[0].out, cleanup, nil
 }
 
-// BuildRandGuard compiles the native-randomness guard (agents/native/zygo_rand.c) to out, as
-// `make build` does next to bin/zygo. It fails saying how to install gcc when it is missing.
+// BuildRandGuard compiles the native-randomness guard (agents/native/zygo_rand.c, with the
+// zygote's fork loop, zygo_fork.c) to out, as `make build` does next to bin/zygo. It fails
+// saying how to install gcc when it is missing.
 func BuildRandGuard(out string) error {
-	return CompileShared(out, filepath.Join(RepoRoot(), "agents", "native", "zygo_rand.c"), "-ldl")
+	native := filepath.Join(RepoRoot(), "agents", "native")
+	return CompileShared(out, filepath.Join(native, "zygo_rand.c"), filepath.Join(native, "zygo_fork.c"), "-ldl")
 }
 
 // CompileShared compiles the C source src into the shared object out with gcc (-O2, as a

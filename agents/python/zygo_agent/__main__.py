@@ -21,7 +21,7 @@ import sys
 import uuid
 from typing import List, NoReturn, Optional
 
-from . import libc, child, loader, recorder, reseed, warmup, wire, zygote
+from . import libc, child, hugetext, loader, recorder, reseed, warmup, wire, zygote
 from .agentlog import log
 
 CONTROL_FD = 3
@@ -68,7 +68,7 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
         sys.exit(1)
     report = warmup.run(code_dir, agent_fds=(CONTROL_FD,), mode=args.mode,
                         handler=args.handler)  # step 4
-    _prepare_for_forks(report)
+    _prepare_for_forks(report, args.mode)
     zygote.flush_stdio()  # step 5
     _send_or_exit(control, {"type": "ready", "pid": os.getpid(),
                             "python": sys.version.split()[0],
@@ -106,19 +106,32 @@ def _open_control_socket() -> socket.socket:
     return control
 
 
-def _prepare_for_forks(report: warmup.Report) -> None:
+def _prepare_for_forks(report: warmup.Report, mode: str) -> None:
     """Stop recording, register the NumPy generators to reseed, cache uuid's hardware
     address (so a child's pure-Python ``uuid1`` need not run ``ip``), set up OpenSSL's
-    random generators (:func:`_init_openssl_random`), and move every object into the GC's
+    random generators (:func:`_init_openssl_random`), in fork mode make the ruleset of the
+    requests' Landlock domains (:func:`child.prepare_shared_domain`; if that fails, each
+    child makes its own and reports why it cannot), move every object into the GC's
     permanent generation (children neither touch their pages nor finalise the zygote's
-    garbage)."""
+    garbage), and in fork mode put the interpreter's code on huge pages
+    (:mod:`hugetext`)."""
     recorder.stop()
     for generator in report.numpy_generators:
         reseed.register_numpy_generator(generator)
     uuid.getnode()
     _init_openssl_random()
+    if mode == "fork":
+        try:
+            child.prepare_shared_domain()
+        except OSError as exc:
+            log(f"the requests' Landlock ruleset could not be made ahead: {exc}")
     gc.collect()
     gc.freeze()
+    if mode == "fork":
+        moved = hugetext.move_to_huge_pages()
+        if moved:
+            log(f"the interpreter's code is on {len(moved)} huge page(s) of "
+                f"{hugetext.HUGE >> 20} MiB (ZYGO_HUGE_TEXT=0 turns this off)")
 
 
 def _init_openssl_random() -> None:

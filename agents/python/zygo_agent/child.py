@@ -26,16 +26,16 @@ result); ``EXIT_AGENT_ERROR`` when a step before or after the handler failed (a
 """
 
 import atexit
-import io
 import inspect
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from typing import NoReturn, Sequence, Tuple
 
-from . import errors, fdreset, libc, reseed, sharedmem, wire
+from . import errors, fdreset, libc, reseed, sharedmem, warmup, wire
 from .agentlog import log
 
 EXIT_OK = 0
@@ -91,7 +91,7 @@ class _Go:
     def __init__(self, body: dict, fds: Sequence[int] = ()):
         self.body, self.fds = body, tuple(fds)  # fds: a pool's script mount (pool.py)
         self.dir = _field(body, "dir", str)
-        if not os.path.isabs(self.dir):
+        if not self.dir.startswith("/"):  # os.path.isabs of a str
             raise wire.ProtocolError(f"go: dir {self.dir!r} is not absolute")
         self.strict = bool(body.get("strict"))
         deadline_ms = _field(body, "deadline_ms", int)
@@ -129,12 +129,20 @@ def serve_request(fd: int, handler, forked: bool) -> NoReturn:
         os._exit(code)
 
 
+# {"type":"hello","pid":PID} as wire.encode makes it, formatted directly.
+_HELLO = b'{"type":"hello","pid":%d}'
+
+
 def _serve(fd: int, handler, forked: bool) -> int:
-    sock = socket.socket(fileno=fd)
+    # The request socket is the supervisor's AF_UNIX SOCK_SEQPACKET pair (docs/protocol.md):
+    # named here, the kernel is not asked (three system calls).
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, fd)
     sock.setblocking(True)  # a default timeout set at import must not apply here
     if forked:  # before hello: a child the supervisor hears from is ready for go at once
+        _domain_shared[0] = _domain_ahead[0] != -1  # made by the zygote, before the fork
         _prewarm(sock.fileno(), handler)
-    wire.send_with_credentials(sock, {"type": "hello", "pid": os.getpid()})
+    pid = os.getpid()
+    wire.send_datagram_with_credentials(sock, _HELLO % pid, pid)
     go = _wait_for_go(sock)
     if go is None:
         return EXIT_NO_GO
@@ -180,14 +188,12 @@ def _prewarm(request_fd: int, handler=None) -> None:
     Never raises: a failure here is retried, and reported, after GO."""
     _lap_at[0] = time.perf_counter_ns()
     try:
-        fdreset.reset_inherited(keep=(request_fd,))
+        fdreset.reset_inherited(keep=(request_fd, _domain_ahead[0]))
         _lap("pre.fdreset")
         _privatise_memory()
         _lap("pre.privatise")
         reseed.reseed_all()
         _lap("pre.reseed")
-        io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True).write("")
-        _lap("pre.textio")
         _rehearse()
         prewarm = getattr(handler, "zygo_prewarm", None)
         if prewarm is not None:
@@ -197,24 +203,49 @@ def _prewarm(request_fd: int, handler=None) -> None:
         pass
 
 
-_domain_ahead = [-1]  # the request domain's ruleset made before GO (prepare_own_domain)
+# The ruleset of the request's Landlock domain made ahead (-1: none), the directories whose
+# rules it holds, and whether it was made before this process forked (by the zygote: every
+# child holds the same ruleset, which a child enters but never adds to).
+_domain_ahead = [-1]
+_domain_dirs = [frozenset()]
+_domain_shared = [False]
 _FIXED_WRITABLE = ("/tmp", "/dev")  # writable_dirs without the request's own root
+REQUEST_ROOT = "/run/zygo/req"  # the parent of every request directory (docs/protocol.md)
+
+
+def prepare_shared_domain() -> None:
+    """In the zygote, before the first fork: make the ruleset of the request's Landlock
+    domain once, with the rules of ``/tmp``, ``/dev`` and ``REQUEST_ROOT`` (when it exists),
+    for every child to enter (:func:`enter_own_domain`): a child whose request directory is
+    beneath ``REQUEST_ROOT`` then makes no ruleset and adds no rule (ten system calls and their
+    ctypes calls). Each child's ``landlock_restrict_self`` still makes a domain of its own: the
+    ruleset is a template, and no child changes it. Nothing is entered here; a kernel without
+    scoped Landlock gets nothing. Raises ``OSError``."""
+    if _domain_ahead[0] != -1 or libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
+        return
+    dirs = _FIXED_WRITABLE + ((REQUEST_ROOT,) if os.path.isdir(REQUEST_ROOT) else ())
+    _make_domain_ahead(dirs)
 
 
 def prepare_own_domain() -> None:
     """Before GO: make the ruleset :func:`enter_own_domain` enters, with the rules of the
-    directories that do not depend on the request (``/tmp``, ``/dev``). Nothing is entered
-    here; a kernel without scoped Landlock gets nothing. Raises ``OSError``."""
+    directories that do not depend on the request (``/tmp``, ``/dev``), unless one was made
+    ahead already (:func:`prepare_shared_domain`). Nothing is entered here; a kernel without
+    scoped Landlock gets nothing. Raises ``OSError``."""
     if _domain_ahead[0] != -1 or libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
         return
+    _make_domain_ahead(_FIXED_WRITABLE)
+
+
+def _make_domain_ahead(dirs: Tuple[str, ...]) -> None:
     fd = libc.landlock_ruleset(libc.LANDLOCK_WRITE, 0, REQUEST_SCOPES)
     try:
-        for path in _FIXED_WRITABLE:
+        for path in dirs:
             libc.landlock_allow(fd, path, libc.LANDLOCK_WRITE)
     except BaseException:
         os.close(fd)
         raise
-    _domain_ahead[0] = fd
+    _domain_ahead[0], _domain_dirs[0] = fd, frozenset(dirs)
 
 
 def _rehearse() -> None:
@@ -226,8 +257,6 @@ def _rehearse() -> None:
     this only pays the copy-on-write faults of their first use in this child."""
     prepare_own_domain()
     libc.set_dumpable(False)
-    with open(os.devnull, "rb") as f:
-        f.read()
     decode_event(b'{"n": 1, "s": "x", "l": [1.5, null, true]}')
     encode_result({"ok": True, "value": {"n": 1, "l": [1.5, None, True]}})
     fd = os.open(os.devnull, _FILE_FLAGS | os.O_APPEND, 0o600)
@@ -267,54 +296,77 @@ def _wait_for_go(sock: socket.socket):
 
 
 def _prepare(sock: socket.socket, go: _Go, forked: bool):
-    """Everything between ``go`` and user code; returns the event. Raises ``_StepFailed``."""
-    steps = [
-        ("closing the request socket", sock.close),
-        ("redirecting stdout and stderr", lambda: redirect_stdio(go.dir)),
-    ]
-    if forked:  # rule 9; in spawn mode what the import made is this process's own
-        steps += [("resetting inherited descriptors", fdreset.reset_inherited),
-                  ("making inherited shared memory private", _privatise_memory)]
-    steps += [
-        ("reseeding", reseed.reseed_all),
-        ("setting TMPDIR", lambda: set_tmpdir(os.path.join(go.dir, "tmp"))),
-        ("keeping the process non-dumpable", lambda: libc.set_dumpable(False)),
-        ("clearing the zygote's atexit handlers", atexit._clear),
-    ]
-    if forked:  # before anything the request can start; one thread here (the fork's)
-        steps.insert(-1, ("entering the request's own Landlock domain",
-                          lambda: enter_own_domain(writable_dirs(go.dir))))
-    if go.strict:  # last, so nothing of ours runs under it before user code
-        steps.append(("installing the strict seccomp filter", lambda: install_strict(go.dir)))
-    for name, step in steps:
-        try:
-            step()
-        except Exception as exc:  # noqa: BLE001 - turned into a ZygoAgentError result
-            raise _StepFailed(name, exc) from exc
-        _lap(_STEP_TOKENS.get(name, "step"))
+    """Everything between ``go`` and user code; returns the event. Raises ``_StepFailed``.
+
+    In order: close the request socket; stdout and stderr; in fork mode rule 9 (descriptors,
+    shared memory); reseed; ``TMPDIR``; non-dumpable; in fork mode the request's own Landlock
+    domain, before anything the request can start; the zygote's ``atexit`` handlers; under
+    ``strict``, last, the filter; then the event. One function, each step timed under its
+    short name (``step``, the key of ``_STEP_NAMES``): in a child every function and object
+    touched is a copy-on-write fault, and a closure or table entry per step was more of them."""
+    step = "close_socket"
     try:
-        with open(os.path.join(go.dir, "event.json"), "rb") as f:
-            data = f.read()
-    except Exception as exc:  # noqa: BLE001 - OSError
-        raise _StepFailed("reading event.json", exc) from exc
+        os.close(sock.detach())
+        _lap(step)
+        step = "stdio"
+        redirect_stdio(go.dir)
+        _lap(step)
+        if forked:  # rule 9; in spawn mode what the import made is this process's own
+            step = "fdreset"
+            fdreset.reset_inherited(keep=(_domain_ahead[0],))
+            _lap(step)
+            step = "privatise"
+            _privatise_memory()
+            _lap(step)
+        step = "reseed"
+        reseed.reseed_all()
+        _lap(step)
+        step = "tmpdir"
+        set_tmpdir(_join(go.dir, "tmp"))
+        _lap(step)
+        step = "dumpable"
+        libc.set_dumpable(False)
+        _lap(step)
+        if forked:  # before anything the request can start; one thread here (the fork's)
+            step = "landlock"
+            enter_own_domain(writable_dirs(go.dir))
+            _lap(step)
+        step = "atexit_clear"
+        atexit._clear()
+        _lap(step)
+        if go.strict:  # last, so nothing of ours runs under it before user code
+            step = "strict"
+            install_strict(go.dir)
+            _lap(step)
+        step = "event"
+        data = read_file(_join(go.dir, "event.json"))
+    except Exception as exc:  # noqa: BLE001 - turned into a ZygoAgentError result
+        raise _StepFailed(_STEP_NAMES[step], exc) from exc
     event = decode_event(data)
     _lap("event")
     return event
 
 
-# Short names of _prepare's steps in the child's timing ("steps" of result.json).
-_STEP_TOKENS = {
-    "closing the request socket": "close_socket",
-    "redirecting stdout and stderr": "stdio",
-    "resetting inherited descriptors": "fdreset",
-    "making inherited shared memory private": "privatise",
-    "reseeding": "reseed",
-    "setting TMPDIR": "tmpdir",
-    "keeping the process non-dumpable": "dumpable",
-    "entering the request's own Landlock domain": "landlock",
-    "clearing the zygote's atexit handlers": "atexit_clear",
-    "installing the strict seccomp filter": "strict",
+# What a failed step is called in the ZygoAgentError result.
+_STEP_NAMES = {
+    "close_socket": "closing the request socket",
+    "stdio": "redirecting stdout and stderr",
+    "fdreset": "resetting inherited descriptors",
+    "privatise": "making inherited shared memory private",
+    "reseed": "reseeding",
+    "tmpdir": "setting TMPDIR",
+    "dumpable": "keeping the process non-dumpable",
+    "landlock": "entering the request's own Landlock domain",
+    "atexit_clear": "clearing the zygote's atexit handlers",
+    "strict": "installing the strict seccomp filter",
+    "event": "reading event.json",
 }
+
+
+def _join(directory: str, name: str) -> str:
+    """``os.path.join(directory, name)`` for an absolute ``directory`` and a plain file
+    ``name``, without posixpath's calls."""
+    return directory + name if directory.endswith("/") else directory + "/" + name
 
 
 _memory_private = False
@@ -326,6 +378,27 @@ def _privatise_memory() -> None:
     if not _memory_private:
         sharedmem.privatise()
         _memory_private = True
+
+
+def read_file(path: str) -> bytes:
+    """Return the whole content of the file at ``path``, read to its end with raw system calls
+    (``open``, ``fstat``, ``read``, ``close`` for a regular file; Python's ``open().read()``
+    made nine). Raises ``OSError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        want = st.st_size + 1 if st.st_size > 0 else 65536
+        chunks = []
+        while True:
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if len(chunk) < want and stat.S_ISREG(st.st_mode):
+                break  # a short read of a regular file is its end
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def decode_event(data: bytes):
@@ -349,7 +422,7 @@ def rejected_event(exc: BaseException) -> dict:
 def install_strict(directory: str) -> None:
     """Install the strict filter the supervisor wrote as ``directory/strict.bpf`` (no
     execve, no new processes; threads allowed). Raises ``OSError``/``ValueError``."""
-    with open(os.path.join(directory, "strict.bpf"), "rb") as f:
+    with open(_join(directory, "strict.bpf"), "rb") as f:
         program = f.read()
     libc.install_seccomp_filter(program)
 
@@ -361,7 +434,16 @@ def writable_dirs(request_dir: str) -> Tuple[str, ...]:
     """The directories a request may open files for writing beneath: the sandbox's writable
     mounts, ``/tmp`` and ``/dev`` (``/dev/shm``, ``/dev/null``, ``/dev/pts``), and the root
     of the request directories (``/run/zygo/req``, the parent of ``request_dir``)."""
-    return ("/tmp", "/dev", os.path.dirname(os.path.abspath(request_dir)))
+    return ("/tmp", "/dev", _parent(request_dir))
+
+
+def _parent(path: str) -> str:
+    """``os.path.dirname(os.path.abspath(path))``; for an absolute path already in normal form
+    (no empty, ``.`` or ``..`` component, no trailing slash) without posixpath's calls."""
+    if path.startswith("/") and not path.endswith(("/", "/.", "/..")) \
+            and "//" not in path and "/./" not in path and "/../" not in path:
+        return path[:path.rindex("/")] or "/"
+    return os.path.dirname(os.path.abspath(path))
 
 
 def enter_own_domain(writable: Sequence[str]) -> bool:
@@ -390,15 +472,17 @@ def enter_own_domain(writable: Sequence[str]) -> bool:
     """
     if libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
         return False
-    threads = len(os.listdir("/proc/self/task"))
-    if threads != 1:
-        raise RuntimeError(f"{threads} threads alive: Landlock would restrict only this one")
+    if not warmup.one_thread():
+        threads = len(os.listdir("/proc/self/task"))
+        if threads != 1:
+            raise RuntimeError(f"{threads} threads alive: Landlock would restrict only this one")
     ruleset, _domain_ahead[0] = _domain_ahead[0], -1
-    if ruleset != -1 and not set(_FIXED_WRITABLE) <= set(writable):
-        os.close(ruleset)  # made for other directories than these
+    made_for, wanted = _domain_dirs[0], set(writable)
+    if ruleset != -1 and (made_for != wanted if _domain_shared[0] else not made_for <= wanted):
+        os.close(ruleset)  # made for other directories than these (a shared one: exactly these)
         ruleset = -1
-    if ruleset != -1:  # made before GO (prepare_own_domain) with the rules of _FIXED_WRITABLE
-        writable = [d for d in writable if d not in _FIXED_WRITABLE]
+    if ruleset != -1:  # made ahead with the rules of made_for: only the others are added
+        writable = [d for d in writable if d not in made_for]
     libc.landlock_scope_self(REQUEST_SCOPES, write_beneath=writable, ruleset=ruleset)
     return True
 
@@ -411,7 +495,7 @@ def redirect_stdio(directory: str) -> None:
     zygote before the fork). Returns nothing; raises ``OSError``.
     """
     for name, target in (("stdout", 1), ("stderr", 2)):
-        fd = os.open(os.path.join(directory, name), _FILE_FLAGS | os.O_APPEND, 0o600)
+        fd = os.open(_join(directory, name), _FILE_FLAGS | os.O_APPEND, 0o600)
         try:
             os.dup2(fd, target)
         finally:
@@ -430,7 +514,12 @@ def set_tmpdir(path: str) -> None:
     ``python3`` the request runs loads ``~/.local/lib/pythonX.Y/site-packages/*.pth``; git,
     pip and npm read their dotfiles) would let one request plant code or settings in
     another's subprocesses. Returns nothing; raises ``OSError``."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:  # the supervisor made it: one stat, not makedirs' three calls
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except FileNotFoundError:
+        is_dir = False
+    if not is_dir:
+        os.makedirs(path, mode=0o700, exist_ok=True)
     os.environ["TMPDIR"] = path
     os.environ["HOME"] = path
     reseed.reset_tempfile()
@@ -447,11 +536,15 @@ def _invoke(handler, event, context: Context) -> dict:
         return {"ok": False, "error": errors.describe(exc, skip_frames=1)}
 
 
+# json.dumps(outcome, allow_nan=False) made a new encoder for each call.
+_RESULT_ENCODER = json.JSONEncoder(allow_nan=False)
+
+
 def encode_result(outcome: dict) -> bytes:
     """Return ``outcome`` as JSON bytes. A value that is not JSON (a set, NaN, an object)
     becomes an error result naming the problem. Never raises."""
     try:
-        return json.dumps(outcome, allow_nan=False).encode("ascii")
+        return _RESULT_ENCODER.encode(outcome).encode("ascii")
     except Exception as exc:  # noqa: BLE001 - any failure of the user's value
         error = errors.error(type(exc).__name__,
                              f"handler result is not JSON-serialisable: {exc}")
@@ -474,15 +567,17 @@ def write_result(directory: str, outcome: dict) -> None:
 def write_encoded_result(directory: str, data: bytes) -> None:
     """Write already-encoded ``data`` as ``directory/result.json`` atomically (a temporary
     name, then rename). Returns nothing; raises ``OSError``."""
-    tmp = os.path.join(directory, ".result.json.tmp")
+    tmp = _join(directory, ".result.json.tmp")
     fd = os.open(tmp, _FILE_FLAGS | os.O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        written = os.write(fd, data)
+        if written < len(data):
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view):]
     finally:
         os.close(fd)
-    os.rename(tmp, os.path.join(directory, "result.json"))
+    os.rename(tmp, _join(directory, "result.json"))
 
 
 def _write_result_quietly(directory: str, outcome: dict) -> None:

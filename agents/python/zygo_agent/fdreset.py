@@ -75,6 +75,7 @@ _TTY_MAJORS = frozenset({2, 3, 4, 5}) | frozenset(range(128, 144))
 _REOPEN_FLAGS = (os.O_ACCMODE | os.O_APPEND | os.O_NONBLOCK | os.O_DSYNC | os.O_SYNC
                  | os.O_DIRECT | os.O_NOATIME | os.O_LARGEFILE | os.O_DIRECTORY)
 
+_UNTOUCHED = ("keep", "agent")  # the actions that leave the descriptor as it is
 _graveyard: List[object] = []  # inherited objects that must never be finalised
 _plan: Dict[int, "Entry"] = {}  # fd -> the warm-up decision (plan_inherited)
 _done = False  # reset_inherited has run to the end in this process
@@ -288,23 +289,45 @@ def reset_inherited(keep: Iterable[int] = ()) -> Dict[str, int]:
     global _done
     if _done:
         return {}
-    keep = set(keep)
+    keep = tuple(keep)
     counts: Dict[str, int] = {}
-    spares = _Spares()
+    spares = None  # made at the first replacement: a child usually has none to make
     try:
-        for fd, target in open_fds():
-            if fd in keep or fd in _STDIO or spares.owns(fd):
+        for fd, target in _open_fds_but(keep):
+            if spares is not None and spares.owns(fd):
                 continue
             entry = _plan.get(fd)
             if entry is None or entry.target != target:
                 entry = decide(fd, target)
-            action = _apply(entry, spares)
+            action = entry.action
+            if action not in _UNTOUCHED:
+                if spares is None:
+                    spares = _Spares()
+                action = _apply(entry, spares)
             counts[action] = counts.get(action, 0) + 1
     finally:
-        spares.close()
-    reset_asyncio()
+        if spares is not None:
+            spares.close()
+    if "asyncio" in sys.modules:
+        reset_asyncio()
     _done = True
     return counts
+
+
+def _open_fds_but(keep) -> List[Tuple[int, str]]:
+    """:func:`open_fds` without the descriptors in ``keep`` and ``_STDIO``, whose links are
+    not read (a system call each, and nothing here is decided for them)."""
+    result = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in keep or fd in _STDIO:
+            continue
+        try:
+            result.append((fd, os.readlink("/proc/self/fd/" + name)))
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+    result.sort()
+    return result
 
 
 def reset_asyncio() -> None:

@@ -88,6 +88,8 @@ def privatise() -> int:
     ``private`` region that is still mapped, shared, at the same addresses. Returns the number
     of bytes copied. Raises ``OSError`` if a region cannot be copied or mapped (the caller
     must then not run user code)."""
+    if not _plan:  # the usual case: nothing shared and writable at warm-up
+        return 0
     todo = [r for r in _plan if r.private]
     if not todo:
         return 0

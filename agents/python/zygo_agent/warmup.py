@@ -70,14 +70,24 @@ def _guarded(name: str, check) -> dict:
         return _check(name, "warn", f"the check failed: {type(exc).__name__}: {exc}")
 
 
+def one_thread() -> bool:
+    """Return True if the process has exactly one thread, from one ``stat`` of
+    ``/proc/self/task``: Linux's procfs gives that directory a link count of 2 plus the
+    number of threads (``proc_task_getattr``). False means more threads or a link count
+    that says nothing (another procfs): the caller then lists the directory. Raises
+    ``OSError`` if it cannot be stat'ed."""
+    return os.stat("/proc/self/task").st_nlink == 3
+
+
 def thread_problem() -> Optional[str]:
     """Return ``None`` if the process has one thread (``/proc/self/task``), else a sentence
     naming the others (or saying why they cannot be counted); used right before every fork.
-    The common case, one task listed, returns at once: the zygote runs this before every fork,
-    and what it touches after the previous fork is copy-on-write faults; the full check (the
-    names of the threads) runs only when there is something to name."""
+    The common case, one thread, returns at once (:func:`one_thread`: one system call): the
+    zygote runs this before every fork, and what it touches after the previous fork is
+    copy-on-write faults; the full check (the names of the threads) runs only when there is
+    something to name."""
     try:
-        if len(os.listdir("/proc/self/task")) == 1:
+        if one_thread() or len(os.listdir("/proc/self/task")) == 1:
             return None
         check = check_threads()
     except Exception as exc:  # noqa: BLE001 - cannot tell: do not fork

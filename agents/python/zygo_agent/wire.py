@@ -67,8 +67,26 @@ def send_with_credentials(sock: socket.socket, msg: dict) -> None:
     was queued; the kernel checks them and translates the pid into the receiver's pid
     namespace. Returns nothing; raises ``OSError`` like :func:`send`.
     """
-    creds = _UCRED.pack(os.getpid(), os.getuid(), os.getgid())
-    sock.sendmsg([encode(msg)], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+    send_datagram_with_credentials(sock, encode(msg), os.getpid())
+
+
+# The process's uid and gid, asked once (at import, in the zygote): a forked child has the
+# same ones, and the agent changes neither.
+_IDS = (os.getuid(), os.getgid())
+
+
+def send_datagram_with_credentials(sock: socket.socket, data: bytes, pid: int) -> None:
+    """Send the encoded message ``data`` with explicit ``SCM_CREDENTIALS`` naming ``pid``
+    (this process's, which the caller has asked) and this process's uid and gid. Returns
+    nothing; raises ``OSError`` like :func:`send`."""
+    creds = _UCRED.pack(pid, *_IDS)
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+
+
+_RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+# recvmsg flags: part of the datagram was lost. A plain int: & with the MsgFlag enums runs
+# enum code (Flag.__and__, EnumType.__call__) on every datagram.
+TRUNCATED = int(socket.MSG_TRUNC | socket.MSG_CTRUNC)
 
 
 def recv(sock: socket.socket) -> Optional[Message]:
@@ -77,18 +95,41 @@ def recv(sock: socket.socket) -> Optional[Message]:
     Raises ``ProtocolError`` for a truncated, non-JSON or type-less datagram (any fds that
     came with it are closed first) and ``OSError`` when the socket fails.
     """
-    flags = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
-    data, ancdata, msg_flags, _ = sock.recvmsg(MAX_DATAGRAM, _ANCILLARY, flags)
-    fds = _fds_from(ancdata)
+    data, ancdata, msg_flags, _ = sock.recvmsg(MAX_DATAGRAM, _ANCILLARY, _RECV_FLAGS)
+    return parse(data, _fds_from(ancdata), msg_flags)
+
+
+def parse(data: bytes, fds: list, msg_flags: int) -> Optional[Message]:
+    """Return the message of one received datagram ``data`` with its descriptors ``fds`` and
+    the ``recvmsg`` flags ``msg_flags``; ``None`` for end of stream (no data, no fds).
+    Raises ``ProtocolError`` as :func:`recv` does (closing ``fds`` first)."""
     if not data and not fds:
         return None
     try:
-        if msg_flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        if msg_flags & TRUNCATED:
             raise ProtocolError("datagram or its ancillary data was truncated")
         return Message(*_decode(data), tuple(fds))
     except ProtocolError:
         close_all(fds)
         raise
+
+
+class Receiver:
+    """Datagrams of one socket received into a buffer allocated once (``recvmsg_into``), for
+    a loop that must allocate little per message: in the zygote every page written after a
+    fork is a copy-on-write fault, and ``recvmsg`` allocated a 64 KiB buffer per datagram."""
+
+    def __init__(self, sock: socket.socket):
+        self._buf = bytearray(MAX_DATAGRAM)
+        self._bufs = [self._buf]
+        self._recvmsg_into = sock.recvmsg_into
+
+    def receive(self):
+        """Return ``(data, fds, msg_flags)`` of one datagram: ``data`` a ``bytearray`` copy
+        of its bytes, ``fds`` the descriptors it carried (close-on-exec, the caller's to
+        close). Raises ``OSError`` when the socket fails."""
+        size, ancdata, msg_flags, _ = self._recvmsg_into(self._bufs, _ANCILLARY, _RECV_FLAGS)
+        return self._buf[:size], (_fds_from(ancdata) if ancdata else []), msg_flags
 
 
 def close_all(fds: Sequence[int]) -> None:

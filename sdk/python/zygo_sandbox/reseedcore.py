@@ -55,15 +55,26 @@ class Entropy:
     """Where the hooks' seeds come from: ``os.urandom``, or, given ``seed`` (bytes from
     outside the process, such as the host's at a sandbox reseal), SHA-256 blocks of ``seed``,
     32 bytes of ``os.urandom`` drawn once, and a counter: a copy whose kernel randomness was
-    somehow shared still differs by its seed, and the other way round."""
+    somehow shared still differs by its seed, and the other way round.
 
-    def __init__(self, seed=b""):
+    Without a seed, ``ahead`` bytes of ``os.urandom`` are drawn at once and handed out in
+    order, each byte once, so the hooks' draws cost one system call instead of one each;
+    past them every draw is its own ``os.urandom``."""
+
+    def __init__(self, seed=b"", ahead=0):
         self._material = bytes(seed) + os.urandom(32) if seed else None
         self._counter = 0
+        self._ahead = os.urandom(ahead) if ahead and not seed else b""
+        self._used = 0
 
     def draw(self, n):
         """``n`` fresh bytes."""
         if self._material is None:
+            end = self._used + n
+            if end <= len(self._ahead):
+                out = self._ahead[self._used:end]
+                self._used = end
+                return out
             return os.urandom(n)
         out = b""
         while len(out) < n:
@@ -112,7 +123,11 @@ def reachable_generators():
     return [o for o in gc.get_objects() if isinstance(o, kinds) and o is not random._inst]
 
 
-def _random_global(entropy):
+# Every hook is called as hook(entropy, options), options being reseed_all's
+# (generators, all_generators, forget_tempdir): one table, no closure made per call.
+
+
+def _random_global(entropy, options):
     random.seed(entropy.draw(32))
 
 
@@ -120,7 +135,7 @@ def _random_global(entropy):
 _MT19937_WORDS = 624
 
 
-def _numpy_global(entropy):
+def _numpy_global(entropy, options):
     # A whole fresh MT19937 key, set directly (position 624: the next draw regenerates the
     # block; the 3-tuple form also drops a cached Gaussian), rather than seed() of a few words,
     # which takes NumPy's array conversion and ufunc checks: in a forked child their first use
@@ -137,19 +152,19 @@ def _numpy_global(entropy):
         npr.seed(entropy.words(8))
 
 
-def _torch(entropy):
+def _torch(entropy, options):
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "manual_seed"):  # CPU, and CUDA if initialised
         torch.manual_seed(entropy.integer(8) >> 1)
 
 
-def _openssl(entropy):
+def _openssl(entropy, options):
     # OpenSSL >= 1.1.1d reseeds its DRBG on fork, but not on a sandbox restore (case BH-04).
     if ssl is not None:
         ssl.RAND_add(entropy.draw(32), 32.0)
 
 
-def _uuid1(entropy):
+def _uuid1(entropy, options):
     # libuuid keeps its clock sequence in process memory, out of our reach (case BH-09), so its
     # path is dropped: uuid1 then draws a fresh clock sequence from the (reseeded) global random
     # on every call. The hardware address is cached first, while libuuid can still tell it, so
@@ -170,22 +185,32 @@ def reset_temp_names(forget_tempdir=False):
         tempfile.tempdir = None
 
 
-def _tempfile(forget_tempdir):
-    return lambda entropy: reset_temp_names(forget_tempdir)
+def _tempfile(entropy, options):
+    reset_temp_names(options[2])
 
 
-def _generators(generators, all_generators):
-    def hook(entropy):
-        objs = generators() if callable(generators) else generators
-        for obj in objs:
-            reseed_object(obj, entropy)
-        if all_generators:
-            for obj in reachable_generators():
-                try:
-                    reseed_object(obj, entropy)
-                except Exception:  # noqa: BLE001 - a subclass whose seed() refuses: not ours
-                    pass
-    return hook
+def _generators(entropy, options):
+    generators, all_generators = options[0], options[1]
+    objs = generators() if callable(generators) else generators
+    for obj in objs:
+        reseed_object(obj, entropy)
+    if all_generators:
+        for obj in reachable_generators():
+            try:
+                reseed_object(obj, entropy)
+            except Exception:  # noqa: BLE001 - a subclass whose seed() refuses: not ours
+                pass
+
+
+_HOOKS = (
+    ("random", _random_global),
+    ("numpy_global", _numpy_global),
+    ("torch", _torch),
+    ("openssl", _openssl),
+    ("uuid1", _uuid1),
+    ("tempfile", _tempfile),
+    ("generators", _generators),
+)
 
 
 def reseed_all(generators=(), all_generators=False, extra=(), seed=b"", forget_tempdir=False):
@@ -201,20 +226,15 @@ def reseed_all(generators=(), all_generators=False, extra=(), seed=b"", forget_t
     Every hook runs even if an earlier one failed; raises :class:`ReseedError` afterwards if
     any failed, so the caller can refuse to go on with a repeated random state.
     """
-    entropy = Entropy(seed)
-    hooks = [
-        ("random", _random_global),
-        ("numpy_global", _numpy_global),
-        ("torch", _torch),
-        ("openssl", _openssl),
-        ("uuid1", _uuid1),
-        ("tempfile", _tempfile(forget_tempdir)),
-        ("generators", _generators(generators, all_generators)),
-    ]
+    # What the hooks below draw, at once: random's 32 bytes, NumPy's key, OpenSSL's 32, and
+    # one generator object's 32 (more come one draw each).
+    ahead = 3 * 32 + (4 * _MT19937_WORDS if _numpy_random() is not None else 0)
+    entropy = Entropy(seed, ahead)
+    options = (generators, all_generators, forget_tempdir)
     ran, failures = [], []
-    for name, hook in hooks:
+    for name, hook in _HOOKS:
         try:
-            hook(entropy)
+            hook(entropy, options)
         except Exception as exc:  # noqa: BLE001 - reported, never swallowed
             failures.append((name, exc))
         else:

@@ -1,0 +1,151 @@
+"""The interpreter's machine code on huge pages, in a fork-mode zygote before ``ready``.
+
+Why: where the hypervisor shadows the guest's page tables (this project's dev host is a
+nested-virtualisation VM, a PVM guest), a freshly forked child pays for every page it touches
+the first time, read or written, even a page whose entry ``fork`` copied: the hypervisor
+builds its own entry for it (invisible to the guest: no page fault is counted, the time shows
+as the child's user time). Measured there (docs/BENCHMARKS.md, eighth round): a child reading
+4,000 pages it inherited took 6-8 us per page on 4 KiB pages and 0.45 us on 2 MiB pages; a
+warm request's child touches about 750 pages of machine code, 320 of them the interpreter's.
+Code is never written, so its huge pages stay whole in every child (a written huge page is
+split), and the child pays once per 2 MiB.
+
+What: each 2 MiB-aligned range that lies wholly within the interpreter's read-only private
+file mappings (the executable's, or ``libpython`` for a shared build: its code and the
+read-only data around it) is copied into anonymous memory, collapsed into one transparent
+huge page (``MADV_COLLAPSE``), made read+execute and moved over the original range
+(``mremap`` with ``MREMAP_FIXED``): the same bytes at the same addresses, mapped by one
+page-table entry. Children share it copy-on-write and never write it.
+
+Costs: 2 MiB of private memory per range in the zygote (its children share it), about 4 MiB
+for the ``python3.11`` of Debian 12; the read-only data in those ranges becomes executable; a
+profiler that maps samples to files through ``/proc/PID/maps`` (``perf``, ``py-spy``) sees
+these ranges as anonymous memory. Nothing is done in spawn mode, with ``ZYGO_HUGE_TEXT=0`` in
+the environment, or when the kernel refuses a step (transparent huge pages ``never``, no
+``MADV_COLLAPSE`` before Linux 6.1, no huge page free): a range is replaced only once its copy
+is a huge page, and a failure leaves it as it was.
+"""
+
+import ctypes
+import os
+from typing import List, NamedTuple, Tuple
+
+HUGE = 2 << 20  # x86-64 and arm64 (4 KiB base pages): a PMD maps 2 MiB
+_PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
+_MAP_PRIVATE, _MAP_ANONYMOUS = 0x02, 0x20
+_MREMAP_MAYMOVE, _MREMAP_FIXED = 1, 2
+_MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long)
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+_libc.mremap.restype = ctypes.c_void_p
+_libc.mremap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
+                         ctypes.c_void_p)
+_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+
+
+class Mapping(NamedTuple):
+    """One line of ``/proc/self/maps``: ``start``/``end`` (addresses), ``perms`` (``r-xp``)
+    and ``path`` (``""`` for none)."""
+    start: int
+    end: int
+    perms: str
+    path: str
+
+
+def read_maps(text: str) -> List[Mapping]:
+    """Return the mappings of a ``/proc/PID/maps`` text, in address order."""
+    out = []
+    for line in text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) < 5:
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        out.append(Mapping(start, end, fields[1], fields[5].strip() if len(fields) > 5 else ""))
+    out.sort()
+    return out
+
+
+def interpreter_files(exe: str, maps: List[Mapping]) -> Tuple[str, ...]:
+    """The files holding the interpreter's code: ``exe`` (``/proc/self/exe``'s target) and,
+    for a shared build, the mapped ``libpython``."""
+    files = {exe}
+    for m in maps:
+        if os.path.basename(m.path).startswith("libpython"):
+            files.add(m.path)
+    return tuple(sorted(files))
+
+
+def candidate_ranges(maps: List[Mapping], files: Tuple[str, ...]) -> List[int]:
+    """Return the starts of the ``HUGE``-aligned ranges wholly covered, without a gap, by
+    read-only private mappings of one of ``files``, at least one of them executable."""
+    starts = []
+    for path in files:
+        mine = [m for m in maps if m.path == path]
+        for m in mine:
+            if "x" not in m.perms:
+                continue
+            first = (m.start // HUGE) * HUGE
+            for start in range(first, m.end, HUGE):
+                if start not in starts and _covered(mine, start, start + HUGE):
+                    starts.append(start)
+    return sorted(starts)
+
+
+def _covered(mappings: List[Mapping], lo: int, hi: int) -> bool:
+    at = lo
+    for m in mappings:  # address order
+        if m.end <= at:
+            continue
+        if m.start > at or m.perms[0] != "r" or m.perms[1] == "w" or m.perms[3] != "p":
+            return False
+        at = m.end
+        if at >= hi:
+            return True
+    return False
+
+
+def move_to_huge_pages() -> List[int]:
+    """Put the interpreter's code on huge pages (module doc). Returns the starts of the ranges
+    replaced; never raises: a range the kernel refuses is left as it was."""
+    if os.environ.get("ZYGO_HUGE_TEXT") == "0":
+        return []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            maps = read_maps(f.read())
+        starts = candidate_ranges(maps, interpreter_files(os.readlink("/proc/self/exe"), maps))
+    except OSError:
+        return []
+    return [start for start in starts if _replace(start)]
+
+
+def _replace(start: int) -> bool:
+    """Copy ``[start, start + HUGE)`` into a huge page and move it over the original."""
+    raw = _libc.mmap(None, 2 * HUGE, _PROT_READ | _PROT_WRITE, _MAP_PRIVATE | _MAP_ANONYMOUS,
+                     -1, 0)
+    if raw in (None, _MAP_FAILED):
+        return False
+    copy = (raw + HUGE - 1) // HUGE * HUGE  # aligned: the rest of the reservation goes back
+    if copy > raw:
+        _libc.munmap(raw, copy - raw)
+    if raw + 2 * HUGE > copy + HUGE:
+        _libc.munmap(copy + HUGE, raw + 2 * HUGE - copy - HUGE)
+    moved = False
+    try:
+        if _libc.madvise(copy, HUGE, _MADV_HUGEPAGE) != 0:
+            return False
+        ctypes.memmove(copy, start, HUGE)
+        if _libc.madvise(copy, HUGE, _MADV_COLLAPSE) != 0:
+            return False  # no huge page: 512 small ones would only cost memory
+        if _libc.mprotect(copy, HUGE, _PROT_READ | _PROT_EXEC) != 0:
+            return False
+        moved = _libc.mremap(copy, HUGE, HUGE, _MREMAP_MAYMOVE | _MREMAP_FIXED, start) == start
+        return moved
+    finally:
+        if not moved:
+            _libc.munmap(copy, HUGE)
