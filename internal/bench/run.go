@@ -528,7 +528,7 @@ func (r *Report) Markdown() string {
 	for _, l := range r.Lines {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", l.What, l.Value, l.Ratio)
 	}
-	b.WriteString(boundsText)
+	b.WriteString(strings.ReplaceAll(boundsText, "~", "`"))
 	b.WriteString(strings.ReplaceAll(warmPathText, "~", "`"))
 	b.WriteString("\n## How to reproduce\n\n```\nmake bench          # writes this file and prints the same table\n" +
 		"scripts/bench-sandbox.sh   # sandbox checkpoint / restore / fork / rollback vs raw runsc\n" +
@@ -1133,6 +1133,152 @@ calls because code run once before is slow again after the idle wait on this hos
 this round; A's 5.04 ms on the idle host less what B saved in the steps alone (about 1.1 ms at
 the idle host's A figures) would be about 3.9 ms, 1.9x, before the delivery, first-call and
 replacement savings above; to be confirmed by ~make bench~ on the idle host.
+
+### Eighth round (w8-zyg): the zygote side's pages — what a forked child touches, on this host
+
+Measured A/B with ~go run ./cmd/zygo-bench -ab A/zygo -zygo B/zygo -ab-perf -out ""~ (each
+binary embeds its agent; its ~zygo_rand.so~ beside it), the stats example, 4 rounds of 300
+requests at 8 clients, then 200 one-client requests each; A is ae3ac03 (main at the start of
+the round), B this branch after each change. Other helpers' builds and tests shared the host
+(15-25 requests a second at 8 clients, against about 280 on the idle host): read the counts,
+and the CPU as B/A of one run. Between changes, the agent was also run outside bwrap by the
+agent tests' fake supervisor, two zygotes side by side with requests alternating one by one
+(300 each; CPU from ~/proc/PID/stat~, zygote and reaped children).
+
+**What a fault costs here.** The host is a PVM guest: the hypervisor shadows the guest's page
+tables. Measured with a python3 + NumPy parent that forks (4,000 pages each, load 3-8): a child
+*reading* pages it inherited costs 6-8 us a page the first time, although the guest counts no
+fault (the hypervisor builds its own entry; the time shows as the child's user time); writing
+them (copy-on-write) 18-25 us a page, of which ~perf record~ puts most in the TLB flush of
+~do_wp_page~ (35% of a fork/exit loop's CPU); on transparent huge pages, reading costs 0.45 us
+a page. A system call costs about 1.4 us. So what matters is how many distinct pages a child
+touches, read or written, and how many of them it writes. A warm stats child (~clear_refs~ at
+the fork, ~Referenced~ of ~/proc/self/smaps~ before its result) touches about 745 pages of
+machine code (python3.11 324, NumPy's ~_multiarray_umath~ 126, libc 113, libcrypto 43), 173
+of read-only data and 1,186 of writable memory, about 780 of which it writes (the ideal
+server's child writes 483: 236 by the first line after the fork, 81 for its seeding, 166
+for the handler and JSON). Where a child's time went (~perf~, agent outside bwrap, before the
+loop in C): user 45-52% (the interpreter and the hypervisor's hidden entries),
+copy-on-write 30%, the entry of every page fault 16%, creating files on ext4 4%.
+
+| per warm stats request, 8 clients | A | B | B/A |
+|---|---|---|---|
+| zygote side CPU (loaded host) | 83.3 ms | 67.5 ms | 0.81 |
+| zygote side system calls | 114.9 | 70.2 | 0.61 |
+| zygote side page faults (perf) | 1129 | 880 | 0.78 |
+| minor faults of the zygote / of its children | 166 / 965 | 45.5 / 837 | |
+| daemon CPU | 4.11 ms | 3.90 ms | 0.95 (unchanged code) |
+| throughput (loaded host, rounds 14-25 req/s) | 20.8 req/s | 22.4 req/s | 1.08 |
+| p50 / p90, 1 client | 40.4 / 92.3 ms | 40.0 / 60.2 ms | 0.99 / 0.65 |
+| side by side outside bwrap, CPU per request (two runs) | 60.8, 62.6 ms | 50.5, 51.9 ms | 0.83, 0.83 |
+| PSS of the zygote (outside bwrap, after 5 requests) | 24.1 MiB | 27.2 MiB | +3.1 MiB |
+
+Each change, A/B against the build before it (zygote side CPU; counts per request):
+
+- **Fewer system calls and objects per child and per loop** (e6c9c49; 0.88x, system calls
+  114.8 -> 69.6, faults 1129 -> 1007, zygote 171 -> 108): the zygote receives into a buffer
+  made once, recognises ~{"type":"fork","seq":N}~ without the JSON decoder, formats
+  ~forked~/~exited~ directly, reads the wake-up pipe once, and counts threads with one ~stat~
+  of ~/proc/self/task~ (its link count is 2 plus the threads; the listing stays the fallback);
+  ~flags & (MSG_TRUNC | MSG_CTRUNC)~ ran enum code (~Flag.__and__~, ~EnumType.__call__~) on
+  every datagram: the mask is a plain int now; the child drops its copies with C calls
+  (~signal.signal~ converted the old handler to an enum, raising and catching ~ValueError~).
+  In the child: the request socket made with its family and type (no ~getsockname~,
+  ~getsockopt~), ~hello~ formatted directly with the uid and gid asked once, no link read for
+  the descriptors fdreset keeps, the reseed hooks' bytes drawn with one ~getrandom~ (each hook
+  still gets bytes of its own) and the hooks in one table (no closure made per call;
+  reseedcore.py, SDK copy regenerated), ~event.json~ read with ~open~/~fstat~/~read~/~close~
+  (Python's ~open().read()~ made nine calls), ~TMPDIR~ checked with one ~stat~, no text stream
+  over ~BytesIO~ in the pre-warm (it built a decoder no request uses), ~os.path~ calls replaced
+  where the path is already absolute and normal. **The Landlock ruleset is made once, by the
+  zygote** before ~ready~ (~/tmp~, ~/dev~, ~/run/zygo/req~): every child holds it as a template
+  it never adds to and enters it with its own ~landlock_restrict_self~ (a domain of its own per
+  child, as before); a request directory elsewhere (the agent tests') gets a ruleset of its
+  own. Ten system calls and four ctypes calls a child fewer.
+- **The interpreter's code on huge pages** (b2261b2; 0.95x, children's faults 901 -> 863;
+  outside bwrap 0.89x): before ~ready~ a fork-mode zygote copies each 2 MiB range wholly inside
+  the interpreter's read-only file mappings into a collapsed transparent huge page
+  (~MADV_COLLAPSE~) and moves it over the original (~mremap~ ~MREMAP_FIXED~): the same bytes
+  at the same addresses, never written, so whole in every child, which then pays once per
+  2 MiB instead of once per page of python3.11's code. Costs: about 4 MiB of private memory
+  per zygote (children share it), the read-only data in those ranges becomes executable, and
+  ~perf~ or ~py-spy~ see those ranges as anonymous memory; ~ZYGO_HUGE_TEXT=0~ turns it off, and
+  a range the kernel refuses is left as it was. NumPy's code on huge pages too measured 0.96x
+  more, not done: workload-specific, 4 MiB more per zygote.
+- **The child's steps in one function** (25ddc22) and **the fork-mode zygote's loop in C**
+  (f8f39fd; both 0.94x, zygote faults 109 -> 45; outside bwrap the zygote's own CPU 6.5 ->
+  3.4 ms a request, 0.93x): ~zygo_fork_loop~ (agents/native/zygo_fork.c, built into the
+  ~zygo_rand.so~ every fork-mode zygote preloads) forks what the supervisor sends, after the
+  agent's flush and the thread check, with the interpreter's own fork sequence (the ~os.fork~
+  audit event, ~PyOS_BeforeFork~, the at-fork hooks), and reaps and reports every child; any
+  other datagram or problem goes back to zygote.py, which does it as before. Without the
+  guard, or with ~ZYGO_NATIVE_LOOP=0~, the Python loop serves; test_nativeloop.py runs the
+  protocol, rules and cases tests on both.
+
+Tried and not kept: giving the code mappings an ~anon_vma~ (one byte rewritten through
+~/proc/self/mem~) so that ~fork~ copies their page-table entries: 160 page faults fewer per
+child and no CPU saved (1.00x side by side: the faults it removes are the cheap kind, the
+hypervisor's entries remain); transparent huge pages for the anonymous heap and arenas
+(~MADV_COLLAPSE~): no gain (1.00x and 1.09x in two runs; Python writes reference counts
+everywhere, which splits them); ~malloc_trim~ in the zygote: nothing to return; pinning hot pages so that ~fork~ copies
+them eagerly (io_uring registered buffers): io_uring is refused by the sandbox's filter, and
+should stay so. Guarantees: the agent tests (136, including test_nativeloop and
+test_hugetext), ~TestProtocol*~, ~TestStrayDescriptorsDoNotReachRequests~,
+~TestPreForkedChildrenStayIndependent~, ~TestCaseBH*~, ~TestLimits~, ~TestCheckFunctions~
+(~zygo check functions~), ~TestWarmupGenerators*~, ~TestNativeRand*~, ~TestPlanted*~ pass
+unchanged.
+
+What is left on the zygote side, by the counts: threading's at-fork hook is 133 faults of every
+child (NumPy imports threading; the ideal server pays it too); the agent's own steps still
+write about 250 pages more than the ideal child's seeding (the reseed hooks 150, the rehearsal
+and the steps after ~go~ about 100, the ~hello~/~go~ exchange 40, fdreset 40), most of them
+reference counts of the objects its Python code touches; NumPy's, libc's and libcrypto's code
+(about 280 pages a child) are not on huge pages. Target 2 (8-client throughput >= 0.6x the
+ideal's) needs an idle-host ~make bench~: with the zygote side at 0.81x of 5.55 ms (about 4.5
+ms) and the daemon's 0.89 ms, the CPU per request would be about 5.4 ms against the ideal's
+2.86 ms, about 0.53x; 0.6x needs about 4.8 ms all in, so the daemon's share (the lead's work)
+and the agent's remaining steps both count.
+
+### Eighth round (lead): the daemon's side, and probes
+
+Run on the host while helpers' builds and A/B runs shared it (load 5-12): times are inflated
+several-fold (a copy-on-write fault cost 20-30 µs here against about 4 µs idle); counts and
+A/B ratios are what to read.
+
+- **The daemon's context switches, by cause** (~perf record -e sched:sched_switch
+  --call-graph fp~ of ~zygo serve~ over 25 s of 8-client stats load, 18,040 switches):
+  sysmon's ~usleep~ 40%, its deep-sleep futex 9%, the netpoller's ~epoll_wait~ 15%, idle Ms'
+  ~stopm~ 8%, ~runqgrab~'s spin 3%; the rest a percent or less each (the result watcher, the
+  HTTP connection and its background read, cgroup v1 moves waiting for an RCU grace period,
+  225 in D state). sysmon restarts its 20 µs ticks (50 of them before backing off) each time
+  a goroutine enters a system call while every P was idle: the daemon's idle-to-busy
+  transitions, a few per request, pay it. The Go runtime offers no setting for it.
+- **~GOMAXPROCS=1~ for the daemon** (~zygo-bench -ab~ of the same build with and without it,
+  4 rounds x 300 at 8 clients, twice): system calls per request 175 -> 150 and 159 -> 138,
+  context switches 79 -> 63 and 62 -> 45, daemon CPU 0.95x and 0.91x, but throughput 0.93x in
+  both runs and one-client p50 0.98x and 1.13x: one P serialises the daemon's work behind its
+  slow system calls. Not kept.
+- **Log rows inserted 32 to a statement** (BenchmarkAppendLogs, now also a 16-request batch
+  of 48 rows): 0.96-1.17 ms a batch before, 0.89-1.17 ms after, allocations 796 -> 526: the
+  cost is SQLite's B-tree and index work per row, not database/sql's per statement. Not kept.
+- **Where the zygote side's CPU goes in the kernel** (~perf record -a -g~, the python3
+  processes under 8-client load): 50% of their samples are page faults (35% copy-on-write,
+  15% others), and most of a copy-on-write fault is its TLB flush (~flush_tlb_mm_range~ 19%,
+  ~smp_call_function_many_cond~ 11% of all samples); fork's page-table copy 2%, exit 4%. A
+  probe outside the daemon (a 16 MiB heap, a child writing 1,000 of its pages) costs the same
+  per fault pinned to one CPU, migrated between the two, or left free: the cost is the fault
+  and the paravirtualised flush on this nested host, not inter-processor interrupts.
+- **Python's after-fork work** (~PyOS_AfterFork_Child~): a probe forking from C without it
+  costs the child 7 faults, with it 226-233 (threading's at-fork hook alone 147, random's
+  reseed 22). The zygote's own forks were given a short path skipping threading's hook when
+  the threading state is pristine (the zygote forks single-threaded): faults from the fork to
+  the child's first line 250 -> 147; but over the child's whole life (A/B, 2 rounds of 300 at
+  8 clients) 963/965 -> 954/953: the pages the hook touches are touched again by the child's
+  later steps. What a child costs is the union of the zygote's pages it writes, not any one
+  step's. Not kept.
+- **A fork loop in C** (probe: a numpy process forking and reaping 300 children): the parent's
+  faults per fork 28.7 with the smallest Python loop, 6.8 from C. The zygote's own faults were
+  being cut in Python in this round (above); not built.
 `
 
 // boundsText explains, for the targets of the performance issue, what
