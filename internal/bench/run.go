@@ -1286,6 +1286,18 @@ A/B ratios are what to read.
 const boundsText = `
 ## What bounds the targets
 
+- **This run's host.** The table above was measured on a host whose page faults cost 5-6x
+  those of the host of the runs before it (a copy-on-write fault 20-45 us here, about 4 us
+  there; a forked child's first touch of any inherited page 6-8 us, see the eighth round):
+  the ideal server's warm p50 is 24.9 ms here against 2.2 ms there, the fork floor 8.4 ms
+  against 1.5 ms. Ratios side by side hold for this host's cost model, which rewards touching
+  fewer pages more than the earlier host did: throughput 0.65x and p50 1.00x of the ideal here
+  (0.43x and 1.28x on the earlier host before the eighth round's changes); the daemon's CPU
+  (4.08 ms) and cold/warm (13.9x: the warm path is all forks and page touches, the cold start
+  mostly file reads and the import) are worse here for the same reason, and were 0.89 ms and
+  50.4x on the earlier host. Node warm / Python hello reads 0.3x only because Python hello's
+  fork is what this host slows most; Node's own warm p50 (5.08 ms) is where it was on the
+  earlier host (5.04 ms) while everything else here is 5-10x slower.
 - **Warm p50 at or below the fork floor.** The fork is off the request path: children are
   forked ahead of demand and pre-warmed (the profile's fork+hello is a pool take, about
   0.01 ms). With a zygote of 256 MiB or more Zygo is at or below the floor, because the floor's
