@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 /* The few CPython functions used (stable since 3.9); resolved in the interpreter. */
@@ -151,7 +152,8 @@ static long long fork_seq(const unsigned char *d, size_t len)
 /*
  * zygo_fork_one forks the request of seq whose socket is fd: the os.fork sequence, then in
  * the zygote closes fd, tracks the child and sends {"type":"forked",...}. The caller has
- * flushed and checked the threads. Returns fd in the child, 0 in the zygote,
+ * flushed and checked the threads. Returns the request socket in the child (fd, or a copy
+ * of it at 3 or above when fd is below 3: always above 0), 0 in the zygote,
  * ZYGO_LOOP_FORK_REQUEST when the audit hook or the kernel refused (fd left open: the
  * agent's os.fork then says why), ZYGO_LOOP_FULL, or ZYGO_LOOP_CLOSED (errno) when the
  * forked message cannot be sent.
@@ -160,8 +162,16 @@ int zygo_fork_one(struct zygo_loop *z, long long seq, int fd)
 {
 	if (nchildren >= TABLE / 2)
 		return ZYGO_LOOP_FULL;
+	/* The child is told from the zygote by a return above 0, so its socket is moved to 3 or
+	 * above: an import that closed stdin leaves fd 0 free for the next socket received, and
+	 * a child given 0 back would carry on as a second zygote. */
+	int sock = fd;
+	if (fd < 3 && (sock = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0)
+		return ZYGO_LOOP_FORK_REQUEST;
 	if (PySys_Audit("os.fork", NULL) < 0) {
 		PyErr_Clear();
+		if (sock != fd)
+			close(sock);
 		return ZYGO_LOOP_FORK_REQUEST;
 	}
 	PyOS_BeforeFork();
@@ -170,14 +180,20 @@ int zygo_fork_one(struct zygo_loop *z, long long seq, int fd)
 		/* The table is the zygote's; the child never uses it (nor writes it: a write
 		 * would be one more copy-on-write fault). */
 		PyOS_AfterFork_Child();
-		return fd;
+		if (sock != fd)
+			close(fd); /* no second descriptor of the request socket stays in the child */
+		return sock;
 	}
 	int saved = errno;
 	PyOS_AfterFork_Parent();
 	if (pid < 0) {
+		if (sock != fd)
+			close(sock);
 		errno = saved;
 		return ZYGO_LOOP_FORK_REQUEST;
 	}
+	if (sock != fd)
+		close(sock);
 	close(fd);
 	track(pid, seq);
 	char msg[96];

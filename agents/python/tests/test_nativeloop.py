@@ -146,3 +146,53 @@ class NativeLoopTest(NativeMixin, test_protocol.AgentTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ReviewTest(NativeMixin, test_protocol.AgentTest):
+    """What the review of the C loop found (docs/BENCHMARKS.md, eighth round)."""
+
+    def test_a_request_socket_received_as_fd_0_is_still_the_childs(self):
+        agent, ready = self.start("close_stdin")
+        values = [agent.invoke({"id": str(i)}).value for i in range(4)]
+        self.assertEqual(len({v["pid"] for v in values}), 4)
+        self.assertTrue(all(ready["pid"] != v["pid"] for v in values))
+        zygotes = [pid for pid in os.listdir("/proc") if pid.isdigit()
+                   and _ppid(pid) == agent.pid and _has_socket_fd3(pid)]
+        self.assertEqual(zygotes, [], "a child is serving the control socket")
+
+    def test_one_child_cannot_widen_the_next_childs_domain(self):
+        tmp = tempfile.mkdtemp(prefix="zygo-widen-", dir="/var/tmp")  # not beneath /tmp: writable to all
+        self.addCleanup(shutil.rmtree, tmp, True)
+        target = os.path.join(tmp, "target")
+        os.mkdir(target)
+        agent, _ = self.start("widen_ruleset", env={"WIDEN_MARK": os.path.join(tmp, "mark"),
+                                                     "WIDEN_DIR": target})
+        wrote = [agent.invoke({}).value["wrote"] for _ in range(3)]
+        self.assertTrue(os.path.exists(os.path.join(tmp, "mark")))
+        self.assertEqual(wrote[1:], [13, 13], wrote)  # EACCES: only the first child widened its own
+
+    def test_a_seq_past_64_bits_is_refused_not_wrapped(self):
+        agent, _ = self.start()
+        r = harness.Request(agent, 2 ** 64 + 5, {"id": "big"})
+        agent.control.sendmsg([b'{"type":"fork","seq":%d}' % r.seq],
+                              [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                array.array("i", [r.child_end.fileno()]).tobytes())])
+        r.child_end.close()
+        answer = agent.expect(lambda m: m.get("seq") in (r.seq, 5))
+        self.assertEqual((answer["type"], answer["seq"]), ("fork_error", r.seq), answer)
+        self.assertIn("0..2**63-1", answer["error"])
+
+
+def _ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def _has_socket_fd3(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/fd/3").startswith("socket:")
+    except OSError:
+        return False

@@ -109,9 +109,7 @@ def _open_control_socket() -> socket.socket:
 def _prepare_for_forks(report: warmup.Report, mode: str) -> None:
     """Stop recording, register the NumPy generators to reseed, cache uuid's hardware
     address (so a child's pure-Python ``uuid1`` need not run ``ip``), set up OpenSSL's
-    random generators (:func:`_init_openssl_random`), in fork mode make the ruleset of the
-    requests' Landlock domains (:func:`child.prepare_shared_domain`; if that fails, each
-    child makes its own and reports why it cannot), move every object into the GC's
+    random generators (:func:`_init_openssl_random`), move every object into the GC's
     permanent generation (children neither touch their pages nor finalise the zygote's
     garbage), and in fork mode put the interpreter's code on huge pages
     (:mod:`hugetext`)."""
@@ -120,11 +118,6 @@ def _prepare_for_forks(report: warmup.Report, mode: str) -> None:
         reseed.register_numpy_generator(generator)
     uuid.getnode()
     _init_openssl_random()
-    if mode == "fork":
-        try:
-            child.prepare_shared_domain()
-        except OSError as exc:
-            log(f"the requests' Landlock ruleset could not be made ahead: {exc}")
     gc.collect()
     gc.freeze()
     if mode == "fork":

@@ -139,7 +139,6 @@ def _serve(fd: int, handler, forked: bool) -> int:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, fd)
     sock.setblocking(True)  # a default timeout set at import must not apply here
     if forked:  # before hello: a child the supervisor hears from is ready for go at once
-        _domain_shared[0] = _domain_ahead[0] != -1  # made by the zygote, before the fork
         _prewarm(sock.fileno(), handler)
     pid = os.getpid()
     wire.send_datagram_with_credentials(sock, _HELLO % pid, pid)
@@ -203,35 +202,20 @@ def _prewarm(request_fd: int, handler=None) -> None:
         pass
 
 
-# The ruleset of the request's Landlock domain made ahead (-1: none), the directories whose
-# rules it holds, and whether it was made before this process forked (by the zygote: every
-# child holds the same ruleset, which a child enters but never adds to).
+# The ruleset of the request's Landlock domain this child made before GO (-1: none), and
+# the directories whose rules it holds.
 _domain_ahead = [-1]
 _domain_dirs = [frozenset()]
-_domain_shared = [False]
 _FIXED_WRITABLE = ("/tmp", "/dev")  # writable_dirs without the request's own root
-REQUEST_ROOT = "/run/zygo/req"  # the parent of every request directory (docs/protocol.md)
-
-
-def prepare_shared_domain() -> None:
-    """In the zygote, before the first fork: make the ruleset of the request's Landlock
-    domain once, with the rules of ``/tmp``, ``/dev`` and ``REQUEST_ROOT`` (when it exists),
-    for every child to enter (:func:`enter_own_domain`): a child whose request directory is
-    beneath ``REQUEST_ROOT`` then makes no ruleset and adds no rule (ten system calls and their
-    ctypes calls). Each child's ``landlock_restrict_self`` still makes a domain of its own: the
-    ruleset is a template, and no child changes it. Nothing is entered here; a kernel without
-    scoped Landlock gets nothing. Raises ``OSError``."""
-    if _domain_ahead[0] != -1 or libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
-        return
-    dirs = _FIXED_WRITABLE + ((REQUEST_ROOT,) if os.path.isdir(REQUEST_ROOT) else ())
-    _make_domain_ahead(dirs)
 
 
 def prepare_own_domain() -> None:
     """Before GO: make the ruleset :func:`enter_own_domain` enters, with the rules of the
-    directories that do not depend on the request (``/tmp``, ``/dev``), unless one was made
-    ahead already (:func:`prepare_shared_domain`). Nothing is entered here; a kernel without
-    scoped Landlock gets nothing. Raises ``OSError``."""
+    directories that do not depend on the request (``/tmp``, ``/dev``). The ruleset is this
+    child's own: one made by the zygote and shared by every child could be widened by one
+    child (any code that runs before GO with its descriptor open) for every later one.
+    Nothing is entered here; a kernel without scoped Landlock gets nothing. Raises
+    ``OSError``."""
     if _domain_ahead[0] != -1 or libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
         return
     _make_domain_ahead(_FIXED_WRITABLE)
@@ -478,8 +462,8 @@ def enter_own_domain(writable: Sequence[str]) -> bool:
             raise RuntimeError(f"{threads} threads alive: Landlock would restrict only this one")
     ruleset, _domain_ahead[0] = _domain_ahead[0], -1
     made_for, wanted = _domain_dirs[0], set(writable)
-    if ruleset != -1 and (made_for != wanted if _domain_shared[0] else not made_for <= wanted):
-        os.close(ruleset)  # made for other directories than these (a shared one: exactly these)
+    if ruleset != -1 and not made_for <= wanted:
+        os.close(ruleset)  # made for other directories than these
         ruleset = -1
     if ruleset != -1:  # made ahead with the rules of made_for: only the others are added
         writable = [d for d in writable if d not in made_for]

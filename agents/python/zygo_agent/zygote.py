@@ -355,6 +355,8 @@ def _fork_problem(seq, fds) -> Optional[str]:
         return f"fork: seq must be an integer, got {seq!r}"
     if len(fds) != 1:
         return f"fork: expected exactly one request socket attached, got {len(fds)}"
+    if not 0 <= seq < 1 << 63:  # the C loop and its table hold a signed 64-bit seq
+        return f"fork: seq must be in 0..2**63-1, got {seq}"
     return None
 
 
