@@ -1190,11 +1190,12 @@ Each change, A/B against the build before it (zygote side CPU; counts per reques
   reseedcore.py, SDK copy regenerated), ~event.json~ read with ~open~/~fstat~/~read~/~close~
   (Python's ~open().read()~ made nine calls), ~TMPDIR~ checked with one ~stat~, no text stream
   over ~BytesIO~ in the pre-warm (it built a decoder no request uses), ~os.path~ calls replaced
-  where the path is already absolute and normal. **The Landlock ruleset is made once, by the
-  zygote** before ~ready~ (~/tmp~, ~/dev~, ~/run/zygo/req~): every child holds it as a template
-  it never adds to and enters it with its own ~landlock_restrict_self~ (a domain of its own per
-  child, as before); a request directory elsewhere (the agent tests') gets a ruleset of its
-  own. Ten system calls and four ctypes calls a child fewer.
+  where the path is already absolute and normal. The Landlock ruleset was made once, by the
+  zygote, and shared by every child as a template (ten system calls and four ctypes calls a
+  child fewer); **reverted after review**: a ruleset is one kernel object, and a child's code
+  running before GO with its descriptor open (a handler's ~zygo_prewarm~, an import's at-fork
+  hook) could add a rule that widened every later child's domain. Each child makes its own
+  again.
 - **The interpreter's code on huge pages** (b2261b2; 0.95x, children's faults 901 -> 863;
   outside bwrap 0.89x): before ~ready~ a fork-mode zygote copies each 2 MiB range wholly inside
   the interpreter's read-only file mappings into a collapsed transparent huge page
@@ -1297,7 +1298,10 @@ const boundsText = `
   mostly file reads and the import) are worse here for the same reason, and were 0.89 ms and
   50.4x on the earlier host. Node warm / Python hello reads 0.3x only because Python hello's
   fork is what this host slows most; Node's own warm p50 (5.08 ms) is where it was on the
-  earlier host (5.04 ms) while everything else here is 5-10x slower.
+  earlier host (5.04 ms) while everything else here is 5-10x slower. The table predates two
+  fixes from the review of the eighth round (each child makes its own Landlock ruleset again,
+  about ten system calls a child more than the run measured; a request socket received below
+  fd 3 is moved up before the fork): not measured again.
 - **Warm p50 at or below the fork floor.** The fork is off the request path: children are
   forked ahead of demand and pre-warmed (the profile's fork+hello is a pool take, about
   0.01 ms). With a zygote of 256 MiB or more Zygo is at or below the floor, because the floor's
