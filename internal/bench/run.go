@@ -1203,7 +1203,7 @@ Each change, A/B against the build before it (zygote side CPU; counts per reques
   at the same addresses, never written, so whole in every child, which then pays once per
   2 MiB instead of once per page of python3.11's code. Costs: about 4 MiB of private memory
   per zygote (children share it), the read-only data in those ranges becomes executable, and
-  ~perf~ or ~py-spy~ see those ranges as anonymous memory; ~ZYGO_HUGE_TEXT=0~ turns it off, and
+  ~perf~ or ~py-spy~ see those ranges as anonymous memory; **made opt-in after this round** (~ZYGO_HUGE_TEXT=1~ in the agent's environment: its 4 MiB counted against ~zygote_memory_mib~ and a function sized to its limit no longer deployed, TestZygoteKilledByLimitIsRestarted), and
   a range the kernel refuses is left as it was. NumPy's code on huge pages too measured 0.96x
   more, not done: workload-specific, 4 MiB more per zygote.
 - **The child's steps in one function** (25ddc22) and **the fork-mode zygote's loop in C**
@@ -1301,7 +1301,8 @@ const boundsText = `
   earlier host (5.04 ms) while everything else here is 5-10x slower. The table predates two
   fixes from the review of the eighth round (each child makes its own Landlock ruleset again,
   about ten system calls a child more than the run measured; a request socket received below
-  fd 3 is moved up before the fork): not measured again.
+  fd 3 is moved up before the fork), and before the interpreter's code on huge pages (on in
+  this run, 0.95x of the zygote side's CPU in its A/B) was made opt-in: not measured again.
 - **Warm p50 at or below the fork floor.** The fork is off the request path: children are
   forked ahead of demand and pre-warmed (the profile's fork+hello is a pool take, about
   0.01 ms). With a zygote of 256 MiB or more Zygo is at or below the floor, because the floor's

@@ -70,6 +70,7 @@ class MoveTest(unittest.TestCase):
                 starts = hugetext.candidate_ranges(
                     maps, hugetext.interpreter_files(os.readlink("/proc/self/exe"), maps))
                 before = {s: hashlib.sha256(ctypes.string_at(s, H)).hexdigest() for s in starts}
+                os.environ["ZYGO_HUGE_TEXT"] = "1"  # opt-in
                 moved = hugetext.move_to_huge_pages()
                 after = {s: hashlib.sha256(ctypes.string_at(s, H)).hexdigest() for s in starts}
                 import json
@@ -101,12 +102,16 @@ class MoveTest(unittest.TestCase):
         self.assertEqual(int(huge_kib), int(moved) * (H >> 10),
                          "each moved range is one anonymous huge page")
 
-    def test_turned_off_by_the_environment(self):
-        os.environ["ZYGO_HUGE_TEXT"] = "0"
-        try:
-            self.assertEqual(hugetext.move_to_huge_pages(), [])
-        finally:
-            del os.environ["ZYGO_HUGE_TEXT"]
+    def test_off_unless_the_environment_turns_it_on(self):
+        for value in (None, "0", "yes"):
+            if value is None:
+                os.environ.pop("ZYGO_HUGE_TEXT", None)
+            else:
+                os.environ["ZYGO_HUGE_TEXT"] = value
+            try:
+                self.assertEqual(hugetext.move_to_huge_pages(), [], value)
+            finally:
+                os.environ.pop("ZYGO_HUGE_TEXT", None)
 
 
 def _anon_huge_kib(smaps: str, starts) -> int:

@@ -124,7 +124,7 @@ def _prepare_for_forks(report: warmup.Report, mode: str) -> None:
         moved = hugetext.move_to_huge_pages()
         if moved:
             log(f"the interpreter's code is on {len(moved)} huge page(s) of "
-                f"{hugetext.HUGE >> 20} MiB (ZYGO_HUGE_TEXT=0 turns this off)")
+                f"{hugetext.HUGE >> 20} MiB (ZYGO_HUGE_TEXT=1 turned it on)")
 
 
 def _init_openssl_random() -> None:

@@ -20,8 +20,9 @@ page-table entry. Children share it copy-on-write and never write it.
 Costs: 2 MiB of private memory per range in the zygote (its children share it), about 4 MiB
 for the ``python3.11`` of Debian 12; the read-only data in those ranges becomes executable; a
 profiler that maps samples to files through ``/proc/PID/maps`` (``perf``, ``py-spy``) sees
-these ranges as anonymous memory. Nothing is done in spawn mode, with ``ZYGO_HUGE_TEXT=0`` in
-the environment, or when the kernel refuses a step (transparent huge pages ``never``, no
+these ranges as anonymous memory. It is off unless ``ZYGO_HUGE_TEXT=1`` is in the agent's
+environment (the 4 MiB count against the zygote's memory limit: a function sized to its
+``zygote_memory_mib`` no longer deployed), and nothing is done in spawn mode, or when the kernel refuses a step (transparent huge pages ``never``, no
 ``MADV_COLLAPSE`` before Linux 6.1, no huge page free): a range is replaced only once its copy
 is a huge page, and a failure leaves it as it was.
 """
@@ -113,8 +114,8 @@ def _covered(mappings: List[Mapping], lo: int, hi: int) -> bool:
 def move_to_huge_pages() -> List[int]:
     """Put the interpreter's code on huge pages (module doc). Returns the starts of the ranges
     replaced; never raises: a range the kernel refuses is left as it was."""
-    if os.environ.get("ZYGO_HUGE_TEXT") == "0":
-        return []
+    if os.environ.get("ZYGO_HUGE_TEXT") != "1":
+        return []  # opt-in: its 4 MiB count against zygote_memory_mib (TestZygoteKilledByLimitIsRestarted)
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
             maps = read_maps(f.read())
