@@ -1298,11 +1298,9 @@ const boundsText = `
   mostly file reads and the import) are worse here for the same reason, and were 0.89 ms and
   50.4x on the earlier host. Node warm / Python hello reads 0.3x only because Python hello's
   fork is what this host slows most; Node's own warm p50 (5.08 ms) is where it was on the
-  earlier host (5.04 ms) while everything else here is 5-10x slower. The table predates two
-  fixes from the review of the eighth round (each child makes its own Landlock ruleset again,
-  about ten system calls a child more than the run measured; a request socket received below
-  fd 3 is moved up before the fork), and before the interpreter's code on huge pages (on in
-  this run, 0.95x of the zygote side's CPU in its A/B) was made opt-in: not measured again.
+  earlier host (5.04 ms) while everything else here is 5-10x slower. This table (16:51) is of
+  the final tree (review fixes in, huge-page text opt-in and off); the 15:52 run before them
+  read throughput 0.65x, p50 1.00x, daemon 4.08 ms, cold/warm 13.9x.
 - **Warm p50 at or below the fork floor.** The fork is off the request path: children are
   forked ahead of demand and pre-warmed (the profile's fork+hello is a pool take, about
   0.01 ms). With a zygote of 256 MiB or more Zygo is at or below the floor, because the floor's
