@@ -1280,6 +1280,45 @@ A/B ratios are what to read.
 - **A fork loop in C** (probe: a numpy process forking and reaping 300 children): the parent's
   faults per fork 28.7 with the smallest Python loop, 6.8 from C. The zygote's own faults were
   being cut in Python in this round (above); not built.
+
+### Ninth round (lead): the Go scheduler's monitor, and what a request waits for
+
+This session's host is another of the same kind (Linux 6.18.44-fc-v1045, 2 cores) with the
+earlier cost model: a forked child reads a page it inherited in 0.2-0.3 us (6-8 us on the
+eighth round's host) and writes one in 3-40 us (copy-on-write; it moves with load), and the
+stats handler's step takes 0.7-1.0 ms (10 ms there).
+
+- **sysmon kept out of its deep sleep** (~GODEBUG=schedtrace=2147483647~, internal/cli
+  sysmon_linux.go): when every P is idle Go's monitor thread sleeps on a note, and the first
+  system call after that wakes it with its tick reset to 20 us for 50 rounds before it backs
+  off; the daemon goes idle and busy several times a request, so it paid those ticks again and
+  again (~perf record -g~ of the daemon under 8 clients: 14% of its CPU in sysmon's
+  ~nanosleep~ context switches). With ~schedtrace~ set the runtime never takes that sleep, so
+  the ticks back off once to 10 ms and come back to 20 us only when sysmon has a P to retake.
+  The runtime reads GODEBUG before ~main~, so ~zygo serve~ re-executes itself with it (same
+  pid, arguments and descriptors) and gives its children the caller's ~GODEBUG~ back; a
+  caller's own ~schedtrace~ stands. A/B on the idle host, the same build run without and with
+  the setting (~zygo-bench -ab~, 4 rounds of 300 at 8 clients, then 200 one-client requests):
+
+| per warm stats request | A (default) | B (schedtrace) | B/A |
+|---|---|---|---|
+| daemon CPU, 8 clients | 1.658 ms | 1.266 ms | 0.76 |
+| daemon system calls / context switches (perf stat) | 117.8 / 32.6 | 100.2 / 14.5 | 0.85 / 0.44 |
+| zygote side CPU | 8.39 ms | 8.75 ms | 1.04 (unchanged code) |
+| throughput, 8 clients | 180.5 req/s | 180.5 req/s | 1.00 |
+| p50 / p90, 1 client | 5.28 / 11.48 ms | 5.10 / 9.62 ms | 0.97 / 0.84 |
+
+- **What a one-client request waits for** (~perf record -a~ of the scheduler's switch and
+  wake-up events and the request's system calls, back-to-back requests): the ~wait~ phase
+  (GO sent to result seen) is about 1.3 ms longer than the child's own steps after GO, and the
+  trace shows where: GO and the pool's replacement fork request leave the daemon together, so
+  the GO'd child wakes on a CPU where the zygote's fork (about 1.8 ms) and the new child's
+  pre-warm are runnable too, and waits behind them; the request whose child ran at once
+  finished 2.0 ms after GO. Requests paced 20 ms apart (the refill done before the next
+  arrives) read p50 3.93 ms and wait 2.62 ms against 4.24 and 2.96 ms back to back (same
+  build): the refill's share of a one-client p50 is about 0.3 ms. Deferring the refill until
+  the request ends (while another child waits in the pool) moved it rather than removed it:
+  wait 0.80x, p50 0.97x, p90 1.15x (the next request now meets it). Not kept.
 `
 
 // boundsText explains, for the targets of the performance issue, what

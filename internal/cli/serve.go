@@ -37,6 +37,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		Short: "Run the Zygo daemon in the foreground",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			reexecErr := reexecForSysmon() // first: nothing is open or started yet
 			if err := applyServeConfig(cmd.Flags(), configPath); err != nil {
 				return err
 			}
@@ -46,6 +47,9 @@ func newServeCmd(g *globals) *cobra.Command {
 			log, err := newDaemonLogger(cmd.ErrOrStderr(), logFormat, logLevel)
 			if err != nil {
 				return err
+			}
+			if reexecErr != nil {
+				log.Warn("the Go scheduler's monitor keeps its default ticks", "err", reexecErr)
 			}
 			if keepVersions < 1 { // 0 would mean the default to daemon.Config
 				return fmt.Errorf("--keep-versions %d: must be 1..%d (1 keeps only the active version: no rollback)", keepVersions, daemon.MaxKeepVersions)

@@ -110,6 +110,7 @@ type Process struct {
 	StateDir string
 	Args     []string   // extra serve flags
 	Extra    []*os.File // descriptors the daemon inherits as fds 3, 4, ...
+	Env      []string   // added to the test's own environment (KEY=VALUE)
 	// Cmd is the running daemon (nil before Start); Log what it printed.
 	Cmd    *exec.Cmd
 	Log    *LockedBuffer
@@ -138,6 +139,9 @@ func (p *Process) Start(ready time.Duration) {
 	p.Cmd = exec.Command(p.Bin, args...)
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Log, p.Log
 	p.Cmd.ExtraFiles = p.Extra
+	if len(p.Env) > 0 {
+		p.Cmd.Env = append(os.Environ(), p.Env...)
+	}
 	if err := p.Cmd.Start(); err != nil {
 		p.T.Fatal(err)
 	}
