@@ -156,6 +156,7 @@ type Process struct {
 	// pid1Known is closed once pid1 holds the sandbox's PID 1 (readStatus).
 	pid1Known chan struct{}
 	pid1      int // the host pid of the sandbox's PID 1 (the agent); set once, before pid1Known closes
+	baseNice  int // the daemon's nice value, recorded when a fork zygote's priority is lowered (priority.go)
 
 	sendMu  sync.Mutex      // serialises writes on ctl
 	pool    *pool           // pre-forked children (fork mode with PreFork > 0)
@@ -307,6 +308,7 @@ func Start(ctx context.Context, spec Spec) (_ *Process, err error) {
 	if spec.Mode == ModeFork && z.ready.ForkSafe {
 		if z.pool = newPool(spec.PreFork); z.pool != nil {
 			z.dirs = make(chan requestDir, spec.PreFork)
+			z.lowerZygotePriority() // before the pool's first fork: every child inherits it
 			go z.fill()
 		}
 	}

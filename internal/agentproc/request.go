@@ -420,6 +420,9 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 		z.release(c)
 		return nil, nil
 	}
+	if z.pool != nil {
+		z.restorePriority(c) // from the pool's background priority to the daemon's
+	}
 	res.mark("before_go", &res.lap)
 	// deadline_ms is the time left, milliseconds, counted by the child from
 	// when it receives GO (the sandbox's clock need not agree with ours).

@@ -1319,6 +1319,14 @@ stats handler's step takes 0.7-1.0 ms (10 ms there).
   build): the refill's share of a one-client p50 is about 0.3 ms. Deferring the refill until
   the request ends (while another child waits in the pool) moved it rather than removed it:
   wait 0.80x, p50 0.97x, p90 1.15x (the next request now meets it). Not kept.
+- **The refills below the requests** (internal/agentproc/priority.go): instead, a pooled
+  zygote runs 4 nice values below the daemon once ready, its children inherit that, and the
+  daemon sets a child back to its own nice value right before GO (one ~setpriority~ a
+  request). A/B against the build before (helpers' builds and tests loading the host, load
+  4-8, so read the ratios): one-client p50 0.73x (8.28 vs 11.29 ms), ~wait~ 0.72x, p90 0.99x,
+  daemon CPU 0.92x, zygote side 0.95x; an earlier run of the same idea at nice +10 read p50
+  0.87x but p90 1.47x (a request that finds the pool empty waits for a fork done at the low
+  priority), and at +4 p50 0.76x, p90 0.98x; +4 is kept.
 `
 
 // boundsText explains, for the targets of the performance issue, what
