@@ -49,12 +49,13 @@ func newPool(ceiling int) *pool {
 }
 
 // take returns an idle, live pre-forked child, or nil. Dead ones are
-// released.
+// released. An empty pool wakes the filler at once; after a child is taken
+// the caller wakes it (wake) once the child has its GO, so that the GO
+// leaves the daemon before the refill's fork request.
 func (p *pool) take(z *Process) *child {
 	if p == nil {
 		return nil
 	}
-	defer p.wake()
 	for {
 		select {
 		case c := <-p.ch:
@@ -64,12 +65,17 @@ func (p *pool) take(z *Process) *child {
 			}
 			return c
 		default:
+			p.wake()
 			return nil
 		}
 	}
 }
 
+// wake tells the filler to check the pool's target (nil-safe; never blocks).
 func (p *pool) wake() {
+	if p == nil {
+		return
+	}
 	select {
 	case p.kick <- struct{}{}:
 	default:

@@ -413,6 +413,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 		after(res)
 	}
 	if err != nil {
+		z.pool.wake() // the child taken is not replaced until the filler hears of it
 		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
 		fail(FailInternal, "preparing child: %v", err)
 		z.awaitExit(c, time.Now().Add(5*time.Second), nil)
@@ -437,6 +438,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 		z.current.Store(&outputOwner{id: req.ID, redact: req.Redact})
 	}
 	err = c.conn.send(goMsg, attach)
+	z.pool.wake() // the refill of the child taken, after its GO (pool.take)
 	res.mark("go", &res.lap)
 	if err != nil {
 		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
