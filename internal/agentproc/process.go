@@ -155,8 +155,8 @@ type Process struct {
 	blockW   *os.File
 	// pid1Known is closed once pid1 holds the sandbox's PID 1 (readStatus).
 	pid1Known chan struct{}
-	pid1      int // the host pid of the sandbox's PID 1 (the agent); set once, before pid1Known closes
-	baseNice  int // the daemon's nice value, recorded when a fork zygote's priority is lowered (priority.go)
+	pid1      int       // the host pid of the sandbox's PID 1 (the agent); set once, before pid1Known closes
+	nice      childNice // what lowerZygotePriority did (priority.go); set before the pool's first fork
 
 	sendMu  sync.Mutex      // serialises writes on ctl
 	pool    *pool           // pre-forked children (fork mode with PreFork > 0)

@@ -1297,7 +1297,8 @@ stats handler's step takes 0.7-1.0 ms (10 ms there).
   the ticks back off once to 10 ms and come back to 20 us only when sysmon has a P to retake.
   The runtime reads GODEBUG before ~main~, so ~zygo serve~ re-executes itself with it (same
   pid, arguments and descriptors) and gives its children the caller's ~GODEBUG~ back; a
-  caller's own ~schedtrace~ stands. A/B on the idle host, the same build run without and with
+  caller's own ~schedtrace~ stands (the re-execution comes before the CLI's signal handlers,
+  and keeps the process's name). A/B on the idle host, the same build run without and with
   the setting (~zygo-bench -ab~, 4 rounds of 300 at 8 clients, then 200 one-client requests):
 
 | per warm stats request | A (default) | B (schedtrace) | B/A |
@@ -1320,9 +1321,9 @@ stats handler's step takes 0.7-1.0 ms (10 ms there).
   the request ends (while another child waits in the pool) moved it rather than removed it:
   wait 0.80x, p50 0.97x, p90 1.15x (the next request now meets it). Not kept.
 - **The refills below the requests** (internal/agentproc/priority.go): instead, a pooled
-  zygote runs 4 nice values below the daemon once ready, its children inherit that, and the
-  daemon sets a child back to its own nice value right before GO (one ~setpriority~ a
-  request). A/B against the build before (helpers' builds and tests loading the host, load
+  zygote's nice value is raised by 4 once ready (a lower priority), its children inherit
+  that, and the daemon lowers a child's back by as much right before GO (a ~getpriority~ and
+  a ~setpriority~ a request; a value the import, the child or an operator chose stands). A/B against the build before (helpers' builds and tests loading the host, load
   4-8, so read the ratios): one-client p50 0.73x (8.28 vs 11.29 ms), ~wait~ 0.72x, p90 0.99x,
   daemon CPU 0.92x, zygote side 0.95x; an earlier run of the same idea at nice +10 read p50
   0.87x but p90 1.47x (a request that finds the pool empty waits for a fork done at the low

@@ -29,6 +29,7 @@ import (
 
 // Execute runs the CLI on os.Args and returns the process exit status.
 func Execute() int {
+	beforeSignals(os.Args[1:]) // `serve` may re-execute itself here (sysmon_linux.go)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)

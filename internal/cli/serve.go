@@ -37,7 +37,6 @@ func newServeCmd(g *globals) *cobra.Command {
 		Short: "Run the Zygo daemon in the foreground",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			reexecErr := reexecForSysmon() // first: nothing is open or started yet
 			if err := applyServeConfig(cmd.Flags(), configPath); err != nil {
 				return err
 			}
@@ -48,8 +47,8 @@ func newServeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if reexecErr != nil {
-				log.Warn("the Go scheduler's monitor keeps its default ticks", "err", reexecErr)
+			if sysmonErr != nil { // Execute's re-execution (sysmon_linux.go)
+				log.Warn("the Go scheduler's monitor keeps its default ticks", "err", sysmonErr)
 			}
 			if keepVersions < 1 { // 0 would mean the default to daemon.Config
 				return fmt.Errorf("--keep-versions %d: must be 1..%d (1 keeps only the active version: no rollback)", keepVersions, daemon.MaxKeepVersions)

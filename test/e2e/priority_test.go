@@ -41,10 +41,11 @@ func childrenOf(t *testing.T, pid int) []int {
 	return out
 }
 
-// A fork zygote that keeps a pool, and its idle pre-forked children, run 4 nice values below
-// the daemon (internal/agentproc/priority.go): the pool's refills are work done ahead, and a
-// request's child, given the daemon's priority back before GO, runs ahead of them. A zygote
-// without a pool forks on the request path and keeps the daemon's priority.
+// A fork zygote that keeps a pool, and its idle pre-forked children, run at a nice value 4
+// above the zygote's own (a lower priority; internal/agentproc/priority.go): the pool's
+// refills are work done ahead, and a request's child, given the zygote's own priority back
+// before GO, runs ahead of them. A zygote without a pool forks on the request path and keeps
+// its priority; one whose import lowered its own keeps that for its requests.
 func TestPoolRefillsRunBelowRequests(t *testing.T) {
 	base, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0) // raw: 20 - nice
 	if err != nil {
@@ -62,6 +63,11 @@ func TestPoolRefillsRunBelowRequests(t *testing.T) {
 		"zygo.toml": "name = \"nice-nopool\"\nruntime = \"python\"\nhandler = \"main:handler\"\nprefork = 0\n",
 		"main.py":   handler,
 	}))
+	// An import that lowers its own priority keeps it: the daemon only undoes what it did.
+	d.Up(writeFunction(t, map[string]string{
+		"zygo.toml": "name = \"nice-import\"\nruntime = \"python\"\nhandler = \"main:handler\"\n",
+		"main.py":   "import os\nos.nice(10)\n\n" + handler,
+	}))
 	d.Invoke("nice", map[string]any{}, nil) // traffic: the pool fills
 	zygotes := map[string]int{}
 	out, _, code := d.CLI("ls", "-o", "json")
@@ -69,7 +75,7 @@ func TestPoolRefillsRunBelowRequests(t *testing.T) {
 		Name      string `json:"name"`
 		ZygotePID int    `json:"zygote_pid"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &fns) != nil || len(fns) != 2 {
+	if code != 0 || json.Unmarshal([]byte(out), &fns) != nil || len(fns) != 3 {
 		t.Fatalf("zygo ls -o json: exit %d, %q", code, out)
 	}
 	for _, f := range fns {
@@ -94,11 +100,19 @@ func TestPoolRefillsRunBelowRequests(t *testing.T) {
 			t.Errorf("idle pre-forked child %d runs at nice %d, want %d", pid, got, want)
 		}
 	}
-	for _, fn := range []string{"nice", "nice-nopool"} {
+	imported := min(base+10, 19)
+	wantZygote := imported + 4
+	if wantZygote > 19 { // no room below it: left as the import made it
+		wantZygote = imported
+	}
+	if got := niceOf(t, zygotes["nice-import"]); got != wantZygote {
+		t.Errorf("the zygote whose import set nice %d (pid %d) runs at nice %d, want %d", imported, zygotes["nice-import"], got, wantZygote)
+	}
+	for fn, wantReq := range map[string]int{"nice": base, "nice-nopool": base, "nice-import": imported} {
 		var v struct{ Nice int }
 		res := d.Invoke(fn, map[string]any{}, &v)
-		if v.Nice != base {
-			t.Errorf("%s: the request's child (%s) ran at nice %d, want the daemon's %d", fn, res.Child, v.Nice, base)
+		if v.Nice != wantReq {
+			t.Errorf("%s: the request's child (%s) ran at nice %d, want %d", fn, res.Child, v.Nice, wantReq)
 		}
 	}
 }

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +40,11 @@ func TestServeRunsWithSysmonSetting(t *testing.T) {
 		if !contains(env, want) {
 			t.Errorf("the daemon (pid %d, the one started) was not re-executed with %s: environ %q", d.Cmd.Process.Pid, want, env)
 		}
+	}
+	// Its name is still the program's (execve of /proc/self/exe would make it "exe": pgrep -x
+	// zygo, killall, systemd's status and the OOM killer's lines show it).
+	if comm, err := os.ReadFile("/proc/" + strconv.Itoa(d.Cmd.Process.Pid) + "/comm"); err != nil || strings.TrimSpace(string(comm)) != "zygo" {
+		t.Errorf("the daemon's name after its re-execution: %q, %v; want zygo", comm, err)
 	}
 	// The pid and the status call held across the re-execution (startDaemon waited for it);
 	// so did fd 3, which execve keeps: it is still the file the test passed.
@@ -76,4 +83,33 @@ func containsPrefix(list []string, p string) bool {
 		}
 	}
 	return false
+}
+
+// A SIGTERM that arrives while the daemon starts, before, during or after its
+// re-execution, stops it: none is caught by a handler the re-execution then throws away.
+func TestServeStopsOnASignalDuringStart(t *testing.T) {
+	requireTools(t)
+	for i := range 40 { // SIGTERM 0-39 ms after the start, 1 ms apart
+		delay := time.Duration(i)
+		state, err := os.MkdirTemp("", "zygo-e2e-state-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(zygoBin, "serve", "--state-dir", state, "--no-sandboxes", "--no-network")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay * time.Millisecond)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("trial %d: SIGTERM %v after start: the daemon was still running 10 s later", i, delay*time.Millisecond)
+		}
+		os.RemoveAll(state)
+	}
 }
