@@ -400,11 +400,19 @@ func removeAllAt(ctx context.Context, parent int, name, where string, depth int,
 	return removeDirAt(ctx, parent, name, fd, filepath.Join(where, name), depth)
 }
 
+// direntMax is the largest linux_dirent64 getdents64(2) returns: 19 bytes of
+// header, a name of up to 255 bytes and its NUL, rounded up to 8.
+const direntMax = 280
+
 // removeDirAt removes every entry of the directory open at fd (name in
 // parent), then the directory itself. One listing usually does: entries are
 // removed as getdents returns them; when the final rmdir finds the
 // directory not empty (an entry skipped while the listing changed, or one
 // added meanwhile), it lists again from the top, at most maxPasses times.
+// The first pass takes a getdents that left room for another entry as the
+// end of the listing (a request directory's few entries come in one call,
+// and the call that would return none is saved); the final rmdir checks it,
+// and the passes after read to the end.
 func removeDirAt(ctx context.Context, parent int, name string, fd int, path string, depth int) error {
 	buf := make([]byte, 8<<10)
 	for pass := 0; ; pass++ {
@@ -436,6 +444,9 @@ func removeDirAt(ctx context.Context, parent int, name string, fd int, path stri
 				if err := removeAllAt(ctx, fd, ent, path, depth+1, typ); err != nil {
 					return err
 				}
+			}
+			if pass == 0 && n <= len(buf)-direntMax {
+				break // it would have fitted one more entry: very likely the end
 			}
 		}
 		err := unix.Unlinkat(parent, name, unix.AT_REMOVEDIR)

@@ -192,6 +192,52 @@ func TestRemoveSubWalksTheOpenDir(t *testing.T) {
 	}
 }
 
+// TestRemoveSubRacesAWriter: entries made while RemoveSub walks the directory
+// (the first pass ends at a getdents that left room, and the entries made
+// after it are found by the final rmdir and the passes after) are removed,
+// and the directory with them.
+func TestRemoveSubRacesAWriter(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		dir := t.TempDir()
+		req := filepath.Join(dir, "req")
+		os.Mkdir(req, 0o700)
+		for i := 0; i < 5; i++ {
+			os.WriteFile(filepath.Join(req, fmt.Sprintf("f%d", i)), nil, 0o600)
+		}
+		d, _ := OpenDir(dir)
+		sub, err := d.Sub("req")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wfd, err := syscall.Open(req, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan int)
+		go func() { // creates through its own descriptor until the directory is gone
+			n := 0
+			for ; n < 2000; n++ {
+				fd, err := syscall.Openat(wfd, fmt.Sprintf("w%d", n), syscall.O_CREAT|syscall.O_WRONLY, 0o600)
+				if err != nil {
+					break
+				}
+				syscall.Close(fd)
+			}
+			done <- n
+		}()
+		err = d.RemoveSub(context.Background(), "req", sub)
+		made := <-done
+		syscall.Close(wfd)
+		d.Close()
+		if err != nil {
+			t.Fatalf("round %d (%d made by the writer): %v", round, made, err)
+		}
+		if _, err := os.Lstat(req); !os.IsNotExist(err) {
+			t.Fatalf("round %d: req still there: %v", round, err)
+		}
+	}
+}
+
 func TestOpenDirRefusesASymlink(t *testing.T) {
 	dir := t.TempDir()
 	os.Symlink(t.TempDir(), filepath.Join(dir, "l"))
