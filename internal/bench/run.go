@@ -1291,17 +1291,20 @@ with the same ~GODEBUG=schedtrace=2147483647~, each with its build's ~zygo_rand.
 
 | per warm stats request, 8 clients | A | B |
 |---|---|---|
-| cgroup control-file writes (~strace -y~) | 9.1: ~cgroup.procs~ x4, ~memory.max_usage_in_bytes~, ~memory.failcnt~, their memsw twins, ~cpuacct.usage~ at each Release and again at Begin for a held child (31 of 200 requests here) | 6: ~cgroup.procs~ x4, ~memory.max_usage_in_bytes~, ~cpuacct.usage~ once (when the group is taken, or at Begin) |
+| cgroup control-file writes (~strace -y~, 200 requests) | 9.1: ~cgroup.procs~ x4, ~memory.max_usage_in_bytes~, ~memory.failcnt~, their memsw twins, ~cpuacct.usage~ at each Release and again at Begin for a held child (31 of 200 requests here) | 6: ~cgroup.procs~ x4, ~memory.max_usage_in_bytes~, ~cpuacct.usage~ once (when the group is taken, or at Begin) |
 | cgroup control-file reads (same trace) | 10: ~pids.current~ x3, ~cpuacct.usage~, ~memory.max_usage_in_bytes~, ~memory.failcnt~, ~memory.memsw.failcnt~, ~memory.oom_control~, ~pids.events~, ~memory.usage_in_bytes~ | 7: the same less ~pids.current~ x2 and ~cpuacct.usage~ |
-| pread64 / pwrite64 / getdents64 (~strace -c~, two runs each; pwrite64 includes SQLite's WAL, 2.6-3.0) | 10.2, 10.2 / 12.6, 13.0 / 2.0, 2.0 | 7.2, 7.2 / 9.8, 9.9 / 1.0, 1.0 |
-| all daemon system calls (~strace -c~, two runs) | 102.1, 106.7 | 95.4, 99.6 |
-| daemon system calls (~zygo-bench -ab -ab-perf~, 4 rounds, run 1 at load 1.4-6 / run 2 at load 8-10) | 98.1-104.6 / 103.2-112.7 | 91.4-94.2 / 99.2-108.6 |
-| daemon context switches (same rounds) | 14.4-17.9 / 17.3-24.3 | 14.7-15.7 / 19.0-23.8 |
-| daemon CPU (/proc/PID/stat, same rounds) | 1.249 / 1.674 ms | 1.233 / 1.524 ms (0.99 / 0.91) |
-| throughput; one-client p50 | 172 / 71 req/s; 5.14 / 7.50 ms | 181 / 74 req/s; 5.17 / 7.53 ms |
+| pread64 / pwrite64 (~strace -c~, 600 requests, two runs each; pwrite64 includes SQLite's WAL, 2.6-3.2) | 10.2, 10.2 / 12.6, 13.0 | 7.2, 7.2 / 9.6, 9.2 |
+| getdents64 / fchmod / fchownat / fchown (same runs) | 2 / 1 / 3 / 0 | 1 / 0 / 2 / 1 |
+| all daemon system calls (same runs) | 102.1, 106.7 | 93.0, 91.7 |
+| daemon system calls (~zygo-bench -ab -ab-perf~, 4 rounds; run 1 at load 9 / run 2 at load 5) | 100.8-105.1 / 97.6-100.6 | 90.6-99.3 / 89.4-93.4 |
+| daemon context switches (same rounds) | 15.2-17.6 / 14.1-15.0 | 14.8-18.9 / 13.7-15.7 |
+| daemon CPU (/proc/PID/stat, same rounds) | 1.166 / 1.124 ms | 1.074 / 1.166 ms (0.92 / 1.04) |
+| throughput; one-client p50; its ~dir~ phase | 151 / 204 req/s; 6.85 / 3.76 ms; 0.062 / 0.046 ms | 142 / 199 req/s; 6.23 / 3.94 ms; 0.054 / 0.038 ms |
 
-The other calls of the request directory are unchanged and exact in both: mkdirat 2, openat2
-5, fchownat 3, unlinkat 6 a request.
+Two A/B runs of the branch before its last change (~event.json~ by descriptor), at load 1.4-6
+and 8-10, read the same: system calls 98.1-104.6 vs 91.4-94.2 and 103.2-112.7 vs 99.2-108.6,
+daemon CPU 0.99x and 0.91x. The request directory's mkdirat 2, openat2 5 and unlinkat 6 a
+request are unchanged.
 
 - **One ~cpuacct.usage~ write a child, where it counts from.** A kept v1 group's CPU counter is
   no longer reset by Release: it is marked stale, and reset when the group is taken again,
@@ -1323,6 +1326,12 @@ The other calls of the request directory are unchanged and exact in both: mkdira
   Release on a goroutine, as before. TestReleasedGroupIsReusedWithItsLimits,
   TestReleaseDeletesGroupWithLeftovers, TestGroupThatHitPIDsIsNotKept,
   TestGroupStillChargedIsNotKept and TestBeginCountsCPUFromTheRequest unchanged.
+- **~event.json~ owned through its descriptor** (untrusted.WriteFileAs, also for a script's
+  files): created with its mode, fchown on the open file, no fchmod unless the daemon's umask
+  (read once from /proc/self/status) would take bits of the mode away: create, write, fchown,
+  close, where WriteFile and Chown made create, write, fchmod, close, fchownat.
+  TestWriteFileAsOwnsItsFile (owner, group and exact mode, a 0666 file under umask 022, a
+  planted symlink refused and its target not chowned).
 - **One getdents a request directory.** The removal walk's first pass takes a getdents that
   left room for one more entry (280 bytes, the largest linux_dirent64) as the end of the
   listing; the final rmdir checks it, and a directory found not empty is listed again to the
@@ -1357,12 +1366,11 @@ Tried or counted, and not kept:
   that forks in a loop could outrun the kill rounds. Left alone.
 - ~pids.events~ skipped for groups without a pids limit (one read): a refusal by the
   zygote's own limit can be counted in the request's group on v1 (the task's own group), and
-  a kept group would carry it unseen; ~event.json~ written with its owner by descriptor:
-  the same number of calls. Not done.
+  a kept group would carry it unseen. Not done.
 
-Targets after this round: daemon CPU per request <= 0.5 ms NOT met (1.2-1.5 ms on this
-host, B/A 0.91-0.99 over two runs). The per-child cgroup and request-directory calls cut here
-are 8 of the daemon's 95-100 system calls a request; the rest are the Go runtime's (futex,
+Targets after this round: daemon CPU per request <= 0.5 ms NOT met (1.1-1.7 ms on this
+host, B/A 0.91-1.04 over four runs: within the host's noise). The per-child cgroup and
+request-directory calls cut here are 9 of the daemon's 100-105 system calls a request; the rest are the Go runtime's (futex,
 epoll_pwait, nanosleep: 20-26), the request socket and its pidfd, the HTTP connection, the
 result and log files, and SQLite.
 `

@@ -28,7 +28,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -239,13 +241,34 @@ func (d *Dir) Head(ctx context.Context, name string, n int64) (b []byte, size in
 // kind, a symlink included, is an error wrapping os.ErrExist), with mode
 // perm, and writes data. On error nothing is left at name.
 func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
-	fd, err := d.openat(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL)
-	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) && errors.Is(pe.Err, unix.EEXIST) {
-			return &os.PathError{Op: "create", Path: pe.Path, Err: os.ErrExist}
-		}
+	return d.WriteFileAs(name, data, perm, -1, -1)
+}
+
+// WriteFileAs is WriteFile of a file owned by uid and gid (-1: the
+// daemon's), set through its descriptor before it is closed: four system
+// calls (create, write, fchown, close) where WriteFile and Chown made five
+// or six. The mode is given at the create; it is set again with fchmod only
+// when the daemon's umask would take bits of perm away.
+func (d *Dir) WriteFileAs(name string, data []byte, perm os.FileMode, uid, gid int) error {
+	if err := checkName(name); err != nil {
 		return err
+	}
+	how := unix.OpenHow{Flags: uint64(unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK),
+		Mode: uint64(perm.Perm()), Resolve: resolve}
+	var fd int
+	var err error
+	for try := 0; ; try++ {
+		fd, err = unix.Openat2(d.live(), name, &how)
+		if (err == unix.EINTR || err == unix.EAGAIN) && try < maxRetries {
+			continue // EAGAIN: a rename raced the lookup (RESOLVE_BENEATH); retry
+		}
+		break
+	}
+	if err == unix.EEXIST {
+		return &os.PathError{Op: "create", Path: filepath.Join(d.path, name), Err: os.ErrExist}
+	}
+	if err != nil {
+		return pathErr(d.path, name, err)
 	}
 	for rest := data; len(rest) > 0 && err == nil; {
 		var n int
@@ -259,8 +282,11 @@ func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
 		}
 		rest = rest[max(n, 0):]
 	}
-	if err == nil {
+	if err == nil && uint32(perm.Perm())&umask() != 0 {
 		err = unix.Fchmod(fd, uint32(perm.Perm()))
+	}
+	if err == nil && (uid >= 0 || gid >= 0) {
+		err = unix.Fchown(fd, uid, gid)
 	}
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
@@ -271,6 +297,24 @@ func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
 	}
 	return nil
 }
+
+// umask is the daemon's umask, read once from /proc/self/status (reading it
+// with umask(2) would change it meanwhile); all bits when it cannot be read,
+// so that WriteFileAs always sets the mode itself then.
+var umask = sync.OnceValue(func() uint32 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0o777
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				return uint32(m)
+			}
+		}
+	}
+	return 0o777
+})
 
 // Create creates name below d for writing, exclusively and without following
 // a symlink (an existing name of any kind, a symlink included, is an error
