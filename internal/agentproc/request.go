@@ -357,14 +357,13 @@ func (z *Process) makeRequestDir(req Request) (requestDir, error) {
 			return d, err
 		}
 	}
+	owner := -1 // root's: the daemon's own
+	if uid != 0 {
+		owner = uid
+	}
 	for name, data := range files {
-		if err := d.files.WriteFile(name, data, 0o400); err != nil {
+		if err := d.files.WriteFileAs(name, data, 0o400, owner, owner); err != nil {
 			return d, fmt.Errorf("writing %s: %w", name, err)
-		}
-		if uid != 0 {
-			if err := d.files.Chown(name, uid, uid); err != nil {
-				return d, fmt.Errorf("chowning %s: %w", name, err)
-			}
 		}
 	}
 	return d, nil

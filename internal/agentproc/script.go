@@ -62,13 +62,11 @@ func writeScriptFile(d *untrusted.Dir, rel string, data []byte, uid int) error {
 		defer dir.Close()
 	}
 	name := parts[len(parts)-1]
-	if err := dir.WriteFile(name, data, 0o400); err != nil {
-		return err
-	}
+	owner := -1 // root's: the daemon's own
 	if uid != 0 {
-		return dir.Chown(name, uid, uid)
+		owner = uid
 	}
-	return nil
+	return dir.WriteFileAs(name, data, 0o400, owner, owner)
 }
 
 func mkdirOwned(d *untrusted.Dir, name string, uid int) error {

@@ -47,6 +47,9 @@ type Group struct {
 	gen    uint64    // Manager.gens[pool.prefix] when placed: a later DropPooled makes Release delete it
 	base   counters  // counters at the group's reuse, subtracted by readUsage (pool.go)
 	files  *ctlFiles // control files kept open (files.go); nil: opened at each use
+	// cpuStale: v1 cpuacct.usage still holds earlier requests' time (a kept group not yet
+	// taken again, or held by HoldPooled until Begin); set and cleared by its one user.
+	cpuStale bool
 
 	opMu sync.Mutex // serializes Kill and Delete
 
@@ -166,15 +169,16 @@ type rawCounters struct {
 }
 
 func (g *Group) readUsage() (Usage, error) {
-	r, err := g.readRaw()
+	r, err := g.readRaw(true, true)
 	if err != nil {
 		return Usage{}, err
 	}
 	return g.usageOf(r), nil
 }
 
-// readRaw reads every counter Usage reports: seven reads on v1 (one of each file).
-func (g *Group) readRaw() (r rawCounters, err error) {
+// readRaw reads the counters Usage reports: seven reads on v1 with memsw (one of each
+// file); the CPU time and pids.current only when cpu and pids say so (left 0 otherwise).
+func (g *Group) readRaw(cpu, pids bool) (r rawCounters, err error) {
 	defer func() {
 		if errors.Is(err, fs.ErrNotExist) {
 			err = fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
@@ -183,8 +187,10 @@ func (g *Group) readRaw() (r rawCounters, err error) {
 			err = fmt.Errorf("reading usage of cgroup %s: %w", g.rel, err)
 		}
 	}()
-	if r.cpu, err = g.cpu(); err != nil {
-		return r, err
+	if cpu {
+		if r.cpu, err = g.cpu(); err != nil {
+			return r, err
+		}
 	}
 	if g.m.v2 {
 		err = g.readMemoryV2(&r)
@@ -194,7 +200,7 @@ func (g *Group) readRaw() (r rawCounters, err error) {
 	if err != nil {
 		return r, err
 	}
-	if r.pidsMax, err = g.readCounter(ctrlPids, "pids.events", "max"); err != nil {
+	if r.pidsMax, err = g.readCounter(ctrlPids, "pids.events", "max"); err != nil || !pids {
 		return r, err
 	}
 	r.pids, err = g.readUintFile(ctrlPids, "pids.current")

@@ -19,12 +19,17 @@ import (
 // same prefix and limits. Anything else — a process still in the group after releaseWait,
 // a limit that was hit — is deleted as before (Delete's kill walk).
 //
-// Counters the kernel lets root reset (v1 memory.max_usage_in_bytes, memory.failcnt and
-// their memsw twins, cpuacct.usage) are reset on reuse; the others (pids.events,
-// memory.oom_control's oom_kill, every v2 counter) are read once at reuse and subtracted
-// (Group.base), so Usage and Exceeded of a reused group count only its current request.
-// The v2 memory.peak cannot be reset: a group is reused only when its peak stayed below
-// the limit, so a reused group's MemoryLimitHit is still its own request's.
+// Counters the kernel lets root reset are reset on reuse, each only when it can hold
+// something: v1 memory.max_usage_in_bytes at Release; v1 cpuacct.usage when the group is
+// taken again (PlacePooled, before the move), or for a held child at its request's Begin
+// (HoldPooled: one write a child, where Release and Begin each wrote one). memory.failcnt
+// and memory.memsw.failcnt are 0 in any kept group (a fail count makes MemoryLimitHit,
+// which deletes it), and memory.memsw.max_usage_in_bytes is read by nothing: none is
+// written. The counters that cannot be reset (pids.events, memory.oom_control's oom_kill,
+// every v2 counter) are read once at reuse and subtracted (Group.base), so Usage and
+// Exceeded of a reused group count only its current request. The v2 memory.peak cannot be
+// reset: a group is reused only when its peak stayed below the limit, so a reused group's
+// MemoryLimitHit is still its own request's.
 
 const (
 	// releaseWait bounds how long Release waits for the group to empty: the child writes
@@ -55,9 +60,23 @@ type counters struct {
 
 // PlacePooled is Place for a group of its own under prefix ("fn"), taken from the empty
 // groups Release kept for prefix and l when there is one, else made (named
-// "<prefix>/p<N>"). Release it, not Delete it, when the request is over. Errors are
-// Place's.
+// "<prefix>/p<N>"). Its CPU count starts at the placement. Release it, not Delete it,
+// when the request is over. Errors are Place's.
 func (m *Manager) PlacePooled(ctx context.Context, prefix string, hostPID int, l Limits) (*Group, error) {
+	return m.placePooled(ctx, prefix, hostPID, l, false)
+}
+
+// HoldPooled is PlacePooled for a process placed ahead of its request (a pre-forked child
+// that waits for it in the group): its CPU count starts at Begin, which the request calls
+// before Enforce, Usage or Exceeded. A reused v1 group's cpuacct.usage is then written
+// once, by Begin, not also when it is taken. A held group given back without a request
+// (Release without Begin) is judged by its memory and pids counters alone. Errors are
+// Place's.
+func (m *Manager) HoldPooled(ctx context.Context, prefix string, hostPID int, l Limits) (*Group, error) {
+	return m.placePooled(ctx, prefix, hostPID, l, true)
+}
+
+func (m *Manager) placePooled(ctx context.Context, prefix string, hostPID int, l Limits, hold bool) (*Group, error) {
 	if err := checkName(prefix); err != nil {
 		return nil, err
 	}
@@ -82,6 +101,14 @@ func (m *Manager) PlacePooled(ctx context.Context, prefix string, hostPID int, l
 		m.free[key] = free[:len(free)-1]
 		m.nfree--
 		m.mu.Unlock()
+		if g.cpuStale && !hold {
+			// Empty until the move below: the count restarts at the placement.
+			if err := g.writeZeroFile(ctrlCPU, "cpuacct.usage"); err != nil {
+				_ = g.Delete() // a broken or vanished group: the next one, or a new one
+				continue
+			}
+			g.cpuStale = false
+		}
 		err := g.Add(hostPID)
 		if err == nil {
 			return g, nil
@@ -113,12 +140,35 @@ func (g *Group) Release() error {
 	if g.pool == nil || !g.waitNoPIDs(releaseWait) {
 		return g.Delete()
 	}
-	r, err := g.readRaw()
+	return g.releaseEmpty()
+}
+
+// TryRelease is Release for a caller that must not wait: when g holds no process now (one
+// read of pids.current; an error reads as not empty) it releases g as Release does and
+// returns true with Release's error; otherwise it returns false and leaves g as it was,
+// for the caller to Release where waiting (and a kill walk) is allowed.
+func (g *Group) TryRelease() (bool, error) {
+	if !g.Empty() {
+		return false, nil
+	}
+	if g.pool == nil {
+		return true, g.Delete()
+	}
+	return true, g.releaseEmpty()
+}
+
+// releaseEmpty is Release of a pooled group found empty: kept when no limit was hit and
+// little memory is still charged to it, else deleted. It reads only what that decision
+// and the reset need (six reads on v1 with memsw: not pids.current, known to be 0, nor
+// cpuacct.usage without a cpu_ms limit or while it still holds earlier requests' time).
+func (g *Group) releaseEmpty() error {
+	cpuKnown := g.m.v2 || g.limits.CPUMs > 0 && !g.cpuStale
+	r, err := g.readRaw(cpuKnown, false)
 	if err != nil {
 		return g.Delete()
 	}
 	if u := g.usageOf(r); u.OOMKills > 0 || u.PIDsLimitHit || u.MemoryLimitHit ||
-		g.limits.CPUMs > 0 && u.CPU > time.Duration(g.limits.CPUMs)*time.Millisecond {
+		cpuKnown && g.limits.CPUMs > 0 && u.CPU > time.Duration(g.limits.CPUMs)*time.Millisecond {
 		return g.Delete()
 	}
 	if charged, err := g.memoryCharge(); err != nil || charged > keepMaxChargeBytes {
@@ -159,6 +209,7 @@ func (g *Group) Begin() error {
 		if err != nil {
 			return fmt.Errorf("restarting the CPU count of cgroup %s: %w", g.rel, err)
 		}
+		g.cpuStale = false
 		return nil
 	}
 	cpu, err := g.cpu()
@@ -202,7 +253,8 @@ func (g *Group) waitNoPIDs(d time.Duration) bool {
 // reset returns a fresh Group for g's empty directories, which takes over g's open
 // control files, with its counters reset or recorded as its base (see the comment at the
 // top of this file). r is what g's counters read once the group was empty: nothing in it
-// can change them since.
+// can change them since. On v1 it writes one file, memory.max_usage_in_bytes (the peak);
+// cpuacct.usage is left to the group's next taker (cpuStale).
 func (g *Group) reset(r rawCounters) (*Group, error) {
 	next := &Group{m: g.m, rel: g.rel, limits: g.limits, pool: g.pool, gen: g.gen, files: g.files}
 	next.base.oomKills, next.base.pidsMax = r.oomKills, r.pidsMax
@@ -210,18 +262,10 @@ func (g *Group) reset(r rawCounters) (*Group, error) {
 		next.base.cpu, next.base.memFail = r.cpu, r.memFail
 		return next, nil
 	}
-	files := []string{"memory.max_usage_in_bytes", "memory.failcnt"}
-	if g.m.memsw {
-		files = append(files, "memory.memsw.max_usage_in_bytes", "memory.memsw.failcnt")
-	}
-	for _, f := range files {
-		if err := g.writeZeroFile(ctrlMemory, f); err != nil {
-			return nil, fmt.Errorf("resetting cgroup %s for reuse: %w", g.rel, err)
-		}
-	}
-	if err := g.writeZeroFile(ctrlCPU, "cpuacct.usage"); err != nil {
+	if err := g.writeZeroFile(ctrlMemory, "memory.max_usage_in_bytes"); err != nil {
 		return nil, fmt.Errorf("resetting cgroup %s for reuse: %w", g.rel, err)
 	}
+	next.cpuStale = true
 	return next, nil
 }
 

@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -255,6 +256,86 @@ sys.stdin.buffer.read(1)
 		t.Errorf("Exceeded() = %q, %q; want none", limit, value)
 	}
 	if err := g.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHeldGroupCountsCPUFromBegin: a kept v1 group's cpuacct.usage is reset once per
+// request, at the point its count starts. A group held for a child (HoldPooled) whose
+// earlier requests' CPU adds up past cpu_ms counts none of it after Begin, and is kept
+// again; a held child given back without a request, though it burnt more than cpu_ms while
+// waiting, does not get its group deleted for it; and the next PlacePooled of that group
+// counts from its placement.
+func TestHeldGroupCountsCPUFromBegin(t *testing.T) {
+	m := newManager(t)
+	l := Limits{MemoryMiB: 128, PIDs: 16, CPUMs: 600}
+	burn := func(s float64) string {
+		return fmt.Sprintf("t0 = time.process_time()\nwhile time.process_time() - t0 < %g:\n    pass\n", s)
+	}
+	c1 := startPython(t, burn(0.3))
+	g1 := placePooled(t, m, c1.cmd.Process.Pid, l)
+	c1.go_()
+	if ws := c1.wait(t, 10*time.Second); ws.ExitStatus() != 0 {
+		t.Fatalf("first request: %v", ws)
+	}
+	if err := g1.Release(); err != nil {
+		t.Fatal(err)
+	}
+
+	c2 := startPython(t, burn(0.35)+"print('idle', flush=True)\nsys.stdin.buffer.read(1)\n")
+	g2, err := m.HoldPooled(t.Context(), "fn", c2.cmd.Process.Pid, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Path() != g1.Path() {
+		t.Fatalf("held group %s, want the released %s reused", g2.Path(), g1.Path())
+	}
+	c2.go_()
+	if line := c2.line(t); line != "idle" {
+		t.Fatalf("child printed %q, want idle", line)
+	}
+	if err := g2.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := g2.Usage(); err != nil || u.CPU > 100*time.Millisecond {
+		t.Fatalf("usage after Begin %+v, %v: want neither the first request's CPU nor the wait's", u, err)
+	}
+	c2.go_()
+	if ws := c2.wait(t, 10*time.Second); ws.ExitStatus() != 0 {
+		t.Fatalf("second request: %v", ws)
+	}
+	if limit, _ := g2.Exceeded(); limit != "" {
+		t.Errorf("Exceeded() = %q, want none", limit)
+	}
+	if done, err := g2.TryRelease(); !done || err != nil {
+		t.Fatalf("TryRelease of an empty group = %v, %v; want it released", done, err)
+	}
+
+	c3 := startPython(t, burn(0.7))
+	g3, err := m.HoldPooled(t.Context(), "fn", c3.cmd.Process.Pid, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g3.Path() != g1.Path() {
+		t.Fatalf("held group %s, want %s reused", g3.Path(), g1.Path())
+	}
+	c3.go_()
+	c3.wait(t, 10*time.Second)
+	if err := g3.Release(); err != nil { // dropped: no request began
+		t.Fatal(err)
+	}
+
+	c4 := startPython(t, "pass\n")
+	g4 := placePooled(t, m, c4.cmd.Process.Pid, l)
+	if g4.Path() != g1.Path() {
+		t.Fatalf("group %s, want %s kept after a held child's wait", g4.Path(), g1.Path())
+	}
+	if u, err := g4.Usage(); err != nil || u.CPU > 5*time.Millisecond {
+		t.Errorf("reused group's usage at its placement %+v, %v; want earlier requests' CPU gone", u, err)
+	}
+	c4.go_()
+	c4.wait(t, 10*time.Second)
+	if err := g4.Release(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -16,6 +16,9 @@ type Limiter interface {
 	// PlacePooled is Place into an empty group kept for prefix and l, made
 	// when none is; the group is given back with Group.Release.
 	PlacePooled(ctx context.Context, prefix string, hostPID int, l cgroup.Limits) (*cgroup.Group, error)
+	// HoldPooled is PlacePooled for a child placed ahead of its request, whose
+	// CPU count starts at Group.Begin.
+	HoldPooled(ctx context.Context, prefix string, hostPID int, l cgroup.Limits) (*cgroup.Group, error)
 	// DropPooled deletes the groups kept for prefix (a removed function's).
 	DropPooled(prefix string) error
 }
@@ -108,7 +111,8 @@ func (m *Manager) releaseWhenGone(d *deployment, reqID string, g *cgroup.Group, 
 	m.wg.Add(1)
 	m.wgMu.Unlock()
 	res.OnGone(func() {
-		if !g.Empty() {
+		done, err := g.TryRelease()
+		if !done {
 			// Processes left behind: Release waits for them up to 200 ms, then kills
 			// them; not on the zygote's reader, which runs OnGone.
 			go func() {
@@ -118,7 +122,9 @@ func (m *Manager) releaseWhenGone(d *deployment, reqID string, g *cgroup.Group, 
 			return
 		}
 		defer m.wg.Done()
-		release()
+		if err != nil {
+			m.log.Warn("releasing request cgroup", "function", d.name, "request_id", reqID, "err", err)
+		}
 	})
 }
 
@@ -152,7 +158,7 @@ func (m *Manager) releaseGroup(d *deployment, reqID string, g *cgroup.Group, gon
 // A child that never serves a request gives its group back with Release.
 func (m *Manager) holdInCgroup(d *deployment) func(context.Context, int) (agentproc.Held, error) {
 	return func(ctx context.Context, hostPID int) (agentproc.Held, error) {
-		g, err := m.limiter.PlacePooled(ctx, d.name, hostPID, requestLimits(d))
+		g, err := m.limiter.HoldPooled(ctx, d.name, hostPID, requestLimits(d))
 		if err != nil {
 			return nil, fmt.Errorf("placing the child in its request cgroup: %w", err)
 		}

@@ -229,7 +229,7 @@ func (p *pool) hold() func(context.Context, int) (agentproc.Held, error) {
 		return nil
 	}
 	return func(ctx context.Context, hostPID int) (agentproc.Held, error) {
-		g, err := lim.PlacePooled(ctx, p.owner(), hostPID, p.requestLimits())
+		g, err := lim.HoldPooled(ctx, p.owner(), hostPID, p.requestLimits())
 		if err != nil {
 			return nil, fmt.Errorf("placing the child in its request cgroup: %w", err)
 		}

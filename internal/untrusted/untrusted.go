@@ -28,7 +28,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -239,13 +241,34 @@ func (d *Dir) Head(ctx context.Context, name string, n int64) (b []byte, size in
 // kind, a symlink included, is an error wrapping os.ErrExist), with mode
 // perm, and writes data. On error nothing is left at name.
 func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
-	fd, err := d.openat(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL)
-	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) && errors.Is(pe.Err, unix.EEXIST) {
-			return &os.PathError{Op: "create", Path: pe.Path, Err: os.ErrExist}
-		}
+	return d.WriteFileAs(name, data, perm, -1, -1)
+}
+
+// WriteFileAs is WriteFile of a file owned by uid and gid (-1: the
+// daemon's), set through its descriptor before it is closed: four system
+// calls (create, write, fchown, close) where WriteFile and Chown made five
+// or six. The mode is given at the create; it is set again with fchmod only
+// when the daemon's umask would take bits of perm away.
+func (d *Dir) WriteFileAs(name string, data []byte, perm os.FileMode, uid, gid int) error {
+	if err := checkName(name); err != nil {
 		return err
+	}
+	how := unix.OpenHow{Flags: uint64(unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK),
+		Mode: uint64(perm.Perm()), Resolve: resolve}
+	var fd int
+	var err error
+	for try := 0; ; try++ {
+		fd, err = unix.Openat2(d.live(), name, &how)
+		if (err == unix.EINTR || err == unix.EAGAIN) && try < maxRetries {
+			continue // EAGAIN: a rename raced the lookup (RESOLVE_BENEATH); retry
+		}
+		break
+	}
+	if err == unix.EEXIST {
+		return &os.PathError{Op: "create", Path: filepath.Join(d.path, name), Err: os.ErrExist}
+	}
+	if err != nil {
+		return pathErr(d.path, name, err)
 	}
 	for rest := data; len(rest) > 0 && err == nil; {
 		var n int
@@ -259,8 +282,11 @@ func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
 		}
 		rest = rest[max(n, 0):]
 	}
-	if err == nil {
+	if err == nil && uint32(perm.Perm())&umask() != 0 {
 		err = unix.Fchmod(fd, uint32(perm.Perm()))
+	}
+	if err == nil && (uid >= 0 || gid >= 0) {
+		err = unix.Fchown(fd, uid, gid)
 	}
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
@@ -271,6 +297,24 @@ func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
 	}
 	return nil
 }
+
+// umask is the daemon's umask, read once from /proc/self/status (reading it
+// with umask(2) would change it meanwhile); all bits when it cannot be read,
+// so that WriteFileAs always sets the mode itself then.
+var umask = sync.OnceValue(func() uint32 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0o777
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				return uint32(m)
+			}
+		}
+	}
+	return 0o777
+})
 
 // Create creates name below d for writing, exclusively and without following
 // a symlink (an existing name of any kind, a symlink included, is an error
@@ -400,11 +444,19 @@ func removeAllAt(ctx context.Context, parent int, name, where string, depth int,
 	return removeDirAt(ctx, parent, name, fd, filepath.Join(where, name), depth)
 }
 
+// direntMax is the largest linux_dirent64 getdents64(2) returns: 19 bytes of
+// header, a name of up to 255 bytes and its NUL, rounded up to 8.
+const direntMax = 280
+
 // removeDirAt removes every entry of the directory open at fd (name in
 // parent), then the directory itself. One listing usually does: entries are
 // removed as getdents returns them; when the final rmdir finds the
 // directory not empty (an entry skipped while the listing changed, or one
 // added meanwhile), it lists again from the top, at most maxPasses times.
+// The first pass takes a getdents that left room for another entry as the
+// end of the listing (a request directory's few entries come in one call,
+// and the call that would return none is saved); the final rmdir checks it,
+// and the passes after read to the end.
 func removeDirAt(ctx context.Context, parent int, name string, fd int, path string, depth int) error {
 	buf := make([]byte, 8<<10)
 	for pass := 0; ; pass++ {
@@ -436,6 +488,9 @@ func removeDirAt(ctx context.Context, parent int, name string, fd int, path stri
 				if err := removeAllAt(ctx, fd, ent, path, depth+1, typ); err != nil {
 					return err
 				}
+			}
+			if pass == 0 && n <= len(buf)-direntMax {
+				break // it would have fitted one more entry: very likely the end
 			}
 		}
 		err := unix.Unlinkat(parent, name, unix.AT_REMOVEDIR)

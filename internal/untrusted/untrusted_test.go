@@ -131,6 +131,49 @@ func TestWriteFileNeverFollowsAPlantedName(t *testing.T) {
 	}
 }
 
+// TestWriteFileAsOwnsItsFile: WriteFileAs gives the file its owner and its
+// exact mode through its descriptor, refuses a planted name as WriteFile does,
+// and reads the daemon's umask right (the mode it leaves to the create).
+func TestWriteFileAsOwnsItsFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (chown to another uid)")
+	}
+	old := syscall.Umask(0o22)
+	syscall.Umask(old)
+	if got := umask(); got != uint32(old) {
+		t.Fatalf("umask() = %o, want %o", got, old)
+	}
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(target, []byte("keep"), 0o600)
+	os.Symlink(target, filepath.Join(dir, "s"))
+	d, _ := OpenDir(dir)
+	defer d.Close()
+	if err := d.WriteFileAs("s", []byte("evil"), 0o400, 12345, 12345); !errors.Is(err, os.ErrExist) {
+		t.Fatalf("err = %v, want ErrExist", err)
+	}
+	if st, _ := os.Stat(target); st.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Fatal("the symlink's target was chowned")
+	}
+	if err := d.WriteFileAs("event.json", []byte(`{"a":1}`), 0o400, 12345, 12346); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Lstat(filepath.Join(dir, "event.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	if st.Mode() != 0o400 || sys.Uid != 12345 || sys.Gid != 12346 || st.Size() != 7 {
+		t.Fatalf("mode %v uid %d gid %d size %d; want -r-------- 12345 12346 7", st.Mode(), sys.Uid, sys.Gid, st.Size())
+	}
+	if err := d.WriteFileAs("mine", nil, 0o666, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Lstat(filepath.Join(dir, "mine")); st.Mode() != 0o666 || st.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Fatalf("mode %v uid %d; want -rw-rw-rw- owned by root, whatever the umask (%o)", st.Mode(), st.Sys().(*syscall.Stat_t).Uid, old)
+	}
+}
+
 func TestRemoveAllRemovesLinksNotTheirTargets(t *testing.T) {
 	dir := t.TempDir()
 	outside := t.TempDir()
@@ -189,6 +232,52 @@ func TestRemoveSubWalksTheOpenDir(t *testing.T) {
 	}
 	if err := sub.Close(); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("sub not closed by RemoveSub: %v", err)
+	}
+}
+
+// TestRemoveSubRacesAWriter: entries made while RemoveSub walks the directory
+// (the first pass ends at a getdents that left room, and the entries made
+// after it are found by the final rmdir and the passes after) are removed,
+// and the directory with them.
+func TestRemoveSubRacesAWriter(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		dir := t.TempDir()
+		req := filepath.Join(dir, "req")
+		os.Mkdir(req, 0o700)
+		for i := 0; i < 5; i++ {
+			os.WriteFile(filepath.Join(req, fmt.Sprintf("f%d", i)), nil, 0o600)
+		}
+		d, _ := OpenDir(dir)
+		sub, err := d.Sub("req")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wfd, err := syscall.Open(req, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan int)
+		go func() { // creates through its own descriptor until the directory is gone
+			n := 0
+			for ; n < 2000; n++ {
+				fd, err := syscall.Openat(wfd, fmt.Sprintf("w%d", n), syscall.O_CREAT|syscall.O_WRONLY, 0o600)
+				if err != nil {
+					break
+				}
+				syscall.Close(fd)
+			}
+			done <- n
+		}()
+		err = d.RemoveSub(context.Background(), "req", sub)
+		made := <-done
+		syscall.Close(wfd)
+		d.Close()
+		if err != nil {
+			t.Fatalf("round %d (%d made by the writer): %v", round, made, err)
+		}
+		if _, err := os.Lstat(req); !os.IsNotExist(err) {
+			t.Fatalf("round %d: req still there: %v", round, err)
+		}
 	}
 }
 
