@@ -122,6 +122,11 @@ func readResult(ctx context.Context, d *untrusted.Dir, max int64) (*resultFile, 
 		}
 		return nil, fmt.Errorf("reading result.json: %w", err)
 	}
+	return decodeResult(b)
+}
+
+// decodeResult parses the bytes of a result.json.
+func decodeResult(b []byte) (*resultFile, error) {
 	var rf resultFile
 	if err := json.Unmarshal(b, &rf); err != nil {
 		return nil, fmt.Errorf("malformed result: %w", err)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -108,6 +107,9 @@ type Result struct {
 	// child.reseed, child.handler, ...: the agent's report, a hint),
 	// collect.
 	Phases []Phase
+	// phaseBuf holds Run's Phases: its eight steps and the child's, without
+	// growing the slice as they are added.
+	phaseBuf [8 + maxChildSteps]Phase
 }
 
 // Phase is one timed step of a request.
@@ -155,107 +157,159 @@ type HandlerError struct {
 }
 
 type resultFile struct {
-	OK    bool            `json:"ok"`
-	Value json.RawMessage `json:"value"`
-	Error *HandlerError   `json:"error"`
+	OK    bool          `json:"ok"`
+	Value resultValue   `json:"value"`
+	Error *HandlerError `json:"error"`
 	// Rejected is "event" when the agent's JSON parser refused the event
 	// before any user code ran (the caller's error, not the handler's).
 	Rejected string `json:"rejected,omitempty"`
 	// Steps is the child's timing of its steps after GO, [[name, ns], ...]
 	// (docs/protocol.md): profiling only, never trusted for anything else.
-	Steps []childStep `json:"steps,omitempty"`
+	Steps stepPhases `json:"steps,omitempty"`
+}
+
+// resultValue is result.json's "value" as json.RawMessage holds it, without
+// RawMessage's copy: its bytes are those of the buffer decoded, which
+// readResult reads afresh for each result and never reuses (a value of
+// megabytes was copied once more for nothing).
+type resultValue []byte
+
+// UnmarshalJSON keeps b, the value's bytes in the buffer being decoded.
+func (v *resultValue) UnmarshalJSON(b []byte) error {
+	*v = b[:len(b):len(b)]
+	return nil
 }
 
 // maxChildSteps bounds the child's steps kept per request.
 const maxChildSteps = 24
 
-// childStep is one [name, nanoseconds] pair of result.json's steps. A
-// malformed one decodes to the zero step, which is dropped.
-type childStep struct {
-	name string
-	took time.Duration
+// stepPhases are result.json's steps as phases named child.NAME: only the
+// well-formed [name, ns] pairs with a name the agent times (childSteps),
+// each once (the last report of it, in the order first reported), at most
+// maxChildSteps of them. Anything else in the list (another name, a
+// malformed pair, a negative duration) is dropped without failing the
+// request; a "steps" that is neither a list nor null fails the decode, as
+// a list's type did.
+type stepPhases struct {
+	n int
+	p [maxChildSteps]Phase
 }
 
-func (c *childStep) UnmarshalJSON(b []byte) error {
-	name, ns, ok := parseStep(b)
-	if !ok || ns < 0 || !stepName(name) {
+// phases returns the kept steps, in order; they share s's memory.
+func (s *stepPhases) phases() []Phase { return s.p[:s.n] }
+
+// UnmarshalJSON reads the steps list b, a value the JSON decoder has
+// already checked (the whole of result.json is validated before any of it
+// is decoded): each element is found by tracking strings and nesting, then
+// read by parseStep. Nothing is allocated, however long the list.
+func (s *stepPhases) UnmarshalJSON(b []byte) error {
+	s.n = 0
+	b = bytes.TrimSpace(b)
+	if string(b) == "null" {
 		return nil
 	}
-	c.name, c.took = name, time.Duration(ns)
+	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
+		return errStepsNotList
+	}
+	depth, start, inString, escaped := 0, 1, false, false
+	for i := 1; i < len(b)-1; i++ {
+		switch c := b[i]; {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 0:
+			s.add(b[start:i])
+			start = i + 1
+		}
+	}
+	s.add(b[start : len(b)-1])
 	return nil
 }
 
+// errStepsNotList fails the decode of a result.json whose "steps" is not a
+// list (nor null).
+var errStepsNotList = errors.New(`result.json: "steps" is not a list`)
+
+// add keeps the step elem (one element of the list, maybe empty: "[]")
+// when it is a well-formed step with a known name: a later report of a
+// name already kept replaces its duration; a new one is kept while there
+// is room.
+func (s *stepPhases) add(elem []byte) {
+	name, ns, ok := parseStep(elem)
+	if !ok || ns < 0 {
+		return
+	}
+	phase, known := childSteps[string(name)]
+	if !known {
+		return
+	}
+	for i := range s.n {
+		if s.p[i].Name == phase {
+			s.p[i].Took = time.Duration(ns)
+			return
+		}
+	}
+	if s.n < maxChildSteps {
+		s.p[s.n] = Phase{Name: phase, Took: time.Duration(ns)}
+		s.n++
+	}
+}
+
 // parseStep reads one step, ["name", ns], without the reflection of a JSON
-// decode (which was three decodes per step and most of reading a result):
-// b is a value the JSON decoder has already checked. A name with an escape
-// or a number that is not an integer is not a step (a step name is plain
-// [a-z0-9_+.-], see stepName, and a duration whole nanoseconds).
-func parseStep(b []byte) (name string, ns int64, ok bool) {
+// decode: b is a value the JSON decoder has already checked. A name with
+// an escape or a number that is not an integer is not a step (a step name
+// is plain [a-z0-9_+.-], see childSteps, and a duration whole
+// nanoseconds). name is b's own memory.
+func parseStep(b []byte) (name []byte, ns int64, ok bool) {
 	b = bytes.TrimSpace(b)
 	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
-		return "", 0, false
+		return nil, 0, false
 	}
 	q, num, found := bytes.Cut(b[1:len(b)-1], []byte{','})
 	q, num = bytes.TrimSpace(q), bytes.TrimSpace(num)
 	if !found || len(q) < 2 || q[0] != '"' || q[len(q)-1] != '"' || bytes.ContainsAny(q[1:len(q)-1], "\\\"") {
-		return "", 0, false
+		return nil, 0, false
 	}
 	ns, err := strconv.ParseInt(string(num), 10, 64)
 	if err != nil {
-		return "", 0, false
+		return nil, 0, false
 	}
-	return string(q[1 : len(q)-1]), ns, true
+	return q[1 : len(q)-1], ns, true
 }
 
-// stepName reports whether s is a short token fit for a Server-Timing
-// metric name: 1 to 32 of [a-z0-9_+.-].
-func stepName(s string) bool {
-	if s == "" || len(s) > 32 {
-		return false
+// childSteps maps the names the agents time (agents/python/zygo_agent/child.py's and
+// pool.py's _lap calls) to their phase names, child.NAME. The child runs the handler, so
+// what it reports is its claim, not a measurement: a handler can append to the list or lie
+// about a duration. Only these names are passed on, each once (its last report), so a
+// handler can neither invent phases nor push the real ones out; a lie about a duration
+// reaches only the handler's own caller, who receives whatever the handler returns anyway.
+// Each name is a short token fit for a Server-Timing metric name: 1 to 32 of
+// [a-z0-9_+.-].
+var childSteps = func() map[string]string {
+	m := map[string]string{}
+	for _, name := range []string{
+		"pre.fdreset", "pre.privatise", "pre.reseed", "pre.textio",
+		"pre.rehearse", "close_socket", "stdio", "fdreset",
+		"privatise", "reseed", "tmpdir", "dumpable", "landlock",
+		"atexit_clear", "strict", "step", "event", "handler",
+		"encode", "atexit+flush", "script.confine", "script.import",
+	} {
+		m[name] = "child." + name
 	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("_+.-", r)) {
-			return false
-		}
-	}
-	return true
-}
-
-// childSteps are the names the agents time (agents/python/zygo_agent/child.py's and pool.py's _lap
-// calls). The child runs the handler, so what it reports is its claim, not a measurement:
-// a handler can append to the list or lie about a duration. Only these names are passed
-// on, each once (its last report), so a handler can neither invent phases nor push the
-// real ones out; a lie about a duration reaches only the handler's own caller, who
-// receives whatever the handler returns anyway.
-var childSteps = map[string]bool{
-	"pre.fdreset": true, "pre.privatise": true, "pre.reseed": true, "pre.textio": true,
-	"pre.rehearse": true, "close_socket": true, "stdio": true, "fdreset": true,
-	"privatise": true, "reseed": true, "tmpdir": true, "dumpable": true, "landlock": true,
-	"atexit_clear": true, "strict": true, "step": true, "event": true, "handler": true,
-	"encode": true, "atexit+flush": true, "script.confine": true, "script.import": true,
-}
-
-// childPhases returns the child's steps with a known name (childSteps), each once (the
-// last report of it, in the order first reported), at most maxChildSteps, as phases named
-// child.NAME.
-func childPhases(steps []childStep) []Phase {
-	var out []Phase
-	at := map[string]int{}
-	for _, s := range steps {
-		if !childSteps[s.name] {
-			continue
-		}
-		if i, ok := at[s.name]; ok {
-			out[i].Took = s.took
-			continue
-		}
-		if len(out) < maxChildSteps {
-			at[s.name] = len(out)
-			out = append(out, Phase{Name: "child." + s.name, Took: s.took})
-		}
-	}
-	return out
-}
+	return m
+}()
 
 // Run serves one request on a child and returns as soon as its outcome is
 // known: when the child has renamed result.json into place (its last act
@@ -282,6 +336,7 @@ func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 	t0 := time.Now()
 	deadline := t0.Add(req.Timeout)
 	res := &Result{lap: t0, gone: make(chan struct{})}
+	res.Phases = res.phaseBuf[:0]
 	dir, err := z.makeRequestDir(req)
 	if err != nil {
 		_ = dir.remove(context.Background())
@@ -526,7 +581,7 @@ func (z *Process) outcome(ctx context.Context, req Request, st exitStatus, dir r
 	}
 	rf, err := readResult(ctx, dir.files, req.MaxResponseBytes)
 	if err == nil {
-		res.steps = childPhases(rf.Steps)
+		res.steps = rf.Steps.phases()
 	}
 	switch {
 	case errors.Is(err, errdefs.ErrTooLarge):
@@ -557,7 +612,7 @@ func (z *Process) outcome(ctx context.Context, req Request, st exitStatus, dir r
 			res.Error = &HandlerError{Type: "Error", Message: "handler failed"}
 		}
 	default:
-		res.Value = rf.Value
+		res.Value = json.RawMessage(rf.Value)
 	}
 }
 

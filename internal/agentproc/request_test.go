@@ -1,7 +1,6 @@
 package agentproc
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -43,22 +42,57 @@ func TestRequestDirErrorNamesTheCause(t *testing.T) {
 // request, so a handler appending to the list can neither invent phases nor push the
 // agent's own out.
 func TestChildStepsAreBoundedTokens(t *testing.T) {
-	var rf resultFile
-	body := `{"ok": true, "value": 1, "steps": [["reseed", 1500], ["bad name", 1], ["x\r\nSet-Cookie", 1], [3, 4], ["neg", -1], "junk", ["db", 7], ["reseed", 1.5e3], ["re\"seed", 1], [ "stdio" , 1e3 ], ["handler", 9], ["handler", 2000000]]}`
-	if err := json.Unmarshal([]byte(body), &rf); err != nil {
+	body := `{"ok": true, "value": 1, "steps": [["reseed", 1500], ["bad name", 1], ["x\r\nSet-Cookie", 1], [3, 4], ["neg", -1], "junk", ["db", 7], ["reseed", 1.5e3], ["re\"seed", 1], [ "stdio" , 1e3 ], ["handler", 9], ["handler", 2000000], [["handler"], 5], {"handler": 5}, null, ["handler", 7, 8]]}`
+	rf, err := decodeResult([]byte(body))
+	if err != nil {
 		t.Fatalf("a result with odd steps must still decode: %v", err)
 	}
-	got := childPhases(rf.Steps)
+	got := rf.Steps.phases()
 	want := []Phase{{"child.reseed", 1500 * time.Nanosecond}, {"child.handler", 2 * time.Millisecond}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("phases %v, want %v", got, want)
 	}
 	many := strings.Repeat(`["pre.reseed", 1],`, 100)
-	if err := json.Unmarshal([]byte(`{"ok": true, "steps": [`+many+`["encode", 5]]}`), &rf); err != nil {
+	if rf, err = decodeResult([]byte(`{"ok": true, "steps": [` + many + `["encode", 5]]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if got := childPhases(rf.Steps); len(got) != 2 || got[1].Name != "child.encode" {
+	if got := rf.Steps.phases(); len(got) != 2 || got[1].Name != "child.encode" {
 		t.Errorf("phases from 100 copies of one step and encode: %v, want one of each", got)
+	}
+	// Every known name, and more reports than fit: the first maxChildSteps names are kept.
+	var all []string
+	for name := range childSteps {
+		all = append(all, `["`+name+`", 1]`)
+	}
+	if rf, err = decodeResult([]byte(`{"ok": true, "steps": [` + strings.Join(all, ",") + `, ["handler", 9]]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rf.Steps.phases(); len(got) != min(len(childSteps), maxChildSteps) {
+		t.Errorf("%d phases from %d known names, want %d", len(got), len(childSteps), min(len(childSteps), maxChildSteps))
+	}
+	for _, body := range []string{`{"ok": true, "steps": null}`, `{"ok": true, "steps": []}`, `{"ok": true, "steps": [ ]}`, `{"ok": true}`,
+		`{"ok": true, "steps": [["handler", 5]], "steps": null}`} {
+		if rf, err := decodeResult([]byte(body)); err != nil || len(rf.Steps.phases()) != 0 {
+			t.Errorf("%s: %v, %v; want no steps and no error", body, rf, err)
+		}
+	}
+	// A "steps" that is not a list fails the result, as it did when it was decoded as one.
+	for _, body := range []string{`{"ok": true, "steps": 5}`, `{"ok": true, "steps": "x"}`, `{"ok": true, "steps": {}}`,
+		`{"ok": true, "steps": true}`, `{"ok": true, "steps": [], "steps": {"a": 1}}`} {
+		if _, err := decodeResult([]byte(body)); err == nil {
+			t.Errorf("%s: decoded, want an error", body)
+		}
+	}
+}
+
+// TestChildStepNamesAreTokens: every name passed on is a short token fit for a
+// Server-Timing metric name, and its phase is child.NAME.
+func TestChildStepNamesAreTokens(t *testing.T) {
+	token := regexp.MustCompile(`^[a-z0-9_+.-]{1,32}$`)
+	for name, phase := range childSteps {
+		if !token.MatchString(name) || phase != "child."+name {
+			t.Errorf("step %q (phase %q): want a token of [a-z0-9_+.-], 1 to 32 bytes, as child.NAME", name, phase)
+		}
 	}
 }
 
@@ -81,7 +115,7 @@ func TestChildStepsNameEveryAgentStep(t *testing.T) {
 	}
 	for _, m := range names {
 		name := m[1] + m[2]
-		if !childSteps[name] {
+		if _, ok := childSteps[name]; !ok {
 			t.Errorf("the agent times step %q, which childSteps drops", name)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -83,9 +84,16 @@ func seqpacketPair() (local sockConn, remote *os.File, err error) {
 // send writes one message, with f's descriptor attached as SCM_RIGHTS when
 // f is not nil. The caller keeps ownership of f.
 func send(c sockConn, m message, f *os.File) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
+	bp := sendBufs.Get().(*[]byte)
+	defer sendBufs.Put(bp)
+	b, ok := quickEncode((*bp)[:0], &m)
+	if !ok {
+		var err error
+		if b, err = json.Marshal(m); err != nil {
+			return err
+		}
+	} else {
+		*bp = b[:0]
 	}
 	var oob []byte
 	if f != nil {
@@ -97,14 +105,60 @@ func send(c sockConn, m message, f *os.File) error {
 	return nil
 }
 
+// sendBufs are send's buffers for the messages quickEncode writes.
+var sendBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// quickEncode appends m to b as json.Marshal writes it, byte for byte, when
+// m is one of the supervisor's messages of every request (fork, go): only
+// Type, Seq, RequestID, Dir, DeadlineMs, Function, Version and Strict set,
+// each string printable ASCII that JSON writes as it is (no quote,
+// backslash or HTML character); ok is false (b unusable) for anything else,
+// which json.Marshal encodes. TestQuickEncodeIsMarshal holds it to that.
+func quickEncode(b []byte, m *message) (_ []byte, ok bool) {
+	if m.PID != 0 || m.Code != nil || m.Signal != 0 || m.Python != "" || m.OpenSSL != "" || m.ForkSafe != nil ||
+		m.Checks != nil || m.Error != nil || m.Script != nil {
+		return b, false
+	}
+	for _, s := range [...]string{m.Type, m.RequestID, m.Dir, m.Function, m.Version} {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return b, false
+			}
+		}
+	}
+	b = append(b, `{"type":"`...)
+	b = append(b, m.Type...)
+	b = append(b, '"')
+	if m.Seq != 0 {
+		b = strconv.AppendInt(append(b, `,"seq":`...), int64(m.Seq), 10)
+	}
+	str := func(b []byte, key, v string) []byte {
+		if v == "" {
+			return b
+		}
+		b = append(append(append(b, `,"`...), key...), `":"`...)
+		return append(append(b, v...), '"')
+	}
+	b = str(b, "request_id", m.RequestID)
+	b = str(b, "dir", m.Dir)
+	if m.DeadlineMs != 0 {
+		b = strconv.AppendInt(append(b, `,"deadline_ms":`...), m.DeadlineMs, 10)
+	}
+	b = str(b, "function", m.Function)
+	b = str(b, "version", m.Version)
+	if m.Strict {
+		b = append(b, `,"strict":true`...)
+	}
+	return append(b, '}'), true
+}
+
 // recv reads one message. If the sender attached credentials (or the socket
 // has SO_PASSCRED), creds holds them with the pid translated into our pid
 // namespace by the kernel (unix(7), SCM_CREDENTIALS).
 func recv(c sockConn) (m message, creds *unix.Ucred, err error) {
-	bp := datagrams.Get().(*[maxDatagram]byte)
+	bp := datagrams.Get().(*datagram)
 	defer datagrams.Put(bp)
-	buf := bp[:]
-	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)+unix.CmsgSpace(4*8))
+	buf, oob := bp.data[:], bp.oob[:oobSpace]
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return m, nil, err
@@ -133,17 +187,118 @@ func recv(c sockConn) (m message, creds *unix.Ucred, err error) {
 			}
 		}
 	}
-	if err := json.Unmarshal(buf[:n], &m); err != nil {
-		return m, creds, fmt.Errorf("malformed message: %w", err)
+	if err := decodeMessage(buf[:n], &m); err != nil {
+		return m, creds, err
 	}
 	return m, creds, nil
 }
 
 // datagrams are recv's buffers: a datagram may be 64 KiB, and one allocated
 // per message was most of the bytes the daemon allocated per request (its
-// GC). json.Unmarshal copies what it keeps, so a buffer is reused as soon as
+// GC). decodeMessage copies what it keeps, so a buffer is reused as soon as
 // the message is decoded.
-var datagrams = sync.Pool{New: func() any { return new([maxDatagram]byte) }}
+var datagrams = sync.Pool{New: func() any { return new(datagram) }}
+
+// datagram is one of recv's buffers: the message, and its control data
+// (oobSpace bytes of oob: credentials and up to four descriptors).
+type datagram struct {
+	data [maxDatagram]byte
+	oob  [128]byte
+}
+
+var oobSpace = unix.CmsgSpace(unix.SizeofUcred) + unix.CmsgSpace(4*8)
+
+// decodeMessage decodes one message b into m, an error saying it is
+// malformed when it is not JSON of a message. The messages of every
+// request (hello, forked, exited) come as the agents write them,
+// {"type":"exited","seq":S,"pid":P,"code":N} without a space
+// (agents/python/zygo_agent/zygote.py, child.py): quickMessage reads those
+// exact forms without the reflection of a JSON decode; anything else,
+// however close, goes to json.Unmarshal.
+func decodeMessage(b []byte, m *message) error {
+	if quickMessage(b, m) {
+		return nil
+	}
+	*m = message{}
+	if err := json.Unmarshal(b, m); err != nil {
+		return fmt.Errorf("malformed message: %w", err)
+	}
+	return nil
+}
+
+// quickMessage decodes b into m (which it may change even when it fails)
+// when b is exactly {"type":"T"} followed, before its closing brace, by
+// members ,"K":N: T one of hello, forked and exited, each K one of seq,
+// pid, code and signal at most once, each N a non-negative JSON integer of
+// at most 18 digits; no white space anywhere. It reports whether b was one:
+// m is then what json.Unmarshal would decode (FuzzQuickMessage).
+func quickMessage(b []byte, m *message) bool {
+	*m = message{}
+	const head = `{"type":"`
+	if len(b) < len(head) || string(b[:len(head)]) != head {
+		return false
+	}
+	b = b[len(head):]
+	end := bytes.IndexByte(b, '"')
+	if end < 0 {
+		return false
+	}
+	switch string(b[:end]) {
+	case "hello":
+		m.Type = "hello"
+	case "forked":
+		m.Type = "forked"
+	case "exited":
+		m.Type = "exited"
+	default:
+		return false
+	}
+	b = b[end+1:]
+	var seen [4]bool
+	for len(b) > 0 && b[0] == ',' {
+		if len(b) < 2 || b[1] != '"' {
+			return false
+		}
+		b = b[2:]
+		end := bytes.IndexByte(b, '"')
+		if end < 0 || len(b) < end+2 || b[end+1] != ':' {
+			return false
+		}
+		key := b[:end]
+		b = b[end+2:]
+		digits := 0
+		for digits < len(b) && b[digits] >= '0' && b[digits] <= '9' {
+			digits++
+		}
+		if digits == 0 || digits > 18 || (digits > 1 && b[0] == '0') {
+			return false
+		}
+		var n int
+		for _, c := range b[:digits] {
+			n = n*10 + int(c-'0')
+		}
+		b = b[digits:]
+		var k int
+		switch string(key) {
+		case "seq":
+			k, m.Seq = 0, n
+		case "pid":
+			k, m.PID = 1, n
+		case "code":
+			code := n
+			k, m.Code = 2, &code
+		case "signal":
+			k, m.Signal = 3, n
+		default:
+			return false
+		}
+		if seen[k] {
+			return false
+		}
+		seen[k] = true
+	}
+	return len(b) == 1 && b[0] == '}'
+}
 
 // setPassCred turns on SO_PASSCRED so that the kernel attaches the sender's
 // credentials to every message we receive.
@@ -210,8 +365,8 @@ func (s *streamChannel) recv() (message, *unix.Ucred, error) {
 			if len(line) > maxDatagram {
 				return m, nil, fmt.Errorf("message larger than %d bytes", maxDatagram)
 			}
-			if err := json.Unmarshal(line, &m); err != nil {
-				return m, s.creds, fmt.Errorf("malformed message: %w", err)
+			if err := decodeMessage(line, &m); err != nil {
+				return m, s.creds, err
 			}
 			return m, s.creds, nil
 		}
@@ -305,22 +460,16 @@ func newFDConn(fd int) (*fdConn, error) {
 // ReadMsgUnix reads one message (recvmsg(2), MSG_CMSG_CLOEXEC), waiting
 // in the poller; addr is always nil.
 func (c *fdConn) ReadMsgUnix(b, oob []byte) (n, oobn, flags int, addr *net.UnixAddr, err error) {
-	var serr error
-	rerr := c.rc.Read(func(fd uintptr) bool {
-		for {
-			n, oobn, flags, _, serr = unix.Recvmsg(int(fd), b, oob, unix.MSG_CMSG_CLOEXEC)
-			if serr != unix.EINTR {
-				return serr != unix.EAGAIN
-			}
-		}
-	})
-	if rerr != nil {
+	op := msgOps.Get().(*msgOp)
+	defer op.done()
+	op.b, op.oob = b, oob
+	if rerr := c.rc.Read(op.recv); rerr != nil {
 		return 0, 0, 0, nil, rerr
 	}
-	if serr != nil {
-		return 0, 0, 0, nil, os.NewSyscallError("recvmsg", serr)
+	if op.err != nil {
+		return 0, 0, 0, nil, os.NewSyscallError("recvmsg", op.err)
 	}
-	return n, oobn, flags, nil, nil
+	return op.n, op.oobn, op.flags, nil, nil
 }
 
 // WriteMsgUnix sends b with oob (sendmsg(2)), waiting in the poller while
@@ -329,22 +478,54 @@ func (c *fdConn) WriteMsgUnix(b, oob []byte, addr *net.UnixAddr) (n, oobn int, e
 	if addr != nil {
 		return 0, 0, errors.New("fdConn: no addresses on a connected pair")
 	}
-	var serr error
-	werr := c.rc.Write(func(fd uintptr) bool {
-		for {
-			n, serr = unix.SendmsgN(int(fd), b, oob, nil, 0)
-			if serr != unix.EINTR {
-				return serr != unix.EAGAIN
-			}
-		}
-	})
-	if werr != nil {
+	op := msgOps.Get().(*msgOp)
+	defer op.done()
+	op.b, op.oob = b, oob
+	if werr := c.rc.Write(op.send); werr != nil {
 		return 0, 0, werr
 	}
-	if serr != nil {
-		return 0, 0, os.NewSyscallError("sendmsg", serr)
+	if op.err != nil {
+		return 0, 0, os.NewSyscallError("sendmsg", op.err)
 	}
-	return n, len(oob), nil
+	return op.n, len(oob), nil
+}
+
+// msgOp is one recvmsg or sendmsg of an fdConn: its buffers and results,
+// and the functions the RawConn calls with the descriptor, made once per
+// msgOp. (Closures over each call's results cost four allocations a call,
+// and every request makes five.)
+type msgOp struct {
+	b, oob         []byte
+	n, oobn, flags int
+	err            error
+	recv, send     func(fd uintptr) bool
+}
+
+var msgOps = sync.Pool{New: func() any {
+	op := new(msgOp)
+	op.recv = func(fd uintptr) bool {
+		for {
+			op.n, op.oobn, op.flags, _, op.err = unix.Recvmsg(int(fd), op.b, op.oob, unix.MSG_CMSG_CLOEXEC)
+			if op.err != unix.EINTR { //nolint:errorlint // the system call's own errno, never wrapped
+				return op.err != unix.EAGAIN //nolint:errorlint // as above
+			}
+		}
+	}
+	op.send = func(fd uintptr) bool {
+		for {
+			op.n, op.err = unix.SendmsgN(int(fd), op.b, op.oob, nil, 0)
+			if op.err != unix.EINTR { //nolint:errorlint // the system call's own errno, never wrapped
+				return op.err != unix.EAGAIN //nolint:errorlint // as above
+			}
+		}
+	}
+	return op
+}}
+
+// done returns op to msgOps, holding none of its caller's memory.
+func (op *msgOp) done() {
+	*op = msgOp{recv: op.recv, send: op.send}
+	msgOps.Put(op)
 }
 
 func (c *fdConn) Write(b []byte) (int, error)           { return c.f.Write(b) }

@@ -175,15 +175,20 @@ type ranRequest struct {
 // timed steps (Server-Timing) as headers, then its JSON value, or the error body of its
 // failure (the failure is the code).
 func answerRequest(w http.ResponseWriter, r ranRequest) {
-	w.Header().Set(wire.RequestIDHeader, r.id)
-	w.Header().Set(wire.ChildHeader, string(r.child))
-	w.Header().Set(wire.DurationHeader, strconv.FormatFloat(float64(r.elapsed.Microseconds())/1000, 'f', 2, 64))
+	// The headers' values share one array, and Server-Timing is built in
+	// one buffer (the keys are canonical: Header.Set would only check them).
+	h, vals := w.Header(), make([]string, 4)
+	vals[0], vals[1] = r.id, string(r.child)
+	vals[2] = strconv.FormatFloat(float64(r.elapsed.Microseconds())/1000, 'f', 2, 64)
+	h[wire.RequestIDHeader], h[wire.ChildHeader], h[wire.DurationHeader] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
 	if len(r.phases) > 0 {
-		steps := make([]wire.Timing, len(r.phases))
-		for i, p := range r.phases {
-			steps[i] = wire.Timing{Name: p.Name, Dur: p.Took}
+		var buf [1024]byte
+		b := buf[:0]
+		for _, p := range r.phases {
+			b = wire.AppendServerTiming(b, p.Name, p.Took)
 		}
-		w.Header().Set(wire.ServerTimingHeader, wire.FormatServerTiming(steps))
+		vals[3] = string(b)
+		h[wire.ServerTimingHeader] = vals[3:4:4]
 	}
 	if r.failure != agentproc.FailNone {
 		e := wire.ErrorBody{Code: wire.Code(r.failure), RequestID: r.id}

@@ -1421,6 +1421,74 @@ host, B/A 0.91-1.04 over four runs: within the host's noise). The per-child cgro
 request-directory calls cut here are 9 of the daemon's 100-105 system calls a request; the rest are the Go runtime's (futex,
 epoll_pwait, nanosleep: 20-26), the request socket and its pidfd, the HTTP connection, the
 result and log files, and SQLite.
+
+### Ninth round (w9-json): the daemon's own code per request
+
+A Go CPU profile of the daemon under 8-client stats load (3,300 requests, 3.26 s of samples,
+about 1 ms of daemon CPU a request) put ~encoding/json.Unmarshal~ at 8.6% (readResult 6.4%:
+result.json and its ~steps~, one reflective decode per step; recv 2.1%: hello, forked,
+exited) and ~mallocgc~ at 5.5%. What was cut, with the allocations of each piece before and
+after (Go benchmarks with ~b.ReportAllocs~, on this shared host; the times move with its
+load, the counts do not):
+
+| piece (benchmark) | allocations | bytes | time |
+|---|---|---|---|
+| readResult of a stats result.json, 17 steps (BenchmarkReadResult) | 62 -> 10 | 6,312 -> 1,624 | 20.0 -> 14.5 µs |
+| recv of hello, forked, exited (BenchmarkRecv, socket included) | 37 -> 7 | 2,353 -> 1,027 | 16.5 -> 11.0 µs |
+| send of fork and go (BenchmarkSend, socket included) | 12 -> 2 | 1,072 -> 224 | 8.9 -> 8.2 µs |
+| answerRequest, 25 Server-Timing steps (BenchmarkAnswerRequest) | 16 -> 5 | 2,640 -> 728 | 2.3-2.7 -> 1.1-1.5 µs |
+| id, redactor, log rows (BenchmarkRequestBookkeeping) | 10 -> 4 | 464 -> 448 | 0.6-1.0 -> 0.6 µs |
+
+and Result.Phases no longer grows from 1 to 32 entries (five growths a request): the
+Result holds room for the eight daemon steps and the child's 24.
+
+- **result.json's steps** are decoded by ~stepPhases.UnmarshalJSON~: the list's bytes, which
+  ~json.Unmarshal~ has already validated whole, are cut into elements by tracking strings and
+  nesting, each read by the existing ~parseStep~, and kept as phases directly (known names
+  only, each once, at most 24, into an array in the decoded struct): no slice, map or string
+  per step. A ~steps~ that is not a list or null still fails the result; the rest of the
+  file is decoded by ~json.Unmarshal~ as before. ~FuzzStepPhases~ holds it to a reflective
+  decode of each pair (same error or none, same phases, same value; a minute, 810,000 runs).
+- **The result's value** is kept as the bytes of the buffer read (~resultValue~), not copied
+  once more by ~json.RawMessage~ (readResult reads a fresh buffer for each result).
+- **The agents' per-request messages** (~{"type":"exited","seq":S,"pid":P,"code":N}~ and
+  kin, written by zygote.py and child.py without spaces) are read by ~quickMessage~, which
+  takes only those exact forms (known type, known keys once each, non-negative integers of at
+  most 18 digits); anything else goes to ~json.Unmarshal~. ~FuzzQuickMessage~ checks that what
+  it takes decodes to what ~json.Unmarshal~ gives (a minute, 1.1 million runs).
+- **fork and go** are written by ~quickEncode~, byte for byte what ~json.Marshal~ writes
+  (~TestQuickEncodeIsMarshal~, ~FuzzQuickEncode~), when every string is printable ASCII
+  without a quote, backslash or HTML character; else ~json.Marshal~.
+- **recvmsg and sendmsg** through the poller no longer allocate a closure and its captured
+  results per call (a pooled ~msgOp~ holds both), and recv's control buffer is part of its
+  pooled datagram buffer.
+- **The answer and the log rows**: Server-Timing is appended into one stack buffer
+  (~wire.AppendServerTiming~, which ~FormatServerTiming~ now uses) instead of a ~[]wire.Timing~
+  copy and a ~strings.Builder~; the answer's four header values share one array; the request
+  id and the success status line are built with ~strconv~ instead of ~fmt.Sprintf~; and
+  ~redact.New~ returns nil at once for a request without secrets.
+
+A/B (~zygo-bench -ab~ of the branch's base against it, both daemons with
+~GODEBUG=schedtrace=2147483647~ through wrapper scripts, 4 rounds of 300 at 8 clients):
+
+| | A (base) | B (w9-json) | B/A |
+|---|---|---|---|
+| daemon CPU per request, 8 clients | 1.116 ms | 1.083 ms | 0.97 |
+| zygote side CPU per request, 8 clients | 7.858 ms | 7.724 ms | 0.98 |
+| throughput, 8 clients | 133.1 req/s | 111.0 req/s | 0.83 |
+| p50, 1 client | 6.379 ms | 5.883 ms | 0.92 |
+| go | 0.030 ms | 0.021 ms | 0.70 |
+| result | 0.082 ms | 0.064 ms | 0.78 |
+
+The daemon's CPU per round ranged 0.90-1.23 ms for A and 1.00-1.17 ms for B: the host's load
+moves it more than the change. The daemon's user time alone (~/proc/PID/stat~, 2,000
+requests at 8 clients after 300 to warm, alternating daemons, 4 runs each): A 0.605, 0.495,
+0.435, 0.435 ms, B 0.400, 0.380, 0.500, 0.430 ms a request (means 0.49 and 0.43): about
+0.06 ms less, within the noise of single runs. The cut is real in the counts (about 110
+allocations and 10 KB fewer a request, and the reflective decodes gone) but small against
+the system calls, which remain most of the daemon's CPU. Left alone: the SQLite log batch
+(multi-row insert was tried in the eighth round), net/http's own work per request, and the
+~json.Unmarshal~ of the rest of result.json (its validation and the value's scan are needed).
 `
 
 // boundsText explains, for the targets of the performance issue, what

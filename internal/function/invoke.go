@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/zygo-run/zygo/internal/agentproc"
@@ -168,13 +169,22 @@ func requestLines(d *deployment, id, caller string, res *agentproc.Result) []sto
 	for _, l := range res.Stderr {
 		out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, CallerID: caller, Stream: "stderr", At: now, Line: l})
 	}
-	status := fmt.Sprintf("request %s done in %.1f ms", id, float64(res.Elapsed.Microseconds())/1000)
+	var status string
 	if res.Failure != agentproc.FailNone && res.Error != nil {
 		status = fmt.Sprintf("request %s failed (%s) in %.1f ms: %s: %s", id, res.Failure,
 			float64(res.Elapsed.Microseconds())/1000, res.Error.Type, res.Error.Message)
-	}
-	if caller != "" {
-		status += " (caller id " + caller + ")"
+		if caller != "" {
+			status += " (caller id " + caller + ")"
+		}
+	} else {
+		// "request ID done in %.1f ms", without fmt's reflection: every request writes one.
+		b := make([]byte, 0, 64+len(id)+len(caller))
+		b = append(append(append(b, "request "...), id...), " done in "...)
+		b = append(strconv.AppendFloat(b, float64(res.Elapsed.Microseconds())/1000, 'f', 1, 64), " ms"...)
+		if caller != "" {
+			b = append(append(append(b, " (caller id "...), caller...), ')')
+		}
+		status = string(b)
 	}
 	out = append(out, store.LogLine{Function: d.name, Version: d.version, RequestID: id, CallerID: caller, Stream: "zygo", At: now, Line: status})
 	return out

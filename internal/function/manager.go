@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -677,7 +678,10 @@ func (m *Manager) FlushLogs(ctx context.Context) { m.logs.Flush(ctx) }
 func newID(prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%x-%s", prefix, time.Now().UnixMilli(), hex.EncodeToString(b[:]))
+	out := make([]byte, 0, 40)
+	out = append(append(out, prefix...), '-')
+	out = append(strconv.AppendInt(out, time.Now().UnixMilli(), 16), '-')
+	return string(hex.AppendEncode(out, b[:]))
 }
 
 func preFork(m *Manifest) int {

@@ -15,16 +15,22 @@ type Timing struct {
 // FormatServerTiming renders steps as a Server-Timing value, durations in
 // milliseconds with microsecond precision: "dir;dur=0.041, run;dur=1.200".
 func FormatServerTiming(steps []Timing) string {
-	var b strings.Builder
-	for i, s := range steps {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(s.Name)
-		b.WriteString(";dur=")
-		b.WriteString(strconv.FormatFloat(float64(s.Dur.Microseconds())/1000, 'f', 3, 64))
+	var b []byte
+	for _, s := range steps {
+		b = AppendServerTiming(b, s.Name, s.Dur)
 	}
-	return b.String()
+	return string(b)
+}
+
+// AppendServerTiming appends the metric name;dur=MS to the Server-Timing
+// value b (after ", " when b is not empty), as FormatServerTiming writes
+// each step, and returns the extended value.
+func AppendServerTiming(b []byte, name string, d time.Duration) []byte {
+	if len(b) > 0 {
+		b = append(b, ", "...)
+	}
+	b = append(append(b, name...), ";dur="...)
+	return strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', 3, 64)
 }
 
 // ParseServerTiming reads a Server-Timing value into its steps, in order.

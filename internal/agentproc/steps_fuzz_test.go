@@ -1,0 +1,189 @@
+package agentproc
+
+import (
+	"encoding/json"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// refResult is result.json decoded as it was before stepPhases: the steps as
+// a list of refSteps (one reflective decode per element), then refPhases.
+// FuzzStepPhases holds stepPhases to it.
+type refResult struct {
+	OK    bool            `json:"ok"`
+	Value json.RawMessage `json:"value"`
+	Steps []refStep       `json:"steps,omitempty"`
+}
+
+type refStep struct {
+	name string
+	took time.Duration
+}
+
+func (c *refStep) UnmarshalJSON(b []byte) error {
+	var pair []json.RawMessage
+	if json.Unmarshal(b, &pair) != nil || len(pair) != 2 {
+		return nil
+	}
+	var name string
+	if json.Unmarshal(pair[0], &name) != nil || strings.ContainsAny(string(pair[0]), `\`) {
+		return nil
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(pair[1])), 10, 64)
+	if err != nil || ns < 0 {
+		return nil
+	}
+	c.name, c.took = name, time.Duration(ns)
+	return nil
+}
+
+func refPhases(steps []refStep) []Phase {
+	out := []Phase{}
+	at := map[string]int{}
+	for _, s := range steps {
+		if _, ok := childSteps[s.name]; !ok {
+			continue
+		}
+		if i, ok := at[s.name]; ok {
+			out[i].Took = s.took
+			continue
+		}
+		if len(out) < maxChildSteps {
+			at[s.name] = len(out)
+			out = append(out, Phase{Name: "child." + s.name, Took: s.took})
+		}
+	}
+	return out
+}
+
+// FuzzStepPhases: whatever a handler leaves in result.json's steps, the
+// steps decode to what a reflective decode of each [name, ns] pair gives
+// (same error or none, same phases, same value), and nothing panics.
+func FuzzStepPhases(f *testing.F) {
+	for _, s := range []string{
+		`[["reseed", 1500], ["bad name", 1], ["handler", 9], ["handler", 2000000]]`,
+		`[["x\r\nSet-Cookie", 1], [3, 4], ["neg", -1], "junk", ["db", 7]]`,
+		`[["reseed", 1.5e3], ["re\"seed", 1], [ "stdio" , 1e3 ], [["handler"], 5]]`,
+		`[{"handler": 5}, null, ["handler", 7, 8], ["enc\u006fde", 3], ["encode", "3"]]`,
+		`[["encode", 01], ["encode", -0], ["encode", 9223372036854775808], ["step",0]]`,
+		`null`, `[]`, `[ ]`, `5`, `"x"`, `{}`, `[[]]`, `[",]"]`, `["\\", ["handler", 1]]`,
+		`[["handler", 1] , ["stdio",2]]`, `[["pre.reseed", 1],["pre.reseed", 2]]`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, steps string) {
+		body := []byte(`{"ok": true, "value": [1, {"a": "]"}], "steps": ` + steps + `}`)
+		var ref refResult
+		refErr := json.Unmarshal(body, &ref)
+		got, err := decodeResult(body)
+		if (err == nil) != (refErr == nil) {
+			t.Fatalf("steps %q: error %v, reference %v", steps, err, refErr)
+		}
+		if err != nil {
+			return
+		}
+		want := refPhases(ref.Steps)
+		if p := got.Steps.phases(); !reflect.DeepEqual(append([]Phase{}, p...), want) {
+			t.Fatalf("steps %q: phases %v, reference %v", steps, p, want)
+		}
+		if string(got.Value) != string(ref.Value) || !got.OK {
+			t.Fatalf("steps %q: value %s ok %v, reference %s", steps, got.Value, got.OK, ref.Value)
+		}
+		// The element scan on its own, on any bytes: no panic.
+		var s stepPhases
+		_ = s.UnmarshalJSON([]byte(steps))
+	})
+}
+
+// FuzzQuickMessage: a datagram quickMessage takes is one json.Unmarshal
+// decodes to the same message; every form the agents send is taken.
+func FuzzQuickMessage(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"hello","pid":12}`, `{"type":"forked","seq":1,"pid":2}`, `{"type":"exited","seq":3,"pid":4,"code":0}`,
+		`{"type":"exited","seq":3,"pid":4,"signal":9}`, `{"type":"exited","seq":3,"seq":4}`, `{"type":"hello"}`,
+		`{"type":"hello","pid":012}`, `{"type":"hello","pid":-1}`, `{"type":"hello","PID":1}`, `{"type":"hello", "pid":1}`,
+		`{"type":"ready","pid":1}`, `{"type":"hello","pid":1}x`, `{"type":"hello","pid":99999999999999999999}`,
+		`{"type":"hel\u006co"}`, `{"type":"hello","pid":1.5}`, `{"type":"hello","pid":1e3}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var quick message
+		if !quickMessage(b, &quick) {
+			return
+		}
+		var ref message
+		if err := json.Unmarshal(b, &ref); err != nil {
+			t.Fatalf("%q: quickMessage took what json.Unmarshal refuses: %v", b, err)
+		}
+		if !reflect.DeepEqual(quick, ref) {
+			t.Fatalf("%q: quickMessage %+v, json.Unmarshal %+v", b, quick, ref)
+		}
+	})
+}
+
+// TestQuickMessageTakesTheAgentsForms: the messages of every request, as the
+// agents write them, take quickMessage's way.
+func TestQuickMessageTakesTheAgentsForms(t *testing.T) {
+	for _, s := range []string{`{"type":"hello","pid":12}`, `{"type":"forked","seq":1,"pid":2}`,
+		`{"type":"exited","seq":3,"pid":4,"code":0}`, `{"type":"exited","seq":3,"pid":4,"signal":9}`} {
+		var m message
+		if !quickMessage([]byte(s), &m) {
+			t.Errorf("%s: not taken", s)
+		}
+	}
+	for _, s := range []string{`{"type":"hello", "pid":12}`, `{"type":"fork_error","seq":1,"error":"x"}`, `{"type":"exited","seq":3,"seq":4}`} {
+		var m message
+		if quickMessage([]byte(s), &m) {
+			t.Errorf("%s: taken", s)
+		}
+	}
+}
+
+// TestQuickEncodeIsMarshal: what quickEncode writes is json.Marshal's
+// encoding, byte for byte, and it leaves to json.Marshal what it cannot.
+func TestQuickEncodeIsMarshal(t *testing.T) {
+	code, yes := 0, true
+	for _, m := range []message{
+		{Type: "fork", Seq: 12}, {Type: "run", Seq: 1}, {Type: "warm"}, {Type: "stop"}, {Type: "fork", Seq: -3},
+		{Type: "go", RequestID: "r-4f1c2a9b8e7d6c5b", Dir: "/run/zygo/req/0123abcd", DeadlineMs: 29998, Function: "stats", Version: "v-3"},
+		{Type: "go", RequestID: "r-1", Dir: "/d", Function: "f", Version: "v", Strict: true},
+		{Type: "go", RequestID: "r-1", Dir: "/d", DeadlineMs: -1},
+		{Type: "go", RequestID: "r<1>", Function: "a&b"}, {Type: "go", Function: "é"}, {Type: "go", Version: "a\"b\\c\n"},
+		{Type: "go", Script: &goScript{Tenant: "t"}}, {Type: "exited", Code: &code}, {Type: "ready", ForkSafe: &yes},
+	} {
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := quickEncode(nil, &m)
+		if ok && string(got) != string(want) {
+			t.Errorf("%+v: quickEncode %s, json.Marshal %s", m, got, want)
+		}
+		plain := m.Script == nil && m.Code == nil && m.ForkSafe == nil && !strings.ContainsAny(m.RequestID+m.Function+m.Version, "<>&é\"\\\n")
+		if ok != plain {
+			t.Errorf("%+v: quickEncode took it: %v, want %v", m, ok, plain)
+		}
+	}
+}
+
+// FuzzQuickEncode: for any go message, quickEncode writes json.Marshal's
+// bytes or leaves it to json.Marshal.
+func FuzzQuickEncode(f *testing.F) {
+	f.Add("go", "r-1", "/run/zygo/req/x", int64(30000), "stats", "v-1", false, 0)
+	f.Add("fork", "", "", int64(0), "", "", false, 7)
+	f.Add("go", "<&>", "\u2028", int64(-5), "\x00", "\xff", true, -1)
+	f.Fuzz(func(t *testing.T, typ, id, dir string, deadline int64, fn, version string, strict bool, seq int) {
+		m := message{Type: typ, Seq: seq, RequestID: id, Dir: dir, DeadlineMs: deadline, Function: fn, Version: version, Strict: strict}
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := quickEncode(nil, &m); ok && string(got) != string(want) {
+			t.Fatalf("%+v: quickEncode %s, json.Marshal %s", m, got, want)
+		}
+	})
+}
