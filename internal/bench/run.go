@@ -1329,6 +1329,23 @@ stats handler's step takes 0.7-1.0 ms (10 ms there).
   0.87x but p90 1.47x (a request that finds the pool empty waits for a fork done at the low
   priority), and at +4 p50 0.76x, p90 0.98x; +4 is kept.
 
+- **What holds 8-client throughput below 0.6x of the ideal on this host** (0.40-0.47x: Zygo
+  212-250 req/s, the ideal 417-530 req/s). On this host the zygote side's CPU per request
+  (5.2-7.6 ms) is about twice the ideal server's (3.1-3.5 ms; ~/proc/PID/stat~, both under
+  8 clients), and ~perf record -a~ puts about 77% of the zygote side's samples in the kernel:
+  fork's page-table copy, copy-on-write faults (~copy_mc_enhanced_fast_string~, ~do_wp_page~)
+  and exit's teardown; Python's own code is the rest. Counted per request with ~perf stat~:
+  the zygote side 79 system calls and 946 page faults against the ideal server's 24 and 450.
+  Where a warm stats child's faults fall (medians over 200 one-client requests, a build whose
+  step timer counted ~ru_minflt~ instead of time): pre-warm descriptors 55, shared-memory
+  privatisation 10, reseed 153, rehearsal 143; after GO every step together 33 and the
+  handler 149; about 350 more before the pre-warm (the interpreter's at-fork hooks,
+  ~threading~'s among them) and after the last step (the result file, exit). The ideal child
+  seeds with 81 faults; Zygo's reseed covers more generators (OpenSSL's, ~uuid~'s, NumPy's
+  legacy and new ones, ~random~), and the rehearsal pays, before GO, the faults the steps
+  after GO then skip. On the eighth round's host, where a fault cost 5-6x more and the
+  ideal's child was slow for the same reason, the same tree read 0.64x.
+
 ### Ninth round (w9-cg): cgroups and request directories per child
 
 What the daemon does per child in its v1 cgroups and its request directory, counted by file
