@@ -1513,20 +1513,19 @@ the system calls, which remain most of the daemon's CPU. Left alone: the SQLite 
 const boundsText = `
 ## What bounds the targets
 
-- **This run's host.** The table above was measured on a host whose page faults cost 5-6x
-  those of the host of the runs before it (a copy-on-write fault 20-45 us here, about 4 us
-  there; a forked child's first touch of any inherited page 6-8 us, see the eighth round):
-  the ideal server's warm p50 is 24.9 ms here against 2.2 ms there, the fork floor 8.4 ms
-  against 1.5 ms. Ratios side by side hold for this host's cost model, which rewards touching
-  fewer pages more than the earlier host did: throughput 0.65x and p50 1.00x of the ideal here
-  (0.43x and 1.28x on the earlier host before the eighth round's changes); the daemon's CPU
-  (4.08 ms) and cold/warm (13.9x: the warm path is all forks and page touches, the cold start
-  mostly file reads and the import) are worse here for the same reason, and were 0.89 ms and
-  50.4x on the earlier host. Node warm / Python hello reads 0.3x only because Python hello's
-  fork is what this host slows most; Node's own warm p50 (5.08 ms) is where it was on the
-  earlier host (5.04 ms) while everything else here is 5-10x slower. This table (16:51) is of
-  the final tree (review fixes in, huge-page text opt-in and off); the 15:52 run before them
-  read throughput 0.65x, p50 1.00x, daemon 4.08 ms, cold/warm 13.9x.
+- **This run's host.** This table (18:58, the ninth round's final tree, nothing else running)
+  was measured on a host of the kind the runs before the eighth round's had: a forked child
+  reads a page it inherited in 0.2-0.3 us and writes one in 3-40 us (6-8 us and 20-45 us on
+  the eighth round's host), and the ideal server's warm p50 is 3.0 ms here against 23-25 ms
+  there. Met here: warm p50 1.19x the ideal's, Node, the pools. Not met: **8-client
+  throughput, 0.52x** (0.64x on the eighth round's host, whose faults slowed the ideal's
+  children about as much as Zygo's): Zygo's zygote side costs about 1.6-2x the ideal
+  server's CPU per request, mostly in the kernel (fork, copy-on-write faults, exit: 946 page
+  faults and 79 system calls a request against the ideal's 450 and 24; where they fall is in
+  the ninth round); **the daemon's CPU, 0.81 ms** (1.21 ms at the start of the ninth round on
+  this host, A/B 0.63x); **cold/warm, 49.7x** (54.9x in another run of the same tree this
+  session: the cold start, 176-204 ms, and the warm p50, 3.6-3.7 ms, both move by more than
+  the margin).
 - **Warm p50 at or below the fork floor.** The fork is off the request path: children are
   forked ahead of demand and pre-warmed (the profile's fork+hello is a pool take, about
   0.01 ms). With a zygote of 256 MiB or more Zygo is at or below the floor, because the floor's
@@ -1540,8 +1539,10 @@ const boundsText = `
   pre-forked child waits in its request cgroup (before_go is the secret files and a counter
   reset); next step, not done: skip the HTTP layer for in-process callers.
 - **Cold/warm of at least 50x for the NumPy example.** A cold start here (bwrap + interpreter +
-  NumPy import) is about 150-180 ms; 50x would need a warm p50 near 3.5 ms, which the
-  per-request work above does not fit in on this host.
+  NumPy import + the handler) is about 176-204 ms, so 50x needs a warm p50 of 3.5-4.1 ms; the
+  warm p50 is 3.55 ms here, of which the child's own steps after GO are about 1.1 ms (the
+  handler 0.6 ms), and GO to the result seen (wait) 1.9 ms: the rest of wait is the child's
+  wake-up, the result file and the daemon's wake-up on its inotify watch.
 - **Node.** A worker serves one request and a replacement takes about one cold start, so warm
   figures need traffic that leaves the pool time to refill (the warm series is paced); under
   back-to-back traffic a pool of 2 falls back to cold starts. A larger pool_size trades memory
