@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -34,6 +35,9 @@ const (
 // wantsReexec reports whether args (the command line without the program name) run the
 // daemon: `serve`, wherever the global flags put it, and not for its help.
 func wantsReexec(args []string) bool {
+	if !slices.Contains(args, "serve") { // every other command: no command tree built twice
+		return false
+	}
 	root := newRootCmd(&globals{})
 	cmd, _, err := root.Find(args)
 	if err != nil || cmd == nil || cmd.Name() != "serve" || cmd.Parent() != root {
