@@ -2,7 +2,8 @@
 // reports ratios (`make bench`): warm invoke through the HTTP API at
 // concurrency 1 and 8, cold start (spawn mode), the fork floor (a plain
 // Python process with the same imports doing fork + waitpid), growth with
-// the zygote's resident size, the memory of a warm child, and runtime pools
+// the zygote's resident size and with the number of functions deployed
+// (warm p50 and the daemon's CPU per request), the memory of a warm child, and runtime pools
 // against functions running the same code (pools.go).
 //
 // Absolute times on a nested-virtualisation host are slow; the ratios,

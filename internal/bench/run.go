@@ -21,6 +21,10 @@ type Config struct {
 	N      int    // requests per warm series (default 200)
 	ColdN  int    // requests per cold series (default 20)
 	Growth []int  // zygote ballast sizes, MiB (default 64, 256, 1024)
+	// Scale is the numbers of functions deployed at once that the stats
+	// function's warm p50 and daemon CPU are measured with (default 1,
+	// 10, 50): the others are trivial fork-mode functions, idle.
+	Scale []int
 	// CPUN is the number of requests of the 8-client series over which CPU
 	// per request is read from /proc/PID/stat (default 1000).
 	CPUN int
@@ -30,6 +34,10 @@ type Config struct {
 	// CPUProfile, if set, is where the daemon writes its Go CPU profile
 	// (`zygo serve --cpuprofile`) over the whole run.
 	CPUProfile string
+	// Only, when not empty, names the steps to run after warm (which the
+	// others read figures from, and always runs): ideal, cold, floor,
+	// node, growth, scale, memory, pools. Run fails on an unknown name.
+	Only []string
 	// PoolTenants is how many tenants the pool memory row serves, and how
 	// many function zygotes it is compared with (default 100).
 	PoolTenants int
@@ -63,6 +71,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Growth == nil {
 		cfg.Growth = []int{64, 256, 1024}
 	}
+	if cfg.Scale == nil {
+		cfg.Scale = []int{1, 10, 50}
+	}
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
@@ -90,12 +101,46 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer d.stop()
 	r := &Report{Machine: machine(), When: time.Now().UTC()}
 	b := &runner{ctx: ctx, c: d.client, cfg: cfg, work: work, rep: r, daemonPID: d.cmd.Process.Pid}
-	for _, step := range []func() error{b.warm, b.ideal, b.cold, b.floor, b.node, b.growth, b.memory, b.pools} {
-		if err := step(); err != nil {
+	steps, err := b.steps(cfg.Only)
+	if err != nil {
+		return r, err
+	}
+	for _, st := range steps {
+		if err := st.run(); err != nil {
 			return r, err
 		}
 	}
 	return r, nil
+}
+
+// step is one part of the bench, by the name -only selects it with.
+type step struct {
+	name string
+	run  func() error
+}
+
+// steps returns warm followed by every step, or by those only names, in
+// the bench's order. An unknown name is an error naming the known ones.
+func (b *runner) steps(only []string) ([]step, error) {
+	named := []step{{"ideal", b.ideal}, {"cold", b.cold}, {"floor", b.floor}, {"node", b.node},
+		{"growth", b.growth}, {"scale", b.scale}, {"memory", b.memory}, {"pools", b.pools}}
+	want := map[string]bool{}
+	for _, name := range only {
+		want[name] = true
+	}
+	out := []step{{"warm", b.warm}}
+	var known []string
+	for _, st := range named {
+		known = append(known, st.name)
+		if len(only) == 0 || want[st.name] {
+			out = append(out, st)
+			delete(want, st.name)
+		}
+	}
+	for name := range want {
+		return nil, fmt.Errorf("-only: no step %q (the steps: %s)", name, strings.Join(known, ", "))
+	}
+	return out, nil
 }
 
 type runner struct {
@@ -414,6 +459,7 @@ func parentPID(pid int) int {
 
 func (b *runner) growth() error {
 	b.say("growth with the zygote's resident size")
+	var last Stats // the 8-client series of the largest zygote
 	for _, mib := range b.cfg.Growth {
 		name := fmt.Sprintf("ballast-%d", mib)
 		code := fmt.Sprintf("BALLAST = b\"\\x01\" * (%d << 20)\n\ndef handler(event, context):\n    return len(BALLAST)\n", mib)
@@ -437,9 +483,112 @@ func (b *runner) growth() error {
 		}
 		b.add(fmt.Sprintf("warm p50, zygote holding %d MiB", mib), fmt.Sprintf("p50 %.2f ms (floor %.2f ms)", ms(s.P50), ms(f.P50)),
 			fmt.Sprintf("Zygo/floor = %.2f", ratio(s.P50, f.P50)))
+		cpu, s8, err := b.cpuAt8(name, `{}`, 0)
+		if err != nil {
+			return err
+		}
+		last = s8
+		b.add(fmt.Sprintf("CPU per request, zygote holding %d MiB, 8 clients (%d requests)", mib, s8.N),
+			fmt.Sprintf("daemon %.2f ms, zygote side %.2f ms, %.0f req/s", ms(cpu["daemon"]), ms(cpu["zygote"]), s8.Throughput),
+			fmt.Sprintf("daemon / the stats function's daemon CPU = %.2fx", ratio(cpu["daemon"], b.statsCPU["daemon"])))
 		if err := b.c.RemoveFunction(b.ctx, name); err != nil {
 			return err
 		}
+	}
+	// The daemon's CPU per request also grows as requests come further
+	// apart (its threads sleep and wake more often per request): the stats
+	// function, paced to the rate the largest zygote's series reached, tells
+	// the request rate's share from the zygote size's.
+	if last.Throughput > 0 {
+		gap := time.Duration(float64(time.Second) / last.Throughput)
+		cpu, s8, err := b.cpuAt8("stats", `{"n": 100}`, gap)
+		if err != nil {
+			return err
+		}
+		b.add(fmt.Sprintf("CPU per stats request, 8 clients paced to %.0f req/s (%d requests)", last.Throughput, s8.N),
+			fmt.Sprintf("daemon %.2f ms", ms(cpu["daemon"])),
+			fmt.Sprintf("daemon / the stats function's daemon CPU unpaced = %.2fx", ratio(cpu["daemon"], b.statsCPU["daemon"])))
+	}
+	return nil
+}
+
+// cpuAt8 runs cfg.CPUN requests of fn with 8 clients, gap apart (0: back to
+// back), and returns the CPU per request of the daemon and of fn's zygote
+// side (the zygote and the children it reaped), from /proc/PID/stat, with
+// the series' stats.
+func (b *runner) cpuAt8(fn, event string, gap time.Duration) (cpuPerRequest, Stats, error) {
+	zpid, err := b.zygotePID(fn)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	if _, err := Invoke(b.ctx, b.c, fn, event, 40, 8); err != nil { // the pool grows to the load
+		return nil, Stats{}, err
+	}
+	var s Stats
+	cpu, err := measureCPU(b.cfg.CPUN, map[string]int{"daemon": b.daemonPID, "zygote": zpid}, func() error {
+		var err error
+		s, err = InvokePaced(b.ctx, b.c, fn, event, b.cfg.CPUN, 8, gap)
+		return err
+	})
+	return cpu, s, err
+}
+
+// scale measures the stats function with cfg.Scale functions deployed at
+// once (stats itself and trivial fork-mode functions, each with its
+// zygote and pool, idle): what a request costs must not grow with the
+// number of functions the daemon holds (issue 15, "Also measure"). The
+// functions earlier steps deployed, but stats, are removed first; the
+// fillers are removed after.
+func (b *runner) scale() error {
+	b.say("growth with the number of functions deployed")
+	fns, err := b.c.Functions(b.ctx)
+	if err != nil {
+		return err
+	}
+	for _, f := range fns {
+		if f.Name != "stats" {
+			if err := b.c.RemoveFunction(b.ctx, f.Name); err != nil {
+				return err
+			}
+		}
+	}
+	deployed := 1
+	var fillers []string
+	defer func() {
+		for _, name := range fillers {
+			_ = b.c.RemoveFunction(b.ctx, name)
+		}
+	}()
+	var p50At1, cpuAt1 time.Duration
+	for _, want := range b.cfg.Scale {
+		for ; deployed < want; deployed++ {
+			name := fmt.Sprintf("idle-%03d", deployed)
+			dir, err := WriteFunction(b.work, name, "", "def handler(event, context):\n    return 1\n")
+			if err != nil {
+				return err
+			}
+			if err := b.deploy(dir); err != nil {
+				return err
+			}
+			fillers = append(fillers, name)
+		}
+		if _, err := Invoke(b.ctx, b.c, "stats", `{"n": 100}`, 20, 4); err != nil {
+			return err
+		}
+		s, err := Invoke(b.ctx, b.c, "stats", `{"n": 100}`, b.cfg.N/2, 1)
+		if err != nil {
+			return err
+		}
+		cpu, s8, err := b.cpuAt8("stats", `{"n": 100}`, 0)
+		if err != nil {
+			return err
+		}
+		if p50At1 == 0 {
+			p50At1, cpuAt1 = s.P50, cpu["daemon"]
+		}
+		b.add(fmt.Sprintf("warm stats with %d functions deployed (1 client: %d requests; 8 clients: %d)", deployed, s.N, s8.N),
+			fmt.Sprintf("p50 %.2f ms; daemon %.2f ms a request, %.0f req/s at 8 clients", ms(s.P50), ms(cpu["daemon"]), s8.Throughput),
+			fmt.Sprintf("p50 / with %d = %.2fx, daemon CPU / with %d = %.2fx", b.cfg.Scale[0], ratio(s.P50, p50At1), b.cfg.Scale[0], ratio(cpu["daemon"], cpuAt1)))
 	}
 	return nil
 }
@@ -532,7 +681,8 @@ func (r *Report) Markdown() string {
 	b.WriteString(strings.ReplaceAll(warmPathText, "~", "`"))
 	b.WriteString("\n## How to reproduce\n\n```\nmake bench          # writes this file and prints the same table\n" +
 		"scripts/bench-sandbox.sh   # sandbox checkpoint / restore / fork / rollback vs raw runsc\n" +
-		"go run ./cmd/zygo-bench -ab OLD/zygo -zygo bin/zygo [-ab-perf]   # two builds side by side, requests alternating\n```\n")
+		"go run ./cmd/zygo-bench -ab OLD/zygo -zygo bin/zygo [-ab-perf]   # two builds side by side, requests alternating\n" +
+		"go run ./cmd/zygo-bench -only growth,scale -out \"\"   # warm and the named steps only; prints, writes nothing\n```\n")
 	return b.String()
 }
 
