@@ -1656,6 +1656,64 @@ allocations and 10 KB fewer a request, and the reflective decodes gone) but smal
 the system calls, which remain most of the daemon's CPU. Left alone: the SQLite log batch
 (multi-row insert was tried in the eighth round), net/http's own work per request, and the
 ~json.Unmarshal~ of the rest of result.json (its validation and the value's scan are needed).
+
+### Tenth round (lead): what grows with the zygote's size and the number of functions
+
+The bench now measures what issue 15's "Also measure" asks for and it lacked: the daemon's CPU
+per request beside the warm p50 for each zygote size (64, 256, 1024 MiB), and the stats
+function's warm p50, daemon CPU and throughput with 1, 10 and 50 functions deployed (the
+others trivial fork-mode functions, each with its zygote and pool, idle). Run alone:
+~go run ./cmd/zygo-bench -only growth,scale -out ""~.
+
+- **The number of functions**: three runs of ~-only scale~ on this shared host read p50
+  4.93/3.81/3.35 ms, 3.09/3.71/5.52 ms and 3.83/2.72/5.04 ms at 1/10/50 functions: no
+  direction, the host's other load moves it more. Counted instead (~perf stat~ of the daemon
+  and of the whole host over 1,500 stats requests at 8 clients, the same daemon with 9 idle
+  functions deployed and then removed, twice each): daemon system calls 91.3/91.3 a request
+  with them and 92.5-95.9 without, context switches 14.6-14.7 and 14.4-15.7, page faults on
+  the whole host 958.5-958.9 and 1,005-1,096 (the host busier): nothing a request costs grows
+  with the functions deployed. An idle zygote's pool wakes once a second (~poolTick~).
+- **The zygote's size**: the daemon's CPU per request grows in the 8-client rows (0.70, 0.86,
+  1.27 ms at 64, 256, 1024 MiB in one run) while the rate falls (230, 139, 46 req/s: each
+  request forks the whole zygote when the pool runs dry). The bench's paced row shows that
+  the rate is what costs, not the size: the stats function paced to the 1 GiB series' rate
+  reads 1.59 ms a request. One client, back to back and 10 and 20 ms apart: 0.77, 1.23 and
+  1.53 ms a request. Counted (~perf stat~, one client 20 ms apart against 8 clients back to
+  back): 130 against 92 system calls a request, futex 12 against 5, ~epoll_pwait~ 18.6
+  against 12, context switches 22 against 14.5: requests that come apart find the daemon's
+  threads asleep and pay for waking them, each time. An idle daemon uses 0.35% of a CPU
+  (sysmon's 100 wake-ups a second).
+
+Tried this round and not kept (~zygo-bench -ab~, 4 rounds of 300 at 8 clients and 300-400
+one-client requests each):
+
+- **~GOMAXPROCS=1~ again, with sysmon's setting** (twice): daemon CPU 0.81x and 0.78x (0.774
+  -> 0.624 ms), system calls 93 -> 80, context switches 14.5 -> 7 a request, throughput 1.04x
+  and 1.06x, but one-client p50 1.03x and 1.07x (~wait~ 1.15x and 1.10x): a system call that
+  blocks (a cgroup move waiting for an RCU grace period, 6-15 ms at p90-p99) keeps the only
+  P until sysmon takes it back, up to its 10 ms tick when the daemon was quiet, and the
+  result of another request waits behind it.
+- **No pre-warm at all** (the child does everything after GO): zygote-side faults 934 vs
+  945 a request, CPU 0.97x, throughput 0.89x, one-client p50 1.43x: the pre-warm costs the
+  zygote side nothing it would not pay after GO.
+- **The agent's modules precompiled** (~.pyc~ made next to the sources; the zygote compiles
+  them from source today, ~PYTHONDONTWRITEBYTECODE=1~, no ~__pycache__~): a probe importing
+  the agent reads 18-20 ms instead of 39-52 ms and holds 1.6 MB less anonymous memory, and its
+  fork + exit + wait takes 1.52 instead of 1.65 ms; A/B under load: zygote side 1.00x,
+  throughput 0.99x. It would speed up zygote starts and spawn-mode cold starts by 20-30 ms,
+  but the daemon may not run a manifest's interpreter outside a sandbox to compile, and the
+  cache would have to be keyed by interpreter: left for an issue of its own (cold starts).
+- **~favordynmods~** (a named v1 hierarchy mounted with it, which puts the threadgroup
+  rwsem of every hierarchy on its slow path so a task move never waits for a grace period):
+  daemon CPU 0.73-0.79 vs 0.73-0.81 ms (stats), 1.17-1.47 vs 1.30 ms (1 GiB): within noise,
+  and it changes the host's fork path. Unmounted.
+- **Where the zygote side's CPU goes, on this host** (~perf record -a -g~ under 8 clients):
+  python3 processes 85% of all samples, 76% of theirs in the kernel: page faults 34%
+  (copy-on-write ~do_wp_page~ 20%), ~exit_mmap~ 17%, fork's ~dup_mmap~ 10%. Per child
+  (~exceptions:page_fault_user~, classified by the zygote's mappings) 910 faults against the
+  ideal child's 571: writes to anonymous memory (obmalloc's arenas) 511 vs 289, ~[heap]~ 100
+  vs 54, libpython's data 100 vs 73, file-backed reads and executes about 170 in both. The
+  zygote holds 19.4 MB of anonymous memory against the ideal server's 16.0 MB.
 `
 
 // boundsText explains, for the targets of the performance issue, what
