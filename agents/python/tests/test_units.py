@@ -252,6 +252,60 @@ class LandlockTest(unittest.TestCase):
                 else:
                     self.assertEqual(out.split()[0], "False", "no scoping: the request must carry on")
 
+    def test_entered_before_go(self):
+        """A pre-forked child enters its request domain before GO (enter_domain_ahead, with
+        the request root's rule): step 5 (enter_request_domain) then enters nothing, the
+        request's writes beneath the root, /tmp and /dev still work and every other write is
+        refused as before; a request directory outside the root fails step 5 instead of
+        running unconfined. Without the root (the agent outside its sandbox) nothing is
+        entered ahead and step 5 enters the domain as it always did."""
+        base = tempfile.mkdtemp(prefix="zygo-ll-root-")
+        other = tempfile.mkdtemp(prefix="zygo-ll-other-", dir="/var/tmp")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", base, other]))
+        reqdir = os.path.join(base, "req-1")
+        os.mkdir(reqdir)
+        sub = subprocess.Popen(["sleep", "30"])
+        self.addCleanup(sub.wait)
+        self.addCleanup(sub.kill)
+
+        def write(path):
+            return _errno_of(lambda: os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)))
+
+        def probe(root, request_dir):
+            child.REQUEST_ROOT = root
+            child._rehearse()
+            child.enter_domain_ahead()
+            ahead = child._domain_entered[0] is not None
+            # In the domain already (when entered ahead): what was refused is refused now.
+            before = write(os.path.join(other, "before-go")) if ahead else "-"
+            try:
+                entered = child.enter_request_domain(request_dir)
+            except RuntimeError as exc:
+                return f"{ahead} RuntimeError {'not ' + other in str(exc)}"
+            return " ".join([str(ahead), before, str(entered),
+                             write(f"/proc/{sub.pid}/oom_score_adj"),
+                             write(os.path.join(other, "after-go")),
+                             write(os.path.join(request_dir, "result.json")),
+                             write(os.path.join(base, "req-2")), write("/dev/null"),
+                             write(os.path.join(tempfile.gettempdir(), "zygo-ll-tmp"))])
+
+        scoped = libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI
+        out = _in_child(lambda: probe(base, reqdir))
+        if scoped:
+            self.assertEqual(out, "True EACCES True EACCES EACCES ok ok ok ok")
+        else:
+            self.assertEqual(out.split()[:3], ["False", "-", "False"])
+        # A directory the supervisor never makes: beneath another root.
+        stray = os.path.join(other, "req-9")
+        os.mkdir(stray)
+        out = _in_child(lambda: probe(base, stray))
+        if scoped:
+            self.assertEqual(out, "True RuntimeError True")
+        # No request root here: entered only at step 5, as before.
+        out = _in_child(lambda: probe(os.path.join(base, "absent"), reqdir))
+        if scoped:
+            self.assertEqual(out, "False - True EACCES EACCES ok ok ok ok")
+
     def test_renames_between_writable_dirs_still_work(self):
         """A domain that handles file writes refuses every cross-directory rename (EXDEV)
         unless it also handles and grants LANDLOCK_ACCESS_FS_REFER: a temp file staged in

@@ -198,6 +198,8 @@ def _prewarm(request_fd: int, handler=None) -> None:
         if prewarm is not None:
             prewarm()
         _lap("pre.rehearse")
+        enter_domain_ahead()
+        _lap("pre.landlock")
     except Exception:  # noqa: BLE001 - the same steps run, and report, after GO
         pass
 
@@ -207,6 +209,12 @@ def _prewarm(request_fd: int, handler=None) -> None:
 _domain_ahead = [-1]
 _domain_dirs = [frozenset()]
 _FIXED_WRITABLE = ("/tmp", "/dev")  # writable_dirs without the request's own root
+# Where the supervisor makes every request directory, in the sandbox (internal/nsbox ReqDir,
+# docs/protocol.md): a request's dir is always directly beneath it.
+REQUEST_ROOT = "/run/zygo/req"
+# The writable directories of the Landlock domain this child entered before GO
+# (:func:`enter_domain_ahead`), or None.
+_domain_entered = [None]
 
 
 def prepare_own_domain() -> None:
@@ -230,6 +238,47 @@ def _make_domain_ahead(dirs: Tuple[str, ...]) -> None:
         os.close(fd)
         raise
     _domain_ahead[0], _domain_dirs[0] = fd, frozenset(dirs)
+
+
+def enter_domain_ahead() -> None:
+    """Before GO, in a pre-forked child: enter the request's own Landlock domain
+    (:func:`enter_own_domain`) already, with the rules of ``/tmp``, ``/dev`` and
+    ``REQUEST_ROOT``, which every request of this zygote gets (:func:`writable_dirs` of any
+    directory the supervisor makes), so that step 5 after GO only checks the request's
+    directory is beneath ``REQUEST_ROOT`` (:func:`enter_request_domain`). Nothing of the
+    request runs before GO, and what this child does until then (``hello``, waiting for GO,
+    the steps after GO) writes no file outside those directories: entering earlier only
+    narrows it sooner. Does nothing when the kernel has no scoped Landlock, when
+    ``REQUEST_ROOT`` is not a directory here (the agent outside its sandbox, as in the
+    tests), or when already entered. Raises ``OSError`` or ``RuntimeError`` as
+    :func:`enter_own_domain` does (the pre-warm swallows them; step 5 then enters as
+    before)."""
+    if _domain_entered[0] is not None or libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
+        return
+    if not os.path.isdir(REQUEST_ROOT):
+        return
+    dirs = _FIXED_WRITABLE + (REQUEST_ROOT,)
+    if enter_own_domain(dirs):
+        _domain_entered[0] = dirs
+
+
+def enter_request_domain(request_dir: str) -> bool:
+    """Step 5's Landlock step for the request whose directory is ``request_dir``: enter the
+    request's own domain (:func:`enter_own_domain` of :func:`writable_dirs`), or, when this
+    child entered it before GO (:func:`enter_domain_ahead`), check that the domain grants
+    every directory the request needs. Returns what :func:`enter_own_domain` returns (True
+    once in the domain). Raises ``RuntimeError`` when the domain entered ahead lacks one of
+    them (a Landlock domain can only be narrowed: the request must not run), and what
+    :func:`enter_own_domain` raises."""
+    entered = _domain_entered[0]
+    if entered is None:
+        return enter_own_domain(writable_dirs(request_dir))
+    missing = [d for d in writable_dirs(request_dir) if d not in entered]
+    if missing:
+        raise RuntimeError(f"request directory {request_dir!r}: the Landlock domain this "
+                           f"child entered before GO grants writes beneath {', '.join(entered)}"
+                           f", not {', '.join(missing)}")
+    return True
 
 
 def _rehearse() -> None:
@@ -313,7 +362,7 @@ def _prepare(sock: socket.socket, go: _Go, forked: bool):
         _lap(step)
         if forked:  # before anything the request can start; one thread here (the fork's)
             step = "landlock"
-            enter_own_domain(writable_dirs(go.dir))
+            enter_request_domain(go.dir)
             _lap(step)
         step = "atexit_clear"
         atexit._clear()
