@@ -1684,6 +1684,25 @@ others trivial fork-mode functions, each with its zygote and pool, idle). Run al
   threads asleep and pay for waking them, each time. An idle daemon uses 0.35% of a CPU
   (sysmon's 100 wake-ups a second).
 
+Kept this round:
+
+- **The request's Landlock domain entered before ~hello~** (agents/python child.py
+  ~enter_domain_ahead~): every request directory is directly beneath ~/run/zygo/req~, so a
+  pre-forked child enters the domain step 5 would enter, with that root's rule, while it
+  waits; after GO the step only checks that ~dir~'s parent is that root (a domain can only
+  be narrowed: a directory elsewhere fails the request). A/B (~-ab~, 400 one-client requests,
+  a loaded host): ~child.landlock~ 0.097 -> 0.011 ms, the new ~child.pre.landlock~ 0.131 ms
+  before ~hello~; one-client p50 0.88x, ~wait~ 0.95x (the host's load moved both more than
+  the 0.09 ms cut).
+
+Where the rest of a one-client ~wait~ goes (an experiment build stamping GO with the
+daemon's ~CLOCK_MONOTONIC~ and the child reading it, 300 one-client requests, medians): GO
+sent to GO received and decoded in the child 0.25 ms (the child's wake-up on the other,
+idle vCPU and ~recvmsg~); GO sent to the child starting to write ~result.json~ 1.56 ms;
+~wait~ (GO sent to the result seen by the daemon) 1.78 ms: the result's write, rename and
+the daemon's wake-up on its inotify watch take about 0.22 ms. The child's own steps after
+GO, handler included, are the rest.
+
 Tried this round and not kept (~zygo-bench -ab~, 4 rounds of 300 at 8 clients and 300-400
 one-client requests each):
 
