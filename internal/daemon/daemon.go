@@ -282,6 +282,9 @@ func Run(ctx context.Context, cfg Config, ready func()) error {
 	}
 	log := cfg.Log
 	closeInheritedFDs()
+	if old := keepReadableUmask(); old&^0o022 != 0 {
+		log.Info("umask narrowed: the daemon keeps the read and search bits of the modes it names", "umask", fmt.Sprintf("%04o", old), "now", fmt.Sprintf("%04o", old&0o022))
+	}
 	if err := prepareStateDir(cfg.StateDir); err != nil {
 		return err
 	}
