@@ -2,6 +2,7 @@ package function
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,5 +125,30 @@ func TestCheckInterpreterInScratch(t *testing.T) {
 			!strings.Contains(err.Error(), "from inside /tmp, where anyone may create files") || !strings.Contains(err.Error(), want) {
 			t.Errorf("checkInterpreter(%s) = %v, want %q", py, err, want)
 		}
+	}
+}
+
+// TestInterpreterFailedBlamesOnlyANamedInterpreter: a start that fails is the
+// manifest's fault (400, naming zygo.toml's interpreter) only when zygo.toml
+// named the interpreter; with the runtime's default the error is returned as
+// it is (a host or Zygo problem, such as bwrap refusing a mount, is no 400).
+func TestInterpreterFailedBlamesOnlyANamedInterpreter(t *testing.T) {
+	start := fmt.Errorf("%w: agent exited before ready: bwrap: Can't find source path", errdefs.ErrUnavailable)
+	named, err := ParseManifest([]byte("name = \"f\"\nruntime = \"python\"\nhandler = \"main:handler\"\ninterpreter = \"/bin/sh\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := interpreterFailed(named, start); !errdefs.IsInvalidArgument(got) || !strings.Contains(got.Error(), `interpreter: "/bin/sh"`) {
+		t.Errorf("named interpreter: got %v, want a 400 naming zygo.toml's interpreter", got)
+	}
+	defaulted, err := ParseManifest([]byte("name = \"f\"\nruntime = \"python\"\nhandler = \"main:handler\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if defaulted.Interpreter != "/usr/bin/python3" {
+		t.Fatalf("default interpreter %q", defaulted.Interpreter)
+	}
+	if got := interpreterFailed(defaulted, start); got != start {
+		t.Errorf("default interpreter: got %v, want the start's own error", got)
 	}
 }
