@@ -148,7 +148,7 @@ func TestInterpreterFailedBlamesOnlyANamedInterpreter(t *testing.T) {
 	if defaulted.Interpreter != "/usr/bin/python3" {
 		t.Fatalf("default interpreter %q", defaulted.Interpreter)
 	}
-	if got := interpreterFailed(defaulted, start); got != start {
+	if got := interpreterFailed(defaulted, start); errdefs.IsInvalidArgument(got) || got.Error() != start.Error() {
 		t.Errorf("default interpreter: got %v, want the start's own error", got)
 	}
 }
