@@ -483,14 +483,15 @@ func (b *runner) growth() error {
 		}
 		b.add(fmt.Sprintf("warm p50, zygote holding %d MiB", mib), fmt.Sprintf("p50 %.2f ms (floor %.2f ms)", ms(s.P50), ms(f.P50)),
 			fmt.Sprintf("Zygo/floor = %.2f", ratio(s.P50, f.P50)))
-		cpu, s8, err := b.cpuAt8(name, `{}`, 0)
+		m, err := b.cpuAt8(name, `{}`, 0)
 		if err != nil {
 			return err
 		}
-		last = s8
-		b.add(fmt.Sprintf("CPU per request, zygote holding %d MiB, 8 clients (%d requests)", mib, s8.N),
-			fmt.Sprintf("daemon %.2f ms, zygote side %.2f ms, %.0f req/s", ms(cpu["daemon"]), ms(cpu["zygote"]), s8.Throughput),
-			fmt.Sprintf("daemon / the stats function's daemon CPU = %.2fx", ratio(cpu["daemon"], b.statsCPU["daemon"])))
+		last = m.s
+		b.add(fmt.Sprintf("CPU per request, zygote holding %d MiB, 8 clients (%d requests)", mib, m.s.N),
+			fmt.Sprintf("daemon %.2f ms and %.1f context switches, zygote side %.2f ms and %.0f page faults, %.0f req/s",
+				ms(m.cpu["daemon"]), m.switches, ms(m.cpu["zygote"]), m.faults, m.s.Throughput),
+			fmt.Sprintf("daemon / the stats function's daemon CPU = %.2fx", ratio(m.cpu["daemon"], b.statsCPU["daemon"])))
 		if err := b.c.RemoveFunction(b.ctx, name); err != nil {
 			return err
 		}
@@ -501,36 +502,64 @@ func (b *runner) growth() error {
 	// the request rate's share from the zygote size's.
 	if last.Throughput > 0 {
 		gap := time.Duration(float64(time.Second) / last.Throughput)
-		cpu, s8, err := b.cpuAt8("stats", `{"n": 100}`, gap)
+		m, err := b.cpuAt8("stats", `{"n": 100}`, gap)
 		if err != nil {
 			return err
 		}
-		b.add(fmt.Sprintf("CPU per stats request, 8 clients paced to %.0f req/s (%d requests)", last.Throughput, s8.N),
-			fmt.Sprintf("daemon %.2f ms", ms(cpu["daemon"])),
-			fmt.Sprintf("daemon / the stats function's daemon CPU unpaced = %.2fx", ratio(cpu["daemon"], b.statsCPU["daemon"])))
+		b.add(fmt.Sprintf("CPU per stats request, 8 clients paced to %.0f req/s (%d requests)", last.Throughput, m.s.N),
+			fmt.Sprintf("daemon %.2f ms and %.1f context switches", ms(m.cpu["daemon"]), m.switches),
+			fmt.Sprintf("daemon / the stats function's daemon CPU unpaced = %.2fx", ratio(m.cpu["daemon"], b.statsCPU["daemon"])))
 	}
 	return nil
 }
 
+// at8 is what cpuAt8 measured: CPU per request of the daemon and of the
+// function's zygote side, the zygote side's page faults and the daemon's
+// context switches per request (counts: they do not move with the host's
+// load as CPU does), and the series' stats.
+type at8 struct {
+	cpu              cpuPerRequest
+	faults, switches float64
+	s                Stats
+}
+
 // cpuAt8 runs cfg.CPUN requests of fn with 8 clients, gap apart (0: back to
-// back), and returns the CPU per request of the daemon and of fn's zygote
-// side (the zygote and the children it reaped), from /proc/PID/stat, with
-// the series' stats.
-func (b *runner) cpuAt8(fn, event string, gap time.Duration) (cpuPerRequest, Stats, error) {
+// back), and measures them (at8): the daemon's CPU and context switches, and
+// the CPU and page faults of fn's zygote side (the zygote and the children
+// it reaped), from /proc.
+func (b *runner) cpuAt8(fn, event string, gap time.Duration) (at8, error) {
 	zpid, err := b.zygotePID(fn)
 	if err != nil {
-		return nil, Stats{}, err
+		return at8{}, err
 	}
 	if _, err := Invoke(b.ctx, b.c, fn, event, 40, 8); err != nil { // the pool grows to the load
-		return nil, Stats{}, err
+		return at8{}, err
 	}
-	var s Stats
-	cpu, err := measureCPU(b.cfg.CPUN, map[string]int{"daemon": b.daemonPID, "zygote": zpid}, func() error {
+	var m at8
+	var zc, dc [2]Counts
+	m.cpu, err = measureCPU(b.cfg.CPUN, map[string]int{"daemon": b.daemonPID, "zygote": zpid}, func() error {
 		var err error
-		s, err = InvokePaced(b.ctx, b.c, fn, event, b.cfg.CPUN, 8, gap)
+		if zc[0], err = ReadCounts(zpid); err != nil {
+			return err
+		}
+		if dc[0], err = ReadCounts(b.daemonPID); err != nil {
+			return err
+		}
+		if m.s, err = InvokePaced(b.ctx, b.c, fn, event, b.cfg.CPUN, 8, gap); err != nil {
+			return err
+		}
+		if zc[1], err = ReadCounts(zpid); err != nil {
+			return err
+		}
+		dc[1], err = ReadCounts(b.daemonPID)
 		return err
 	})
-	return cpu, s, err
+	if err != nil {
+		return at8{}, err
+	}
+	n := float64(b.cfg.CPUN)
+	m.faults, m.switches = float64(zc[1].Sub(zc[0]).Faults)/n, float64(dc[1].Sub(dc[0]).Switches)/n
+	return m, nil
 }
 
 // scale measures the stats function with cfg.Scale functions deployed at
@@ -560,6 +589,7 @@ func (b *runner) scale() error {
 		}
 	}()
 	var p50At1, cpuAt1 time.Duration
+	var faultsAt1, switchesAt1 float64
 	for _, want := range b.cfg.Scale {
 		for ; deployed < want; deployed++ {
 			name := fmt.Sprintf("idle-%03d", deployed)
@@ -579,16 +609,18 @@ func (b *runner) scale() error {
 		if err != nil {
 			return err
 		}
-		cpu, s8, err := b.cpuAt8("stats", `{"n": 100}`, 0)
+		m, err := b.cpuAt8("stats", `{"n": 100}`, 0)
 		if err != nil {
 			return err
 		}
 		if p50At1 == 0 {
-			p50At1, cpuAt1 = s.P50, cpu["daemon"]
+			p50At1, cpuAt1, faultsAt1, switchesAt1 = s.P50, m.cpu["daemon"], m.faults, m.switches
 		}
-		b.add(fmt.Sprintf("warm stats with %d functions deployed (1 client: %d requests; 8 clients: %d)", deployed, s.N, s8.N),
-			fmt.Sprintf("p50 %.2f ms; daemon %.2f ms a request, %.0f req/s at 8 clients", ms(s.P50), ms(cpu["daemon"]), s8.Throughput),
-			fmt.Sprintf("p50 / with %d = %.2fx, daemon CPU / with %d = %.2fx", b.cfg.Scale[0], ratio(s.P50, p50At1), b.cfg.Scale[0], ratio(cpu["daemon"], cpuAt1)))
+		b.add(fmt.Sprintf("warm stats with %d functions deployed (1 client: %d requests; 8 clients: %d)", deployed, s.N, m.s.N),
+			fmt.Sprintf("p50 %.2f ms; at 8 clients %.0f req/s, daemon %.2f ms and %.1f context switches, zygote side %.0f page faults a request",
+				ms(s.P50), m.s.Throughput, ms(m.cpu["daemon"]), m.switches, m.faults),
+			fmt.Sprintf("with %d: p50 %.2fx, daemon CPU %.2fx, its context switches %.2fx, zygote side faults %.2fx", b.cfg.Scale[0],
+				ratio(s.P50, p50At1), ratio(m.cpu["daemon"], cpuAt1), m.switches/switchesAt1, m.faults/faultsAt1))
 	}
 	return nil
 }

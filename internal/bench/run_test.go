@@ -1,8 +1,12 @@
 package bench
 
 import (
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func stepNames(steps []step) string {
@@ -38,5 +42,37 @@ func TestStepsRunWarmFirstThenOnlyThoseNamed(t *testing.T) {
 	_, err := b.steps([]string{"growth", "bogus"})
 	if err == nil || !strings.Contains(err.Error(), `"bogus"`) || !strings.Contains(err.Error(), "growth, scale") {
 		t.Fatalf("unknown step: got %v, want an error naming it and the known steps", err)
+	}
+}
+
+// TestReadCountsSeesFaultsAndSwitches: ReadCounts of this process counts the
+// page faults of memory it touches for the first time and the context
+// switches of its threads sleeping.
+func TestReadCountsSeesFaultsAndSwitches(t *testing.T) {
+	before, err := ReadCounts(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(-1, 0, 64<<12, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unix.Munmap(mem) }()
+	for i := 0; i < len(mem); i += 4096 {
+		mem[i] = 1 // one fault a page
+	}
+	for i := 0; i < 20; i++ {
+		time.Sleep(time.Millisecond)
+	}
+	after, err := ReadCounts(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.Sub(before)
+	if d.Faults < 64 {
+		t.Errorf("touching 64 new pages counted %d faults", d.Faults)
+	}
+	if d.Switches < 20 {
+		t.Errorf("20 sleeps counted %d context switches", d.Switches)
 	}
 }
