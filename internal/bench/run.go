@@ -1704,7 +1704,14 @@ others trivial fork-mode functions, each with its zygote and pool, idle). Run al
   functions deployed and then removed, twice each): daemon system calls 91.3/91.3 a request
   with them and 92.5-95.9 without, context switches 14.6-14.7 and 14.4-15.7, page faults on
   the whole host 958.5-958.9 and 1,005-1,096 (the host busier): nothing a request costs grows
-  with the functions deployed. An idle zygote's pool wakes once a second (~poolTick~).
+  with the functions deployed. Two daemons side by side, one with the stats function alone and
+  one with 49 idle functions beside it, 1,500 requests at 8 clients each, alternating: daemon
+  CPU 0.83/0.88, 1.25/1.09 and 1.13/1.13 ms a request (the host's load moved both by 50%
+  between rounds). The bench's rows now count, beside the CPU, the zygote side's page faults
+  and the daemon's context switches per request: in a run of ~-only scale~, 958/961/958
+  faults and 14.5/14.5/15.6 switches at 1/10/50 functions. The idle daemon itself: 3.3 ms of
+  CPU a second with one function, 7.8 ms with 50 (each zygote's pool looks at its target once
+  a second, ~poolTick~).
 - **The zygote's size**: the daemon's CPU per request grows in the 8-client rows (0.70, 0.86,
   1.27 ms at 64, 256, 1024 MiB in one run) while the rate falls (230, 139, 46 req/s: each
   request forks the whole zygote when the pool runs dry). The bench's paced row shows that
