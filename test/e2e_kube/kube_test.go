@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -99,6 +100,12 @@ func startNode(t *testing.T, name string) *node {
 	p := &e2eutil.Process{T: t, Bin: zygoBin, StateDir: dir, Args: []string{"--listen", addr, "--no-sandbox-network"}}
 	p.Start(60 * time.Second)
 	t.Cleanup(func() { p.Stop(60 * time.Second) })
+	t.Cleanup(func() { // runs before Stop: what the node did, for a failure's why
+		if t.Failed() {
+			lines := strings.Split(strings.TrimSpace(p.Log.String()), "\n")
+			t.Logf("node %s: last lines of its daemon's log:\n%s", name, strings.Join(lines[max(0, len(lines)-80):], "\n"))
+		}
+	})
 	// Runs before Stop (cleanups run last-registered first): a daemon's sandboxes outlive it by
 	// design (recovered at its next start), so a node that still holds one at the end removes it,
 	// or its runsc processes and the null-netns mount under dir would outlive the test.
@@ -239,7 +246,15 @@ func TestKubernetes(t *testing.T) {
 	}
 
 	routec, errc := make(chan string, 1), make(chan error, 1)
-	log := slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Warnings reach the test's log as they come; every line (Info too) is kept, and the last
+	// of them are printed if the test fails, with each node daemon's (startNode).
+	tw := &testWriter{t: t}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("controller: last lines of its log:\n%s", tw.tail(120))
+		}
+	})
+	log := slog.New(slog.NewTextHandler(tw, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	go func() {
 		// The tests' registry and URL servers listen on 127.0.0.1, which the controller refuses
 		// as a source address by default: this controller allows exactly that address
@@ -293,12 +308,30 @@ func TestKubernetes(t *testing.T) {
 	t.Run("NodeDelete", e.testNodeDelete)
 }
 
-// testWriter sends the controller's warnings to the test's log.
-type testWriter struct{ t *testing.T }
+// testWriter sends the controller's warnings and errors to the test's log and keeps every
+// line it is given (slog writes one record per Write) for tail.
+type testWriter struct {
+	t     *testing.T
+	mu    sync.Mutex
+	lines []string
+}
 
 func (w *testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
+	line := strings.TrimSpace(string(p))
+	if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+		w.t.Log(line)
+	}
+	w.mu.Lock()
+	w.lines = append(w.lines, line)
+	w.mu.Unlock()
 	return len(p), nil
+}
+
+// tail returns the last n lines written, joined by newlines.
+func (w *testWriter) tail(n int) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.lines[max(0, len(w.lines)-n):], "\n")
 }
 
 // testClaim: a SandboxClaim gets a Sandbox on a node; it runs there; status says where; a
