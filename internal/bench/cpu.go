@@ -27,22 +27,34 @@ func (c CPUTimes) Sub(o CPUTimes) CPUTimes {
 	return CPUTimes{Self: c.Self - o.Self, Children: c.Children - o.Children}
 }
 
-// ReadCPU reads pid's CPU times.
-func ReadCPU(pid int) (CPUTimes, error) {
+// statFields reads /proc/PID/stat and returns its numeric fields 3 to last (proc(5)'s
+// numbering) as field(i), for i of 3 up to want; an error if the file is unreadable or
+// shorter. The command (field 2, which may hold spaces and parentheses) is skipped by
+// cutting at its last ')'. A field that does not parse reads as 0.
+func statFields(pid, want int) (field func(i int) int64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < want-2 {
+		return nil, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	return func(i int) int64 {
+		n, _ := strconv.ParseInt(f[i-3], 10, 64)
+		return n
+	}, nil
+}
+
+// ReadCPU reads pid's CPU times (/proc/PID/stat fields 14 to 17: utime, stime, cutime,
+// cstime, in clock ticks).
+func ReadCPU(pid int) (CPUTimes, error) {
+	field, err := statFields(pid, 17)
 	if err != nil {
 		return CPUTimes{}, err
 	}
-	s := string(b)
-	// Fields after the command (which may hold spaces) start at state (3).
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 15 {
-		return CPUTimes{}, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	tick := func(i int) time.Duration { // i is the field number of proc(5)
-		n, _ := strconv.ParseInt(f[i-3], 10, 64)
-		return time.Duration(n) * clockTick
-	}
+	tick := func(i int) time.Duration { return time.Duration(field(i)) * clockTick }
 	return CPUTimes{Self: tick(14) + tick(15), Children: tick(16) + tick(17)}, nil
 }
 
@@ -63,18 +75,11 @@ func (c Counts) Sub(o Counts) Counts {
 
 // ReadCounts reads pid's Counts.
 func ReadCounts(pid int) (Counts, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	field, err := statFields(pid, 11)
 	if err != nil {
 		return Counts{}, err
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 9 {
-		return Counts{}, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	minflt, _ := strconv.ParseInt(f[10-3], 10, 64)
-	cminflt, _ := strconv.ParseInt(f[11-3], 10, 64)
-	c := Counts{Faults: minflt + cminflt}
+	c := Counts{Faults: field(10) + field(11)}
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return Counts{}, err

@@ -212,11 +212,11 @@ class LandlockTest(unittest.TestCase):
         else:
             self.assertEqual(out, "False", "no scoping: the request must carry on")
 
-    def test_writes_only_beneath_writable_dirs(self):
-        """Writes under /proc (here: an exec'd subprocess's oom_score_adj, of the same uid,
-        dumpable) are refused; writes beneath the writable dirs, to /dev/null and through
-        pipes and descriptors already open, still work."""
-        base = tempfile.mkdtemp(prefix="zygo-ll-")
+    def _landlock_dirs(self, prefix):
+        """Makes (base, other, reqdir, sub) for a Landlock probe: base a new directory under
+        the temp dir holding reqdir (base/req-1), other one under /var/tmp (outside every
+        writable dir), sub a running `sleep` of the same uid; all removed at cleanup."""
+        base = tempfile.mkdtemp(prefix=prefix)
         other = tempfile.mkdtemp(prefix="zygo-ll-other-", dir="/var/tmp")
         self.addCleanup(lambda: subprocess.run(["rm", "-rf", base, other]))
         reqdir = os.path.join(base, "req-1")
@@ -224,6 +224,13 @@ class LandlockTest(unittest.TestCase):
         sub = subprocess.Popen(["sleep", "30"])
         self.addCleanup(sub.wait)
         self.addCleanup(sub.kill)
+        return base, other, reqdir, sub
+
+    def test_writes_only_beneath_writable_dirs(self):
+        """Writes under /proc (here: an exec'd subprocess's oom_score_adj, of the same uid,
+        dumpable) are refused; writes beneath the writable dirs, to /dev/null and through
+        pipes and descriptors already open, still work."""
+        base, other, reqdir, sub = self._landlock_dirs("zygo-ll-")
         kept = os.open(os.path.join(other, "kept"), os.O_WRONLY | os.O_CREAT, 0o600)
         self.addCleanup(os.close, kept)
 
@@ -259,14 +266,7 @@ class LandlockTest(unittest.TestCase):
         refused as before; a request directory outside the root fails step 5 instead of
         running unconfined. Without the root (the agent outside its sandbox) nothing is
         entered ahead and step 5 enters the domain as it always did."""
-        base = tempfile.mkdtemp(prefix="zygo-ll-root-")
-        other = tempfile.mkdtemp(prefix="zygo-ll-other-", dir="/var/tmp")
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", base, other]))
-        reqdir = os.path.join(base, "req-1")
-        os.mkdir(reqdir)
-        sub = subprocess.Popen(["sleep", "30"])
-        self.addCleanup(sub.wait)
-        self.addCleanup(sub.kill)
+        base, other, reqdir, sub = self._landlock_dirs("zygo-ll-root-")
 
         def write(path):
             return _errno_of(lambda: os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)))
