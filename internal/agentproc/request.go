@@ -301,7 +301,7 @@ var childSteps = func() map[string]string {
 	m := map[string]string{}
 	for _, name := range []string{
 		"pre.fdreset", "pre.privatise", "pre.reseed", "pre.textio",
-		"pre.rehearse", "pre.landlock", "close_socket", "stdio", "fdreset",
+		"pre.rehearse", "close_socket", "stdio", "fdreset",
 		"privatise", "reseed", "tmpdir", "dumpable", "landlock",
 		"atexit_clear", "strict", "step", "event", "handler",
 		"encode", "atexit+flush", "script.confine", "script.import",

@@ -229,7 +229,8 @@ class LandlockTest(unittest.TestCase):
     def test_writes_only_beneath_writable_dirs(self):
         """Writes under /proc (here: an exec'd subprocess's oom_score_adj, of the same uid,
         dumpable) are refused; writes beneath the writable dirs, to /dev/null and through
-        pipes and descriptors already open, still work."""
+        pipes and descriptors already open, still work; a file beside the request's
+        directory in the request root is not writable."""
         base, other, reqdir, sub = self._landlock_dirs("zygo-ll-")
         kept = os.open(os.path.join(other, "kept"), os.O_WRONLY | os.O_CREAT, 0o600)
         self.addCleanup(os.close, kept)
@@ -238,15 +239,19 @@ class LandlockTest(unittest.TestCase):
             return _errno_of(lambda: os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)))
 
         def probe(ahead):
+            child.REQUEST_ROOT = base
             if ahead:  # the pre-forked child's rehearsal made the ruleset before GO
                 child._rehearse()
+            made_ahead = child._domain_ahead[0] != -1
             entered = child.enter_own_domain(child.writable_dirs(reqdir))
             r, w = os.pipe()
-            return " ".join([str(entered), write(f"/proc/{sub.pid}/oom_score_adj"),
+            return " ".join([str(entered), str(made_ahead),
+                             write(f"/proc/{sub.pid}/oom_score_adj"),
                              write(f"/proc/{sub.pid}/clear_refs"), write("/proc/self/oom_score_adj"),
                              write(os.path.join(other, "kept")),
                              write(os.path.join(reqdir, "result.json")),
                              write(os.path.join(base, "req-2")), write("/dev/null"),
+                             write(os.path.join(tempfile.gettempdir(), "zygo-ll-tmp")),
                              _errno_of(lambda: os.write(kept, b"x")),
                              _errno_of(lambda: os.close(os.open(f"/proc/self/fd/{w}", os.O_WRONLY))),
                              str(child._domain_ahead[0])])
@@ -255,56 +260,92 @@ class LandlockTest(unittest.TestCase):
             with self.subTest(ahead=ahead):
                 out = _in_child(lambda: probe(ahead))
                 if libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
-                    self.assertEqual(out, "True EACCES EACCES EACCES EACCES ok ok ok ok ok -1")
+                    self.assertEqual(out, f"True {ahead} EACCES EACCES EACCES EACCES ok EACCES "
+                                          "ok ok ok ok -1")
                 else:
                     self.assertEqual(out.split()[0], "False", "no scoping: the request must carry on")
 
-    def test_entered_before_go(self):
-        """A pre-forked child enters its request domain before GO (enter_domain_ahead, with
-        the request root's rule): step 5 (enter_request_domain) then enters nothing, the
-        request's writes beneath the root, /tmp and /dev still work and every other write is
-        refused as before; a request directory outside the root fails step 5 instead of
-        running unconfined. Without the root (the agent outside its sandbox) nothing is
-        entered ahead and step 5 enters the domain as it always did."""
+    def test_other_requests_unreachable(self):
+        """Every request directory of a zygote is beside the others in the request root and
+        belongs to the same uid, and its name leaks (a socket bound in TMPDIR is listed in
+        /proc/net/unix): a request must still neither read a file of another's (by its path
+        or through /proc/self/root) nor make, remove or rename anything there, while it reads
+        and writes its own
+        and reads the rest of the filesystem (files, listings of / too, execs) as before;
+        listing is not handled, so the names in another's directory are not hidden. Without the
+        domain (no scoped Landlock) the sibling is readable, so the probe sees the
+        difference."""
         base, other, reqdir, sub = self._landlock_dirs("zygo-ll-root-")
+        sibling = os.path.join(base, "req-2")
+        os.makedirs(os.path.join(sibling, "tmp"))
+        os.mkdir(os.path.join(reqdir, "tmp"))
+        with open(os.path.join(sibling, "event.json"), "w") as f:
+            f.write('{"secret": "s"}')
+        with open(os.path.join(reqdir, "event.json"), "w") as f:
+            f.write("{}")
+        with open(os.path.join(other, "readable"), "w") as f:
+            f.write("r")
 
-        def write(path):
-            return _errno_of(lambda: os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)))
+        def read(path):
+            return _errno_of(lambda: open(path, "rb").close())
 
-        def probe(root, request_dir):
-            child.REQUEST_ROOT = root
+        def probe(entering):
+            child.REQUEST_ROOT = base
             child._rehearse()
-            child.enter_domain_ahead()
-            ahead = child._domain_entered[0] is not None
-            # In the domain already (when entered ahead): what was refused is refused now.
-            before = write(os.path.join(other, "before-go")) if ahead else "-"
-            try:
-                entered = child.enter_request_domain(request_dir)
-            except RuntimeError as exc:
-                return f"{ahead} RuntimeError {'not ' + other in str(exc)}"
-            return " ".join([str(ahead), before, str(entered),
-                             write(f"/proc/{sub.pid}/oom_score_adj"),
-                             write(os.path.join(other, "after-go")),
-                             write(os.path.join(request_dir, "result.json")),
-                             write(os.path.join(base, "req-2")), write("/dev/null"),
-                             write(os.path.join(tempfile.gettempdir(), "zygo-ll-tmp"))])
+            entered = entering and child.enter_own_domain(child.writable_dirs(reqdir))
+            staged = os.path.join(reqdir, "tmp", "forged")
+            with open(staged, "w") as f:
+                f.write("{}")
+            return " ".join([str(entered),
+                             read(os.path.join(sibling, "event.json")),
+                             read(f"/proc/self/root{sibling}/event.json"),
+                             _errno_of(lambda: os.close(os.open(
+                                 os.path.join(sibling, "result.json"),
+                                 os.O_WRONLY | os.O_CREAT, 0o600))),
+                             _errno_of(lambda: os.rename(staged,
+                                                         os.path.join(sibling, "result.json"))),
+                             _errno_of(lambda: os.mkfifo(os.path.join(sibling, "result.json"))),
+                             _errno_of(lambda: os.unlink(os.path.join(sibling, "event.json"))),
+                             _errno_of(lambda: os.mkdir(os.path.join(sibling, "d"))),
+                             read(os.path.join(reqdir, "event.json")),
+                             _errno_of(lambda: os.listdir(os.path.join(reqdir, "tmp"))),
+                             read(os.path.join(other, "readable")), read("/etc/passwd"),
+                             _errno_of(lambda: os.listdir("/usr")),
+                             _errno_of(lambda: os.listdir("/")),
+                             str(subprocess.run(["true"]).returncode)])
 
-        scoped = libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI
-        out = _in_child(lambda: probe(base, reqdir))
-        if scoped:
-            self.assertEqual(out, "True EACCES True EACCES EACCES ok ok ok ok")
+        out = _in_child(lambda: probe(True))
+        if libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
+            self.assertEqual(out, "True EACCES EACCES EACCES EACCES EACCES EACCES EACCES "
+                                  "ok ok ok ok ok ok 0")
         else:
-            self.assertEqual(out.split()[:3], ["False", "-", "False"])
-        # A directory the supervisor never makes: beneath another root.
-        stray = os.path.join(other, "req-9")
-        os.mkdir(stray)
-        out = _in_child(lambda: probe(base, stray))
-        if scoped:
-            self.assertEqual(out, "True RuntimeError True")
-        # No request root here: entered only at step 5, as before.
-        out = _in_child(lambda: probe(os.path.join(base, "absent"), reqdir))
-        if scoped:
-            self.assertEqual(out, "False - True EACCES EACCES ok ok ok ok")
+            self.assertEqual(out.split()[0], "False", "no scoping: the request must carry on")
+        self.assertEqual(sorted(os.listdir(sibling)), ["event.json", "tmp"], "nothing made")
+        out = _in_child(lambda: probe(False))  # the same probe, outside the domain
+        self.assertEqual(out, "False ok ok ok ok EEXIST ok ok ok ok ok ok ok ok 0")
+
+    def test_plan_leaves_out_only_the_request_root(self):
+        """domain_plan grants reading files beneath every entry of / and of each directory on the
+        way to REQUEST_ROOT but the one on the way; with no such directory, beneath /."""
+        base, _, reqdir, _ = self._landlock_dirs("zygo-ll-plan-")
+
+        def probe(root):
+            child.REQUEST_ROOT = root
+            return child.domain_plan()
+
+        plan = probe(base)
+        reads = {p for p, rights, _ in plan if rights & libc.LANDLOCK_ACCESS_FS_READ_FILE}
+        self.assertNotIn("/", reads)
+        self.assertFalse([p for p in reads if p == base or p.startswith(base + "/")], reads)
+        self.assertIn("/usr", reads)
+        tmp = os.path.dirname(base)
+        self.assertFalse([p for p in reads if p == tmp])
+        self.assertTrue(all(os.path.dirname(p) in ("/", tmp) for p in reads), reads)
+        writes = {p for p, rights, _ in plan if rights & libc.LANDLOCK_ACCESS_FS_WRITE_FILE}
+        self.assertIn("/dev", writes)
+        self.assertNotIn(tmp, writes, "the request root is beneath it: split too")
+        absent = probe(os.path.join(base, "absent"))
+        self.assertIn(("/", child._READ, True), absent)
 
     def test_renames_between_writable_dirs_still_work(self):
         """A domain that handles file writes refuses every cross-directory rename (EXDEV)

@@ -109,7 +109,8 @@ def _open_control_socket() -> socket.socket:
 def _prepare_for_forks(report: warmup.Report, mode: str) -> None:
     """Stop recording, register the NumPy generators to reseed, cache uuid's hardware
     address (so a child's pure-Python ``uuid1`` need not run ``ip``), set up OpenSSL's
-    random generators (:func:`_init_openssl_random`), move every object into the GC's
+    random generators (:func:`_init_openssl_random`), in fork mode list the rules every
+    request's Landlock domain holds (:func:`child.domain_plan`), move every object into the GC's
     permanent generation (children neither touch their pages nor finalise the zygote's
     garbage), and in fork mode put the interpreter's code on huge pages
     (:mod:`hugetext`)."""
@@ -118,6 +119,11 @@ def _prepare_for_forks(report: warmup.Report, mode: str) -> None:
         reseed.register_numpy_generator(generator)
     uuid.getnode()
     _init_openssl_random()
+    if mode == "fork" and libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
+        try:
+            child.domain_plan()  # the rules every request's domain holds, listed once
+        except OSError as exc:
+            log(f"listing what a request may read (each child lists it again): {exc}")
     gc.collect()
     gc.freeze()
     if mode == "fork":

@@ -152,7 +152,7 @@ def _serve(fd: int, handler, forked: bool) -> int:
         wire.close_all(go.fds)
     _lap_at[0] = time.perf_counter_ns()
     try:
-        event = _prepare(sock, go, forked)
+        event = _prepare(sock, go, forked, getattr(handler, "zygo_read_beneath", ()))
     except _StepFailed as failure:
         _write_result_quietly(go.dir, {"ok": False, "error": errors.error(
             "ZygoAgentError", str(failure))})
@@ -198,87 +198,90 @@ def _prewarm(request_fd: int, handler=None) -> None:
         if prewarm is not None:
             prewarm()
         _lap("pre.rehearse")
-        enter_domain_ahead()
-        _lap("pre.landlock")
     except Exception:  # noqa: BLE001 - the same steps run, and report, after GO
         pass
 
 
-# The ruleset of the request's Landlock domain this child made before GO (-1: none), and
-# the directories whose rules it holds.
+# The ruleset of the request's Landlock domain this child made before GO (-1: none): it
+# holds every rule that does not depend on the request (:func:`domain_plan`).
 _domain_ahead = [-1]
-_domain_dirs = [frozenset()]
-_FIXED_WRITABLE = ("/tmp", "/dev")  # writable_dirs without the request's own root
+_FIXED_WRITABLE = ("/tmp", "/dev")  # writable_dirs without the request's own directory
 # Where the supervisor makes every request directory, in the sandbox (internal/nsbox ReqDir,
-# docs/protocol.md): a request's dir is always directly beneath it.
+# docs/protocol.md): the directories of every request of this zygote, in flight or made
+# ahead for a pre-forked child, are side by side beneath it, and all of them belong to the
+# sandbox's one uid. A request's domain grants nothing beneath it but its own directory.
 REQUEST_ROOT = "/run/zygo/req"
-# The writable directories of the Landlock domain this child entered before GO
-# (:func:`enter_domain_ahead`), or None.
-_domain_entered = [None]
+# What a request's domain handles: reading files (open for reading or execution) and every
+# change to the filesystem (open for writing, truncate, make, remove, rename, link:
+# libc.LANDLOCK_CHANGE), each granted beneath given directories only. Listing a directory
+# is not handled (a rule granting it on / would grant it beneath too, and `ls /` must work):
+# what a directory holds is named as its mode allows. File rights are those a rule on a
+# single file may hold.
+_READ = libc.LANDLOCK_ACCESS_FS_EXECUTE | libc.LANDLOCK_ACCESS_FS_READ_FILE
+_HANDLED = _READ | libc.LANDLOCK_CHANGE
+_FILE_RIGHTS = (libc.LANDLOCK_ACCESS_FS_EXECUTE | libc.LANDLOCK_ACCESS_FS_READ_FILE
+                | libc.LANDLOCK_ACCESS_FS_WRITE_FILE | libc.LANDLOCK_ACCESS_FS_TRUNCATE)
+_plan = [("", ())]  # (REQUEST_ROOT it was made for, rules): domain_plan's cache
+
+
+def domain_plan() -> Tuple[Tuple[str, int, bool], ...]:
+    """The rules of a request's Landlock domain that do not depend on the request, as
+    ``(path, rights, directory)``: reading beneath everything but ``REQUEST_ROOT``, and
+    changing the filesystem beneath ``/tmp`` and ``/dev`` (but ``REQUEST_ROOT``, were it
+    beneath them).
+    "Everything but" is :func:`_beside`: the entries of ``/`` and of each directory on the
+    way down to ``REQUEST_ROOT``, but the one on the way. Worked out once (the zygote does
+    it before its first fork: a sandbox's ``/`` is read-only, so it holds for every child)
+    for the value ``REQUEST_ROOT`` has; when it is not a directory (the agent outside its
+    sandbox) nothing is left out. Raises ``OSError`` when a directory on the way cannot be
+    listed."""
+    root, rules = _plan[0]
+    if root != REQUEST_ROOT or not rules:
+        rules = tuple((path, _READ, directory) for path, directory in _beside(REQUEST_ROOT, "/"))
+        for top in _FIXED_WRITABLE:
+            rules += tuple((path, libc.LANDLOCK_CHANGE, directory)
+                           for path, directory in _beside(REQUEST_ROOT, top))
+        _plan[0] = (REQUEST_ROOT, rules)
+    return rules
+
+
+def _beside(root: str, top: str) -> Tuple[Tuple[str, bool], ...]:
+    """``(path, directory)`` of what covers everything beneath the directory ``top`` but
+    ``root``: ``((top, True),)`` when ``root`` is not a directory beneath ``top``; else each
+    entry of ``top`` and of every directory between it and ``root`` but the one on the way
+    to ``root``, and ``()`` when ``root`` is ``top``. Symbolic links are left out (what they
+    name is covered, or not, where it is). Raises ``OSError``."""
+    rel = os.path.relpath(root, top)
+    if rel == ".":
+        return ()
+    if rel == ".." or rel.startswith("../") or not os.path.isdir(root):
+        return ((top, True),)
+    out, cur = [], top
+    for name in rel.split("/"):
+        with os.scandir(cur) as entries:
+            out += [(os.path.join(cur, e.name), e.is_dir(follow_symlinks=False))
+                    for e in entries if e.name != name and not e.is_symlink()]
+        cur = os.path.join(cur, name)
+    return tuple(out)
 
 
 def prepare_own_domain() -> None:
-    """Before GO: make the ruleset :func:`enter_own_domain` enters, with the rules of the
-    directories that do not depend on the request (``/tmp``, ``/dev``). The ruleset is this
-    child's own: one made by the zygote and shared by every child could be widened by one
-    child (any code that runs before GO with its descriptor open) for every later one.
-    Nothing is entered here; a kernel without scoped Landlock gets nothing. Raises
-    ``OSError``."""
+    """Before GO: make the ruleset :func:`enter_own_domain` enters, with the rules of
+    :func:`domain_plan`. The ruleset is this child's own: one made by the zygote and shared
+    by every child could be widened by one child (any code that runs before GO with its
+    descriptor open) for every later one. Nothing is entered here; a kernel without scoped
+    Landlock gets nothing. Raises ``OSError``."""
     if _domain_ahead[0] != -1 or libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
         return
-    _make_domain_ahead(_FIXED_WRITABLE)
-
-
-def _make_domain_ahead(dirs: Tuple[str, ...]) -> None:
-    fd = libc.landlock_ruleset(libc.LANDLOCK_WRITE, 0, REQUEST_SCOPES)
+    fd = libc.landlock_ruleset(_HANDLED, 0, REQUEST_SCOPES)
     try:
-        for path in dirs:
-            libc.landlock_allow(fd, path, libc.LANDLOCK_WRITE)
+        for path, rights, directory in domain_plan():
+            libc.landlock_allow(fd, path, rights if directory else rights & _FILE_RIGHTS,
+                                directory=directory)
     except BaseException:
         os.close(fd)
         raise
-    _domain_ahead[0], _domain_dirs[0] = fd, frozenset(dirs)
-
-
-def enter_domain_ahead() -> None:
-    """Before GO, in a pre-forked child: enter the request's own Landlock domain
-    (:func:`enter_own_domain`) already, with the rules of ``/tmp``, ``/dev`` and
-    ``REQUEST_ROOT``, which every request of this zygote gets (:func:`writable_dirs` of any
-    directory the supervisor makes), so that step 5 after GO only checks the request's
-    directory is beneath ``REQUEST_ROOT`` (:func:`enter_request_domain`). Nothing of the
-    request runs before GO, and what this child does until then (``hello``, waiting for GO,
-    the steps after GO) writes no file outside those directories: entering earlier only
-    narrows it sooner. Does nothing when the kernel has no scoped Landlock, when
-    ``REQUEST_ROOT`` is not a directory here (the agent outside its sandbox, as in the
-    tests), or when already entered. Raises ``OSError`` or ``RuntimeError`` as
-    :func:`enter_own_domain` does (the pre-warm swallows them; step 5 then enters as
-    before)."""
-    if _domain_entered[0] is not None or libc.landlock_abi() < libc.LANDLOCK_SCOPED_ABI:
-        return
-    if not os.path.isdir(REQUEST_ROOT):
-        return
-    dirs = _FIXED_WRITABLE + (REQUEST_ROOT,)
-    if enter_own_domain(dirs):
-        _domain_entered[0] = dirs
-
-
-def enter_request_domain(request_dir: str) -> bool:
-    """Step 5's Landlock step for the request whose directory is ``request_dir``: enter the
-    request's own domain (:func:`enter_own_domain` of :func:`writable_dirs`), or, when this
-    child entered it before GO (:func:`enter_domain_ahead`), check that the domain grants
-    every directory the request needs. Returns what :func:`enter_own_domain` returns (True
-    once in the domain). Raises ``RuntimeError`` when the domain entered ahead lacks one of
-    them (a Landlock domain can only be narrowed: the request must not run), and what
-    :func:`enter_own_domain` raises."""
-    entered = _domain_entered[0]
-    if entered is None:
-        return enter_own_domain(writable_dirs(request_dir))
-    missing = [d for d in writable_dirs(request_dir) if d not in entered]
-    if missing:
-        raise RuntimeError(f"request directory {request_dir!r}: the Landlock domain this "
-                           f"child entered before GO grants writes beneath {', '.join(entered)}"
-                           f", not {', '.join(missing)}")
-    return True
+    _domain_ahead[0] = fd
 
 
 def _rehearse() -> None:
@@ -328,8 +331,10 @@ def _wait_for_go(sock: socket.socket):
             return None
 
 
-def _prepare(sock: socket.socket, go: _Go, forked: bool):
+def _prepare(sock: socket.socket, go: _Go, forked: bool, readable: Sequence[str] = ()):
     """Everything between ``go`` and user code; returns the event. Raises ``_StepFailed``.
+    ``readable``: directories outside the sandbox's tree the request's Landlock domain must
+    let it read (a pool script's mount, ``/proc/self/fd/N``).
 
     In order: close the request socket; stdout and stderr; in fork mode rule 9 (descriptors,
     shared memory); reseed; ``TMPDIR``; non-dumpable; in fork mode the request's own Landlock
@@ -362,7 +367,7 @@ def _prepare(sock: socket.socket, go: _Go, forked: bool):
         _lap(step)
         if forked:  # before anything the request can start; one thread here (the fork's)
             step = "landlock"
-            enter_request_domain(go.dir)
+            enter_own_domain(writable_dirs(go.dir), readable)
             _lap(step)
         step = "atexit_clear"
         atexit._clear()
@@ -465,28 +470,28 @@ REQUEST_SCOPES = libc.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | libc.LANDLOCK_SCOPE_
 
 def writable_dirs(request_dir: str) -> Tuple[str, ...]:
     """The directories a request may open files for writing beneath: the sandbox's writable
-    mounts, ``/tmp`` and ``/dev`` (``/dev/shm``, ``/dev/null``, ``/dev/pts``), and the root
-    of the request directories (``/run/zygo/req``, the parent of ``request_dir``)."""
-    return ("/tmp", "/dev", _parent(request_dir))
+    mounts, ``/tmp`` and ``/dev`` (``/dev/shm``, ``/dev/null``, ``/dev/pts``), and its own
+    request directory (its ``tmp/`` is ``TMPDIR``), never the root of the request
+    directories: another request's directory is beside it there."""
+    return _FIXED_WRITABLE + (request_dir,)
 
 
-def _parent(path: str) -> str:
-    """``os.path.dirname(os.path.abspath(path))``; for an absolute path already in normal form
-    (no empty, ``.`` or ``..`` component, no trailing slash) without posixpath's calls."""
-    if path.startswith("/") and not path.endswith(("/", "/.", "/..")) \
-            and "//" not in path and "/./" not in path and "/../" not in path:
-        return path[:path.rindex("/")] or "/"
-    return os.path.dirname(os.path.abspath(path))
-
-
-def enter_own_domain(writable: Sequence[str]) -> bool:
+def enter_own_domain(writable: Sequence[str], readable: Sequence[str] = ()) -> bool:
     """Put this process, and everything it will start or exec, in a new Landlock domain
-    scoping signals and abstract unix sockets (``REQUEST_SCOPES``) and refusing (``EACCES``)
-    to open for writing any file not beneath a directory of ``writable``
-    (:func:`writable_dirs`): so ``/proc/PID/oom_score_adj``, ``clear_refs``, ``sched`` and
-    the like of what another request execs (dumpable again, of the same uid) cannot be
-    written (nor the request's own: ``/proc`` is not writable to it at all). Network access
-    is not handled.
+    that scopes signals and abstract unix sockets (``REQUEST_SCOPES``) and handles reading
+    and changing files (``_HANDLED``): a file is opened for reading or execution only
+    beneath what :func:`domain_plan` grants (everything but ``REQUEST_ROOT``) or a
+    directory of ``writable``; a file is opened for writing or
+    truncated, and anything made, removed, renamed or linked, only beneath a directory of
+    ``writable`` (:func:`writable_dirs`), ``/tmp`` and ``/dev`` as :func:`domain_plan`
+    grants them. So a request can neither read nor change the directory of another request
+    of this zygote (its event, output, ``TMPDIR``, ``result.json``: not even make an empty
+    file or a FIFO there, or remove one), even knowing its name (a temporary path in
+    ``/proc/net/unix`` or in a subprocess's command line gives it away); only list it (the
+    names in it, as the directory's mode allows: listing is not handled). Nor can it write
+    ``/proc/PID/oom_score_adj``, ``clear_refs``, ``sched`` and the like of what another
+    request execs (dumpable again, of the same uid), nor its own. Network access is not
+    handled.
 
     The kernel then refuses ptrace-class access (``/proc/PID/mem``) and signals (``EPERM``)
     from the request to any process outside its domain (the zygote, idle pre-forked
@@ -494,8 +499,10 @@ def enter_own_domain(writable: Sequence[str]) -> bool:
     bound outside it, while the zygote, outside every request's domain, still reaches, signals
     and reaps them all. Must run while the process has one thread (a forked child does).
 
-    The ruleset :func:`prepare_own_domain` made before GO is used (and closed) when
-    ``writable`` holds its directories: only the others' rules are added here.
+    The ruleset :func:`prepare_own_domain` made before GO is used (and closed); it is made
+    here when it was not. Only the rules of ``writable``'s other directories are added, and
+    reading beneath each directory of ``readable`` (one outside the sandbox's tree, such as
+    a pool script's detached mount, ``/proc/self/fd/N``).
 
     Returns True once in the domain, False when the kernel's Landlock is absent or older than
     ABI 6 (the request then carries on unscoped; the zygote's ``landlock`` warm-up check has
@@ -509,14 +516,17 @@ def enter_own_domain(writable: Sequence[str]) -> bool:
         threads = len(os.listdir("/proc/self/task"))
         if threads != 1:
             raise RuntimeError(f"{threads} threads alive: Landlock would restrict only this one")
+    prepare_own_domain()
     ruleset, _domain_ahead[0] = _domain_ahead[0], -1
-    made_for, wanted = _domain_dirs[0], set(writable)
-    if ruleset != -1 and not made_for <= wanted:
-        os.close(ruleset)  # made for other directories than these
-        ruleset = -1
-    if ruleset != -1:  # made ahead with the rules of made_for: only the others are added
-        writable = [d for d in writable if d not in made_for]
-    libc.landlock_scope_self(REQUEST_SCOPES, write_beneath=writable, ruleset=ruleset)
+    try:
+        for path in writable:
+            if path not in _FIXED_WRITABLE:
+                libc.landlock_allow(ruleset, path, _HANDLED)
+        for path in readable:
+            libc.landlock_allow(ruleset, path, _READ)
+        libc.landlock_restrict(ruleset)
+    finally:
+        os.close(ruleset)
     return True
 
 

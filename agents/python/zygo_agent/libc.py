@@ -7,7 +7,6 @@ runs the dynamic loader after ``fork()``.
 import ctypes
 import errno
 import os
-from typing import Sequence
 
 _PR_GET_DUMPABLE = 3
 _PR_SET_DUMPABLE = 4  # Python 3.11 has no constant for it.
@@ -77,11 +76,32 @@ _SYS_LANDLOCK_ADD_RULE = 445
 _SYS_LANDLOCK_RESTRICT_SELF = 446
 _LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 _LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_ACCESS_FS_EXECUTE = 1 << 0  # ABI 1: execute a file
 LANDLOCK_ACCESS_FS_WRITE_FILE = 1 << 1  # ABI 1: open a file for writing
+LANDLOCK_ACCESS_FS_READ_FILE = 1 << 2  # ABI 1: open a file for reading
+LANDLOCK_ACCESS_FS_READ_DIR = 1 << 3  # ABI 1: open a directory to list it
+LANDLOCK_ACCESS_FS_REMOVE_DIR = 1 << 4  # ABI 1, as the rest up to MAKE_SYM
+LANDLOCK_ACCESS_FS_REMOVE_FILE = 1 << 5
+LANDLOCK_ACCESS_FS_MAKE_CHAR = 1 << 6
+LANDLOCK_ACCESS_FS_MAKE_DIR = 1 << 7
+LANDLOCK_ACCESS_FS_MAKE_REG = 1 << 8
+LANDLOCK_ACCESS_FS_MAKE_SOCK = 1 << 9
+LANDLOCK_ACCESS_FS_MAKE_FIFO = 1 << 10
+LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 11
+LANDLOCK_ACCESS_FS_MAKE_SYM = 1 << 12
 # ABI 2: link or rename into another directory. A domain that handles any file access
 # refuses every such reparenting (EXDEV) unless it handles this right too and grants it at
 # both ends, so it is handled and granted wherever writing is.
 LANDLOCK_ACCESS_FS_REFER = 1 << 13
+LANDLOCK_WRITE = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REFER  # granted together
+LANDLOCK_ACCESS_FS_TRUNCATE = 1 << 14  # ABI 3
+# Every right that changes the filesystem (ABI 3): open for writing, truncate, make, remove,
+# rename or link anything.
+LANDLOCK_CHANGE = (LANDLOCK_WRITE | LANDLOCK_ACCESS_FS_TRUNCATE | LANDLOCK_ACCESS_FS_REMOVE_DIR
+                   | LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR
+                   | LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG
+                   | LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO
+                   | LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM)
 LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
 LANDLOCK_SCOPE_SIGNAL = 1 << 1
 LANDLOCK_SCOPED_ABI = 6  # the first ABI with ``scoped`` (Linux 6.12)
@@ -166,43 +186,3 @@ def landlock_restrict(ruleset: int) -> None:
                      ctypes.c_uint32(0)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, "landlock_restrict_self: " + os.strerror(err))
-
-
-LANDLOCK_WRITE = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REFER
-
-
-def landlock_scope_self(scoped: int, write_beneath: Sequence[str] = (),
-                        ruleset: int = -1) -> None:
-    """Put the calling thread, and every process and thread it creates from now on, in a
-    new Landlock domain that scopes ``scoped`` (``LANDLOCK_SCOPE_*`` bits; the kernel's ABI
-    must be ``LANDLOCK_SCOPED_ABI`` or later) and handles no network access.
-
-    With ``write_beneath`` (directories), the domain also handles
-    ``LANDLOCK_ACCESS_FS_WRITE_FILE``: opening a file for writing is refused (``EACCES``)
-    unless the file lies beneath one of them (mounts below them included). A directory that
-    does not exist is left out (nothing can be written there anyway). Descriptors already
-    open, pipes and sockets (even re-opened through ``/proc/self/fd``) are not affected; file
-    creation, truncation and every other access stay as the mounts decide. The domain also
-    handles ``LANDLOCK_ACCESS_FS_REFER`` and grants it beneath the same directories, so a
-    file renamed or linked from one of them into another, or into a subdirectory (a temp
-    file moved into place), moves as it would without Landlock.
-
-    ``ruleset``, when not -1, is a ruleset made ahead (:func:`landlock_ruleset` with
-    ``LANDLOCK_WRITE`` handled and ``scoped``, some of the rules added already): the rules
-    of ``write_beneath`` are added to it and it is entered; it is closed either way.
-
-    The domain also confines ptrace-class access (``/proc/PID/mem``, ``process_vm_*``,
-    ``pidfd_getfd``) to processes in the same domain or one nested in it, whatever the
-    ``scoped`` bits. Only the calling thread is restricted: call it while the process has one
-    thread. Sets ``PR_SET_NO_NEW_PRIVS`` first, as ``landlock_restrict_self`` requires of a
-    process without ``CAP_SYS_ADMIN`` (bubblewrap has set it already in a sandbox).
-    Returns nothing; raises ``OSError`` if a call fails; the descriptor of the ruleset is
-    closed either way."""
-    if ruleset == -1:
-        ruleset = landlock_ruleset(LANDLOCK_WRITE if write_beneath else 0, 0, scoped)
-    try:
-        for path in write_beneath:
-            landlock_allow(ruleset, path, LANDLOCK_WRITE)
-        landlock_restrict(ruleset)
-    finally:
-        os.close(ruleset)

@@ -29,28 +29,13 @@ from typing import Callable, Sequence
 
 from . import child, libc
 
-# Landlock filesystem rights (linux/landlock.h).
-_FS_WRITE_FILE = 1 << 1
-_FS_REMOVE_DIR = 1 << 4
-_FS_REMOVE_FILE = 1 << 5
-_FS_MAKE_CHAR = 1 << 6
-_FS_MAKE_DIR = 1 << 7
-_FS_MAKE_REG = 1 << 8
-_FS_MAKE_SOCK = 1 << 9
-_FS_MAKE_FIFO = 1 << 10
-_FS_MAKE_BLOCK = 1 << 11
-_FS_MAKE_SYM = 1 << 12
-_FS_REFER = 1 << 13  # ABI 2
-_FS_TRUNCATE = 1 << 14  # ABI 3
-
 # Every right that changes the filesystem: handled by a pool request's domain, granted only
 # beneath its request directory, so nothing one tenant's request leaves in the sandbox's
 # shared /tmp or /dev/shm (a file, a directory, a symlink whose target carries data, a
 # socket or FIFO) can be read by the next request, whoever it belongs to.
-CONFINED_RIGHTS = (_FS_WRITE_FILE | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_CHAR
-                   | _FS_MAKE_DIR | _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO
-                   | _FS_MAKE_BLOCK | _FS_MAKE_SYM | _FS_REFER | _FS_TRUNCATE)
-_FILE_RIGHTS = _FS_WRITE_FILE | _FS_TRUNCATE  # what a rule on a single file may grant
+CONFINED_RIGHTS = libc.LANDLOCK_CHANGE
+# What a rule on a single file may grant of them.
+_FILE_RIGHTS = libc.LANDLOCK_ACCESS_FS_WRITE_FILE | libc.LANDLOCK_ACCESS_FS_TRUNCATE
 # Devices a request may still open for writing: they hold nothing another request can read.
 WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full")
 _CONFINED_ABI = 3  # TRUNCATE is in CONFINED_RIGHTS
@@ -113,7 +98,9 @@ class PoolHandler:
 
     def zygo_bind_request(self, go) -> Callable:
         """Return the handler of the request ``go`` (:class:`child._Go`: ``body`` and
-        ``fds``): :func:`run_script` bound to its script. Takes ownership of ``go.fds``.
+        ``fds``): :func:`run_script` bound to its script, with ``zygo_read_beneath``, the
+        directories the request's domain must let it read (the script's mount, when it came
+        as a descriptor). Takes ownership of ``go.fds``.
         Raises :class:`ScriptError` for a go without a valid ``script`` member."""
         script = go.body.get("script")
         if not isinstance(script, dict):
@@ -137,6 +124,9 @@ class PoolHandler:
         def handler(event, context):
             context.tenant, context.script = tenant, digest
             return run_script(root, entry, go.dir, event, context, shared=shared)
+        # A detached mount is beneath nothing the request's Landlock domain grants: the
+        # domain grants reading beneath it too (child.enter_own_domain).
+        handler.zygo_read_beneath = (root,) if mounted else ()
         return handler
 
 
