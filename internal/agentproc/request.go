@@ -98,6 +98,9 @@ type Result struct {
 	steps   []Phase   // the child's timing of its steps (result.json "steps"), after run
 	gone    chan struct{}
 	onGone  []func() // run by Run's release once gone is closed (OnGone)
+	// noResult: the child ended and result.json was not there (a crash, or no room
+	// to make it).
+	noResult bool
 
 	// Phases records how long each step took, in order (for --debug and
 	// benchmarks, the invoke answer's Server-Timing): dir, fork+hello,
@@ -354,6 +357,14 @@ func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 	res.Stderr = readLines(rctx, dir.files, "stderr", req.Redact)
 	res.mark("collect", &res.lap)
 	res.Elapsed = time.Since(t0)
+	// A child that could not make its own files (stdout, result.json) because the request
+	// tmpfs filled between the supervisor's writes and the child's ends without a result:
+	// that is the tmpfs's 503, as when the supervisor's own writes fail, not a crash.
+	var full error
+	if res.noResult && z.root.Full() {
+		full = requestDirError(unix.ENOSPC)
+		z.log.Warn("a request ended without a result while the request tmpfs was full", "request_id", req.ID)
+	}
 	release := func() {
 		defer z.inflight.Done()
 		defer z.pool.finished()
@@ -372,6 +383,9 @@ func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 		z.whenExited(exiting, deadline, release)
 	} else {
 		go release()
+	}
+	if full != nil {
+		return nil, full
 	}
 	return res, nil
 }
@@ -592,6 +606,7 @@ func (z *Process) outcome(ctx context.Context, req Request, st exitStatus, dir r
 		res.Error = &HandlerError{Type: "Crashed", Message: err.Error()}
 	case err != nil:
 		res.Failure = FailCrashed
+		res.noResult = errors.Is(err, os.ErrNotExist)
 		msg := "child exited without a result"
 		if st.signal != 0 {
 			msg = "child killed by signal " + signalName(st.signal)

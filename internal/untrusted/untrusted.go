@@ -78,6 +78,18 @@ func (d *Dir) live() int {
 	return d.fd
 }
 
+// Full reports whether the filesystem holding d has no inode or no block
+// left for an unprivileged writer (fstatfs on d's descriptor: f_ffree,
+// f_bavail): a file the sandbox tried to make there may then have failed
+// with ENOSPC. False when fstatfs fails.
+func (d *Dir) Full() bool {
+	var st unix.Statfs_t
+	if unix.Fstatfs(d.live(), &st) != nil {
+		return false
+	}
+	return st.Ffree == 0 || st.Bavail == 0
+}
+
 // Close releases the directory's descriptor. Closing again does nothing and
 // returns os.ErrClosed.
 func (d *Dir) Close() error {
