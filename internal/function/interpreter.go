@@ -115,11 +115,13 @@ func sharedInScratch(dir string, euid int) string {
 // interpreter (interpreter = "/bin/sh" for python) passes it and is found out only when
 // Zygo's agent never comes up under it (unavailable, or its ready timeout). That is the
 // manifest's fault, a 400 naming the key, with the start's own error (the interpreter's last
-// output) kept as the cause. Any other err, or one of a deploy whose zygo.toml names no
-// interpreter (the runtime's default one failed: the host's or Zygo's fault, such as bwrap
-// refusing a mount), is returned as it is.
+// output) kept as the cause. Any other err, or one under the runtime's default interpreter
+// (defaultInterpreter: zygo.toml names none, or names that one; a failure is then the
+// host's or Zygo's, such as bwrap refusing a mount), is returned as it is. Decided from
+// Interpreter's value alone, so a manifest read back from the store (a rollback) is judged
+// as its deploy was.
 func interpreterFailed(m *Manifest, err error) error {
-	if m.Interpreter == "" || m.interpreterDefaulted || !(errdefs.IsUnavailable(err) || errors.Is(err, errdefs.ErrDeadlineExceeded)) {
+	if m.Interpreter == "" || m.Interpreter == defaultInterpreter(m.Runtime) || !(errdefs.IsUnavailable(err) || errors.Is(err, errdefs.ErrDeadlineExceeded)) {
 		return err
 	}
 	return fmt.Errorf("%w: zygo.toml: interpreter: %q did not start Zygo's %s agent (is it a %s interpreter?): %w",

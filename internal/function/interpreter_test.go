@@ -1,6 +1,7 @@
 package function
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -150,5 +151,25 @@ func TestInterpreterFailedBlamesOnlyANamedInterpreter(t *testing.T) {
 	}
 	if got := interpreterFailed(defaulted, start); errdefs.IsInvalidArgument(got) || got.Error() != start.Error() {
 		t.Errorf("default interpreter: got %v, want the start's own error", got)
+	}
+	// A rollback reads the manifest back from the store (JSON): judged as its deploy was.
+	b, err := json.Marshal(defaulted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored Manifest
+	if err := json.Unmarshal(b, &stored); err != nil {
+		t.Fatal(err)
+	}
+	if got := interpreterFailed(&stored, start); errdefs.IsInvalidArgument(got) {
+		t.Errorf("stored manifest under the default interpreter: got a 400: %v", got)
+	}
+	// zygo.toml naming the default interpreter itself: the host's fault too.
+	same, err := ParseManifest([]byte("name = \"f\"\nruntime = \"node\"\nhandler = \"main.js:handler\"\ninterpreter = \"/usr/bin/node\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := interpreterFailed(same, start); errdefs.IsInvalidArgument(got) {
+		t.Errorf("zygo.toml naming the default interpreter: got a 400: %v", got)
 	}
 }

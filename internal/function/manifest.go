@@ -92,14 +92,10 @@ type Manifest struct {
 	Mode    Mode   `toml:"mode" json:"mode"`
 	// Interpreter is the absolute path of the interpreter the function runs
 	// on; default /usr/bin/python3 for Python and /usr/bin/node for Node.
-	Interpreter string `toml:"interpreter" json:"interpreter"`
-	// interpreterDefaulted says Interpreter is the runtime's default, not one
-	// zygo.toml named (applyDefaults): a start that fails is then not the
-	// manifest's fault (interpreterFailed). Not stored.
-	interpreterDefaulted bool
-	Secrets              []string `toml:"secrets" json:"secrets,omitempty"`
-	Strict               bool     `toml:"strict" json:"strict"`
-	Concurrency          int      `toml:"concurrency" json:"concurrency"` // requests in flight at once
+	Interpreter string   `toml:"interpreter" json:"interpreter"`
+	Secrets     []string `toml:"secrets" json:"secrets,omitempty"`
+	Strict      bool     `toml:"strict" json:"strict"`
+	Concurrency int      `toml:"concurrency" json:"concurrency"` // requests in flight at once
 	// Queue is how many requests beyond Concurrency wait for a slot (0..
 	// MaxQueue; default 2 × Concurrency); a request beyond that is refused
 	// at once (errdefs.ErrTooManyRequests, HTTP 429 with Retry-After). 0
@@ -290,6 +286,15 @@ func LoadManifest(dir string) (*Manifest, error) {
 	return ParseManifest(data)
 }
 
+// defaultInterpreter is the interpreter a function of runtime r runs on when zygo.toml
+// names none: /usr/bin/node for Node, /usr/bin/python3 otherwise.
+func defaultInterpreter(r Runtime) string {
+	if r == RuntimeNode {
+		return "/usr/bin/node"
+	}
+	return "/usr/bin/python3"
+}
+
 func (m *Manifest) applyDefaults() {
 	if m.Mode == "" {
 		m.Mode = ModeFork
@@ -298,13 +303,7 @@ func (m *Manifest) applyDefaults() {
 		}
 	}
 	if m.Interpreter == "" {
-		m.interpreterDefaulted = true
-		switch m.Runtime {
-		case RuntimeNode:
-			m.Interpreter = "/usr/bin/node"
-		default:
-			m.Interpreter = "/usr/bin/python3"
-		}
+		m.Interpreter = defaultInterpreter(m.Runtime)
 	}
 	if m.Concurrency == 0 {
 		m.Concurrency = DefaultConcurrency
