@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 
 	"github.com/zygo-run/zygo/internal/bench"
 )
@@ -26,7 +25,7 @@ func main() {
 	abRounds := flag.Int("ab-rounds", 4, "-ab: rounds of -ab-n8 requests at 8 clients per daemon, alternating which goes first (-1: none)")
 	abN8 := flag.Int("ab-n8", 300, "-ab: requests per 8-client round per daemon")
 	abGap := flag.Duration("ab-gap", 0, "-ab: pause after each one-client request (250ms for Node workers)")
-	only := flag.String("only", "", "run only these steps after warm, comma-separated (ideal,cold,floor,node,growth,scale,memory,pools); the report is then not written to -out")
+	only := flag.String("only", "", "run warm and only these steps after it, comma-separated (ideal,cold,floor,node,growth,scale,memory,pools; \"warm\" alone: warm only); the report is then not written to -out")
 	abPerf := flag.Bool("ab-perf", false, "-ab: count system calls, page faults and context switches per request with perf stat")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -44,16 +43,18 @@ func main() {
 		fmt.Print(bench.ABTable(sa, sb))
 		return
 	}
-	var steps []string
-	if *only != "" {
-		steps = strings.Split(*only, ",")
+	steps, onlyWarm, err := bench.ParseOnly(*only)
+	if err != nil { // before a daemon starts
+		fmt.Fprintln(os.Stderr, "zygo-bench:", err)
+		os.Exit(2)
 	}
-	rep, err := bench.Run(ctx, bench.Config{Root: *root, N: *n, CPUN: *cpuN, Zygo: *zygoBin, CPUProfile: *profile, PoolTenants: *poolTenants, Only: steps, Progress: os.Stdout})
+	partial := len(steps) > 0 || onlyWarm
+	rep, err := bench.Run(ctx, bench.Config{Root: *root, N: *n, CPUN: *cpuN, Zygo: *zygoBin, CPUProfile: *profile, PoolTenants: *poolTenants, Only: steps, OnlyWarm: onlyWarm, Progress: os.Stdout})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "zygo-bench:", err)
 		os.Exit(1)
 	}
-	if *out != "" && len(steps) == 0 { // a partial run would overwrite the whole table
+	if *out != "" && !partial { // a partial run would overwrite the whole table
 		if err := os.WriteFile(*out, []byte(rep.Markdown()), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "zygo-bench:", err)
 			os.Exit(1)

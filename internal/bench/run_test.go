@@ -17,31 +17,43 @@ func stepNames(steps []step) string {
 	return strings.Join(names, ",")
 }
 
-// TestStepsRunWarmFirstThenOnlyThoseNamed checks zygo-bench -only: warm
-// always runs, first (the other steps read its figures); the named steps
-// follow in the bench's order whatever order they were named in; an
-// unknown name fails before anything runs, naming the known steps.
+// TestStepsRunWarmFirstThenOnlyThoseNamed checks zygo-bench -only as
+// main.go reads it (ParseOnly, then steps): warm always runs, first (the
+// other steps read its figures), and alone for "warm"; the named steps follow
+// in the bench's order whatever order they were named in, spaces around a
+// name ignored; an unknown name fails in ParseOnly (before a daemon starts),
+// naming the known steps.
 func TestStepsRunWarmFirstThenOnlyThoseNamed(t *testing.T) {
 	b := &runner{}
 	for _, c := range []struct {
-		only []string
+		only string
 		want string
 	}{
-		{nil, "warm,ideal,cold,floor,node,growth,scale,memory,pools"},
-		{[]string{"scale", "growth"}, "warm,growth,scale"},
-		{[]string{"pools", "pools"}, "warm,pools"},
+		{"", "warm,ideal,cold,floor,node,growth,scale,memory,pools"},
+		{"scale,growth", "warm,growth,scale"},
+		{"growth, scale", "warm,growth,scale"},
+		{"pools,pools", "warm,pools"},
+		{"warm", "warm"},
+		{"warm,cold", "warm,cold"},
 	} {
-		got, err := b.steps(c.only)
+		names, onlyWarm, err := ParseOnly(c.only)
 		if err != nil {
-			t.Fatalf("%v: %v", c.only, err)
+			t.Fatalf("%q: %v", c.only, err)
+		}
+		got, err := b.steps(names, onlyWarm)
+		if err != nil {
+			t.Fatalf("%q: %v", c.only, err)
 		}
 		if stepNames(got) != c.want {
-			t.Errorf("-only %v: ran %s, want %s", c.only, stepNames(got), c.want)
+			t.Errorf("-only %q: ran %s, want %s", c.only, stepNames(got), c.want)
 		}
 	}
-	_, err := b.steps([]string{"growth", "bogus"})
+	_, _, err := ParseOnly("growth,bogus")
 	if err == nil || !strings.Contains(err.Error(), `"bogus"`) || !strings.Contains(err.Error(), "growth, scale") {
 		t.Fatalf("unknown step: got %v, want an error naming it and the known steps", err)
+	}
+	if _, err := b.steps([]string{"bogus"}, false); err == nil { // Config.Only set by a caller
+		t.Fatal("steps took an unknown name")
 	}
 }
 
