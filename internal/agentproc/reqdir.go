@@ -16,10 +16,14 @@ import (
 	"github.com/zygo-run/zygo/internal/untrusted"
 )
 
-// A request directory belongs to the sandbox: it is owned by the sandbox's
-// host uid, so the code of the request can replace any name in it (result.json,
-// stdout, stderr, tmp) with a symlink, a FIFO, a hard link, a directory or a
-// huge sparse file, at any moment. The supervisor (root) therefore never
+// A request directory is the daemon's (root's, mode 01733: the sandbox can make
+// names in it, not list it, and cannot chmod it, utime it or set its xattrs:
+// every request of a zygote runs as the one sandbox uid, and a request's
+// Landlock domain refuses it reading or changing files of another's directory
+// but has no right for those three); its tmp/ is the sandbox's (0700). The
+// code of the request can still replace any name in it (result.json, stdout,
+// stderr, tmp) with a symlink, a FIFO, a hard link, a directory or a huge
+// sparse file, at any moment. The supervisor (root) therefore never
 // touches a name in it by path: every open, write, chown and removal goes
 // through an untrusted.Dir (no symlink at any component, regular single-link
 // files only, never blocking, bounded reads). Its parent, RunDir/req, is the
@@ -33,12 +37,12 @@ type requestDir struct {
 	host, sandbox string // for messages and for the GO message; never read through
 
 	root  *untrusted.Dir // RunDir/req, the daemon's: the zygote's (Process.root), never closed here
-	files *untrusted.Dir // RunDir/req/TOKEN, the sandbox's; owned
+	files *untrusted.Dir // RunDir/req/TOKEN, the daemon's (01733); owned
 }
 
-// newDir creates a request directory (mode 0700, owned by the sandbox's
-// host uid) with tmp/ inside, under an unguessable name, and returns it
-// open. Nothing is left behind on error.
+// newDir creates a request directory (mode 01733, the daemon's) with tmp/
+// inside (0700, owned by the sandbox's host uid), under an unguessable name,
+// and returns it open. Nothing is left behind on error.
 func (z *Process) newDir() (d requestDir, err error) {
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
@@ -57,10 +61,12 @@ func (z *Process) newDir() (d requestDir, err error) {
 	if err := d.files.Mkdir("tmp", 0o700); err != nil {
 		return d, fmt.Errorf("creating request tmp: %w", err)
 	}
+	// Sticky: a user xattr on it is its owner's alone (xattr(7)); the umask took write from
+	// group and others.
+	if err := d.files.Chmod(0o1733); err != nil {
+		return d, fmt.Errorf("making request dir writable by the sandbox: %w", err)
+	}
 	if uid := int(z.spec.Box.HostUID); uid != 0 {
-		if err := d.root.Chown(d.name, uid, uid); err != nil {
-			return d, fmt.Errorf("chowning request dir: %w", err)
-		}
 		if err := d.files.Chown("tmp", uid, uid); err != nil {
 			return d, fmt.Errorf("chowning request tmp: %w", err)
 		}

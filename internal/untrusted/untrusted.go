@@ -78,6 +78,16 @@ func (d *Dir) live() int {
 	return d.fd
 }
 
+// Chmod sets the mode of the directory d itself to mode, in chmod(2)'s bits
+// (0o1733: sticky too), by fchmod on its descriptor (nothing is resolved by
+// name), whatever the umask left of a Mkdir's.
+func (d *Dir) Chmod(mode uint32) error {
+	if err := unix.Fchmod(d.live(), mode); err != nil {
+		return &os.PathError{Op: "chmod", Path: d.path, Err: err}
+	}
+	return nil
+}
+
 // Full reports whether the filesystem holding d has no inode or no block
 // left for an unprivileged writer (fstatfs on d's descriptor: f_ffree,
 // f_bavail): a file the sandbox tried to make there may then have failed

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -14,8 +15,8 @@ import (
 // socket bound in TMPDIR is listed in /proc/net/unix, as multiprocessing's
 // managers do). Knowing the name must still give a request nothing of another:
 // not its event, output or temp files, not a file made, planted or removed
-// there, not a forged result.json. (Listing is not refused: the names in it are
-// visible, as its mode allows; docs/security.md.) The attacker asserts it found the
+// there, not a forged result.json, not a listing, not its directory's mode,
+// times or xattrs changed (the directory is the daemon's). The attacker asserts it found the
 // victim's name first, so the test fails if the leak it relies on is gone
 // rather than passing without trying; the victim checks its directory is as it
 // left it and answers itself.
@@ -51,7 +52,9 @@ def handler(event, context):
         deadline = time.monotonic() + 20
         while not os.path.exists("/tmp/attacker-done") and time.monotonic() < deadline:
             time.sleep(0.02)
-        return {"victim": sorted(os.listdir(mine)) + sorted(os.listdir(tmp))}
+        seen = [n for n in ("event.json", "stdout", "stderr", "tmp", "planted", "d")
+                if os.path.lexists(os.path.join(mine, n))]
+        return {"victim": seen + sorted(os.listdir(tmp)), "mode": oct(os.stat(mine).st_mode & 0o7777)}
     deadline = time.monotonic() + 20
     while not os.path.exists("/tmp/victim-ready") and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -70,6 +73,10 @@ def handler(event, context):
             "fifo": _try(lambda: os.mkfifo(d + "/result.json")),
             "forge": _try(lambda: os.rename(staged, d + "/result.json")),
             "remove": _try(lambda: os.unlink(d + "/event.json")),
+            "list": _try(lambda: os.listdir(d)),
+            "chmod": _try(lambda: os.chmod(d, 0o500)),
+            "utime": _try(lambda: os.utime(d, (0, 0))),
+            "xattr": _try(lambda: os.setxattr(d, "user.zygo", b"x")),
         })
     open("/tmp/attacker-done", "w").close()
     return out
@@ -79,6 +86,7 @@ def handler(event, context):
 	var wg sync.WaitGroup
 	var victim struct {
 		Victim []string `json:"victim"`
+		Mode   string   `json:"mode"`
 	}
 	var victimErr error
 	wg.Add(1)
@@ -100,17 +108,25 @@ def handler(event, context):
 		t.Fatalf("the attacker found %v request directories of others in /proc/net/unix, want the victim's: %v", attack["found"], attack)
 	}
 	var reached []string
-	for _, k := range []string{"event", "stdout", "private", "via_root", "plant", "fifo", "forge", "remove"} {
-		if got := fmt.Sprint(attack[k]); got != "EACCES" {
-			reached = append(reached, k+"="+got)
+	for k, want := range map[string]string{"event": "EACCES", "stdout": "EACCES", "private": "EACCES",
+		"via_root": "EACCES", "plant": "EACCES", "fifo": "EACCES", "forge": "EACCES", "remove": "EACCES",
+		// The directory is the daemon's (01733): not listable, and its mode, times and
+		// xattrs are not the sandbox uid's to change (no Landlock right covers those).
+		"list": "EACCES", "chmod": "EPERM", "utime": "EPERM", "xattr": "EPERM"} {
+		if got := fmt.Sprint(attack[k]); got != want {
+			reached = append(reached, k+"="+got+" (want "+want+")")
 		}
 	}
+	sort.Strings(reached)
 	if len(reached) > 0 {
-		t.Errorf("a request reached a concurrent request's directory by its name: %s (want EACCES for each)", strings.Join(reached, " "))
+		t.Errorf("a request reached a concurrent request's directory by its name: %s", strings.Join(reached, "; "))
 	}
 	// The victim's own directory holds what the supervisor and the victim put there, and
 	// nothing else.
-	if got, want := strings.Join(victim.Victim, " "), "event.json stderr stdout tmp ipc.sock private.txt"; got != want {
+	if got, want := strings.Join(victim.Victim, " "), "event.json stdout stderr tmp ipc.sock private.txt"; got != want {
 		t.Errorf("the victim's directory and TMPDIR hold %q, want %q", got, want)
+	}
+	if victim.Mode != "0o1733" {
+		t.Errorf("the victim's directory has mode %s, want 0o1733", victim.Mode)
 	}
 }

@@ -86,6 +86,8 @@ class PoolLoaderTest(unittest.TestCase):
                 f.write("x")
             with open("/dev/null", "w") as f:
                 f.write("x")
+            # a unix socket beneath its own directory: allowed outside a shared pool
+            socket.socket(socket.AF_UNIX).bind(os.path.join(self.req, "own.sock"))
             refused = 0
             for attempt in (lambda: open(os.path.join(outside, "f"), "w"),
                             lambda: os.mkdir(os.path.join(outside, "d")),
@@ -102,7 +104,8 @@ class PoolLoaderTest(unittest.TestCase):
     def test_a_shared_request_reaches_no_other_request(self):
         """The tester's scenario: tenant A's request (here, the parent, outside the domain)
         listens on TCP and UDP loopback and an abstract unix socket; tenant B's shared-pool
-        request can neither reach any of them nor bind its own, and makes no IPC object."""
+        request can neither reach any of them nor bind its own (a pathname unix socket
+        neither), and makes no IPC object."""
         if libc.landlock_abi() < pool.SHARED_ABI:
             self.fail(f"this kernel's Landlock is older than ABI {pool.SHARED_ABI}: shared "
                       "pools need Linux 6.12 or later")
@@ -136,6 +139,12 @@ class PoolLoaderTest(unittest.TestCase):
                 "netlink socket": lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW),
                 "abstract unix": lambda: socket.socket(socket.AF_UNIX).connect(
                     abstract.getsockname()),
+                # a pathname socket can be connected to by whoever learns its path: none
+                # is made, not even beneath the request's own directory
+                "pathname unix bind (request dir)": lambda: socket.socket(socket.AF_UNIX).bind(
+                    os.path.join(self.req, "s.sock")),
+                "pathname unix bind (/tmp)": lambda: socket.socket(socket.AF_UNIX).bind(
+                    os.path.join(tempfile.gettempdir(), "zygo-pool-%d.sock" % os.getpid())),
                 "signal": lambda: os.kill(os.getppid(), 0),
                 "msgget": lambda: _check(libc_.msgget(0, 0o1600)),
                 "semget": lambda: _check(libc_.semget(0, 1, 0o1600)),

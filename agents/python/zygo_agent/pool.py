@@ -36,6 +36,11 @@ from . import child, libc
 CONFINED_RIGHTS = libc.LANDLOCK_CHANGE
 # What a rule on a single file may grant of them.
 _FILE_RIGHTS = libc.LANDLOCK_ACCESS_FS_WRITE_FILE | libc.LANDLOCK_ACCESS_FS_TRUNCATE
+# What a shared pool's request gets of them beneath its own directory: all but making a unix
+# socket. Connecting to a pathname socket needs no Landlock right this kernel offers, and a
+# socket's path leaks (/proc/net/unix), so a socket one tenant's request listened on could be
+# reached by another tenant's; so no request of a shared pool can bind one anywhere.
+SHARED_GRANTED = CONFINED_RIGHTS & ~libc.LANDLOCK_ACCESS_FS_MAKE_SOCK
 # Devices a request may still open for writing: they hold nothing another request can read.
 WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full")
 _CONFINED_ABI = 3  # TRUNCATE is in CONFINED_RIGHTS
@@ -160,8 +165,10 @@ def confine(request_dir: str, devices: Sequence[str] = WRITABLE_DEVICES,
     the request's ``TMPDIR`` and ``HOME``), plus writing to ``devices``. With ``shared`` (a
     request of a shared pool's zygote, whose children share one network and IPC namespace
     with other tenants' requests) the domain also handles TCP bind and connect with no port
-    allowed (:data:`SHARED_NET_RIGHTS`) and scopes abstract unix sockets and signals
-    (:data:`SHARED_SCOPES`), so nothing outside the domain can be reached that way.
+    allowed (:data:`SHARED_NET_RIGHTS`), scopes abstract unix sockets and signals
+    (:data:`SHARED_SCOPES`), and grants no unix socket's making (:data:`SHARED_GRANTED`), so
+    nothing outside the domain can be reached that way and nothing in it listens for
+    another tenant.
 
     Returns True once confined, False when the kernel's Landlock is older than ABI 3 and not
     ``shared`` (the pool's ``landlock`` warm-up check says so; the request then runs with the
@@ -178,7 +185,8 @@ def confine(request_dir: str, devices: Sequence[str] = WRITABLE_DEVICES,
     net, scoped = (SHARED_NET_RIGHTS, SHARED_SCOPES) if shared else (0, 0)
     fd = _take_ruleset(net, scoped, tuple(devices))
     try:
-        libc.landlock_allow(fd, request_dir, CONFINED_RIGHTS, directory=False)
+        libc.landlock_allow(fd, request_dir, SHARED_GRANTED if shared else CONFINED_RIGHTS,
+                            directory=False)
         libc.landlock_restrict(fd)
     finally:
         os.close(fd)
