@@ -1821,19 +1821,30 @@ one-client requests each):
 const boundsText = `
 ## What bounds the targets
 
-- **This run's host.** This table (18:58, the ninth round's final tree, nothing else running)
-  was measured on a host of the kind the runs before the eighth round's had: a forked child
-  reads a page it inherited in 0.2-0.3 us and writes one in 3-40 us (6-8 us and 20-45 us on
-  the eighth round's host), and the ideal server's warm p50 is 3.0 ms here against 23-25 ms
-  there. Met here: warm p50 1.19x the ideal's, Node, the pools. Not met: **8-client
-  throughput, 0.52x** (0.64x on the eighth round's host, whose faults slowed the ideal's
-  children about as much as Zygo's): Zygo's zygote side costs about 1.6-2x the ideal
-  server's CPU per request, mostly in the kernel (fork, copy-on-write faults, exit: 946 page
-  faults and 79 system calls a request against the ideal's 450 and 24; where they fall is in
-  the ninth round); **the daemon's CPU, 0.81 ms** (1.21 ms at the start of the ninth round on
-  this host, A/B 0.63x); **cold/warm, 49.7x** (54.9x in another run of the same tree this
-  session: the cold start, 176-204 ms, and the warm p50, 3.6-3.7 ms, both move by more than
-  the margin).
+- **This run's host.** This table (07:15 on 2026-12-03, the tenth round's final request path,
+  nothing else running) was measured on a host of the kind the ninth round's final run had (a
+  forked child reads an inherited page in 0.2-0.3 us; the ideal server's warm p50 is 2.4 ms
+  here, 3.0 ms there). Met here: warm p50 1.11x the ideal's, cold/warm 60.7x, Node. Not met:
+  **8-client throughput, 0.53x** (0.52x in the ninth round's final run): Zygo's zygote side
+  costs about 1.7x the ideal server's CPU per request (5.75 against 3.45 ms), mostly in the
+  kernel (fork, copy-on-write faults, exit: about 945 page faults a request against the
+  ideal's 450; where they fall is in the ninth round); **the daemon's CPU, 0.70 ms** (0.81 ms
+  in the ninth round's final run; it grows with the time between requests, not with the
+  zygote's size or the number of functions: the tenth round). Cold/warm sits near the line
+  from run to run (49.7x and 54.9x for the ninth round's tree): the cold start (162-204 ms)
+  and the warm p50 (2.7-3.7 ms) both move by more than the margin.
+- **The request's Landlock domain since the tenth round's security fix** (it now handles
+  reading files and every change to the filesystem, and is entered after GO; docs/security.md):
+  A/B against the tree before it (~-ab~, 2 rounds of 300 at 8 clients and 300 one-client
+  requests, a host with other work on it): ~child.landlock~ 0.013 -> 0.085 ms (the request's
+  own rule and ~landlock_restrict_self~), ~child.pre.rehearse~ 0.695 -> 0.770 ms (the ruleset's
+  17 rules made before ~hello~) and ~child.pre.landlock~ 0.151 -> 0 (nothing entered ahead);
+  throughput 1.02x, one-client p50 0.91x, daemon CPU 1.02x, zygote side 0.97x: within noise.
+- **Pools on this host.** The pool row reads 1.54x the function's p50 here (target 1.3x);
+  the same step run twice with each binary, alternating, gave 1.48x and 1.50x for the tree
+  before this round's security changes and 1.38x and 1.67x for this one: the pool's ratio on
+  this host is 1.4-1.7x either way (1.09-1.39x in earlier runs on other hosts), not a cost of
+  the change. Not investigated further this round.
 - **Warm p50 at or below the fork floor.** The fork is off the request path: children are
   forked ahead of demand and pre-warmed (the profile's fork+hello is a pool take, about
   0.01 ms). With a zygote of 256 MiB or more Zygo is at or below the floor, because the floor's
@@ -1847,9 +1858,9 @@ const boundsText = `
   pre-forked child waits in its request cgroup (before_go is the secret files and a counter
   reset); next step, not done: skip the HTTP layer for in-process callers.
 - **Cold/warm of at least 50x for the NumPy example.** A cold start here (bwrap + interpreter +
-  NumPy import + the handler) is about 176-204 ms, so 50x needs a warm p50 of 3.5-4.1 ms; the
-  warm p50 is 3.55 ms here, of which the child's own steps after GO are about 1.1 ms (the
-  handler 0.6 ms), and GO to the result seen (wait) 1.9 ms: the rest of wait is the child's
+  NumPy import + the handler) is about 162-204 ms, so 50x needs a warm p50 of 3.2-4.1 ms; the
+  warm p50 is 2.67 ms here, of which the child's own steps after GO are about 1.0 ms (the
+  handler 0.6 ms), and GO to the result seen (wait) 1.8 ms: the rest of wait is the child's
   wake-up, the result file and the daemon's wake-up on its inotify watch.
 - **Node.** A worker serves one request and a replacement takes about one cold start, so warm
   figures need traffic that leaves the pool time to refill (the warm series is paced); under
