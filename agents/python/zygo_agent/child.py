@@ -215,12 +215,9 @@ REQUEST_ROOT = "/run/zygo/req"
 # change to the filesystem (open for writing, truncate, make, remove, rename, link:
 # libc.LANDLOCK_CHANGE), each granted beneath given directories only. Listing a directory
 # is not handled (a rule granting it on / would grant it beneath too, and `ls /` must work):
-# what a directory holds is named as its mode allows. File rights are those a rule on a
-# single file may hold.
+# what a directory holds is named as its mode allows.
 _READ = libc.LANDLOCK_ACCESS_FS_EXECUTE | libc.LANDLOCK_ACCESS_FS_READ_FILE
 _HANDLED = _READ | libc.LANDLOCK_CHANGE
-_FILE_RIGHTS = (libc.LANDLOCK_ACCESS_FS_EXECUTE | libc.LANDLOCK_ACCESS_FS_READ_FILE
-                | libc.LANDLOCK_ACCESS_FS_WRITE_FILE | libc.LANDLOCK_ACCESS_FS_TRUNCATE)
 _plan = [("", ())]  # (REQUEST_ROOT it was made for, rules): domain_plan's cache
 
 
@@ -276,7 +273,7 @@ def prepare_own_domain() -> None:
     fd = libc.landlock_ruleset(_HANDLED, 0, REQUEST_SCOPES)
     try:
         for path, rights, directory in domain_plan():
-            libc.landlock_allow(fd, path, rights if directory else rights & _FILE_RIGHTS,
+            libc.landlock_allow(fd, path, rights if directory else rights & libc.LANDLOCK_FILE_RIGHTS,
                                 directory=directory)
     except BaseException:
         os.close(fd)

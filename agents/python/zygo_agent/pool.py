@@ -34,8 +34,6 @@ from . import child, libc
 # shared /tmp or /dev/shm (a file, a directory, a symlink whose target carries data, a
 # socket or FIFO) can be read by the next request, whoever it belongs to.
 CONFINED_RIGHTS = libc.LANDLOCK_CHANGE
-# What a rule on a single file may grant of them.
-_FILE_RIGHTS = libc.LANDLOCK_ACCESS_FS_WRITE_FILE | libc.LANDLOCK_ACCESS_FS_TRUNCATE
 # What a shared pool's request gets of them beneath its own directory: all but making a unix
 # socket. Connecting to a pathname socket needs no Landlock right this kernel offers, and a
 # socket's path leaks (/proc/net/unix), so a socket one tenant's request listened on could be
@@ -202,7 +200,8 @@ def _new_ruleset(net: int, scoped: int, devices: Sequence[str]) -> int:
     fd = libc.landlock_ruleset(CONFINED_RIGHTS, net, scoped)
     try:
         for device in devices:
-            libc.landlock_allow(fd, device, _FILE_RIGHTS, directory=False)
+            libc.landlock_allow(fd, device, CONFINED_RIGHTS & libc.LANDLOCK_FILE_RIGHTS,
+                                directory=False)
     except BaseException:
         os.close(fd)
         raise
