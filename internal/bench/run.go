@@ -1821,18 +1821,22 @@ one-client requests each):
 const boundsText = `
 ## What bounds the targets
 
-- **This run's host.** This table (07:15 on 2026-12-03, the tenth round's final request path,
-  nothing else running) was measured on a host of the kind the ninth round's final run had (a
-  forked child reads an inherited page in 0.2-0.3 us; the ideal server's warm p50 is 2.4 ms
-  here, 3.0 ms there). Met here: warm p50 1.11x the ideal's, cold/warm 60.7x, Node. Not met:
-  **8-client throughput, 0.53x** (0.52x in the ninth round's final run): Zygo's zygote side
-  costs about 1.7x the ideal server's CPU per request (5.75 against 3.45 ms), mostly in the
-  kernel (fork, copy-on-write faults, exit: about 945 page faults a request against the
-  ideal's 450; where they fall is in the ninth round); **the daemon's CPU, 0.70 ms** (0.81 ms
-  in the ninth round's final run; it grows with the time between requests, not with the
-  zygote's size or the number of functions: the tenth round). Cold/warm sits near the line
-  from run to run (49.7x and 54.9x for the ninth round's tree): the cold start (162-204 ms)
-  and the warm p50 (2.7-3.7 ms) both move by more than the margin.
+- **This run's host.** This table (08:12 on 2026-12-03, the tenth round's final tree, nothing
+  else of ours running) was measured on a host of the kind the ninth round's final run had (a
+  forked child reads an inherited page in 0.2-0.3 us). Three ~make bench~ runs of the final
+  request path this session, 07:15, 08:03 and 08:12, read: warm p50 / ideal 1.11x, 1.51x,
+  1.27x; throughput / ideal 0.53x, 0.44x, 0.47x; daemon CPU 0.70, 0.77, 0.64 ms; cold/warm
+  60.7x, 59.0x, 53.8x; Node / Python hello 1.2x, 0.8x, 1.1x. The 08:03 run was slow
+  throughout (the warm p50 3.99 ms against 2.67 and 2.97; the host's neighbours, nothing of
+  ours ran), and the ideal server's 8-client rate moves more than Zygo's between runs (544,
+  619, 674 req/s against 288, 275, 319). Met in this table: warm p50 1.27x, cold/warm 53.8x,
+  Node. Not met: **8-client throughput, 0.47x**: Zygo's zygote side costs about 1.8x the
+  ideal server's CPU per request (5.16 against 2.79 ms), mostly in the kernel (fork,
+  copy-on-write faults, exit: about 950 page faults a request against the ideal's 450; where
+  they fall is in the ninth round); **the daemon's CPU, 0.64 ms** (0.81 ms in the ninth
+  round's final run; it grows with the time between requests, not with the zygote's size or
+  the number of functions: the tenth round). Cold/warm sits near the line from run to run
+  (49.7x and 54.9x for the ninth round's tree).
 - **The request's Landlock domain since the tenth round's security fix** (it now handles
   reading files and every change to the filesystem, and is entered after GO; docs/security.md):
   A/B against the tree before it (~-ab~, 2 rounds of 300 at 8 clients and 300 one-client
@@ -1840,7 +1844,8 @@ const boundsText = `
   own rule and ~landlock_restrict_self~), ~child.pre.rehearse~ 0.695 -> 0.770 ms (the ruleset's
   17 rules made before ~hello~) and ~child.pre.landlock~ 0.151 -> 0 (nothing entered ahead);
   throughput 1.02x, one-client p50 0.91x, daemon CPU 1.02x, zygote side 0.97x: within noise.
-- **Pools on this host.** The pool row reads 1.54x the function's p50 here (target 1.3x);
+- **Pools on this host.** The pool row read 1.54x, 1.18x and 1.69x the function's p50 in the
+  three runs (target 1.3x);
   the same step run twice with each binary, alternating, gave 1.48x and 1.50x for the tree
   before this round's security changes and 1.38x and 1.67x for this one: the pool's ratio on
   this host is 1.4-1.7x either way (1.09-1.39x in earlier runs on other hosts), not a cost of
@@ -1858,9 +1863,9 @@ const boundsText = `
   pre-forked child waits in its request cgroup (before_go is the secret files and a counter
   reset); next step, not done: skip the HTTP layer for in-process callers.
 - **Cold/warm of at least 50x for the NumPy example.** A cold start here (bwrap + interpreter +
-  NumPy import + the handler) is about 162-204 ms, so 50x needs a warm p50 of 3.2-4.1 ms; the
-  warm p50 is 2.67 ms here, of which the child's own steps after GO are about 1.0 ms (the
-  handler 0.6 ms), and GO to the result seen (wait) 1.8 ms: the rest of wait is the child's
+  NumPy import + the handler) is about 160-235 ms, so 50x needs a warm p50 of 3.2-4.7 ms; the
+  warm p50 is 2.97 ms here, of which the child's own steps after GO are about 1.0 ms (the
+  handler 0.6 ms), and GO to the result seen (wait) 1.7 ms: the rest of wait is the child's
   wake-up, the result file and the daemon's wake-up on its inotify watch.
 - **Node.** A worker serves one request and a replacement takes about one cold start, so warm
   figures need traffic that leaves the pool time to refill (the warm series is paced); under
