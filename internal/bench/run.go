@@ -1848,7 +1848,7 @@ const boundsText = `
   three runs (target 1.3x);
   the same step run twice with each binary, alternating, gave 1.48x and 1.50x for the tree
   before this round's security changes and 1.38x and 1.67x for this one: the pool's ratio on
-  this host is 1.4-1.7x either way (1.09-1.39x in earlier runs on other hosts), not a cost of
+  this host is 1.2-1.7x either way (1.09-1.39x in earlier runs on other hosts), not a cost of
   the change. Not investigated further this round.
 - **Warm p50 at or below the fork floor.** The fork is off the request path: children are
   forked ahead of demand and pre-warmed (the profile's fork+hello is a pool take, about
