@@ -404,8 +404,19 @@ func requestDirError(err error) error {
 	return fmt.Errorf("%w: making the request directory failed", errdefs.ErrUnavailable)
 }
 
+// inlineEvent reports whether req's event travels in its go message (after the
+// JSON, message.Event) rather than as event.json: a function's request (a pool
+// request keeps the file: its go message also carries the script's names) of
+// at most maxInlineEvent bytes, to a Python agent (a Node worker's stream
+// channel carries JSON lines only). An empty event keeps the file, so that the
+// agent refuses it as it refuses an empty event.json.
+func (z *Process) inlineEvent(req Request) bool {
+	return z.spec.Mode != ModeWorker && req.Script == nil && len(req.Event) > 0 && len(req.Event) <= maxInlineEvent
+}
+
 // makeRequestDir takes a request directory (see reqdir.go) and writes
-// event.json (and strict.bpf for a strict request) into it, mode 0400,
+// event.json unless the event is inline (inlineEvent), and strict.bpf for a
+// strict request, into it, mode 0400,
 // owned by the sandbox's host uid. On error the returned directory is open
 // (when it could be) for the caller to remove.
 func (z *Process) makeRequestDir(req Request) (requestDir, error) {
@@ -413,7 +424,10 @@ func (z *Process) makeRequestDir(req Request) (requestDir, error) {
 	if err != nil {
 		return d, err
 	}
-	files := map[string][]byte{"event.json": req.Event}
+	files := map[string][]byte{}
+	if !z.inlineEvent(req) {
+		files["event.json"] = req.Event
+	}
 	if req.Strict {
 		if len(z.spec.StrictFilter) == 0 {
 			return d, fmt.Errorf("strict request but no strict filter configured")
@@ -497,6 +511,9 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	// when it receives GO (the sandbox's clock need not agree with ours).
 	goMsg := message{Type: "go", RequestID: req.ID, Dir: dir.sandbox, DeadlineMs: max(time.Until(deadline).Milliseconds(), 0),
 		Function: req.Function, Version: req.Version, Strict: req.Strict}
+	if z.inlineEvent(req) {
+		goMsg.EventBytes, goMsg.Event = len(req.Event), req.Event
+	}
 	var attach *os.File
 	if s := req.Script; s != nil {
 		goMsg.Script = &goScript{Tenant: s.Tenant, Hash: s.Hash, Entry: s.Entry, Mounted: s.Mount != nil, Shared: s.Shared}

@@ -1,12 +1,15 @@
 package agentproc
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // refResult is result.json decoded as it was before stepPhases: the steps as
@@ -152,6 +155,7 @@ func TestQuickEncodeIsMarshal(t *testing.T) {
 		{Type: "go", RequestID: "r-4f1c2a9b8e7d6c5b", Dir: "/run/zygo/req/0123abcd", DeadlineMs: 29998, Function: "stats", Version: "v-3"},
 		{Type: "go", RequestID: "r-1", Dir: "/d", Function: "f", Version: "v", Strict: true},
 		{Type: "go", RequestID: "r-1", Dir: "/d", DeadlineMs: -1},
+		{Type: "go", RequestID: "r-1", Dir: "/d", EventBytes: 7, Event: []byte(`{"a":1}`)},
 		{Type: "go", RequestID: "r<1>", Function: "a&b"}, {Type: "go", Function: "é"}, {Type: "go", Version: "a\"b\\c\n"},
 		{Type: "go", Script: &goScript{Tenant: "t"}}, {Type: "exited", Code: &code}, {Type: "ready", ForkSafe: &yes},
 	} {
@@ -177,7 +181,8 @@ func FuzzQuickEncode(f *testing.F) {
 	f.Add("fork", "", "", int64(0), "", "", false, 7)
 	f.Add("go", "<&>", "\u2028", int64(-5), "\x00", "\xff", true, -1)
 	f.Fuzz(func(t *testing.T, typ, id, dir string, deadline int64, fn, version string, strict bool, seq int) {
-		m := message{Type: typ, Seq: seq, RequestID: id, Dir: dir, DeadlineMs: deadline, Function: fn, Version: version, Strict: strict}
+		m := message{Type: typ, Seq: seq, RequestID: id, Dir: dir, DeadlineMs: deadline, Function: fn, Version: version, Strict: strict,
+			EventBytes: seq & 0xffff}
 		want, err := json.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
@@ -186,4 +191,70 @@ func FuzzQuickEncode(f *testing.F) {
 			t.Fatalf("%+v: quickEncode %s, json.Marshal %s", m, got, want)
 		}
 	})
+}
+
+// TestGoCarriesTheEventAfterANewline: a go message with an inline event is one
+// datagram, its JSON (quickEncode's or json.Marshal's, neither holding a raw
+// newline, even for strings with newlines in them) then a newline and the
+// event's bytes, newlines and all; the JSON's event_bytes is their length.
+func TestGoCarriesTheEventAfterANewline(t *testing.T) {
+	event := []byte("{\"s\": \"a\\nb\",\n \"n\": [1,\n2]}\n")
+	for _, m := range []message{
+		{Type: "go", RequestID: "r-1", Dir: "/run/zygo/req/x", DeadlineMs: 30000, Function: "stats", Version: "v-1"}, // quickEncode
+		{Type: "go", RequestID: "r-1", Dir: "/run/zygo/req/x", Function: "f\n<é>", Version: "v\"\\"},                 // json.Marshal
+	} {
+		m.EventBytes, m.Event = len(event), event
+		local, remote, err := socketPair(unix.SOCK_SEQPACKET)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := send(local, m, nil); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, maxDatagram+1)
+		n, _, err := unix.Recvfrom(int(remote.Fd()), buf, 0)
+		local.Close()
+		remote.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, payload, found := bytes.Cut(buf[:n], []byte("\n"))
+		if !found {
+			t.Fatalf("%+v: no newline in the datagram %q", m, buf[:n])
+		}
+		var got message
+		if err := json.Unmarshal(head, &got); err != nil {
+			t.Fatalf("%+v: the JSON before the newline: %v (%q)", m, err, head)
+		}
+		if got.EventBytes != len(event) || got.Function != m.Function || got.Version != m.Version || !bytes.Equal(payload, event) {
+			t.Errorf("%+v: decoded %+v and payload %q", m, got, payload)
+		}
+	}
+}
+
+// TestInlineEventBounds: which requests' events travel in go and which as
+// event.json.
+func TestInlineEventBounds(t *testing.T) {
+	fork := &Process{spec: Spec{Mode: ModeFork}}
+	cases := []struct {
+		z    *Process
+		req  Request
+		want bool
+	}{
+		{fork, Request{Event: []byte(`{}`)}, true},
+		{fork, Request{Event: bytes.Repeat([]byte(" "), maxInlineEvent)}, true},
+		{fork, Request{Event: bytes.Repeat([]byte(" "), maxInlineEvent+1)}, false},
+		{fork, Request{}, false}, // empty: the agent refuses it as an empty event.json
+		{fork, Request{Event: []byte(`{}`), Script: &Script{}}, false},
+		{&Process{spec: Spec{Mode: ModeSpawn}}, Request{Event: []byte(`{}`)}, true},
+		{&Process{spec: Spec{Mode: ModeWorker}}, Request{Event: []byte(`{}`)}, false}, // Node: JSON lines
+	}
+	for i, c := range cases {
+		if got := c.z.inlineEvent(c.req); got != c.want {
+			t.Errorf("case %d (mode %v, %d bytes): inline %v, want %v", i, c.z.spec.Mode, len(c.req.Event), got, c.want)
+		}
+	}
+	if maxInlineEvent+1024 > maxDatagram {
+		t.Errorf("maxInlineEvent %d leaves less than 1 KiB of a %d-byte datagram for go's JSON", maxInlineEvent, maxDatagram)
+	}
 }

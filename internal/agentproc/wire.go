@@ -47,7 +47,22 @@ type message struct {
 	Strict     bool   `json:"strict,omitempty"`
 	// Script is a pool request's script (Request.Script); absent for functions.
 	Script *goScript `json:"script,omitempty"`
+	// EventBytes is the length of the event carried inline (Event); absent: the event
+	// is the request directory's event.json.
+	EventBytes int `json:"event_bytes,omitempty"`
+	// Event is a go message's inline event (inlineEvent): send writes it after the JSON
+	// object and one newline, in the same datagram. Never part of the JSON.
+	Event []byte `json:"-"`
 }
+
+// maxInlineEvent is the largest event a go message carries in its datagram (bytes),
+// instead of the request directory's event.json: with the go message's JSON (under 1 KiB:
+// the request id, the directory, the function and its version, all the daemon's) it stays
+// well within maxDatagram, the most the Python agent receives (wire.MAX_DATAGRAM), and
+// within a SOCK_SEQPACKET datagram's limit (the socket's send buffer, 208 KiB by default).
+// The file it spares is five of the daemon's system calls a request (its create, write,
+// fchown, close and removal) and four of the child's.
+const maxInlineEvent = 32 << 10
 
 // goScript is the "script" member of a pool request's go message
 // (docs/protocol.md, "Pool requests").
@@ -82,7 +97,9 @@ func seqpacketPair() (local sockConn, remote *os.File, err error) {
 }
 
 // send writes one message, with f's descriptor attached as SCM_RIGHTS when
-// f is not nil. The caller keeps ownership of f.
+// f is not nil, as one datagram: its JSON, then, for a go message with an
+// inline event (m.Event), a newline and the event's bytes. The caller keeps
+// ownership of f.
 func send(c sockConn, m message, f *os.File) error {
 	bp := sendBufs.Get().(*[]byte)
 	defer sendBufs.Put(bp)
@@ -94,6 +111,14 @@ func send(c sockConn, m message, f *os.File) error {
 		}
 	} else {
 		*bp = b[:0]
+	}
+	if len(m.Event) > 0 {
+		// json.Marshal and quickEncode write no raw newline (one in a string is \n), so
+		// the first newline ends the JSON (TestGoCarriesTheEventAfterANewline).
+		b = append(append(b, '\n'), m.Event...)
+		if ok {
+			*bp = b[:0]
+		}
 	}
 	var oob []byte
 	if f != nil {
@@ -148,6 +173,9 @@ func quickEncode(b []byte, m *message) (_ []byte, ok bool) {
 	b = str(b, "version", m.Version)
 	if m.Strict {
 		b = append(b, `,"strict":true`...)
+	}
+	if m.EventBytes != 0 {
+		b = strconv.AppendInt(append(b, `,"event_bytes":`...), int64(m.EventBytes), 10)
 	}
 	return append(b, '}'), true
 }
@@ -345,6 +373,9 @@ type streamChannel struct {
 func (s *streamChannel) send(m message, f *os.File) error {
 	if f != nil {
 		return fmt.Errorf("sending %s: a stream channel cannot carry descriptors", m.Type)
+	}
+	if len(m.Event) > 0 {
+		return fmt.Errorf("sending %s: a stream channel carries no inline event", m.Type)
 	}
 	b, err := json.Marshal(m)
 	if err != nil {

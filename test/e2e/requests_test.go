@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -480,5 +482,58 @@ func TestDeployIsNotBlockedByAnotherFunctionsImport(t *testing.T) {
 	d.Invoke("quick", map[string]any{}, &s)
 	if res := <-slowDone; !strings.HasPrefix(res, "exit 0") {
 		t.Fatalf("slow deploy: %s", res)
+	}
+}
+
+// TestEventInlineOrByFile: an event of up to 32 KiB reaches the handler in the
+// go message (no event.json in its request directory), a larger one as
+// event.json (docs/protocol.md, step 5); either way the handler gets the same
+// document, byte for byte once decoded, whatever newlines and quotes it holds.
+func TestEventInlineOrByFile(t *testing.T) {
+	d := startDaemon(t, "")
+	d.Up(writeFunction(t, map[string]string{
+		"zygo.toml": "name = \"echo\"\nruntime = \"python\"\nhandler = \"main:handler\"\n",
+		"main.py": `import hashlib, json, os
+def handler(event, context):
+    reqdir = os.path.dirname(os.environ["TMPDIR"])
+    return {"sha": hashlib.sha256(json.dumps(event, sort_keys=True).encode()).hexdigest(),
+            "file": os.path.exists(os.path.join(reqdir, "event.json"))}
+`,
+	}))
+	const inline = 32 << 10
+	for _, c := range []struct {
+		size int
+		file bool
+	}{{100, false}, {inline, false}, {inline + 1, true}, {200 << 10, true}} {
+		// {"s":"...","t":"a\n\"b"} padded to exactly c.size bytes of JSON, with a raw
+		// newline between members.
+		fixed := len("{\"s\":\"\",\n\"t\":\"a\\n\\\"b\"}")
+		body := "{\"s\":\"" + strings.Repeat("x", c.size-fixed) + "\",\n\"t\":\"a\\n\\\"b\"}"
+		if len(body) != c.size {
+			t.Fatalf("built %d bytes, want %d", len(body), c.size)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal([]byte(body), &doc); err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			SHA  string `json:"sha"`
+			File bool   `json:"file"`
+		}
+		resp, err := unixHTTP(d).Post("http://zygo/v1/functions/echo/invoke", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || json.Unmarshal(raw, &got) != nil {
+			t.Fatalf("%d-byte event: %d %s", c.size, resp.StatusCode, raw)
+		}
+		// Python's json.dumps(sort_keys=True) of the same document, computed here.
+		want := sha256.Sum256([]byte(fmt.Sprintf("{\"s\": %q, \"t\": \"a\\n\\\"b\"}", doc["s"])))
+		if got.SHA != hex.EncodeToString(want[:]) || got.File != c.file {
+			t.Errorf("%d-byte event: handler saw sha %s (want %x), event.json present %v (want %v)",
+				c.size, got.SHA, want, got.File, c.file)
+		}
 	}
 }

@@ -92,7 +92,9 @@ def handler(event, context):
 	wg.Add(1)
 	go func() { // TryInvoke: t.Fatal belongs to the test's goroutine
 		defer wg.Done()
-		res, err := d.TryInvoke("sib", map[string]any{"victim": true, "card": "4111-1111"})
+		// Padded past the 32 KiB an event may travel in go (docs/protocol.md, step 4), so
+		// that the victim's event is a file of its directory, as a large one is.
+		res, err := d.TryInvoke("sib", map[string]any{"victim": true, "card": "4111-1111", "pad": strings.Repeat("p", 40<<10)})
 		if err == nil {
 			err = json.Unmarshal(res.Value, &victim)
 		}

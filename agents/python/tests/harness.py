@@ -254,6 +254,17 @@ class Request:
                          "deadline_ms": deadline_ms, "function": function,
                          "version": version, **extra})
 
+    def go_inline(self, raw, event_bytes=None, deadline_ms=30000, function="fixture",
+                  version="sha256:test"):
+        """Send ``go`` with the event inline, as the supervisor does for a small one: the
+        JSON (``event_bytes``, by default ``len(raw)``), a newline, then ``raw``; the
+        directory's event.json is removed first, so the child can only have it from go."""
+        os.remove(os.path.join(self.dir, "event.json"))
+        head = {"type": "go", "request_id": self.request_id, "dir": self.dir,
+                "deadline_ms": deadline_ms, "function": function, "version": version,
+                "event_bytes": len(raw) if event_bytes is None else event_bytes}
+        self.sock.sendmsg([json.dumps(head, separators=(",", ":")).encode() + b"\n" + raw])
+
     def wait(self, timeout=TIMEOUT):
         """Return the ``exited`` message for this request."""
         self.exited = self.agent.expect(

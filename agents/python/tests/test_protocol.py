@@ -265,6 +265,57 @@ class RequestTest(AgentTest):
         self.assertFalse(os.path.exists(os.path.join(r.dir, "stdout")))
 
 
+class InlineEventTest(AgentTest):
+    """A go message carrying its event after its JSON and a newline (docs/protocol.md
+    "Request protocol", step 5): no event.json needed, the same decoding, and a go whose
+    event_bytes disagrees with what follows is a malformed go (exit 2, nothing run)."""
+
+    def _go(self, agent, raw, **kwargs):
+        r = agent.fork({})
+        r.hello()
+        r.go_inline(raw, **kwargs)
+        r.wait()
+        return r
+
+    def test_event_in_go(self):
+        agent, _ = self.start()
+        r = self._go(agent, b'{"id": "in\\ngo",\n "n": [1, 2]}\n')  # newlines in and out of strings
+        self.assertEqual(r.exited["code"], 0)
+        self.assertEqual(r.value["id"], "in\ngo")
+        self.assertEqual(r.stdout, "handled in\ngo\n")
+        self.assertNotIn("event.json", os.listdir(r.dir))
+        self.assertIn("event", [name for name, _ in r.steps])
+
+    def test_inline_event_the_parser_refuses_is_rejected(self):
+        agent, _ = self.start()
+        r = self._go(agent, b'{"id": ')
+        self.assertEqual(r.exited["code"], 0)
+        self.assertEqual(r.result["rejected"], "event")
+        self.assertFalse(r.stdout)  # no user code ran
+
+    def test_event_bytes_must_match(self):
+        agent, _ = self.start()
+        for raw, size in ((b'{"id": "1"}', 3), (b'{"id": "1"}', 99), (b"", 1), (b'{}', "2"),
+                          (b'{}', True), (b'{}', 0)):
+            with self.subTest(raw=raw, size=size):
+                r = self._go(agent, raw, event_bytes=size)
+                self.assertEqual(r.exited["code"], 2)
+                self.assertIsNone(r.result)
+                self.assertFalse(r.stdout)
+        self.assertEqual(agent.invoke({"id": "after"}).value["id"], "after")  # zygote unharmed
+        self.assertEqual(agent.stop(), 0)
+        self.assertIn("invalid go: go: event_bytes", agent.stderr)
+
+    def test_bytes_after_go_without_event_bytes_are_refused(self):
+        agent, _ = self.start()
+        r = agent.fork({"id": "file"})
+        r.hello()
+        r.sock.sendmsg([json.dumps({"type": "go", "request_id": r.request_id, "dir": r.dir,
+                                    "deadline_ms": 30000}).encode() + b'\n{"id": "x"}'])
+        self.assertEqual(r.wait()["code"], 2)
+        self.assertFalse(r.stdout)
+
+
 class ControlTest(AgentTest):
     def test_fork_error_without_descriptor(self):
         agent, _ = self.start()

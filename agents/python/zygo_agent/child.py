@@ -33,7 +33,7 @@ import socket
 import stat
 import sys
 import time
-from typing import NoReturn, Sequence, Tuple
+from typing import NoReturn, Optional, Sequence, Tuple
 
 from . import errors, fdreset, libc, reseed, sharedmem, warmup, wire
 from .agentlog import log
@@ -88,12 +88,20 @@ class Context:
 class _Go:
     """The validated ``go`` message."""
 
-    def __init__(self, body: dict, fds: Sequence[int] = ()):
+    def __init__(self, body: dict, fds: Sequence[int] = (), payload: Optional[bytes] = None):
         self.body, self.fds = body, tuple(fds)  # fds: a pool's script mount (pool.py)
         self.dir = _field(body, "dir", str)
         if not self.dir.startswith("/"):  # os.path.isabs of a str
             raise wire.ProtocolError(f"go: dir {self.dir!r} is not absolute")
         self.strict = bool(body.get("strict"))
+        # The event, when it came inline (after the JSON and a newline); None: dir/event.json.
+        self.event = None
+        size = body.get("event_bytes")
+        if size is not None or payload is not None:
+            if type(size) is not int or size < 1 or payload is None or len(payload) != size:
+                raise wire.ProtocolError(
+                    f"go: event_bytes {size!r} does not match the {len(payload or b'')} bytes after it")
+            self.event = payload
         deadline_ms = _field(body, "deadline_ms", int)
         self.context = Context(_field(body, "request_id", str),
                                str(body.get("function") or ""),
@@ -321,7 +329,7 @@ def _wait_for_go(sock: socket.socket):
             log(f"request socket: ignoring message of unknown type {msg.type!r}")
             continue
         try:
-            return _Go(msg.body, msg.fds)
+            return _Go(msg.body, msg.fds, msg.payload)
         except wire.ProtocolError as exc:
             wire.close_all(msg.fds)
             log(f"request socket: invalid go: {exc}")
@@ -374,7 +382,7 @@ def _prepare(sock: socket.socket, go: _Go, forked: bool, readable: Sequence[str]
             install_strict(go.dir)
             _lap(step)
         step = "event"
-        data = read_file(_join(go.dir, "event.json"))
+        data = go.event if go.event is not None else read_file(_join(go.dir, "event.json"))
     except Exception as exc:  # noqa: BLE001 - turned into a ZygoAgentError result
         raise _StepFailed(_STEP_NAMES[step], exc) from exc
     event = decode_event(data)

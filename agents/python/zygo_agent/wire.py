@@ -1,7 +1,8 @@
 """SEQPACKET JSON datagrams, the wire format of docs/protocol.md.
 
 Every message is one datagram holding one UTF-8 JSON object with a ``"type"`` key, at most
-64 KiB. File descriptors travel as ``SCM_RIGHTS``; the child's ``hello`` carries explicit
+64 KiB; a ``go`` may carry its event after the object and one newline (the supervisor's JSON
+holds no raw newline), as ``Message.payload``. File descriptors travel as ``SCM_RIGHTS``; the child's ``hello`` carries explicit
 ``SCM_CREDENTIALS``. Both the control socket (fd 3) and the request sockets use this module.
 """
 
@@ -23,13 +24,15 @@ class ProtocolError(Exception):
 
 
 class Message(NamedTuple):
-    """One received message: its ``type``, the whole decoded object, and attached fds.
+    """One received message: its ``type``, the whole decoded object, attached fds, and the
+    bytes after the object's first newline (``None``: the datagram had no newline).
 
     The receiver owns ``fds`` (close-on-exec) and must close every one it does not keep.
     """
     type: str
     body: dict
     fds: tuple
+    payload: Optional[bytes] = None
 
 
 # One encoder for every message: json.dumps with options builds a new JSONEncoder per call,
@@ -108,7 +111,8 @@ def parse(data: bytes, fds: list, msg_flags: int) -> Optional[Message]:
     try:
         if msg_flags & TRUNCATED:
             raise ProtocolError("datagram or its ancillary data was truncated")
-        return Message(*_decode(data), tuple(fds))
+        head, newline, payload = data.partition(b"\n")
+        return Message(*_decode(head), tuple(fds), payload if newline else None)
     except ProtocolError:
         close_all(fds)
         raise
