@@ -1814,6 +1814,45 @@ one-client requests each):
   ideal child's 571: writes to anonymous memory (obmalloc's arenas) 511 vs 289, ~[heap]~ 100
   vs 54, libpython's data 100 vs 73, file-backed reads and executes about 170 in both. The
   zygote holds 19.4 MB of anonymous memory against the ideal server's 16.0 MB.
+
+### Eleventh round (lead): the event in go, and four ideas measured and dropped
+
+- **The event in the go datagram** (docs/protocol.md step 4, ~maxInlineEvent~): a function's
+  event of at most 32 KiB to a Python agent travels after go's JSON and a newline instead of
+  as ~event.json~, which spares the daemon its create, write, fchown, close and removal and
+  the child its open and read. A/B against the tree before it (~zygo-bench -ab -ab-perf~, 2
+  rounds of 300 at 8 clients, 300 one-client requests):
+
+| per warm stats request | A (9cdc6f8) | B (inline event) | B/A |
+|---|---|---|---|
+| daemon system calls (perf stat, two rounds) | 91.4, 90.8 | 88.2, 85.0 | 0.95 |
+| daemon CPU, 8 clients | 0.749 ms | 0.633 ms | 0.85 |
+| zygote side system calls / children's faults | 99.5-99.8 / 902 | 95.8-95.9 / 890 | 0.96 / 0.99 |
+| zygote side CPU, 8 clients | 5.499 ms | 5.099 ms | 0.93 |
+| throughput, 8 clients | 297.6 req/s | 320.6 req/s | 1.08 |
+| p50 / p90, 1 client | 3.174 / 7.591 ms | 3.012 / 6.427 ms | 0.95 / 0.85 |
+| dir / child.event | 0.041 / 0.045 ms | 0.002 / 0.014 ms | |
+
+- **A request's Landlock rules added from C** (a ~zygo_landlock_add~ in zygo_rand.so taking
+  the rules packed once in the zygote, one ctypes call a child instead of an open, a ctypes
+  ~landlock_add_rule~ and a close per rule from Python): the same 17 rules in a forked child of
+  a NumPy process cost 0.29-0.40 ms and 75 faults from C against 0.32-0.38 ms and 84 faults
+  from Python (a warm C loop makes the ruleset in 0.05 ms: what a child pays is the first use
+  of the calls' pages after the fork, not Python's per-rule work); A/B of the whole request:
+  ~child.pre.rehearse~ 0.694 -> 0.689 ms, and ~child.landlock~ 0.090 -> 0.206 ms (the
+  request's own rule packed per request). Not kept.
+- **The zygote's allocator pools filled before the freeze** (every free block of every
+  partly used obmalloc pool taken, read from ~sys._debugmallocstats()~, so that a child's
+  allocations land on pages the zygote never touched): a probe of the stats handler forked
+  300 times, faults per child 484/494 -> 473/470, CPU within the host's noise. Not kept.
+- **~malloc_trim(0)~ before the freeze**: it gives back 0.37 of the probe zygote's 18.8 MB of
+  anonymous memory, and a child's faults read 505 -> 499-501. Not kept.
+- **The zygote's mappings**: a NumPy process forking and reaping 300 children with 177 and
+  with 218 mappings (ssl, ctypes, hashlib, socket, uuid, tempfile imported): child CPU
+  0.95-1.17 against 1.03-1.30 ms, within the noise between runs.
+- **The floor both servers pay on this host**: a NumPy interpreter's bare ~fork~ and ~_exit~
+  costs the child 241 faults and 1.0-1.3 ms of CPU and the parent 0.4-0.6 ms; the stats
+  handler with a reseed and a JSON answer on top, 484-506 faults and 2.4-2.7 ms.
 `
 
 // boundsText explains, for the targets of the performance issue, what
