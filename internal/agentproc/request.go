@@ -14,6 +14,7 @@ import (
 
 	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/redact"
+	"github.com/zygo-run/zygo/internal/untrusted"
 )
 
 // Request is one invocation.
@@ -408,10 +409,37 @@ func requestDirError(err error) error {
 // JSON, message.Event) rather than as event.json: a function's request (a pool
 // request keeps the file: its go message also carries the script's names) of
 // at most maxInlineEvent bytes, to a Python agent (a Node worker's stream
-// channel carries JSON lines only). An empty event keeps the file, so that the
-// agent refuses it as it refuses an empty event.json.
+// channel carries JSON lines only). An empty event (the API sends {} for an
+// empty body) would keep the file: event_bytes is at least 1.
 func (z *Process) inlineEvent(req Request) bool {
 	return z.spec.Mode != ModeWorker && req.Script == nil && len(req.Event) > 0 && len(req.Event) <= maxInlineEvent
+}
+
+// eventOwner is the owner the request directory's files are made with: the
+// sandbox's host uid, or -1 (the daemon's own) when that is root.
+func (z *Process) eventOwner() int {
+	if uid := int(z.spec.Box.HostUID); uid != 0 {
+		return uid
+	}
+	return -1
+}
+
+// sendGo sends m, the go message, on ch with attach. When m carries the event
+// inline and the socket refuses a datagram that long (EMSGSIZE: its send
+// buffer, net.core.wmem_default, is smaller than the datagram, which a host
+// may set), the event is written to files as event.json (mode 0400, owned by
+// owner, as makeRequestDir writes it) and go is sent again without it: the
+// request is served as a larger event's is. Other errors are the send's.
+func sendGo(ch channel, files *untrusted.Dir, owner int, m message, attach *os.File) error {
+	err := ch.send(m, attach)
+	if len(m.Event) == 0 || !errors.Is(err, unix.EMSGSIZE) {
+		return err
+	}
+	if werr := files.WriteFileAs("event.json", m.Event, 0o400, owner, owner); werr != nil {
+		return fmt.Errorf("%w; writing event.json instead: %w", err, werr)
+	}
+	m.EventBytes, m.Event = 0, nil
+	return ch.send(m, attach)
 }
 
 // makeRequestDir takes a request directory (see reqdir.go) and writes
@@ -434,16 +462,12 @@ func (z *Process) makeRequestDir(req Request) (requestDir, error) {
 		}
 		files["strict.bpf"] = z.spec.StrictFilter
 	}
-	uid := int(z.spec.Box.HostUID)
 	if s := req.Script; s != nil && s.Mount == nil {
-		if err := writeScript(d.files, s.Files, uid); err != nil {
+		if err := writeScript(d.files, s.Files, int(z.spec.Box.HostUID)); err != nil {
 			return d, err
 		}
 	}
-	owner := -1 // root's: the daemon's own
-	if uid != 0 {
-		owner = uid
-	}
+	owner := z.eventOwner()
 	for name, data := range files {
 		if err := d.files.WriteFileAs(name, data, 0o400, owner, owner); err != nil {
 			return d, fmt.Errorf("writing %s: %w", name, err)
@@ -522,7 +546,7 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	if z.spec.Mode != ModeFork {
 		z.current.Store(&outputOwner{id: req.ID, redact: req.Redact})
 	}
-	err = c.conn.send(goMsg, attach)
+	err = sendGo(c.conn, dir.files, z.eventOwner(), goMsg, attach)
 	z.pool.wake() // the refill of the child taken, after its GO (pool.take)
 	res.mark("go", &res.lap)
 	if err != nil {

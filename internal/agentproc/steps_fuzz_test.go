@@ -3,13 +3,17 @@ package agentproc
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/zygo-run/zygo/internal/untrusted"
 )
 
 // refResult is result.json decoded as it was before stepPhases: the steps as
@@ -257,4 +261,97 @@ func TestInlineEventBounds(t *testing.T) {
 	if maxInlineEvent+1024 > maxDatagram {
 		t.Errorf("maxInlineEvent %d leaves less than 1 KiB of a %d-byte datagram for go's JSON", maxInlineEvent, maxDatagram)
 	}
+}
+
+// TestGoFallsBackToEventFileOnEMSGSIZE: a request socket whose send buffer is
+// smaller than go with its event (a host's net.core.wmem_default) gets go
+// without the event, and the event as event.json, not a failed request.
+func TestGoFallsBackToEventFileOnEMSGSIZE(t *testing.T) {
+	local, remote, err := socketPair(unix.SOCK_SEQPACKET)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	defer remote.Close()
+	raw, err := local.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 4096) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	tmp := t.TempDir()
+	dir, err := untrusted.OpenDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	event := []byte(`{"pad":"` + strings.Repeat("p", 20<<10) + `"}`)
+	m := message{Type: "go", RequestID: "r-1", Dir: "/run/zygo/req/x", DeadlineMs: 1000, EventBytes: len(event), Event: event}
+	if err := sendGo(packetChannel{c: local}, dir, -1, m, nil); err != nil {
+		t.Fatalf("sendGo: %v", err)
+	}
+	buf := make([]byte, maxDatagram)
+	n, _, err := unix.Recvfrom(int(remote.Fd()), buf, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got message
+	if bytes.IndexByte(buf[:n], '\n') >= 0 || json.Unmarshal(buf[:n], &got) != nil || got.EventBytes != 0 || got.RequestID != "r-1" {
+		t.Fatalf("go after the fallback: %q, want its JSON alone without event_bytes", buf[:n])
+	}
+	b, err := os.ReadFile(tmp + "/event.json")
+	if err != nil || !bytes.Equal(b, event) {
+		t.Fatalf("event.json: %v, %d bytes, want the event's %d", err, len(b), len(event))
+	}
+	if fi, err := os.Stat(tmp + "/event.json"); err != nil || fi.Mode().Perm() != 0o400 {
+		t.Errorf("event.json mode: %v %v, want 0400", fi.Mode(), err)
+	}
+	// A go without an inline event is sent as it is: an error stays the send's.
+	local.Close()
+	if err := sendGo(packetChannel{c: local}, dir, -1, message{Type: "go", Event: []byte("{}"), EventBytes: 2}, nil); err == nil {
+		t.Error("sendGo on a closed socket: no error")
+	}
+}
+
+// FuzzGoFraming: whatever the go message's strings (quickEncode's path or
+// json.Marshal's) and whatever the event's bytes, the datagram's first
+// newline ends the JSON, which decodes to the message with event_bytes, and
+// the rest is the event.
+func FuzzGoFraming(f *testing.F) {
+	f.Add("r-1", "stats", "v-1", []byte(`{"a":"\n"}`))
+	f.Add("r<\n>", "é\u2028", "\"\\", []byte("\n\n\x00\xff"))
+	local, remote, err := socketPair(unix.SOCK_SEQPACKET)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { local.Close(); remote.Close() })
+	buf := make([]byte, maxDatagram+1)
+	f.Fuzz(func(t *testing.T, id, fn, version string, event []byte) {
+		if len(event) == 0 || len(event) > maxInlineEvent || len(id)+len(fn)+len(version) > 1024 ||
+			!utf8.ValidString(id) || !utf8.ValidString(fn) || !utf8.ValidString(version) { // JSON carries invalid UTF-8 as U+FFFD: not framing
+			t.Skip()
+		}
+		m := message{Type: "go", RequestID: id, Dir: "/run/zygo/req/x", DeadlineMs: 1, Function: fn, Version: version,
+			EventBytes: len(event), Event: event}
+		if err := send(local, m, nil); err != nil {
+			t.Fatal(err)
+		}
+		n, _, err := unix.Recvfrom(int(remote.Fd()), buf, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, payload, _ := bytes.Cut(buf[:n], []byte("\n"))
+		var got message
+		if err := json.Unmarshal(head, &got); err != nil {
+			t.Fatalf("the JSON before the first newline: %v (%q)", err, head)
+		}
+		want := m
+		want.Event = nil
+		got.Event = nil
+		if !reflect.DeepEqual(got, want) || !bytes.Equal(payload, event) {
+			t.Fatalf("decoded %+v and %q, want %+v and %q", got, payload, want, event)
+		}
+	})
 }

@@ -48,15 +48,15 @@ def handler(event, context):
         s = socket.socket(socket.AF_UNIX)
         s.bind(os.path.join(tmp, "ipc.sock"))
         s.listen()
-        open("/tmp/victim-ready", "w").close()
+        open("/tmp/victim-ready-%s" % event["round"], "w").close()
         deadline = time.monotonic() + 20
-        while not os.path.exists("/tmp/attacker-done") and time.monotonic() < deadline:
+        while not os.path.exists("/tmp/attacker-done-%s" % event["round"]) and time.monotonic() < deadline:
             time.sleep(0.02)
         seen = [n for n in ("event.json", "stdout", "stderr", "tmp", "planted", "d")
                 if os.path.lexists(os.path.join(mine, n))]
         return {"victim": seen + sorted(os.listdir(tmp)), "mode": oct(os.stat(mine).st_mode & 0o7777)}
     deadline = time.monotonic() + 20
-    while not os.path.exists("/tmp/victim-ready") and time.monotonic() < deadline:
+    while not os.path.exists("/tmp/victim-ready-%s" % event["round"]) and time.monotonic() < deadline:
         time.sleep(0.02)
     names = set(re.findall(r"(/run/zygo/req/[0-9a-f]{32})/", open("/proc/net/unix").read())) - {mine}
     out = {"found": len(names)}
@@ -78,57 +78,63 @@ def handler(event, context):
             "utime": _try(lambda: os.utime(d, (0, 0))),
             "xattr": _try(lambda: os.setxattr(d, "user.zygo", b"x")),
         })
-    open("/tmp/attacker-done", "w").close()
+    open("/tmp/attacker-done-%s" % event["round"], "w").close()
     return out
 `,
 	})
 	d.Up(dir)
-	var wg sync.WaitGroup
-	var victim struct {
-		Victim []string `json:"victim"`
-		Mode   string   `json:"mode"`
-	}
-	var victimErr error
-	wg.Add(1)
-	go func() { // TryInvoke: t.Fatal belongs to the test's goroutine
-		defer wg.Done()
-		// Padded past the 32 KiB an event may travel in go (docs/protocol.md, step 4), so
-		// that the victim's event is a file of its directory, as a large one is.
-		res, err := d.TryInvoke("sib", map[string]any{"victim": true, "card": "4111-1111", "pad": strings.Repeat("p", 40<<10)})
-		if err == nil {
-			err = json.Unmarshal(res.Value, &victim)
+	// Twice: a victim event small enough to travel in go (no event.json: its name is not
+	// there to open or remove), and one padded past 32 KiB (docs/protocol.md, step 4), so
+	// that it is a file of the victim's directory, as a large event is.
+	for _, c := range []struct {
+		round, eventErr, files string
+		pad                    int
+	}{{"inline", "ENOENT", "", 0}, {"file", "EACCES", "event.json ", 40 << 10}} {
+		var wg sync.WaitGroup
+		var victim struct {
+			Victim []string `json:"victim"`
+			Mode   string   `json:"mode"`
 		}
-		victimErr = err
-	}()
-	var attack map[string]any
-	d.Invoke("sib", map[string]any{}, &attack)
-	wg.Wait()
-	if victimErr != nil {
-		t.Errorf("the victim's own answer: %v", victimErr)
-	}
-	if attack["found"] != float64(1) {
-		t.Fatalf("the attacker found %v request directories of others in /proc/net/unix, want the victim's: %v", attack["found"], attack)
-	}
-	var reached []string
-	for k, want := range map[string]string{"event": "EACCES", "stdout": "EACCES", "private": "EACCES",
-		"via_root": "EACCES", "plant": "EACCES", "fifo": "EACCES", "forge": "EACCES", "remove": "EACCES",
-		// The directory is the daemon's (01733): not listable, and its mode, times and
-		// xattrs are not the sandbox uid's to change (no Landlock right covers those).
-		"list": "EACCES", "chmod": "EPERM", "utime": "EPERM", "xattr": "EPERM"} {
-		if got := fmt.Sprint(attack[k]); got != want {
-			reached = append(reached, k+"="+got+" (want "+want+")")
+		var victimErr error
+		wg.Add(1)
+		go func() { // TryInvoke: t.Fatal belongs to the test's goroutine
+			defer wg.Done()
+			res, err := d.TryInvoke("sib", map[string]any{"victim": true, "card": "4111-1111", "round": c.round, "pad": strings.Repeat("p", c.pad)})
+			if err == nil {
+				err = json.Unmarshal(res.Value, &victim)
+			}
+			victimErr = err
+		}()
+		var attack map[string]any
+		d.Invoke("sib", map[string]any{"round": c.round}, &attack)
+		wg.Wait()
+		if victimErr != nil {
+			t.Errorf("%s: the victim's own answer: %v", c.round, victimErr)
 		}
-	}
-	sort.Strings(reached)
-	if len(reached) > 0 {
-		t.Errorf("a request reached a concurrent request's directory by its name: %s", strings.Join(reached, "; "))
-	}
-	// The victim's own directory holds what the supervisor and the victim put there, and
-	// nothing else.
-	if got, want := strings.Join(victim.Victim, " "), "event.json stdout stderr tmp ipc.sock private.txt"; got != want {
-		t.Errorf("the victim's directory and TMPDIR hold %q, want %q", got, want)
-	}
-	if victim.Mode != "0o1733" {
-		t.Errorf("the victim's directory has mode %s, want 0o1733", victim.Mode)
+		if attack["found"] != float64(1) {
+			t.Fatalf("%s: the attacker found %v request directories of others in /proc/net/unix, want the victim's: %v", c.round, attack["found"], attack)
+		}
+		var reached []string
+		for k, want := range map[string]string{"event": c.eventErr, "stdout": "EACCES", "private": "EACCES",
+			"via_root": c.eventErr, "plant": "EACCES", "fifo": "EACCES", "forge": "EACCES", "remove": c.eventErr,
+			// The directory is the daemon's (01733): not listable, and its mode, times and
+			// xattrs are not the sandbox uid's to change (no Landlock right covers those).
+			"list": "EACCES", "chmod": "EPERM", "utime": "EPERM", "xattr": "EPERM"} {
+			if got := fmt.Sprint(attack[k]); got != want {
+				reached = append(reached, k+"="+got+" (want "+want+")")
+			}
+		}
+		sort.Strings(reached)
+		if len(reached) > 0 {
+			t.Errorf("%s: a request reached a concurrent request's directory by its name: %s", c.round, strings.Join(reached, "; "))
+		}
+		// The victim's own directory holds what the supervisor and the victim put there, and
+		// nothing else.
+		if got, want := strings.Join(victim.Victim, " "), c.files+"stdout stderr tmp ipc.sock private.txt"; got != want {
+			t.Errorf("%s: the victim's directory and TMPDIR hold %q, want %q", c.round, got, want)
+		}
+		if victim.Mode != "0o1733" {
+			t.Errorf("%s: the victim's directory has mode %s, want 0o1733", c.round, victim.Mode)
+		}
 	}
 }

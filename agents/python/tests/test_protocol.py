@@ -1,6 +1,7 @@
 """The protocol rules of docs/protocol.md that can be tested at the agent level, driven through
 the fake supervisor in harness.py against the real agent."""
 
+import array
 import json
 import os
 import socket
@@ -317,6 +318,21 @@ class InlineEventTest(AgentTest):
 
 
 class ControlTest(AgentTest):
+    def test_bytes_after_a_fork_message_are_refused(self):
+        """Only go carries bytes after its JSON: a fork with a tail is a protocol error, not a
+        fork (the loop in C takes only the exact form, and hands this one back)."""
+        agent, _ = self.start()
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.addCleanup(a.close)
+        agent.control.sendmsg([b'{"type":"fork","seq":77}\nnot json \x00\xff'],
+                              [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [b.fileno()]).tobytes())])
+        b.close()
+        with self.assertRaises(harness.HarnessError):  # neither forked nor fork_error
+            agent.expect(lambda m: m.get("seq") == 77, timeout=0.3)
+        self.assertEqual(agent.invoke({"id": "1"}).value["counter"], 1)
+        self.assertEqual(agent.stop(), 0)
+        self.assertIn("bytes after the JSON of a 'fork' message", agent.stderr)
+
     def test_fork_error_without_descriptor(self):
         agent, _ = self.start()
         harness.send(agent.control, {"type": "fork", "seq": 99})

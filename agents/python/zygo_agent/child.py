@@ -12,7 +12,8 @@ after the caller has closed the control socket. In order:
    closed or remapped; reseed (rule 7); set ``TMPDIR=dir/tmp`` and reset ``tempfile``; ``PR_SET_DUMPABLE 0``; in fork
    mode, enter a Landlock domain of the request's own (:func:`enter_own_domain`); clear the
    zygote's ``atexit`` handlers; under ``strict``, install ``dir/strict.bpf`` as a second
-   seccomp filter; read ``dir/event.json`` and decode it (a document this runtime's parser
+   seccomp filter; take the event from ``go`` (after its JSON and a newline) or, when ``go``
+   did not carry it, read ``dir/event.json``, and decode it (a document this runtime's parser
    refuses — nesting deeper than the recursion limit, an integer over
    ``sys.get_int_max_str_digits()`` digits, text that is not UTF-8 JSON — is written as a
    result with ``"rejected": "event"``, the caller's error, and no user code runs);
@@ -402,7 +403,7 @@ _STEP_NAMES = {
     "landlock": "entering the request's own Landlock domain",
     "atexit_clear": "clearing the zygote's atexit handlers",
     "strict": "installing the strict seccomp filter",
-    "event": "reading event.json",
+    "event": "reading the event",
 }
 
 

@@ -112,7 +112,10 @@ def parse(data: bytes, fds: list, msg_flags: int) -> Optional[Message]:
         if msg_flags & TRUNCATED:
             raise ProtocolError("datagram or its ancillary data was truncated")
         head, newline, payload = data.partition(b"\n")
-        return Message(*_decode(head), tuple(fds), payload if newline else None)
+        kind, body = _decode(head)
+        if newline and kind != "go":
+            raise ProtocolError(f"bytes after the JSON of a {kind!r} message (only go carries an event)")
+        return Message(kind, body, tuple(fds), payload if newline else None)
     except ProtocolError:
         close_all(fds)
         raise
