@@ -1845,8 +1845,9 @@ one-client requests each):
   partly used obmalloc pool taken, read from ~sys._debugmallocstats()~, so that a child's
   allocations land on pages the zygote never touched): a probe of the stats handler forked
   300 times, faults per child 484/494 -> 473/470, CPU within the host's noise. Not kept.
-- **~malloc_trim(0)~ before the freeze**: it gives back 0.37 of the probe zygote's 18.8 MB of
-  anonymous memory, and a child's faults read 505 -> 499-501. Not kept.
+- **~malloc_trim(0)~ before the freeze** (again: the eighth round found nothing to return):
+  it gives back 0.37 of the probe zygote's 18.8 MB of anonymous memory, and a child's faults
+  read 505 -> 499-501. Not kept.
 - **The zygote's mappings**: a NumPy process forking and reaping 300 children with 177 and
   with 218 mappings (ssl, ctypes, hashlib, socket, uuid, tempfile imported): child CPU
   0.95-1.17 against 1.03-1.30 ms, within the noise between runs.
