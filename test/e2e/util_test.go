@@ -15,23 +15,45 @@ import (
 	"testing"
 )
 
-// requestDirsLeft lists the directories of requests (those holding an
-// event) still on the host under every zygote's run dir.
+// requestDirsLeft lists the directories of requests left under the state
+// dir's run/*/req/: every one holding anything but an empty tmp/. A directory
+// made ahead of demand holds only that; a request's has at least what its child
+// made (stdout and stderr, from the step before its event is read) or, for an
+// event over 32 KiB, the supervisor's event.json (a small event travels in go,
+// so event.json alone no longer tells a request's directory). A directory whose
+// child died before making anything is not told from one made ahead.
 func requestDirsLeft(t *testing.T, stateDir string) []string {
 	t.Helper()
 	var left []string
 	zs, _ := os.ReadDir(filepath.Join(stateDir, "run"))
 	for _, z := range zs {
-		rs, _ := os.ReadDir(filepath.Join(stateDir, "run", z.Name(), "req"))
+		req := filepath.Join(stateDir, "run", z.Name(), "req")
+		rs, _ := os.ReadDir(req)
 		for _, r := range rs {
-			// Empty directories made ahead of demand (no event yet) belong to
-			// no request.
-			if _, err := os.Stat(filepath.Join(stateDir, "run", z.Name(), "req", r.Name(), "event.json")); err == nil {
+			if usedRequestDir(filepath.Join(req, r.Name())) {
 				left = append(left, filepath.Join(z.Name(), r.Name()))
 			}
 		}
 	}
 	return left
+}
+
+// usedRequestDir reports whether the request directory dir holds anything
+// but an empty tmp/ (requestDirsLeft).
+func usedRequestDir(dir string) bool {
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		return false // removed meanwhile
+	}
+	for _, n := range names {
+		if n.Name() != "tmp" {
+			return true
+		}
+		if inside, err := os.ReadDir(filepath.Join(dir, "tmp")); err == nil && len(inside) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // unixHTTP returns an http.Client that dials the daemon's socket.
