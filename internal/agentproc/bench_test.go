@@ -57,12 +57,7 @@ func BenchmarkDecodeResult(b *testing.B) {
 // BenchmarkRecv receives the agent's messages of one warm request: the
 // child's hello, the zygote's forked and exited.
 func BenchmarkRecv(b *testing.B) {
-	local, remote, err := socketPair(unix.SOCK_SEQPACKET)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer local.Close()
-	defer remote.Close()
+	local, remote := packetPair(b)
 	msgs := [][]byte{[]byte(`{"type":"hello","pid":67}`), []byte(`{"type":"forked","seq":12345,"pid":67}`), []byte(`{"type":"exited","seq":12345,"pid":67,"code":0}`)}
 	fd := int(remote.Fd())
 	b.ReportAllocs()
@@ -81,12 +76,7 @@ func BenchmarkRecv(b *testing.B) {
 // BenchmarkSend sends the supervisor's messages of one warm request: fork
 // and go.
 func BenchmarkSend(b *testing.B) {
-	local, remote, err := socketPair(unix.SOCK_SEQPACKET)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer local.Close()
-	defer remote.Close()
+	local, remote := packetPair(b)
 	buf := make([]byte, maxDatagram)
 	fd := int(remote.Fd())
 	goMsg := message{Type: "go", RequestID: "r-4f1c2a9b8e7d6c5b", Dir: "/run/zygo/req/0123456789abcdef0123456789abcdef", DeadlineMs: 29998,

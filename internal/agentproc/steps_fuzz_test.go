@@ -197,45 +197,6 @@ func FuzzQuickEncode(f *testing.F) {
 	})
 }
 
-// TestGoCarriesTheEventAfterANewline: a go message with an inline event is one
-// datagram, its JSON (quickEncode's or json.Marshal's, neither holding a raw
-// newline, even for strings with newlines in them) then a newline and the
-// event's bytes, newlines and all; the JSON's event_bytes is their length.
-func TestGoCarriesTheEventAfterANewline(t *testing.T) {
-	event := []byte("{\"s\": \"a\\nb\",\n \"n\": [1,\n2]}\n")
-	for _, m := range []message{
-		{Type: "go", RequestID: "r-1", Dir: "/run/zygo/req/x", DeadlineMs: 30000, Function: "stats", Version: "v-1"}, // quickEncode
-		{Type: "go", RequestID: "r-1", Dir: "/run/zygo/req/x", Function: "f\n<é>", Version: "v\"\\"},                 // json.Marshal
-	} {
-		m.EventBytes, m.Event = len(event), event
-		local, remote, err := socketPair(unix.SOCK_SEQPACKET)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := send(local, m, nil); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, maxDatagram+1)
-		n, _, err := unix.Recvfrom(int(remote.Fd()), buf, 0)
-		local.Close()
-		remote.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		head, payload, found := bytes.Cut(buf[:n], []byte("\n"))
-		if !found {
-			t.Fatalf("%+v: no newline in the datagram %q", m, buf[:n])
-		}
-		var got message
-		if err := json.Unmarshal(head, &got); err != nil {
-			t.Fatalf("%+v: the JSON before the newline: %v (%q)", m, err, head)
-		}
-		if got.EventBytes != len(event) || got.Function != m.Function || got.Version != m.Version || !bytes.Equal(payload, event) {
-			t.Errorf("%+v: decoded %+v and payload %q", m, got, payload)
-		}
-	}
-}
-
 // TestInlineEventBounds: which requests' events travel in go and which as
 // event.json.
 func TestInlineEventBounds(t *testing.T) {
@@ -267,12 +228,7 @@ func TestInlineEventBounds(t *testing.T) {
 // smaller than go with its event (a host's net.core.wmem_default) gets go
 // without the event, and the event as event.json, not a failed request.
 func TestGoFallsBackToEventFileOnEMSGSIZE(t *testing.T) {
-	local, remote, err := socketPair(unix.SOCK_SEQPACKET)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
-	defer remote.Close()
+	local, remote := packetPair(t)
 	raw, err := local.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
@@ -316,17 +272,19 @@ func TestGoFallsBackToEventFileOnEMSGSIZE(t *testing.T) {
 }
 
 // FuzzGoFraming: whatever the go message's strings (quickEncode's path or
-// json.Marshal's) and whatever the event's bytes, the datagram's first
-// newline ends the JSON, which decodes to the message with event_bytes, and
-// the rest is the event.
+// json.Marshal's, neither writing a raw newline) and whatever the event's
+// bytes, a go with an inline event is one datagram whose first newline ends
+// the JSON, which decodes to the message with event_bytes, and the rest is
+// the event, newlines and all.
 func FuzzGoFraming(f *testing.F) {
+	// quickEncode's path and json.Marshal's (a newline, HTML characters and non-ASCII in
+	// the strings), with newlines in and out of the event's strings.
+	event := []byte("{\"s\": \"a\\nb\",\n \"n\": [1,\n2]}\n")
+	f.Add("r-1", "stats", "v-1", event)
+	f.Add("r-1", "f\n<é>", "v\"\\", event)
 	f.Add("r-1", "stats", "v-1", []byte(`{"a":"\n"}`))
 	f.Add("r<\n>", "é\u2028", "\"\\", []byte("\n\n\x00\xff"))
-	local, remote, err := socketPair(unix.SOCK_SEQPACKET)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { local.Close(); remote.Close() })
+	local, remote := packetPair(f)
 	buf := make([]byte, maxDatagram+1)
 	f.Fuzz(func(t *testing.T, id, fn, version string, event []byte) {
 		if len(event) == 0 || len(event) > maxInlineEvent || len(id)+len(fn)+len(version) > 1024 ||
@@ -354,4 +312,15 @@ func FuzzGoFraming(f *testing.F) {
 			t.Fatalf("decoded %+v and %q, want %+v and %q", got, payload, want, event)
 		}
 	})
+}
+
+// packetPair is socketPair(SOCK_SEQPACKET) for a test, both ends closed when it ends.
+func packetPair(tb testing.TB) (sockConn, *os.File) {
+	tb.Helper()
+	local, remote, err := socketPair(unix.SOCK_SEQPACKET)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { local.Close(); remote.Close() })
+	return local, remote
 }

@@ -114,7 +114,7 @@ func send(c sockConn, m message, f *os.File) error {
 	}
 	if len(m.Event) > 0 {
 		// json.Marshal and quickEncode write no raw newline (one in a string is \n), so
-		// the first newline ends the JSON (TestGoCarriesTheEventAfterANewline).
+		// the first newline ends the JSON (FuzzGoFraming).
 		b = append(append(b, '\n'), m.Event...)
 		if ok {
 			*bp = b[:0]
