@@ -1861,27 +1861,26 @@ one-client requests each):
 const boundsText = `
 ## What bounds the targets
 
-- **This run's host.** This table (09:45 on 2026-12-03, the eleventh round's tree: the event
-  in go, nothing else of ours running) was measured while the host ran slower than at the
-  tenth round's 08:12 run (the fork floor 1.66 against 1.59 ms, the stats handler's step 0.74
-  against 0.61 ms, a one-client warm p50 of 3.69 against 2.97 ms). Two more runs of the warm
-  and ideal steps right after it (~zygo-bench -only ideal~) read warm p50 / ideal 1.51x and
-  1.67x, throughput / ideal 0.47x and 0.40x, daemon CPU 0.84 and 0.93 ms, the zygote side 6.90
-  and 7.57 ms a request (5.39 ms in the table's run): the host's speed moved every absolute
-  figure by a third within minutes. Side by side with the tree before the event in go, in the
-  same minutes (~-ab~, alternating, 2 rounds of 500 at 8 clients and 500 one-client
-  requests), the one-client p50 read 0.88x and p90 0.87x, the 8-client figures 0.91x
-  throughput and 1.06x daemon CPU with each round of each binary 20% apart; the counts that
-  do not move with the host's speed are in the eleventh round (daemon system calls 91 ->
-  85-88 a request). Met in this table: cold/warm 53.3x, Node. Not met: **warm p50 / ideal,
-  1.55x** (1.11x, 1.51x and 1.27x in the tenth round's three runs, on a faster host);
-  **8-client throughput, 0.54x** (the best reading so far; 0.44-0.53x in the tenth round):
-  Zygo's zygote side costs about 1.9x the ideal server's CPU per request (5.39 against 2.8-3.9
-  ms), mostly in the kernel (fork, copy-on-write faults, exit: about 930 page faults a request
-  against the ideal's 450; where they fall is in the ninth round); **the daemon's CPU, 0.69
-  ms** (0.64 ms in the tenth round's final run; it grows with the time between requests, not
-  with the zygote's size or the number of functions: the tenth round). Cold/warm sits near
-  the line from run to run (49.7x to 60.7x over the last six runs).
+- **This run's host.** This table (10:35 on 2026-12-03, the eleventh round's final tree: the
+  event in go; nothing else of ours running) was measured on a fast spell of the host (the
+  fork floor 1.35 ms, the stats handler's step 0.52 ms). The run before it, 09:45 on the
+  same request path, met a slow one (floor 1.66 ms, handler 0.74 ms) and read warm p50 /
+  ideal 1.55x, throughput / ideal 0.54x, daemon CPU 0.69 ms, cold/warm 53.3x, Node 0.9x; two
+  runs of the warm and ideal steps right after that (~zygo-bench -only ideal~) read 1.51x
+  and 1.67x, 0.47x and 0.40x, 0.84 and 0.93 ms: the host's speed moves every absolute figure
+  by a third within minutes. Side by side with the tree before the event in go, in those slow
+  minutes (~-ab~, alternating, 2 rounds of 500 at 8 clients and 500 one-client requests), the
+  one-client p50 read 0.88x and p90 0.87x; the counts that do not move with the host's speed
+  are in the eleventh round (daemon system calls 91 -> 85-88 a request). Met in this table:
+  **warm p50 / ideal 0.95x**, cold/warm 64.4x, Node 1.2x. Not met: **8-client throughput,
+  0.52x** (0.40-0.54x over this round's runs, 0.44-0.53x in the tenth's): Zygo's zygote side
+  costs about 1.7x the ideal server's CPU per request (5.06 against 3.03 ms), mostly in the
+  kernel (fork, copy-on-write faults, exit: about 930 page faults a request against the
+  ideal's 450; where they fall is in the ninth round); **the daemon's CPU, 0.61 ms** (the
+  lowest reading so far; 0.64-0.70 ms in the tenth round's runs on a host as fast; it grows
+  with the time between requests, not with the zygote's size or the number of functions: the
+  tenth round). Cold/warm sits near or above the line from run to run (49.7x to 64.4x over
+  the last seven runs).
 - **The request's Landlock domain since the tenth round's security fix** (it now handles
   reading files and every change to the filesystem, and is entered after GO; docs/security.md):
   A/B against the tree before it (~-ab~, 2 rounds of 300 at 8 clients and 300 one-client
@@ -1890,7 +1889,7 @@ const boundsText = `
   17 rules made before ~hello~) and ~child.pre.landlock~ 0.151 -> 0 (nothing entered ahead);
   throughput 1.02x, one-client p50 0.91x, daemon CPU 1.02x, zygote side 0.97x: within noise.
 - **Pools on this host.** The pool row read 1.54x, 1.18x and 1.69x the function's p50 in the
-  tenth round's three runs and 1.41x in this table's (target 1.3x);
+  tenth round's three runs and 1.41x and 1.73x in this round's two (target 1.3x);
   the same step run twice with each binary, alternating, gave 1.48x and 1.50x for the tree
   before this round's security changes and 1.38x and 1.67x for this one: the pool's ratio on
   this host is 1.2-1.7x either way (1.09-1.39x in earlier runs on other hosts), not a cost of
@@ -1909,9 +1908,9 @@ const boundsText = `
   reset); next step, not done: skip the HTTP layer for in-process callers.
 - **Cold/warm of at least 50x for the NumPy example.** A cold start here (bwrap + interpreter +
   NumPy import + the handler) is about 160-235 ms, so 50x needs a warm p50 of 3.2-4.7 ms; the
-  warm p50 is 3.69 ms here (2.97 ms in the tenth round's last run), of which the child's own
-  steps after GO are about 1.2 ms (the handler 0.74 ms), and GO to the result seen (wait)
-  2.06 ms: the rest of wait is the child's wake-up, the result file and the daemon's wake-up
+  warm p50 is 2.40 ms here (3.69 ms in this round's slow 09:45 run), of which the child's own
+  steps after GO are about 0.9 ms (the handler 0.52 ms), and GO to the result seen (wait)
+  1.48 ms: the rest of wait is the child's wake-up, the result file and the daemon's wake-up
   on its inotify watch.
 - **Node.** A worker serves one request and a replacement takes about one cold start, so warm
   figures need traffic that leaves the pool time to refill (the warm series is paced); under
