@@ -91,13 +91,17 @@ func (z *Process) newChild(ctx context.Context, fail func(Failure, string, ...an
 			return c, true
 		}
 	}
-	return z.makeChild(ctx, fail)
+	return z.makeChild(ctx, true, fail)
 }
 
 // makeChild asks the agent for a child (fork mode: "fork"; spawn mode:
 // "run", the agent itself) with a new request socket, and waits for its
-// hello, whose SCM_CREDENTIALS give its host pid.
-func (z *Process) makeChild(ctx context.Context, fail func(Failure, string, ...any)) (*child, bool) {
+// hello, whose SCM_CREDENTIALS give its host pid. forRequest: a request
+// waits for this child (the pool was empty); in fork mode the child is
+// then told so (hurry, queued on the socket before the zygote has it), and
+// skips its pre-warm, which would only delay the GO: every step of it
+// runs again after GO (docs/protocol.md, step 3).
+func (z *Process) makeChild(ctx context.Context, forRequest bool, fail func(Failure, string, ...any)) (*child, bool) {
 	seq, forkCh, exitCh := z.register()
 	c := &child{seq: seq, exitCh: exitCh, ownConn: true, pidfd: -1, born: time.Now(), kind: ChildForked}
 	if z.spec.Mode == ModeSpawn {
@@ -119,6 +123,13 @@ func (z *Process) makeChild(ctx context.Context, fail func(Failure, string, ...a
 	kind := "fork"
 	if z.spec.Mode == ModeSpawn {
 		kind = "run"
+	} else if forRequest {
+		if err := send(local, message{Type: "hurry"}, nil); err != nil {
+			remote.Close()
+			z.release(c)
+			fail(FailInternal, "%v", err)
+			return nil, false
+		}
 	}
 	z.sendMu.Lock()
 	err = z.ctl.send(message{Type: kind, Seq: seq}, remote)

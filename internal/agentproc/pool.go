@@ -158,7 +158,7 @@ func (z *Process) fill() {
 			}
 		}
 		for len(p.ch) < want && z.State() == StateReady {
-			c, ok := z.makeChild(context.Background(), func(Failure, string, ...any) {})
+			c, ok := z.makeChild(context.Background(), false, func(Failure, string, ...any) {})
 			if !ok || !z.hold(c) {
 				break
 			}

@@ -54,6 +54,9 @@ type ABSide struct {
 	Throughput           float64 // requests per second, mean of the 8-client rounds
 	P50, P90             time.Duration
 	Phases               []wire.Timing // medians of the one-client series
+	// Forked8 and Forked1 are the shares (0-1) of the 8-client and the
+	// one-client requests whose child was forked for them (Stats.Forked).
+	Forked8, Forked1 float64
 }
 
 // RunAB starts a daemon from each binary, deploys cfg.Function on both and
@@ -92,6 +95,8 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 		tput     float64
 		lat      []time.Duration
 		steps    [][]wire.Timing
+		forked8  float64
+		forked   []bool
 	}
 	sides := [2]*side{{out: &a}, {out: &b}}
 	fn := filepath.Base(cfg.Function)
@@ -146,6 +151,7 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 			s.cpu[0] += cpu["daemon"]
 			s.cpu[1] += cpu["zygote"]
 			s.tput += st.Throughput
+			s.forked8 += st.Forked
 			fmt.Fprintf(cfg.Progress, "round %d %s: daemon %.3f ms, zygote side %.3f ms per request, %.0f req/s\n",
 				r, "AB"[i:i+1], ms(cpu["daemon"]), ms(cpu["zygote"]), st.Throughput)
 		}
@@ -164,6 +170,7 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 			}
 			s.lat = append(s.lat, time.Since(t))
 			s.steps = append(s.steps, res.Phases)
+			s.forked = append(s.forked, res.Child == "forked")
 			time.Sleep(cfg.Gap)
 		}
 	}
@@ -173,7 +180,9 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 			o.DaemonCPU = s.cpu[0] / time.Duration(cfg.Rounds)
 			o.ZygoteCPU = s.cpu[1] / time.Duration(cfg.Rounds)
 			o.Throughput = s.tput / float64(cfg.Rounds)
+			o.Forked8 = s.forked8 / float64(cfg.Rounds)
 		}
+		o.Forked1 = share(s.forked)
 		sort.Slice(s.lat, func(i, j int) bool { return s.lat[i] < s.lat[j] })
 		o.P50 = s.lat[len(s.lat)/2]
 		o.P90 = s.lat[len(s.lat)*9/10]
@@ -199,6 +208,8 @@ func ABTable(a, b ABSide) string {
 	row("throughput, 8 clients", a.Throughput, b.Throughput, " req/s")
 	row("p50, 1 client", ms(a.P50), ms(b.P50), " ms")
 	row("p90, 1 client", ms(a.P90), ms(b.P90), " ms")
+	row("share of requests whose child was forked for them, 8 clients", a.Forked8, b.Forked8, "")
+	row("share of requests whose child was forked for them, 1 client", a.Forked1, b.Forked1, "")
 	bs := map[string]time.Duration{}
 	for _, p := range b.Phases {
 		bs[p.Name] = p.Dur

@@ -36,6 +36,10 @@ type Stats struct {
 	// Phases are the median of each step the daemon timed (its
 	// Server-Timing answer header), in the order of the steps.
 	Phases []wire.Timing
+	// Forked is the share (0-1) of the requests whose child was forked for
+	// them (X-Zygo-Child "forked": the pre-forked pool was empty), not taken
+	// from the pool.
+	Forked float64
 }
 
 func summarise(lat []time.Duration, wall time.Duration) Stats {
@@ -62,6 +66,7 @@ func InvokePaced(ctx context.Context, c *zygo.Client, fn string, event string, n
 	lat := make([]time.Duration, n)
 	errs := make([]error, n)
 	steps := make([][]wire.Timing, n)
+	forked := make([]bool, n)
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	t0 := time.Now()
@@ -78,7 +83,7 @@ func InvokePaced(ctx context.Context, c *zygo.Client, fn string, event string, n
 			res, err := c.Invoke(ctx, fn, []byte(event))
 			lat[i], errs[i] = time.Since(t), err
 			if res != nil {
-				steps[i] = res.Phases
+				steps[i], forked[i] = res.Phases, res.Child == "forked"
 			}
 		}()
 	}
@@ -91,7 +96,22 @@ func InvokePaced(ctx context.Context, c *zygo.Client, fn string, event string, n
 	}
 	st := summarise(lat, wall)
 	st.Phases = medianSteps(steps)
+	st.Forked = share(forked)
 	return st, nil
+}
+
+// share returns the fraction (0-1) of bs that are true; 0 for none.
+func share(bs []bool) float64 {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	if len(bs) == 0 {
+		return 0
+	}
+	return float64(n) / float64(len(bs))
 }
 
 // medianSteps returns the median duration of each named step over the

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // Each test here tries to break one rule of docs/protocol.md.
@@ -298,7 +300,10 @@ func TestContextDeadlineAndAsyncHandlers(t *testing.T) {
 
 // TestPreForkedChildrenStayIndependent: requests served by children forked
 // ahead of demand still differ in every random row and see no earlier
-// request's state; prefork = 0 forks on demand.
+// request's state, and report their pre-warm (child.pre.* steps); with
+// prefork = 0 every request forks its own child, which the supervisor
+// tells to hurry: it skips the pre-warm (no child.pre.* step) and still
+// runs every step after GO, the reseed among them (docs/protocol.md, step 3).
 func TestPreForkedChildrenStayIndependent(t *testing.T) {
 	d := startDaemon(t, "")
 	d.Up(fixture("probe"))
@@ -309,6 +314,25 @@ func TestPreForkedChildrenStayIndependent(t *testing.T) {
 		URandom string  `json:"urandom"`
 		PID     int     `json:"pid"`
 	}
+	steps := func(res *zygo.InvokeResult) (pre, reseed bool) {
+		for _, p := range res.Phases {
+			pre = pre || strings.HasPrefix(p.Name, "child.pre.")
+			reseed = reseed || p.Name == "child.reseed"
+		}
+		return pre, reseed
+	}
+	distinctRows := func(kind string, rs []rng) {
+		t.Helper()
+		var a, b, c, p []any
+		for _, r := range rs {
+			a, b, c, p = append(a, r.Random), append(b, r.NP), append(c, r.URandom), append(p, r.PID)
+		}
+		for name, col := range map[string][]any{"random.random()": a, "numpy": b, "os.urandom": c, "pid": p} {
+			if n := distinct(col); n != len(rs) {
+				t.Errorf("%s: %d distinct of %d across %s children", name, n, len(rs), kind)
+			}
+		}
+	}
 	var rs []rng
 	pre := 0
 	for i := 0; i < 6; i++ {
@@ -317,6 +341,9 @@ func TestPreForkedChildrenStayIndependent(t *testing.T) {
 		res := d.Invoke("probe", map[string]any{"action": "rng"}, &r)
 		if res.Child == "preforked" {
 			pre++
+			if warmed, reseeded := steps(res); !warmed || !reseeded {
+				t.Errorf("a pre-forked child's steps %v: want its pre-warm (child.pre.*) and child.reseed", res.Phases)
+			}
 		}
 		rs = append(rs, r)
 		var g struct{ Before int }
@@ -328,23 +355,28 @@ func TestPreForkedChildrenStayIndependent(t *testing.T) {
 	if pre < 5 {
 		t.Fatalf("only %d of 6 requests were served by pre-forked children", pre)
 	}
-	var a, b, c, p []any
-	for _, r := range rs {
-		a, b, c, p = append(a, r.Random), append(b, r.NP), append(c, r.URandom), append(p, r.PID)
-	}
-	for name, col := range map[string][]any{"random.random()": a, "numpy": b, "os.urandom": c, "pid": p} {
-		if n := distinct(col); n != len(rs) {
-			t.Errorf("%s: %d distinct of %d across pre-forked children", name, n, len(rs))
-		}
-	}
+	distinctRows("pre-forked", rs)
 
 	off := writeFunction(t, map[string]string{
 		"zygo.toml": "name = \"noprefork\"\nruntime = \"python\"\nhandler = \"main:handler\"\nprefork = 0\n",
-		"main.py":   "def handler(e, c):\n    return 1\n",
+		"main.py": "import os, random\nimport numpy as np\n" +
+			"def handler(e, c):\n" +
+			"    return {'random': random.random(), 'np': int(np.random.randint(2**62)),\n" +
+			"            'urandom': os.urandom(8).hex(), 'pid': os.getpid()}\n",
 	})
 	d.Up(off)
 	time.Sleep(300 * time.Millisecond)
-	if res := d.Invoke("noprefork", map[string]any{}, nil); res.Child != "forked" {
-		t.Errorf("prefork = 0: child kind %q, want forked", res.Child)
+	rs = rs[:0]
+	for i := 0; i < 4; i++ {
+		var r rng
+		res := d.Invoke("noprefork", map[string]any{}, &r)
+		if res.Child != "forked" {
+			t.Errorf("prefork = 0: child kind %q, want forked", res.Child)
+		}
+		if warmed, reseeded := steps(res); warmed || !reseeded {
+			t.Errorf("a child forked for its request (hurry): steps %v, want no child.pre.* and a child.reseed", res.Phases)
+		}
+		rs = append(rs, r)
 	}
+	distinctRows("forked-for-the-request", rs)
 }

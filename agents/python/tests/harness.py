@@ -183,11 +183,14 @@ class Agent:
                 raise HarnessError(f"control socket closed; stderr: {self.stderr[-2000:]}")
             self.pending.append(msg)
 
-    def fork(self, event=None):
+    def fork(self, event=None, before=()):
         """Send ``fork`` with a fresh request socket; return a ``Request`` (forked or
-        fork_error in ``request.answer``)."""
+        fork_error in ``request.answer``). ``before``: datagrams queued on the request
+        socket before the zygote has it, as the supervisor queues ``hurry``."""
         self._seq += 1
         request = Request(self, self._seq, event)
+        for datagram in before:
+            request.sock.sendmsg([datagram])
         send(self.control, {"type": "fork", "seq": self._seq}, [request.child_end.fileno()])
         request.child_end.close()
         request.answer = self.expect(

@@ -266,6 +266,41 @@ class RequestTest(AgentTest):
         self.assertFalse(os.path.exists(os.path.join(r.dir, "stdout")))
 
 
+class HurryTest(AgentTest):
+    """``hurry`` queued on the request socket before the child exists (docs/protocol.md
+    "Request protocol", step 3): the supervisor forked this child for a request that already
+    waits, so the child skips its pre-warm (no ``pre.*`` step) and runs every step after GO
+    in full; any other datagram found there is dropped, and the child pre-warms and serves."""
+
+    def _serve(self, agent, before):
+        r = agent.fork({"id": "h"}, before=before)
+        r.hello()
+        r.go()
+        r.wait()
+        self.assertEqual(r.exited["code"], 0)
+        self.assertEqual(r.value["id"], "h")
+        return [name for name, _ in r.steps]
+
+    def test_hurried_child_skips_the_prewarm(self):
+        agent, _ = self.start()
+        steps = self._serve(agent, [b'{"type":"hurry"}'])
+        self.assertFalse([s for s in steps if s.startswith("pre.")], steps)
+        for step in ("fdreset", "privatise", "reseed", "tmpdir", "dumpable", "event", "handler"):
+            self.assertIn(step, steps)
+        self.assertIn("pre.reseed", self._serve(agent, []))  # not hurried: pre-warmed
+        self.assertEqual(agent.stop(), 0)
+
+    def test_other_datagram_before_hello_is_dropped(self):
+        agent, _ = self.start()
+        go = json.dumps({"type": "go", "request_id": "r-x", "dir": "/nonexistent",
+                         "deadline_ms": 1000}).encode()
+        for before in ([b'{"type":"hurry","x":1}'], [go], [b"not json"]):
+            with self.subTest(before=before):
+                self.assertIn("pre.reseed", self._serve(agent, before))
+        self.assertIn("ignoring a datagram before hello", agent.stderr)
+        self.assertEqual(agent.stop(), 0)
+
+
 class InlineEventTest(AgentTest):
     """A go message carrying its event after its JSON and a newline (docs/protocol.md
     "Request protocol", step 5): no event.json needed, the same decoding, and a go whose

@@ -3,7 +3,9 @@
 :func:`serve_request` runs in a forked child (fork mode) or in the agent itself (spawn mode),
 after the caller has closed the control socket. In order:
 
-1. ``hello`` with explicit ``SCM_CREDENTIALS`` on the request socket, then wait for ``go``;
+1. in fork mode the pre-warm (:func:`_prewarm`), unless the supervisor sent ``hurry`` (a
+   request already waits for this child); ``hello`` with explicit ``SCM_CREDENTIALS`` on the
+   request socket, then wait for ``go``;
 2. before user code (:func:`_prepare`): close the request socket; point fds 1 and 2 at
    ``dir/stdout`` and ``dir/stderr``; in fork mode, apply the warm-up plan to every inherited
    descriptor (rule 9, :mod:`fdreset`) and give the child a private copy of every shared
@@ -147,7 +149,10 @@ def _serve(fd: int, handler, forked: bool) -> int:
     # named here, the kernel is not asked (three system calls).
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, fd)
     sock.setblocking(True)  # a default timeout set at import must not apply here
-    if forked:  # before hello: a child the supervisor hears from is ready for go at once
+    # Before hello: a child the supervisor hears from is ready for go at once. A child forked
+    # for a request that is already waiting (the pool was empty) was sent hurry: its
+    # pre-warm would only delay go, and every step of it runs again after go anyway.
+    if forked and not _hurried(sock):
         _prewarm(sock.fileno(), handler)
     pid = os.getpid()
     wire.send_datagram_with_credentials(sock, _HELLO % pid, pid)
@@ -183,6 +188,29 @@ def _serve(fd: int, handler, forked: bool) -> int:
     _lap("atexit+flush")
     write_encoded_result(go.dir, with_steps(data, _steps))
     return EXIT_OK
+
+
+# The supervisor's {"type":"hurry"} as it sends it (quickEncode's bytes, docs/protocol.md).
+_HURRY = b'{"type":"hurry"}'
+
+
+def _hurried(sock: socket.socket) -> bool:
+    """Whether the supervisor sent ``hurry`` on the request socket before this child's
+    ``hello``: the child was forked for a request that already waits, so it skips the
+    pre-warm. The supervisor queues it before the socket reaches the zygote, so one read
+    without waiting finds it. Anything else found there (nothing else may come before
+    ``hello``) is logged and dropped; ``go`` is still awaited. Never raises."""
+    try:
+        data = sock.recv(wire.MAX_DATAGRAM, socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError as exc:
+        log(f"request socket before hello: {exc}")
+        return False
+    if data == _HURRY or not data:  # not data: the supervisor has gone; no pre-warm either
+        return True
+    log("request socket: ignoring a datagram before hello that is not hurry")
+    return False
 
 
 def _prewarm(request_fd: int, handler=None) -> None:
