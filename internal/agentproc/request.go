@@ -406,13 +406,13 @@ func requestDirError(err error) error {
 }
 
 // inlineEvent reports whether req's event travels in its go message (after the
-// JSON, message.Event) rather than as event.json: a function's request (a pool
-// request keeps the file: its go message also carries the script's names) of
-// at most maxInlineEvent bytes, to a Python agent (a Node worker's stream
+// JSON, message.Event) rather than as event.json: a function's or a pool's
+// request (a pool's go also carries the script's names, a few hundred bytes)
+// of at most maxInlineEvent bytes, to a Python agent (a Node worker's stream
 // channel carries JSON lines only). An empty event (the API sends {} for an
 // empty body) would keep the file: event_bytes is at least 1.
 func (z *Process) inlineEvent(req Request) bool {
-	return z.spec.Mode != ModeWorker && req.Script == nil && len(req.Event) > 0 && len(req.Event) <= maxInlineEvent
+	return z.spec.Mode != ModeWorker && len(req.Event) > 0 && len(req.Event) <= maxInlineEvent
 }
 
 // eventOwner is the owner the request directory's files are made with: the

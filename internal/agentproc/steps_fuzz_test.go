@@ -210,7 +210,7 @@ func TestInlineEventBounds(t *testing.T) {
 		{fork, Request{Event: bytes.Repeat([]byte(" "), maxInlineEvent)}, true},
 		{fork, Request{Event: bytes.Repeat([]byte(" "), maxInlineEvent+1)}, false},
 		{fork, Request{}, false}, // empty: the agent refuses it as an empty event.json
-		{fork, Request{Event: []byte(`{}`), Script: &Script{}}, false},
+		{fork, Request{Event: []byte(`{}`), Script: &Script{Tenant: "acme", Hash: "h", Entry: "main:handler"}}, true}, // a pool's
 		{&Process{spec: Spec{Mode: ModeSpawn}}, Request{Event: []byte(`{}`)}, true},
 		{&Process{spec: Spec{Mode: ModeWorker}}, Request{Event: []byte(`{}`)}, false}, // Node: JSON lines
 	}

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -511,5 +513,39 @@ def handler(e, c):
 `, nil, &out)
 	if out["exec"] == true {
 		t.Errorf("a strict pool's script ran a program: %v", out)
+	}
+}
+
+// TestPoolEventInlineOrByFile: a pool request's event of at most 32 KiB travels in its go
+// (no event.json in its directory), a larger one as event.json; the script sees the same
+// document either way (docs/protocol.md, step 4).
+func TestPoolEventInlineOrByFile(t *testing.T) {
+	d := startDaemon(t, "")
+	d.poolUp("ev", "")
+	src := `import hashlib, json, os
+def handler(event, context):
+    reqdir = os.path.dirname(os.environ["TMPDIR"])
+    return {"sha": hashlib.sha256(json.dumps(event, sort_keys=True).encode()).hexdigest(),
+            "file": os.path.exists(os.path.join(reqdir, "event.json"))}
+`
+	for _, c := range []struct {
+		size int
+		file bool
+	}{{100, false}, {32 << 10, false}, {32<<10 + 1, true}} {
+		pad := strings.Repeat("x", c.size-len(`{"s":""}`))
+		event := map[string]string{"s": pad}
+		if b, _ := json.Marshal(event); len(b) != c.size {
+			t.Fatalf("built %d bytes, want %d", len(b), c.size)
+		}
+		var got struct {
+			SHA  string `json:"sha"`
+			File bool   `json:"file"`
+		}
+		d.mustRunScript("ev", "acme", src, event, &got)
+		want := sha256.Sum256([]byte(fmt.Sprintf(`{"s": %q}`, pad)))
+		if got.SHA != hex.EncodeToString(want[:]) || got.File != c.file {
+			t.Errorf("%d-byte event: the script saw sha %s (want %x), event.json present %v (want %v)",
+				c.size, got.SHA, want, got.File, c.file)
+		}
 	}
 }
