@@ -233,7 +233,8 @@ func (b *runner) warm() error {
 	}
 	b.stats8, b.statsCPU = s, cpu
 	b.add(fmt.Sprintf("warm stats, 8 clients (%d requests)", s.N),
-		fmt.Sprintf("p50 %.2f ms, p99 %.2f ms, %.0f req/s", ms(s.P50), ms(s.P99), s.Throughput), "")
+		fmt.Sprintf("p50 %.2f ms, p99 %.2f ms, %.0f req/s", ms(s.P50), ms(s.P99), s.Throughput),
+		fmt.Sprintf("%.0f%% of the requests found the pool empty (their child was forked for them)", 100*s.Forked))
 	b.add("CPU per warm stats request, 8 clients (/proc/PID/stat)",
 		fmt.Sprintf("daemon %.2f ms, zygote side (zygote + its children) %.2f ms", ms(cpu["daemon"]), ms(cpu["zygote"])),
 		fmt.Sprintf("daemon: target <= 0.5 ms (%s)", met(cpu["daemon"] <= 500*time.Microsecond)))
@@ -1854,6 +1855,58 @@ one-client requests each):
 - **The floor both servers pay on this host**: a NumPy interpreter's bare ~fork~ and ~_exit~
   costs the child 241 faults and 1.0-1.3 ms of CPU and the parent 0.4-0.6 ms; the stats
   handler with a reseed and a JSON answer on top, 484-506 faults and 2.4-2.7 ms.
+
+### Twelfth round (lead): a child forked for a waiting request skips its pre-warm
+
+- **Who waits for a fork.** The bench now counts the requests whose child was forked for
+  them (~X-Zygo-Child: forked~: the pool was empty) rather than taken from the pool: at 8
+  clients 86-88% of them, at one client back to back 11-15% (the refill, a fork and a
+  pre-warm at nice +4, is not always done before the next request). So under load almost
+  every child ran its pre-warm (~child.pre.*~: 1.2-1.4 ms of descriptors, reseed and
+  rehearsal) while its request waited for the ~hello~ that follows it, and then ran every one
+  of those steps again after GO.
+- **No pre-warm at all**, measured first (a tree whose children never pre-warm, ~-ab~ 2
+  rounds of 300): zygote side 0.93x, throughput 1.05x, but one-client p50 1.59x (~wait~ 1.86x:
+  the first use's faults move after GO for pooled children too). Not kept.
+- **~hurry~** (docs/protocol.md steps 1 and 3): a request that finds the pool empty queues
+  ~{"type":"hurry"}~ on the request socket before the zygote has the child's end; the child
+  reads its socket once without waiting before ~hello~ and, finding it, skips the pre-warm
+  (every step of it runs again after GO; ~TestPreForkedChildrenStayIndependent~ checks that
+  such a child reports no ~child.pre.*~ step, a ~child.reseed~, and differs in every random
+  row; agent ~HurryTest~). A child forked to refill the pool pre-warms as before. A/B against
+  the tree before it (~zygo-bench -ab~, 8 rounds of 600 at 8 clients, 300 one-client
+  requests; a slow spell of the host, about 250-300 req/s):
+
+| per warm stats request | A (f15dc5a) | B (hurry) | B/A |
+|---|---|---|---|
+| zygote side CPU, 8 clients | 6.612 ms | 6.264 ms | 0.95 |
+| daemon CPU, 8 clients | 0.779 ms | 0.781 ms | 1.00 |
+| throughput, 8 clients | 252.0 req/s | 265.2 req/s | 1.05 |
+| p50 / p90, 1 client | 3.642 / 8.782 ms | 3.577 / 7.665 ms | 0.98 / 0.87 |
+| zygote side system calls (perf stat, 4 rounds of 300) | 95.7-95.9 | 88.9-89.1 | 0.93 |
+| children's minor faults (same rounds) | 905 | 895 | 0.99 |
+
+  Three shorter runs before it (2-4 rounds of 300) read throughput 1.11x, 1.01x and 0.89x
+  and zygote side 0.89x, 0.98x and 1.13x: rounds of a second or two move by 20% on this host,
+  so the long run is the one to read. The median ~wait~ of the one-client series reads
+  1.09-1.16x in every run while p50 reads 0.98-1.03x: the one-client requests that find the
+  pool empty (11-15%) now pay the first use's faults after GO, where before they paid the
+  whole pre-warm before ~hello~.
+- **A pool request's event in go too**: the pools' requests now carry an event of at most
+  32 KiB in the go datagram, as functions' do (~TestPoolEventInlineOrByFile~).
+- **What the daemon's system calls are now** (~strace -c -f~ of the daemon over 545 requests
+  at 8 clients; each row per request): ~epoll_pwait~ 9.2, ~pwrite64~ 8.9 (the four
+  ~cgroup.procs~ moves, ~cpuacct.usage~ and ~memory.max_usage_in_bytes~, and SQLite's WAL 2.4),
+  ~pread64~ 7.4 (seven cgroup counters read after the request), ~close~ 7.0, ~read~ 6.6 (2.3 of
+  them ~EAGAIN~), ~unlinkat~ 5.0, ~recvmsg~ 5.0 (2.0 ~EAGAIN~), ~openat2~ 4.0, ~fcntl~ 4.0,
+  ~nanosleep~ 3.6 and ~futex~ 3.5 (the Go scheduler), ~fstat~ 3.0, ~sendmsg~ 2.9, ~epoll_ctl~
+  2.0, ~mkdirat~ 2.0, then one each of ~write~, ~socketpair~, ~inotify_add_watch~,
+  ~pidfd_open~, ~getdents64~, ~setpriority~, ~getpriority~, ~fchownat~, ~fchmod~,
+  ~setsockopt~: about 84. The daemon's Go profile over 4,000 requests (~-cpuprofile~): 57% of
+  its CPU is in system calls, the cgroup writes and reads 12-15%, the scheduler's
+  ~findRunnable~ 18%, the result's JSON decode 4%, the socket pair's creation and close 8%.
+  None of these is a large share alone; point 3's 0.5 ms needs several of them cut, or fewer
+  hand-offs between goroutines per request (each one a wake-up: ~epoll_pwait~, ~futex~).
 `
 
 // boundsText explains, for the targets of the performance issue, what
