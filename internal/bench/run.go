@@ -1870,10 +1870,16 @@ one-client requests each):
   the first use's faults move after GO for pooled children too). Not kept.
 - **~hurry~** (docs/protocol.md steps 1 and 3): a request that finds the pool empty queues
   ~{"type":"hurry"}~ on the request socket before the zygote has the child's end; the child
-  reads its socket once without waiting before ~hello~ and, finding it, skips the pre-warm
-  (every step of it runs again after GO; ~TestPreForkedChildrenStayIndependent~ checks that
-  such a child reports no ~child.pre.*~ step, a ~child.reseed~, and differs in every random
-  row; agent ~HurryTest~). A child forked to refill the pool pre-warms as before. A/B against
+  reads its socket once without waiting before ~hello~ and, finding it, skips the reseed and
+  the rehearsal of its pre-warm (GO's steps do them; ~TestPreForkedChildrenStayIndependent~
+  checks that such a child reports no ~child.pre.reseed~ or ~child.pre.rehearse~, a
+  ~child.reseed~, its own Landlock domain, and differs in every random row; agent
+  ~HurryTest~). A child forked to refill the pool pre-warms as before. The measurement below
+  is of the first version, which skipped the descriptors and shared memory too; a review
+  found that those then ran after GO inside the request's cgroup, charged to its
+  ~memory_mib~ and ~cpu_ms~ (an import with a 96 MiB shared mapping failed at 64 MiB only
+  when the pool was empty), so they run before ~hello~ again: they ran once a child either
+  way, so the CPU is unchanged. A/B against
   the tree before it (~zygo-bench -ab~, 8 rounds of 600 at 8 clients, 300 one-client
   requests; a slow spell of the host, about 250-300 req/s):
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -69,4 +70,34 @@ func TestLimits(t *testing.T) {
 		t.Errorf("oversized request: %d %+v", ae.Status, ae.ErrorBody)
 	}
 	d.Invoke("limits", map[string]any{"action": "ok"}, &ok)
+}
+
+// TestZygoteWorkIsNotChargedToTheRequest: what every child does for the
+// zygote's sake before hello (here, the private copy of a 96 MiB shared
+// mapping made at import) is charged to the zygote's cgroup, not to the
+// request's memory_mib of 64, whether the child was pre-forked or forked for
+// a waiting request and told to hurry (prefork = 0): the same request must not
+// pass or be killed depending on whether the pool was empty.
+func TestZygoteWorkIsNotChargedToTheRequest(t *testing.T) {
+	d := startDaemon(t, "")
+	for _, prefork := range []string{"0", "2"} {
+		name := "shm" + prefork
+		d.Up(writeFunction(t, map[string]string{
+			"zygo.toml": "name = \"" + name + "\"\nruntime = \"python\"\nhandler = \"main:handler\"\nprefork = " + prefork +
+				"\n[limits]\nmemory_mib = 64\n",
+			"main.py": "import mmap\nSHM = mmap.mmap(-1, 96 << 20)\nSHM.write(b'x' * (96 << 20))\n" +
+				"def handler(e, c):\n    return SHM[:1].decode()\n",
+		}))
+		for i := 0; i < 3; i++ {
+			time.Sleep(300 * time.Millisecond) // a pool, when there is one, refills
+			var got string
+			res, err := d.TryInvoke(name, map[string]any{})
+			if err != nil {
+				t.Fatalf("prefork = %s, request %d: %v", prefork, i, err)
+			}
+			if json.Unmarshal(res.Value, &got); got != "x" {
+				t.Errorf("prefork = %s, request %d (child %s): %s, want \"x\"", prefork, i, res.Child, res.Value)
+			}
+		}
+	}
 }

@@ -302,8 +302,10 @@ func TestContextDeadlineAndAsyncHandlers(t *testing.T) {
 // ahead of demand still differ in every random row and see no earlier
 // request's state, and report their pre-warm (child.pre.* steps); with
 // prefork = 0 every request forks its own child, which the supervisor
-// tells to hurry: it skips the pre-warm (no child.pre.* step) and still
-// runs every step after GO, the reseed among them (docs/protocol.md, step 3).
+// tells to hurry: it replaces its descriptors and shared memory before
+// hello and skips the rest of the pre-warm (no child.pre.reseed or
+// child.pre.rehearse), and still runs every step after GO, the reseed and
+// its Landlock domain among them (docs/protocol.md, step 3).
 func TestPreForkedChildrenStayIndependent(t *testing.T) {
 	d := startDaemon(t, "")
 	d.Up(fixture("probe"))
@@ -314,12 +316,12 @@ func TestPreForkedChildrenStayIndependent(t *testing.T) {
 		URandom string  `json:"urandom"`
 		PID     int     `json:"pid"`
 	}
-	steps := func(res *zygo.InvokeResult) (pre, reseed bool) {
+	steps := func(res *zygo.InvokeResult) (warmed, reseed bool) {
 		for _, p := range res.Phases {
-			pre = pre || strings.HasPrefix(p.Name, "child.pre.")
+			warmed = warmed || p.Name == "child.pre.reseed" || p.Name == "child.pre.rehearse"
 			reseed = reseed || p.Name == "child.reseed"
 		}
-		return pre, reseed
+		return warmed, reseed
 	}
 	distinctRows := func(kind string, rs []rng) {
 		t.Helper()
@@ -359,22 +361,28 @@ func TestPreForkedChildrenStayIndependent(t *testing.T) {
 
 	off := writeFunction(t, map[string]string{
 		"zygo.toml": "name = \"noprefork\"\nruntime = \"python\"\nhandler = \"main:handler\"\nprefork = 0\n",
-		"main.py": "import os, random\nimport numpy as np\n" +
+		"main.py": "import errno, os, random\nimport numpy as np\n" +
 			"def handler(e, c):\n" +
+			"    try:\n        os.kill(os.getppid(), 0)\n        zygote = 'reached'\n" +
+			"    except OSError as x:\n        zygote = errno.errorcode[x.errno]\n" +
 			"    return {'random': random.random(), 'np': int(np.random.randint(2**62)),\n" +
-			"            'urandom': os.urandom(8).hex(), 'pid': os.getpid()}\n",
+			"            'urandom': os.urandom(8).hex(), 'pid': os.getpid(), 'zygote': zygote}\n",
 	})
 	d.Up(off)
 	time.Sleep(300 * time.Millisecond)
 	rs = rs[:0]
 	for i := 0; i < 4; i++ {
 		var r rng
+		var scope struct{ Zygote string }
 		res := d.Invoke("noprefork", map[string]any{}, &r)
+		if err := json.Unmarshal(res.Value, &scope); err != nil || scope.Zygote != "EPERM" {
+			t.Errorf("a hurried child's signal to its zygote: %q (%v), want EPERM (its own Landlock domain)", scope.Zygote, err)
+		}
 		if res.Child != "forked" {
 			t.Errorf("prefork = 0: child kind %q, want forked", res.Child)
 		}
 		if warmed, reseeded := steps(res); warmed || !reseeded {
-			t.Errorf("a child forked for its request (hurry): steps %v, want no child.pre.* and a child.reseed", res.Phases)
+			t.Errorf("a child forked for its request (hurry): steps %v, want no child.pre.reseed or child.pre.rehearse, and a child.reseed", res.Phases)
 		}
 		rs = append(rs, r)
 	}

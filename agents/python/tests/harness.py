@@ -31,6 +31,10 @@ THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THRE
 _UCRED = struct.Struct("iII")
 
 
+# The supervisor's hurry datagram (docs/protocol.md, step 1).
+HURRY = b'{"type":"hurry"}'
+
+
 class HarnessError(AssertionError):
     """The agent did not do what the protocol says (timeout, wrong message, ...)."""
 
@@ -205,14 +209,16 @@ class Agent:
         request.child_end.close()
         return request
 
-    def invoke(self, event, **go):
+    def invoke(self, event, hurry=False, **go):
         """Fork, hello, go, wait for ``exited``; return the finished ``Request``."""
-        return self.invoke_many([event], **go)[0]
+        return self.invoke_many([event], hurry=hurry, **go)[0]
 
-    def invoke_many(self, events, **go):
+    def invoke_many(self, events, hurry=False, **go):
         """Run one child per event concurrently: all forked and greeted, then all sent
-        ``go``, then all awaited. Returns the finished ``Request`` objects in order."""
-        requests = [self.fork(event) for event in events]
+        ``go``, then all awaited. Returns the finished ``Request`` objects in order.
+        ``hurry``: each child is told so before it exists, as the supervisor tells a child
+        forked for a request that already waits (it skips most of its pre-warm)."""
+        requests = [self.fork(event, before=[HURRY] if hurry else []) for event in events]
         for r in requests:
             if r.answer["type"] != "forked":
                 raise HarnessError(f"fork failed: {r.answer}")

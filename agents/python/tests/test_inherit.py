@@ -91,11 +91,14 @@ class SharedMemoryTest(AgentTest):
         backings = [i["backing"] for i in items if i["private"]]
         self.assertTrue(any(b == "/dev/zero (deleted)" for b in backings), items)
         self.assertTrue(any(b.startswith("/dev/shm/psm_") for b in backings), items)
-        for r in [agent.invoke(e) for e in events(5)]:  # sequential: no earlier write seen
-            self.assertEqual(r.value, {"anon": "zygote", "value": 0, "shm": "zygote"})
-        concurrent = agent.invoke_many([{"id": str(i), "wait": 0.3} for i in range(4)])
-        for r in concurrent:  # concurrent: no sibling's write seen either
-            self.assertEqual(r.value["anon_after"], r.event["id"], r.value)
+        for hurry in (False, True):  # pre-warmed children, and children told to hurry
+            with self.subTest(hurry=hurry):
+                for r in [agent.invoke(e, hurry=hurry) for e in events(5)]:  # sequential
+                    self.assertEqual(r.value, {"anon": "zygote", "value": 0, "shm": "zygote"})
+                concurrent = agent.invoke_many([{"id": str(i), "wait": 0.3} for i in range(4)],
+                                               hurry=hurry)
+                for r in concurrent:  # concurrent: no sibling's write seen either
+                    self.assertEqual(r.value["anon_after"], r.event["id"], r.value)
 
 
 class GrpcFallbackTest(AgentTest):

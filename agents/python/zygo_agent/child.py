@@ -3,8 +3,8 @@
 :func:`serve_request` runs in a forked child (fork mode) or in the agent itself (spawn mode),
 after the caller has closed the control socket. In order:
 
-1. in fork mode the pre-warm (:func:`_prewarm`), unless the supervisor sent ``hurry`` (a
-   request already waits for this child); ``hello`` with explicit ``SCM_CREDENTIALS`` on the
+1. in fork mode the pre-warm (:func:`_prewarm`; only its descriptors and shared memory when
+   the supervisor sent ``hurry``: a request already waits for this child); ``hello`` with explicit ``SCM_CREDENTIALS`` on the
    request socket, then wait for ``go``;
 2. before user code (:func:`_prepare`): close the request socket; point fds 1 and 2 at
    ``dir/stdout`` and ``dir/stderr``; in fork mode, apply the warm-up plan to every inherited
@@ -150,10 +150,11 @@ def _serve(fd: int, handler, forked: bool) -> int:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, 0, fd)
     sock.setblocking(True)  # a default timeout set at import must not apply here
     # Before hello: a child the supervisor hears from is ready for go at once. A child forked
-    # for a request that is already waiting (the pool was empty) was sent hurry: its
-    # pre-warm would only delay go, and every step of it runs again after go anyway.
-    if forked and not _hurried(sock):
-        _prewarm(sock.fileno(), handler)
+    # for a request that is already waiting (the pool was empty) was sent hurry: it makes
+    # its descriptors and shared memory its own (once per child, charged to the zygote's
+    # cgroup, not the request's) and skips the rest of the pre-warm, which go repeats.
+    if forked:
+        _prewarm(sock.fileno(), handler, hurried=_hurried(sock))
     pid = os.getpid()
     wire.send_datagram_with_credentials(sock, _HELLO % pid, pid)
     go = _wait_for_go(sock)
@@ -196,10 +197,13 @@ _HURRY = b'{"type":"hurry"}'
 
 def _hurried(sock: socket.socket) -> bool:
     """Whether the supervisor sent ``hurry`` on the request socket before this child's
-    ``hello``: the child was forked for a request that already waits, so it skips the
-    pre-warm. The supervisor queues it before the socket reaches the zygote, so one read
-    without waiting finds it. Anything else found there (nothing else may come before
-    ``hello``) is logged and dropped; ``go`` is still awaited. Never raises."""
+    ``hello``: the child was forked for a request that already waits, so it skips most of
+    its pre-warm. The supervisor queues it before the socket reaches the zygote, so one read
+    without waiting finds it; end of stream (the supervisor has gone) counts as hurry too.
+    Anything else found there (nothing else may come before ``hello``) is logged and
+    dropped; ``go`` is still awaited. Code of the function's that runs in the child before
+    this (an ``os.register_at_fork`` hook) could read it first: the child then pre-warms in
+    full, which costs time only. Never raises."""
     try:
         data = sock.recv(wire.MAX_DATAGRAM, socket.MSG_DONTWAIT)
     except (BlockingIOError, InterruptedError):
@@ -213,14 +217,19 @@ def _hurried(sock: socket.socket) -> bool:
     return False
 
 
-def _prewarm(request_fd: int, handler=None) -> None:
+def _prewarm(request_fd: int, handler=None, hurried: bool = False) -> None:
     """Do, before GO, the work that does not depend on the request, so that a pre-forked
     child has paid its copy-on-write faults off the request path: replace inherited kernel
-    objects (rule 9 needs nothing from the request) and run the reseed hooks once. The reseed
+    objects (rule 9 needs nothing from the request) and make inherited shared memory private
+    (each once per child: done here, they are charged to the zygote's cgroup, not to the
+    request's ``memory_mib`` and ``cpu_ms``), then run the reseed hooks once. The reseed
     hooks run again after GO (rule 7): what user code sees is seeded after the request is
     known. Then (:func:`_rehearse`) the ruleset of the request's Landlock domain is made
     with the rules that do not depend on the request, and the steps after GO are rehearsed
     on what is not the request's; and a handler object's ``zygo_prewarm`` (a pool's) runs.
+    ``hurried`` (:func:`_hurried`: a request already waits for this child) stops after the
+    shared memory: the reseed, the rehearsal and ``zygo_prewarm`` are what GO's steps do
+    again, and would only delay the ``hello`` the request waits for.
     Never raises: a failure here is retried, and reported, after GO."""
     _lap_at[0] = time.perf_counter_ns()
     try:
@@ -228,6 +237,8 @@ def _prewarm(request_fd: int, handler=None) -> None:
         _lap("pre.fdreset")
         _privatise_memory()
         _lap("pre.privatise")
+        if hurried:
+            return
         reseed.reseed_all()
         _lap("pre.reseed")
         _rehearse()
