@@ -135,7 +135,7 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 			var st Stats
 			f0 := faults(s.zyg)
 			stopPerf := perfStat(cfg.Perf, fmt.Sprintf("round %d %s", r, "AB"[i:i+1]), s.pid, s.zyg, cfg.N8, cfg.Progress)
-			cpu, err := measureCPU(cfg.N8, map[string]int{"daemon": s.pid, "zygote": s.zyg}, func() error {
+			cpu, err := measureCPU(cfg.N8, map[string]int{"daemon": s.pid, "zygote": s.zyg, "client": os.Getpid()}, func() error {
 				var err error
 				st, err = Invoke(ctx, s.d.client, fn, `{"n": 100}`, cfg.N8, 8)
 				return err
@@ -152,8 +152,8 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 			s.cpu[1] += cpu["zygote"]
 			s.tput += st.Throughput
 			s.forked8 += st.Forked
-			fmt.Fprintf(cfg.Progress, "round %d %s: daemon %.3f ms, zygote side %.3f ms per request, %.0f req/s\n",
-				r, "AB"[i:i+1], ms(cpu["daemon"]), ms(cpu["zygote"]), st.Throughput)
+			fmt.Fprintf(cfg.Progress, "round %d %s: daemon %.3f ms, zygote side %.3f ms, bench client %.3f ms per request, %.0f req/s\n",
+				r, "AB"[i:i+1], ms(cpu["daemon"]), ms(cpu["zygote"]), ms(cpu["client"]), st.Throughput)
 		}
 	}
 	for n := 0; n < cfg.N1; n++ {

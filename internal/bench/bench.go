@@ -40,6 +40,24 @@ type Stats struct {
 	// them (X-Zygo-Child "forked": the pre-forked pool was empty), not taken
 	// from the pool.
 	Forked float64
+	// lat holds every latency, sorted (for merging the Stats of rounds).
+	lat []time.Duration
+}
+
+// merge returns the Stats of rounds taken as one series: percentiles over
+// all their latencies, throughput the mean of the rounds'.
+func merge(rounds []Stats) Stats {
+	var all []time.Duration
+	tput := 0.0
+	for _, r := range rounds {
+		all = append(all, r.lat...)
+		tput += r.Throughput
+	}
+	st := summarise(all, 0)
+	if len(rounds) > 0 {
+		st.Throughput = tput / float64(len(rounds))
+	}
+	return st
 }
 
 func summarise(lat []time.Duration, wall time.Duration) Stats {
@@ -51,7 +69,11 @@ func summarise(lat []time.Duration, wall time.Duration) Stats {
 		i := (len(lat)*p+99)/100 - 1
 		return lat[max(i, 0)]
 	}
-	return Stats{N: len(lat), P50: pick(50), P99: pick(99), Throughput: float64(len(lat)) / wall.Seconds()}
+	st := Stats{N: len(lat), P50: pick(50), P99: pick(99), lat: lat}
+	if wall > 0 {
+		st.Throughput = float64(len(lat)) / wall.Seconds()
+	}
+	return st
 }
 
 // Invoke runs n requests of fn with conc in flight through client and

@@ -67,13 +67,54 @@ func (s *Ideal) Stop() {
 	_ = s.cmd.Wait()
 }
 
+// IdealConn is one connection to the ideal server, one request at a time
+// (as an HTTP client keeps a connection alive). Close ends it.
+type IdealConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+// Dial opens a connection to the ideal server.
+func (s *Ideal) Dial(ctx context.Context) (*IdealConn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", s.sock)
+	if err != nil {
+		return nil, err
+	}
+	return &IdealConn{conn: conn, r: bufio.NewReader(conn)}, nil
+}
+
+// Close closes the connection.
+func (c *IdealConn) Close() error { return c.conn.Close() }
+
+// Do sends one event (a JSON document without a newline) and returns how
+// long the answer took; an answer that is not {"ok": true, ...} is an error.
+func (c *IdealConn) Do(event string) (time.Duration, error) {
+	t := time.Now()
+	if _, err := c.conn.Write([]byte(event + "\n")); err != nil {
+		return 0, err
+	}
+	line, err := c.r.ReadString('\n')
+	took := time.Since(t)
+	if err == nil && !strings.HasPrefix(line, `{"ok": true`) {
+		err = fmt.Errorf("ideal server answered %q", strings.TrimSpace(line))
+	}
+	return took, err
+}
+
 // Invoke runs n requests with conc clients, each on its own connection
-// (as the HTTP client keeps its connections alive), and returns their
-// latency statistics.
+// (IdealConn), and returns their latency statistics.
 func (s *Ideal) Invoke(ctx context.Context, event string, n, conc int) (Stats, error) {
 	lat := make([]time.Duration, 0, n)
 	var mu sync.Mutex
 	var first error
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		mu.Unlock()
+	}
 	next := make(chan struct{}, n)
 	for i := 0; i < n; i++ {
 		next <- struct{}{}
@@ -85,38 +126,21 @@ func (s *Ideal) Invoke(ctx context.Context, event string, n, conc int) (Stats, e
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var d net.Dialer
-			conn, err := d.DialContext(ctx, "unix", s.sock)
+			conn, err := s.Dial(ctx)
 			if err != nil {
-				mu.Lock()
-				first = err
-				mu.Unlock()
+				fail(err)
 				return
 			}
 			defer conn.Close()
-			r := bufio.NewReader(conn)
 			for range next {
-				t := time.Now()
-				if _, err := conn.Write([]byte(event + "\n")); err != nil {
-					mu.Lock()
-					first = err
-					mu.Unlock()
+				took, err := conn.Do(event)
+				if err != nil {
+					fail(err)
 					return
-				}
-				line, err := r.ReadString('\n')
-				took := time.Since(t)
-				if err == nil && !strings.HasPrefix(line, `{"ok": true`) {
-					err = fmt.Errorf("ideal server answered %q", strings.TrimSpace(line))
 				}
 				mu.Lock()
-				if err != nil && first == nil {
-					first = err
-				}
 				lat = append(lat, took)
 				mu.Unlock()
-				if err != nil {
-					return
-				}
 			}
 		}()
 	}
