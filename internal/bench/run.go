@@ -1971,6 +1971,36 @@ one-client requests each):
   whole pre-warm before ~hello~.
 - **A pool request's event in go too**: the pools' requests now carry an event of at most
   32 KiB in the go datagram, as functions' do (~TestPoolEventInlineOrByFile~).
+- **What a child copies, page by page** (a probe function run by the agent tests' harness,
+  outside bwrap; at its handler's entry the harness, as root, compares each writable page of
+  the child with the zygote's: a page whose frame differs is a copy-on-write copy, and
+  ~/proc/PID/mem~ of both gives the 8-byte words that differ; the handler then maps each word
+  to the object holding it, with ~gc.unfreeze()~ so that ~gc.get_objects()~ lists the frozen
+  ones): about 610 pages copied by the handler's entry, 4,200 words changed. The first write
+  on each page: a ~str~'s reference count 74 pages, a code object's ~co_warmup~ counter 58
+  (CPython 3.11 counts the calls of every code object up to its quickening, and the zygote
+  never runs the request path), the interpreter's own static data 34 (~python3.11~'s ~.data~
+  and ~.bss~), malloc's heap 28, an object the walk does not reach 106 (obmalloc's free blocks
+  and pool headers, dict key tables, list arrays), the rest a few pages each (reference counts
+  of functions, types, dicts; the ~MT19937~ and ~Random~ states the reseed writes on
+  purpose). No single cause is a large share.
+- **Tried and not kept: the agent's code left unquickened.** Setting ~co_warmup~ to 0 in the
+  zygote for the agent's 213 code objects (so ~RESUME~ never counts or quickens them; a probe
+  of the field's place first) took the child's code-object writes from 158 words to 38 and
+  its copied pages at the handler's entry from 614 to 597; but side by side (~-ab -ab-perf~,
+  6 rounds of 500) the children's minor faults rose from 904.5 to 910.6 a request and the
+  zygote's from 44 to 51 (unspecialised bytecode runs the interpreter's generic paths: other
+  pages of its code, the cheap kind of fault), zygote side CPU 1.05x, throughput 0.95x, p50
+  0.94x: no gain to set against relying on CPython 3.11's layout. Removed.
+- **The bench's own client.** Its CPU per request, measured beside the servers' in the same
+  rounds: 0.29-0.35 ms for a Zygo request (Go's HTTP client) against 0.09 ms for the ideal
+  server's line protocol, on the same 2 cores: about 0.2 ms of each Zygo request's share of
+  the machine is the HTTP client's, which the throughput ratio counts against Zygo.
+- **Targets 1 and 2 are now read side by side.** The ideal step runs the one-client series
+  in blocks of 20 back-to-back requests alternating with Zygo's warm stats, and the 8-client
+  series in 4 rounds alternating which goes first, so a change of the host's speed within
+  minutes moves both sides (before, the ideal ran after warm's own series, a minute or more
+  later). warm's own rows stay as they were.
 - **What the daemon's system calls are now** (~strace -c -f~ of the daemon over 545 requests
   at 8 clients; each row per request): ~epoll_pwait~ 9.2, ~pwrite64~ 8.9 (the four
   ~cgroup.procs~ moves, ~cpuacct.usage~ and ~memory.max_usage_in_bytes~, and SQLite's WAL 2.4),
