@@ -307,35 +307,37 @@ func (b *runner) ideal() error {
 	}
 	var zs, is []Stats
 	zcpu, icpu := cpuPerRequest{}, cpuPerRequest{}
+	// round runs one series of per requests, adding its Stats to into and the
+	// CPU of pids to total (per request of all rounds: measureCPU divides by
+	// per*rounds).
+	round := func(pids map[string]int, total cpuPerRequest, into *[]Stats, series func() (Stats, error)) error {
+		var st Stats
+		cpu, err := measureCPU(per*rounds, pids, func() error {
+			var err error
+			st, err = series()
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		*into = append(*into, st)
+		for name, d := range cpu {
+			total[name] += d
+		}
+		return nil
+	}
+	zygoPIDs := map[string]int{"daemon": b.daemonPID, "zygote": zpid, "client": os.Getpid()}
+	idealPIDs := map[string]int{"ideal": srv.PID(), "client": os.Getpid()}
 	for r := 0; r < rounds; r++ {
 		for k := 0; k < 2; k++ {
+			var err error
 			if (r+k)%2 == 0 {
-				var st Stats
-				cpu, err := measureCPU(per*rounds, map[string]int{"daemon": b.daemonPID, "zygote": zpid, "client": os.Getpid()}, func() error {
-					var err error
-					st, err = Invoke(b.ctx, b.c, "stats", event, per, 8)
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				zs = append(zs, st)
-				zcpu["daemon"] += cpu["daemon"]
-				zcpu["zygote"] += cpu["zygote"]
-				zcpu["client"] += cpu["client"]
+				err = round(zygoPIDs, zcpu, &zs, func() (Stats, error) { return Invoke(b.ctx, b.c, "stats", event, per, 8) })
 			} else {
-				var st Stats
-				cpu, err := measureCPU(per*rounds, map[string]int{"ideal": srv.PID(), "client": os.Getpid()}, func() error {
-					var err error
-					st, err = srv.Invoke(b.ctx, event, per, 8)
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				is = append(is, st)
-				icpu["ideal"] += cpu["ideal"]
-				icpu["client"] += cpu["client"]
+				err = round(idealPIDs, icpu, &is, func() (Stats, error) { return srv.Invoke(b.ctx, event, per, 8) })
+			}
+			if err != nil {
+				return err
 			}
 		}
 	}
