@@ -102,6 +102,10 @@ type Result struct {
 	// noResult: the child ended and result.json was not there (a crash, or no room
 	// to make it).
 	noResult bool
+	// dirErr: event.json could not be written after the socket refused the
+	// go datagram (sendGo's eventFileError); Run answers it as
+	// requestDirError, as when the directory could not be made.
+	dirErr error
 
 	// Phases records how long each step took, in order (for --debug and
 	// benchmarks, the invoke answer's Server-Timing): dir, fork+hello,
@@ -365,6 +369,9 @@ func (z *Process) Run(ctx context.Context, req Request) (*Result, error) {
 	if res.noResult && z.root.Full() {
 		full = requestDirError(unix.ENOSPC)
 		z.log.Warn("a request ended without a result while the request tmpfs was full", "request_id", req.ID)
+	} else if res.dirErr != nil {
+		full = requestDirError(res.dirErr)
+		z.log.Warn("writing a request's event.json", "request_id", req.ID, "err", res.dirErr)
 	}
 	release := func() {
 		defer z.inflight.Done()
@@ -436,11 +443,21 @@ func sendGo(ch channel, files *untrusted.Dir, owner int, m message, attach *os.F
 		return err
 	}
 	if werr := files.WriteFileAs("event.json", m.Event, 0o400, owner, owner); werr != nil {
-		return fmt.Errorf("%w; writing event.json instead: %w", err, werr)
+		return &eventFileError{send: err, write: werr}
 	}
 	m.EventBytes, m.Event = 0, nil
 	return ch.send(m, attach)
 }
+
+// eventFileError is sendGo's failure to write event.json once the socket
+// refused the datagram: the request directory's trouble (requestDirError: a
+// 503, as when makeRequestDir cannot write it), not the child's.
+type eventFileError struct{ send, write error }
+
+func (e *eventFileError) Error() string {
+	return fmt.Sprintf("%v; writing event.json instead: %v", e.send, e.write)
+}
+func (e *eventFileError) Unwrap() []error { return []error{e.send, e.write} }
 
 // makeRequestDir takes a request directory (see reqdir.go) and writes
 // event.json unless the event is inline (inlineEvent), and strict.bpf for a
@@ -551,7 +568,12 @@ func (z *Process) runChild(ctx context.Context, req Request, deadline time.Time,
 	res.mark("go", &res.lap)
 	if err != nil {
 		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
-		fail(FailCrashed, "child went away before GO: %v", err)
+		if efe := (*eventFileError)(nil); errors.As(err, &efe) {
+			res.dirErr = efe.write
+			fail(FailInternal, "%v", err)
+		} else {
+			fail(FailCrashed, "child went away before GO: %v", err)
+		}
 		settle()
 		z.release(c)
 		return nil, nil

@@ -3,6 +3,7 @@ package agentproc
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"reflect"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/zygo-run/zygo/internal/errdefs"
 	"github.com/zygo-run/zygo/internal/untrusted"
 )
 
@@ -263,6 +265,16 @@ func TestGoFallsBackToEventFileOnEMSGSIZE(t *testing.T) {
 	}
 	if fi, err := os.Stat(tmp + "/event.json"); err != nil || fi.Mode().Perm() != 0o400 {
 		t.Errorf("event.json mode: %v %v, want 0400", fi.Mode(), err)
+	}
+	// event.json cannot be written (here: it exists; O_EXCL): the failure is the request
+	// directory's (eventFileError, which Run answers as requestDirError's 503), not a crash.
+	err = sendGo(packetChannel{c: local}, dir, -1, m, nil)
+	var efe *eventFileError
+	if !errors.As(err, &efe) || !errors.Is(err, unix.EMSGSIZE) || !errors.Is(err, os.ErrExist) {
+		t.Errorf("sendGo with event.json not writable: %v, want an eventFileError of EMSGSIZE and EEXIST", err)
+	}
+	if !errors.Is(requestDirError(efe.write), errdefs.ErrUnavailable) {
+		t.Errorf("requestDirError(%v) is not ErrUnavailable", efe.write)
 	}
 	// A go without an inline event is sent as it is: an error stays the send's.
 	local.Close()

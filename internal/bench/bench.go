@@ -40,24 +40,23 @@ type Stats struct {
 	// them (X-Zygo-Child "forked": the pre-forked pool was empty), not taken
 	// from the pool.
 	Forked float64
-	// lat holds every latency, sorted (for merging the Stats of rounds).
-	lat []time.Duration
+	// lat holds every latency, sorted, and wall the series' wall time (for
+	// merging the Stats of rounds).
+	lat  []time.Duration
+	wall time.Duration
 }
 
 // merge returns the Stats of rounds taken as one series: percentiles over
-// all their latencies, throughput the mean of the rounds'.
+// all their latencies, throughput all their requests over all their wall
+// time.
 func merge(rounds []Stats) Stats {
 	var all []time.Duration
-	tput := 0.0
+	var wall time.Duration
 	for _, r := range rounds {
 		all = append(all, r.lat...)
-		tput += r.Throughput
+		wall += r.wall
 	}
-	st := summarise(all, 0)
-	if len(rounds) > 0 {
-		st.Throughput = tput / float64(len(rounds))
-	}
-	return st
+	return summarise(all, wall)
 }
 
 func summarise(lat []time.Duration, wall time.Duration) Stats {
@@ -69,7 +68,7 @@ func summarise(lat []time.Duration, wall time.Duration) Stats {
 		i := (len(lat)*p+99)/100 - 1
 		return lat[max(i, 0)]
 	}
-	st := Stats{N: len(lat), P50: pick(50), P99: pick(99), lat: lat}
+	st := Stats{N: len(lat), P50: pick(50), P99: pick(99), lat: lat, wall: wall}
 	if wall > 0 {
 		st.Throughput = float64(len(lat)) / wall.Seconds()
 	}
