@@ -99,15 +99,15 @@ func (z *Process) newChild(ctx context.Context, fail func(Failure, string, ...an
 // hello, whose SCM_CREDENTIALS give its host pid. forRequest: a request
 // waits for this child (the pool was empty); in fork mode the child is
 // then told so (hurry, queued on the socket before the zygote has it), and
-// skips its pre-warm, which would only delay the GO: every step of it
-// runs again after GO (docs/protocol.md, step 3).
+// skips the reseed and rehearsal of its pre-warm, which would only delay
+// the GO (docs/protocol.md, step 3).
 func (z *Process) makeChild(ctx context.Context, forRequest bool, fail func(Failure, string, ...any)) (*child, bool) {
 	seq, forkCh, exitCh := z.register()
 	c := &child{seq: seq, exitCh: exitCh, ownConn: true, pidfd: -1, born: time.Now(), kind: ChildForked}
 	if z.spec.Mode == ModeSpawn {
 		c.kind = ChildSpawned
 	}
-	local, remote, err := seqpacketPair()
+	local, remote, err := requestPair()
 	if err != nil {
 		z.unregister(seq)
 		fail(FailInternal, "%v", err)
@@ -115,7 +115,7 @@ func (z *Process) makeChild(ctx context.Context, forRequest bool, fail func(Fail
 	}
 	c.conn = packetChannel{c: local}
 	if err := setPassCred(local); err != nil {
-		remote.Close()
+		unix.Close(remote)
 		z.release(c)
 		fail(FailInternal, "setting SO_PASSCRED: %v", err)
 		return nil, false
@@ -125,16 +125,16 @@ func (z *Process) makeChild(ctx context.Context, forRequest bool, fail func(Fail
 		kind = "run"
 	} else if forRequest {
 		if err := send(local, message{Type: "hurry"}, nil); err != nil {
-			remote.Close()
+			unix.Close(remote)
 			z.release(c)
 			fail(FailInternal, "%v", err)
 			return nil, false
 		}
 	}
 	z.sendMu.Lock()
-	err = z.ctl.send(message{Type: kind, Seq: seq}, remote)
+	err = z.ctl.sendFD(message{Type: kind, Seq: seq}, remote)
 	z.sendMu.Unlock()
-	remote.Close()
+	unix.Close(remote)
 	if err != nil {
 		z.release(c)
 		fail(FailZygote, "zygote unavailable: %v", err)

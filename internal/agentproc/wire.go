@@ -90,10 +90,24 @@ type Check struct {
 	Count int `json:"count,omitempty"`
 }
 
-// seqpacketPair returns a connected AF_UNIX SOCK_SEQPACKET pair, both
-// close-on-exec. The caller owns both ends.
-func seqpacketPair() (local sockConn, remote *os.File, err error) {
-	return socketPair(unix.SOCK_SEQPACKET)
+// requestPair returns a request socket: a connected AF_UNIX SOCK_SEQPACKET
+// pair, both ends close-on-exec and non-blocking from their creation, ours
+// in the poller and the child's as a bare descriptor (for sendFD), which
+// the child makes blocking (child.py _serve). Made so, the pair costs one
+// fcntl (os.NewFile's) where socketPair's costs three. The caller owns both.
+func requestPair() (local sockConn, remote int, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return nil, -1, fmt.Errorf("creating socket pair: %w", err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "zygo-local") // non-blocking: in the poller
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		unix.Close(fds[1])
+		return nil, -1, fmt.Errorf("wrapping socket: %w", err)
+	}
+	return &fdConn{f: f, rc: rc}, fds[1], nil
 }
 
 // send writes one message, with f's descriptor attached as SCM_RIGHTS when
@@ -101,6 +115,15 @@ func seqpacketPair() (local sockConn, remote *os.File, err error) {
 // inline event (m.Event), a newline and the event's bytes. The caller keeps
 // ownership of f.
 func send(c sockConn, m message, f *os.File) error {
+	fd := -1
+	if f != nil {
+		fd = int(f.Fd())
+	}
+	return sendFD(c, m, fd)
+}
+
+// sendFD is send with the descriptor fd (-1: none) attached.
+func sendFD(c sockConn, m message, fd int) error {
 	bp := sendBufs.Get().(*[]byte)
 	defer sendBufs.Put(bp)
 	b, ok := quickEncode((*bp)[:0], &m)
@@ -121,8 +144,8 @@ func send(c sockConn, m message, f *os.File) error {
 		}
 	}
 	var oob []byte
-	if f != nil {
-		oob = unix.UnixRights(int(f.Fd()))
+	if fd >= 0 {
+		oob = unix.UnixRights(fd)
 	}
 	if _, _, err := c.WriteMsgUnix(b, oob, nil); err != nil {
 		return fmt.Errorf("sending %s: %w", m.Type, err)
@@ -350,6 +373,7 @@ func setPassCred(c sockConn) error {
 // workers, whose standard library has neither SEQPACKET nor fd passing).
 type channel interface {
 	send(m message, f *os.File) error
+	sendFD(m message, fd int) error // fd -1: none
 	recv() (message, *unix.Ucred, error)
 	setPassCred() error
 	close() error
@@ -358,6 +382,7 @@ type channel interface {
 type packetChannel struct{ c sockConn }
 
 func (p packetChannel) send(m message, f *os.File) error    { return send(p.c, m, f) }
+func (p packetChannel) sendFD(m message, fd int) error      { return sendFD(p.c, m, fd) }
 func (p packetChannel) recv() (message, *unix.Ucred, error) { return recv(p.c) }
 func (p packetChannel) setPassCred() error                  { return setPassCred(p.c) }
 func (p packetChannel) close() error                        { return p.c.Close() }
@@ -368,6 +393,13 @@ type streamChannel struct {
 	c     sockConn
 	buf   []byte
 	creds *unix.Ucred // from the latest read that carried credentials
+}
+
+func (s *streamChannel) sendFD(m message, fd int) error {
+	if fd >= 0 {
+		return fmt.Errorf("sending %s: a stream channel cannot carry descriptors", m.Type)
+	}
+	return s.send(m, nil)
 }
 
 func (s *streamChannel) send(m message, f *os.File) error {
