@@ -205,7 +205,8 @@ def _hurried(sock: socket.socket) -> bool:
     this (an ``os.register_at_fork`` hook) could read it first: the child then pre-warms in
     full, which costs time only. Never raises."""
     try:
-        data = sock.recv(wire.MAX_DATAGRAM, socket.MSG_DONTWAIT)
+        # 64 bytes tell hurry from anything else (a longer datagram is cut, and dropped).
+        data = sock.recv(64, socket.MSG_DONTWAIT)
     except (BlockingIOError, InterruptedError):
         return False
     except OSError as exc:
