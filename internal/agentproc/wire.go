@@ -100,14 +100,12 @@ func requestPair() (local sockConn, remote int, err error) {
 	if err != nil {
 		return nil, -1, fmt.Errorf("creating socket pair: %w", err)
 	}
-	f := os.NewFile(uintptr(fds[0]), "zygo-local") // non-blocking: in the poller
-	rc, err := f.SyscallConn()
+	c, err := wrapNonblocking(fds[0])
 	if err != nil {
-		f.Close()
 		unix.Close(fds[1])
 		return nil, -1, fmt.Errorf("wrapping socket: %w", err)
 	}
-	return &fdConn{f: f, rc: rc}, fds[1], nil
+	return c, fds[1], nil
 }
 
 // send writes one message, with f's descriptor attached as SCM_RIGHTS when
@@ -511,7 +509,13 @@ func newFDConn(fd int) (*fdConn, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("making the socket non-blocking: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), "zygo-local") // non-blocking: in the poller
+	return wrapNonblocking(fd)
+}
+
+// wrapNonblocking wraps fd, already non-blocking (owned from then on,
+// closed on error): os.NewFile puts it in the poller.
+func wrapNonblocking(fd int) (*fdConn, error) {
+	f := os.NewFile(uintptr(fd), "zygo-local")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()

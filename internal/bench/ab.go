@@ -51,7 +51,7 @@ type ABSide struct {
 	// DaemonCPU and ZygoteCPU are CPU per request over the 8-client series
 	// (/proc/PID/stat; the zygote's includes its reaped children).
 	DaemonCPU, ZygoteCPU time.Duration
-	Throughput           float64 // requests per second, mean of the 8-client rounds
+	Throughput           float64 // requests per second: all the 8-client rounds' requests over their wall time
 	P50, P90             time.Duration
 	Phases               []wire.Timing // medians of the one-client series
 	// Forked8 and Forked1 are the shares (0-1) of the 8-client and the
@@ -92,7 +92,7 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 		pid, zyg int
 		out      *ABSide
 		cpu      [2]time.Duration
-		tput     float64
+		rounds   []Stats
 		lat      []time.Duration
 		steps    [][]wire.Timing
 		forked8  float64
@@ -150,7 +150,7 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 			}
 			s.cpu[0] += cpu["daemon"]
 			s.cpu[1] += cpu["zygote"]
-			s.tput += st.Throughput
+			s.rounds = append(s.rounds, st)
 			s.forked8 += st.Forked
 			fmt.Fprintf(cfg.Progress, "round %d %s: daemon %.3f ms, zygote side %.3f ms, bench client %.3f ms per request, %.0f req/s\n",
 				r, "AB"[i:i+1], ms(cpu["daemon"]), ms(cpu["zygote"]), ms(cpu["client"]), st.Throughput)
@@ -179,7 +179,7 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 		if cfg.Rounds > 0 {
 			o.DaemonCPU = s.cpu[0] / time.Duration(cfg.Rounds)
 			o.ZygoteCPU = s.cpu[1] / time.Duration(cfg.Rounds)
-			o.Throughput = s.tput / float64(cfg.Rounds)
+			o.Throughput = merge(s.rounds).Throughput
 			o.Forked8 = s.forked8 / float64(cfg.Rounds)
 		}
 		o.Forked1 = share(s.forked)

@@ -4,8 +4,8 @@
 after the caller has closed the control socket. In order:
 
 1. in fork mode the pre-warm (:func:`_prewarm`; only its descriptors and shared memory when
-   the supervisor sent ``hurry``: a request already waits for this child); ``hello`` with explicit ``SCM_CREDENTIALS`` on the
-   request socket, then wait for ``go``;
+   the supervisor sent ``hurry``: a request already waits for this child); ``hello`` with
+   explicit ``SCM_CREDENTIALS`` on the request socket, then wait for ``go``;
 2. before user code (:func:`_prepare`): close the request socket; point fds 1 and 2 at
    ``dir/stdout`` and ``dir/stderr``; in fork mode, apply the warm-up plan to every inherited
    descriptor (rule 9, :mod:`fdreset`) and give the child a private copy of every shared
