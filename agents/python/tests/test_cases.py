@@ -3,11 +3,16 @@ real agent: the warm-up block is the fixture's import, the handler runs in N chi
 
 import os
 import shutil
+import ssl
+import sys
 import tempfile
 import unittest
 
 import harness
 from test_protocol import AgentTest, check
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from zygo_agent import reseed  # noqa: E402
 
 N = 11
 
@@ -29,6 +34,20 @@ class CasesTest(AgentTest):
         self.assertIn(check(ready, "libcrypto")["level"], ("info", "warn"))
         values = [r.value for r in agent.invoke_many(events())]
         self.assertEqual(len(set(values)), N)
+
+    def test_BH04_openssl_reseeds_itself_after_fork(self):
+        # This machine's OpenSSL (3.0 on Debian) is fork-protected, so the agent skips its
+        # ssl.RAND_add in forked children; RAND_bytes must still differ in every child,
+        # pre-warmed or hurried, because OpenSSL reseeds from the kernel itself.
+        self.assertTrue(reseed.openssl_reseeds_after_fork(ssl.OPENSSL_VERSION,
+                                                          ssl.OPENSSL_VERSION_INFO),
+                        f"{ssl.OPENSSL_VERSION}: this test needs OpenSSL 1.1.1d or later")
+        agent, ready = self.start("openssl_fork")
+        self.assertIn("reseeds its generators from the OS", check(ready, "libcrypto")["detail"])
+        values = [r.value for r in agent.invoke_many(events())]
+        values += [agent.invoke({"id": "h%d" % i}, hurry=True).value for i in range(3)]
+        self.assertEqual(len({v["bytes"] for v in values}), N + 3)
+        self.assertEqual({v["rand_add"] for v in values}, {0}, "the agent called ssl.RAND_add")
 
     def test_BH09_uuid1_distinct(self):
         agent, ready = self.start("bh09_uuid1")

@@ -183,6 +183,18 @@ class HooksTest(unittest.TestCase):
         self.assertEqual([len(b) for b, _ in seen], [32, 32])
         self.assertNotEqual(seen[0][0], seen[1][0])
 
+    def test_skip_leaves_a_hook_out(self):
+        seen = []
+        real = ssl.RAND_add
+        ssl.RAND_add = lambda b, entropy: seen.append(b)
+        try:
+            ran = reseedcore.reseed_all(skip=("openssl",))
+        finally:
+            ssl.RAND_add = real
+        self.assertEqual(seen, [])
+        self.assertNotIn("openssl", ran)
+        self.assertIn("random", ran)
+
     def test_torch_when_imported(self):
         seeds = []
         fake = types.ModuleType("torch")

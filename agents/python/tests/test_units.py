@@ -95,6 +95,10 @@ class LibcryptoTest(unittest.TestCase):
         for version, info, level in cases:
             with self.subTest(version=version):
                 self.assertEqual(warmup.libcrypto_verdict(version, info)[0], level)
+                # A forked child skips ssl.RAND_add exactly for the OpenSSL that reseeds
+                # itself after a fork: never a warned one, never LibreSSL.
+                self.assertEqual(reseed.openssl_reseeds_after_fork(version, info),
+                                 level == "info" and version.startswith("OpenSSL "))
 
 
 class WireTest(unittest.TestCase):

@@ -240,7 +240,7 @@ def _prewarm(request_fd: int, handler=None, hurried: bool = False) -> None:
         _lap("pre.privatise")
         if hurried:
             return
-        reseed.reseed_all()
+        reseed.reseed_all(forked=True)
         _lap("pre.reseed")
         _rehearse()
         prewarm = getattr(handler, "zygo_prewarm", None)
@@ -403,7 +403,7 @@ def _prepare(sock: socket.socket, go: _Go, forked: bool, readable: Sequence[str]
             _privatise_memory()
             _lap(step)
         step = "reseed"
-        reseed.reseed_all()
+        reseed.reseed_all(forked=forked)
         _lap(step)
         step = "tmpdir"
         set_tmpdir(_join(go.dir, "tmp"))

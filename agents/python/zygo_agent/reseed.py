@@ -7,7 +7,8 @@ three Python reseeders share (the SDK and the guest's interpreter run the same f
 module adds what only the agent knows.
 
 Hooks, in order: Python's global ``random``; NumPy's legacy global generator; torch's default
-generator (only if torch is already imported); OpenSSL's DRBG (``ssl.RAND_add``); ``uuid1``'s
+generator (only if torch is already imported); OpenSSL's DRBG (``ssl.RAND_add``; skipped in a
+forked child when OpenSSL reseeds itself after a fork, :data:`OPENSSL_RESEEDS_AFTER_FORK`); ``uuid1``'s
 state; the ``tempfile`` name sequence and cached directory; generator objects created at import
 without an explicit seed (those the intent recorder saw, and those warm-up registered); the
 known native generators warm-up found that expose a reseed function (:mod:`nativerand`).
@@ -15,6 +16,7 @@ Unlike the sandbox reseeders, it never sweeps the heap: a generator seeded on pu
 deterministic, as asked.
 """
 
+import re
 from typing import List
 
 from . import nativerand, recorder, reseedcore
@@ -36,14 +38,43 @@ def _import_time_generators() -> List[object]:
     return list(recorder.unseeded_instances()) + _registered
 
 
-def reseed_all() -> List[str]:
-    """Run every reseed hook. Returns the names of the hooks that ran.
+def openssl_reseeds_after_fork(version: str, info) -> bool:
+    """Whether the OpenSSL of ``version`` (``ssl.OPENSSL_VERSION``) and ``info``
+    (``ssl.OPENSSL_VERSION_INFO``) reseeds its DRBGs from the operating system at their first
+    use after a fork: OpenSSL 1.1.1d and later (the fix of CVE-2019-1549: a DRBG keeps the
+    process id it was seeded in and reseeds when it differs), but not the 3.0.0 development
+    releases (openssl/openssl#12377) nor LibreSSL (not checked here)."""
+    if not version.startswith("OpenSSL "):
+        return False
+    major, minor, fix, patch = tuple(info[:4])
+    if (major, minor, fix) < (1, 1, 1) or ((major, minor, fix) == (1, 1, 1) and patch < 4):
+        return False
+    return not ((major, minor, fix) == (3, 0, 0) and re.search(r"alpha|beta|dev", version))
+
+
+# Decided once, in the zygote (the library does not change under a forked child). When true,
+# a forked child skips the ``openssl`` hook: OpenSSL renews its state from the kernel itself
+# at its first draw, and the hook's ssl.RAND_add cost every child about 0.17 ms and 34
+# copy-on-write faults on OpenSSL's DRBG state, used or not (BENCHMARKS, thirteenth round).
+# A sandbox restore keeps its process id, so the reseal (reseedcore in the SDK) still runs it.
+OPENSSL_RESEEDS_AFTER_FORK = (reseedcore.ssl is not None and openssl_reseeds_after_fork(
+    reseedcore.ssl.OPENSSL_VERSION, reseedcore.ssl.OPENSSL_VERSION_INFO))
+
+
+def reseed_all(forked: bool = False) -> List[str]:
+    """Run every reseed hook; ``forked``: this process is a child of the zygote (a fork, not
+    a restore or a fresh process), so the ``openssl`` hook is skipped when
+    :data:`OPENSSL_RESEEDS_AFTER_FORK`. Returns the names of the hooks that ran.
 
     Every hook runs even if an earlier one failed; raises ``ReseedError`` afterwards if any
     failed, so the caller can refuse to run user code with a repeated random state.
     """
     return reseedcore.reseed_all(generators=_import_time_generators, forget_tempdir=True,
-                                 extra=[("native_known", nativerand.reseed_known)])
+                                 extra=[("native_known", nativerand.reseed_known)],
+                                 skip=_FORKED_SKIP if forked else ())
+
+
+_FORKED_SKIP = ("openssl",) if OPENSSL_RESEEDS_AFTER_FORK else ()
 
 
 def reset_tempfile() -> None:

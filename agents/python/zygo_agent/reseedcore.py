@@ -213,8 +213,10 @@ _HOOKS = (
 )
 
 
-def reseed_all(generators=(), all_generators=False, extra=(), seed=b"", forget_tempdir=False):
-    """Run every hook (module doc) and return the names of those that ran.
+def reseed_all(generators=(), all_generators=False, extra=(), seed=b"", forget_tempdir=False,
+               skip=()):
+    """Run every hook (module doc) but those named in ``skip`` and return the names of those
+    that ran.
 
     ``generators`` is an iterable of generator objects, or a callable returning one at reseed
     time; with ``all_generators`` every generator the garbage collector reaches is reseeded too
@@ -222,6 +224,8 @@ def reseed_all(generators=(), all_generators=False, extra=(), seed=b"", forget_t
     no arguments. ``seed`` is mixed into every hook's seed (:class:`Entropy`).
     ``forget_tempdir`` also drops ``tempfile``'s cached directory (for a caller that has just
     changed ``TMPDIR``; it would undo a ``tempfile.tempdir`` the program set itself).
+    ``skip`` is for a caller that knows a hook's state is renewed without it (the function
+    agent's forked child skips ``openssl`` when OpenSSL reseeds itself after a fork).
 
     Every hook runs even if an earlier one failed; raises :class:`ReseedError` afterwards if
     any failed, so the caller can refuse to go on with a repeated random state.
@@ -233,6 +237,8 @@ def reseed_all(generators=(), all_generators=False, extra=(), seed=b"", forget_t
     options = (generators, all_generators, forget_tempdir)
     ran, failures = [], []
     for name, hook in _HOOKS:
+        if name in skip:
+            continue
         try:
             hook(entropy, options)
         except Exception as exc:  # noqa: BLE001 - reported, never swallowed

@@ -20,7 +20,7 @@ import uuid
 from collections import Counter
 from typing import List, NamedTuple, Optional, Tuple
 
-from . import fdreset, libc, nativerand, recorder, sharedmem
+from . import fdreset, libc, nativerand, recorder, reseed, sharedmem
 
 MAX_ITEMS = 64
 
@@ -283,7 +283,9 @@ def libcrypto_verdict(version: str, info: Tuple[int, ...]) -> Tuple[str, str]:
 
     Known bad: before 1.1.1d (CVE-2019-1549, fork protection off; 1.0.x has none) and the
     3.0.0 development releases (openssl/openssl#12377, identical ``RAND_bytes`` in children).
-    Children always mix fresh OS entropy in with ``ssl.RAND_add``.
+    Children of those, and of LibreSSL, mix fresh OS entropy in with ``ssl.RAND_add``; any
+    other OpenSSL reseeds itself from the OS at its first draw after the fork, and children
+    skip it (:func:`reseed.openssl_reseeds_after_fork` decides).
     """
     if version.startswith("LibreSSL"):
         return "info", f"{version} (children also mix in OS entropy with ssl.RAND_add)"
@@ -296,6 +298,9 @@ def libcrypto_verdict(version: str, info: Tuple[int, ...]) -> Tuple[str, str]:
         return "warn", (f"{version} is a 3.0.0 development release whose children repeat "
                         "RAND_bytes (openssl/openssl#12377); children mix in OS entropy "
                         "with ssl.RAND_add, upgrade libcrypto")
+    if reseed.openssl_reseeds_after_fork(version, info):
+        return "info", (f"{version} (reseeds its generators from the OS at their first use "
+                        "after a fork)")
     return "info", f"{version} (children also mix in OS entropy with ssl.RAND_add)"
 
 
