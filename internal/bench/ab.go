@@ -114,7 +114,7 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 		if _, err := d.client.DeployDir(ctx, filepath.Join(cfg.Root, "examples", cfg.Function)); err != nil {
 			return a, b, err
 		}
-		if _, err := InvokePaced(ctx, d.client, fn, `{"n": 100}`, 20, 1, cfg.Gap); err != nil {
+		if _, err := InvokePaced(ctx, d.sock, fn, `{"n": 100}`, 20, 1, cfg.Gap); err != nil {
 			return a, b, err
 		}
 		zpid := 0
@@ -137,7 +137,7 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 			stopPerf := perfStat(cfg.Perf, fmt.Sprintf("round %d %s", r, "AB"[i:i+1]), s.pid, s.zyg, cfg.N8, cfg.Progress)
 			cpu, err := measureCPU(cfg.N8, map[string]int{"daemon": s.pid, "zygote": s.zyg, "client": os.Getpid()}, func() error {
 				var err error
-				st, err = Invoke(ctx, s.d.client, fn, `{"n": 100}`, cfg.N8, 8)
+				st, err = Invoke(ctx, s.d.sock, fn, `{"n": 100}`, cfg.N8, 8)
 				return err
 			})
 			stopPerf()

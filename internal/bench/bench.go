@@ -21,11 +21,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/zygo-run/zygo/sdk/go/wire"
-	"github.com/zygo-run/zygo/sdk/go/zygo"
 )
 
 // Stats summarises latencies.
@@ -75,45 +73,19 @@ func summarise(lat []time.Duration, wall time.Duration) Stats {
 	return st
 }
 
-// Invoke runs n requests of fn with conc in flight through client and
-// returns their latency statistics; any failed request is an error.
-func Invoke(ctx context.Context, c *zygo.Client, fn string, event string, n, conc int) (Stats, error) {
-	return InvokePaced(ctx, c, fn, event, n, conc, 0)
+// Invoke runs n requests of fn with conc in flight, over conc HTTP/1.1
+// connections to the daemon's socket sock (invokeConn), and returns their
+// latency statistics; any failed request is an error.
+func Invoke(ctx context.Context, sock string, fn string, event string, n, conc int) (Stats, error) {
+	return InvokePaced(ctx, sock, fn, event, n, conc, 0)
 }
 
 // InvokePaced is Invoke with a pause of gap before each request (after the
 // first), as traffic that leaves a pool time to refill would.
-func InvokePaced(ctx context.Context, c *zygo.Client, fn string, event string, n, conc int, gap time.Duration) (Stats, error) {
-	lat := make([]time.Duration, n)
-	errs := make([]error, n)
-	steps := make([][]wire.Timing, n)
-	forked := make([]bool, n)
-	sem := make(chan struct{}, conc)
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for i := 0; i < n; i++ {
-		if i > 0 && gap > 0 {
-			time.Sleep(gap)
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			t := time.Now()
-			res, err := c.Invoke(ctx, fn, []byte(event))
-			lat[i], errs[i] = time.Since(t), err
-			if res != nil {
-				steps[i], forked[i] = res.Phases, res.Child == "forked"
-			}
-		}()
-	}
-	wg.Wait()
-	wall := time.Since(t0) - time.Duration(max(n-1, 0))*gap
-	for _, err := range errs {
-		if err != nil {
-			return Stats{}, fmt.Errorf("invoking %s: %w", fn, err)
-		}
+func InvokePaced(ctx context.Context, sock string, fn string, event string, n, conc int, gap time.Duration) (Stats, error) {
+	lat, steps, forked, wall, err := invokeOn(ctx, sock, fn, event, n, conc, gap)
+	if err != nil {
+		return Stats{}, err
 	}
 	st := summarise(lat, wall)
 	st.Phases = medianSteps(steps)

@@ -17,6 +17,7 @@ import (
 type benchDaemon struct {
 	cmd    *exec.Cmd
 	client *zygo.Client
+	sock   string // the daemon's API socket
 }
 
 // startDaemon runs cfg.Zygo serve on state (sandboxes off, the Go CPU
@@ -32,7 +33,8 @@ func startDaemon(ctx context.Context, cfg Config, state string) (*benchDaemon, e
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the daemon (%s; make build makes it): %w", cfg.Zygo, err)
 	}
-	d := &benchDaemon{cmd: cmd, client: zygo.NewClient(daemon.SocketPath(state))}
+	sock := daemon.SocketPath(state)
+	d := &benchDaemon{cmd: cmd, client: zygo.NewClient(sock), sock: sock}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(60 * time.Second)

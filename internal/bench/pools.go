@@ -18,6 +18,20 @@ import (
 // their latency statistics; any failed request is an error. next, when not
 // nil, gives request i its own request (a new tenant or script).
 func RunScripts(ctx context.Context, c *zygo.Client, pool string, n, conc int, next func(i int) wire.PoolRunRequest) (Stats, error) {
+	st, err := runEach(n, conc, func(i int) error {
+		_, err := c.RunScript(ctx, pool, next(i))
+		return err
+	})
+	if err != nil {
+		return Stats{}, fmt.Errorf("running a script in %s: %w", pool, err)
+	}
+	return st, nil
+}
+
+// runEach runs do(0..n-1), each in a goroutine of its own with conc in
+// flight (the SDK's client's way), and returns their latency statistics;
+// the first failure is the error.
+func runEach(n, conc int, do func(i int) error) (Stats, error) {
 	lat := make([]time.Duration, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, conc)
@@ -30,15 +44,15 @@ func RunScripts(ctx context.Context, c *zygo.Client, pool string, n, conc int, n
 			defer wg.Done()
 			defer func() { <-sem }()
 			t := time.Now()
-			_, err := c.RunScript(ctx, pool, next(i))
-			lat[i], errs[i] = time.Since(t), err
+			errs[i] = do(i)
+			lat[i] = time.Since(t)
 		}()
 	}
 	wg.Wait()
 	wall := time.Since(t0)
 	for _, err := range errs {
 		if err != nil {
-			return Stats{}, fmt.Errorf("running a script in %s: %w", pool, err)
+			return Stats{}, err
 		}
 	}
 	return summarise(lat, wall), nil
@@ -74,9 +88,14 @@ func (b *runner) pools() error {
 	if err != nil {
 		return err
 	}
-	fn, err := Invoke(b.ctx, b.c, "stats", `{"n": 100}`, b.cfg.N, 1) // the same moment's function figure
-	if err != nil {
+	// The same moment's function figure, through the same client as the pool's runs (the
+	// SDK's; the warm series use invokeConn).
+	fn, err := runEach(b.cfg.N, 1, func(int) error {
+		_, err := b.c.Invoke(b.ctx, "stats", []byte(`{"n": 100}`))
 		return err
+	})
+	if err != nil {
+		return fmt.Errorf("invoking stats: %w", err)
 	}
 	r := ratio(warm.P50, fn.P50)
 	b.add(fmt.Sprintf("warm pool run vs the stats function, 1 client (%d each)", warm.N),

@@ -103,7 +103,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer d.stop()
 	r := &Report{Machine: machine(), When: time.Now().UTC()}
-	b := &runner{ctx: ctx, c: d.client, cfg: cfg, work: work, rep: r, daemonPID: d.cmd.Process.Pid}
+	b := &runner{ctx: ctx, c: d.client, sock: d.sock, cfg: cfg, work: work, rep: r, daemonPID: d.cmd.Process.Pid}
 	steps, err := b.steps(cfg.Only, cfg.OnlyWarm)
 	if err != nil {
 		return r, err
@@ -174,6 +174,7 @@ func (b *runner) steps(only []string, onlyWarm bool) ([]step, error) {
 type runner struct {
 	ctx       context.Context
 	c         *zygo.Client
+	sock      string // the daemon's socket: the warm series' invokeConn
 	cfg       Config
 	work      string
 	rep       *Report
@@ -201,10 +202,10 @@ func (b *runner) warm() error {
 		if err := b.deploy(filepath.Join(b.cfg.Root, "examples", ex)); err != nil {
 			return err
 		}
-		if _, err := Invoke(b.ctx, b.c, ex, `{"n": 100}`, 20, 4); err != nil { // warm the path
+		if _, err := Invoke(b.ctx, b.sock, ex, `{"n": 100}`, 20, 4); err != nil { // warm the path
 			return err
 		}
-		s, err := Invoke(b.ctx, b.c, ex, `{"n": 100}`, b.cfg.N, 1)
+		s, err := Invoke(b.ctx, b.sock, ex, `{"n": 100}`, b.cfg.N, 1)
 		if err != nil {
 			return err
 		}
@@ -224,7 +225,7 @@ func (b *runner) warm() error {
 	var s Stats
 	cpu, err := measureCPU(b.cfg.CPUN, map[string]int{"daemon": b.daemonPID, "zygote": zpid}, func() error {
 		var err error
-		s, err = Invoke(b.ctx, b.c, "stats", `{"n": 100}`, b.cfg.CPUN, 8)
+		s, err = Invoke(b.ctx, b.sock, "stats", `{"n": 100}`, b.cfg.CPUN, 8)
 		return err
 	})
 	if err != nil {
@@ -257,7 +258,7 @@ func (b *runner) ideal() error {
 	if _, err := srv.Invoke(b.ctx, event, 20, 4); err != nil {
 		return err
 	}
-	if _, err := Invoke(b.ctx, b.c, "stats", event, 20, 4); err != nil {
+	if _, err := Invoke(b.ctx, b.sock, "stats", event, 20, 4); err != nil {
 		return err
 	}
 	conn, err := srv.Dial(b.ctx)
@@ -335,7 +336,7 @@ func (b *runner) ideal() error {
 		for k := 0; k < 2; k++ {
 			var err error
 			if (r+k)%2 == 0 {
-				err = round(zygoPIDs, zcpu, &zs, func() (Stats, error) { return Invoke(b.ctx, b.c, "stats", event, per, 8) })
+				err = round(zygoPIDs, zcpu, &zs, func() (Stats, error) { return Invoke(b.ctx, b.sock, "stats", event, per, 8) })
 			} else {
 				err = round(idealPIDs, icpu, &is, func() (Stats, error) { return srv.Invoke(b.ctx, event, per, 8) })
 			}
@@ -525,7 +526,7 @@ func (b *runner) node() error {
 			n = b.cfg.ColdN
 		} else {
 			// Let the pool refill between requests, as it would between real ones.
-			if _, err := Invoke(b.ctx, b.c, name, `{}`, 4, 1); err != nil {
+			if _, err := Invoke(b.ctx, b.sock, name, `{}`, 4, 1); err != nil {
 				return err
 			}
 		}
@@ -535,7 +536,7 @@ func (b *runner) node() error {
 		if pool == 0 {
 			gap = 0
 		}
-		s, err := InvokePaced(b.ctx, b.c, name, `{}`, n, 1, gap)
+		s, err := InvokePaced(b.ctx, b.sock, name, `{}`, n, 1, gap)
 		if err != nil {
 			return err
 		}
@@ -615,7 +616,7 @@ func (b *runner) growth() error {
 		if err := b.deploy(dir); err != nil {
 			return err
 		}
-		s, err := Invoke(b.ctx, b.c, name, `{}`, b.cfg.N/2, 1)
+		s, err := Invoke(b.ctx, b.sock, name, `{}`, b.cfg.N/2, 1)
 		if err != nil {
 			return err
 		}
@@ -674,7 +675,7 @@ func (b *runner) cpuAt8(fn, event string, gap time.Duration) (at8, error) {
 	if err != nil {
 		return at8{}, err
 	}
-	if _, err := Invoke(b.ctx, b.c, fn, event, 40, 8); err != nil { // the pool grows to the load
+	if _, err := Invoke(b.ctx, b.sock, fn, event, 40, 8); err != nil { // the pool grows to the load
 		return at8{}, err
 	}
 	var m at8
@@ -687,7 +688,7 @@ func (b *runner) cpuAt8(fn, event string, gap time.Duration) (at8, error) {
 		if dc[0], err = ReadCounts(b.daemonPID); err != nil {
 			return err
 		}
-		if m.s, err = InvokePaced(b.ctx, b.c, fn, event, b.cfg.CPUN, 8, gap); err != nil {
+		if m.s, err = InvokePaced(b.ctx, b.sock, fn, event, b.cfg.CPUN, 8, gap); err != nil {
 			return err
 		}
 		if zc[1], err = ReadCounts(zpid); err != nil {
@@ -744,10 +745,10 @@ func (b *runner) scale() error {
 			}
 			fillers = append(fillers, name)
 		}
-		if _, err := Invoke(b.ctx, b.c, "stats", `{"n": 100}`, 20, 4); err != nil {
+		if _, err := Invoke(b.ctx, b.sock, "stats", `{"n": 100}`, 20, 4); err != nil {
 			return err
 		}
-		s, err := Invoke(b.ctx, b.c, "stats", `{"n": 100}`, b.cfg.N/2, 1)
+		s, err := Invoke(b.ctx, b.sock, "stats", `{"n": 100}`, b.cfg.N/2, 1)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/zygo-run/zygo/sdk/go/wire"
+)
+
+// invokeConn is the bench's client for warm invokes: one persistent
+// HTTP/1.1 connection to the daemon's unix socket, used by one goroutine,
+// one request at a time, as IdealConn is for the ideal server. Each request
+// is the same preformatted bytes (POST /v1/functions/FN/invoke with the
+// event); the answer is parsed by net/http's ReadResponse. It exists so that
+// the bench's own client, which shares the 2 cores with what it measures,
+// costs per request about what the ideal's line protocol costs: the SDK's
+// client (a Transport with a read and a write goroutine per connection and
+// a goroutine per request here) cost 0.3-0.5 ms of CPU a request against the
+// line protocol's 0.1-0.17 ms (BENCHMARKS, twelfth round). The daemon sees
+// the same requests as from any HTTP/1.1 client; the SDK's Invoke stays
+// covered by the e2e tests.
+type invokeConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+	req  []byte // the whole request, written once per Do
+	fn   string
+	body []byte // the last answer's body, reused
+}
+
+// dialInvoke connects to the daemon's socket sock for invokes of fn with
+// event (a JSON document). The caller owns the connection: Close it.
+func dialInvoke(ctx context.Context, sock, fn, event string) (*invokeConn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the daemon at %s: %w", sock, err)
+	}
+	req := "POST /v1/functions/" + url.PathEscape(fn) + "/invoke HTTP/1.1\r\nHost: zygo\r\n" +
+		"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(event)) + "\r\n\r\n" + event
+	return &invokeConn{conn: conn, r: bufio.NewReaderSize(conn, 4096), req: []byte(req), fn: fn}, nil
+}
+
+// Close closes the connection.
+func (c *invokeConn) Close() error { return c.conn.Close() }
+
+// invokeAnswer is what the bench reads from an answer: the daemon's timed
+// steps (Server-Timing) and whether the child was forked for the request
+// (X-Zygo-Child).
+type invokeAnswer struct {
+	Phases []wire.Timing
+	Forked bool
+}
+
+// doTimeout bounds one request on an invokeConn: a daemon that never
+// answers fails the bench instead of hanging it.
+const doTimeout = 2 * time.Minute
+
+// Do sends the request and reads the whole answer. An answer other than
+// 200, or one that closes the connection, is an error naming the status and
+// the body's first bytes.
+func (c *invokeConn) Do() (invokeAnswer, error) {
+	if err := c.conn.SetDeadline(time.Now().Add(doTimeout)); err != nil {
+		return invokeAnswer{}, err
+	}
+	if _, err := c.conn.Write(c.req); err != nil {
+		return invokeAnswer{}, fmt.Errorf("invoking %s: %w", c.fn, err)
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return invokeAnswer{}, fmt.Errorf("invoking %s: reading the answer: %w", c.fn, err)
+	}
+	c.body = c.body[:0]
+	for {
+		if len(c.body) == cap(c.body) {
+			c.body = append(c.body, 0)[:len(c.body)]
+		}
+		n, err := resp.Body.Read(c.body[len(c.body):cap(c.body)])
+		c.body = c.body[:len(c.body)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			resp.Body.Close()
+			return invokeAnswer{}, fmt.Errorf("invoking %s: reading the answer: %w", c.fn, err)
+		}
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return invokeAnswer{}, fmt.Errorf("invoking %s: %s: %.300s", c.fn, resp.Status, strings.TrimSpace(string(c.body)))
+	}
+	if resp.Close {
+		return invokeAnswer{}, fmt.Errorf("invoking %s: the daemon closed the connection after its answer", c.fn)
+	}
+	return invokeAnswer{
+		Phases: wire.ParseServerTiming(resp.Header.Get(wire.ServerTimingHeader)),
+		Forked: resp.Header.Get(wire.ChildHeader) == "forked",
+	}, nil
+}
+
+// invokeOn runs n invokes of fn with event over conc connections to sock
+// (each connection one goroutine, a request at a time), starting one request
+// every gap when gap > 0 (traffic that leaves a pool time to refill; the
+// wall time excludes the gaps, as InvokePaced's always has). It returns
+// each request's latency, steps and forked flag, in the order they started.
+func invokeOn(ctx context.Context, sock, fn, event string, n, conc int, gap time.Duration) (lat []time.Duration, steps [][]wire.Timing, forked []bool, wall time.Duration, err error) {
+	lat, steps, forked = make([]time.Duration, n), make([][]wire.Timing, n), make([]bool, n)
+	conns := make([]*invokeConn, 0, conc)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range conc {
+		c, err := dialInvoke(ctx, sock, fn, event)
+		if err != nil {
+			return nil, nil, nil, 0, err
+		}
+		conns = append(conns, c)
+	}
+	next := make(chan int)
+	errs := make(chan error, conc)
+	t0 := time.Now()
+	for _, c := range conns {
+		go func() {
+			var first error
+			for i := range next {
+				if first != nil {
+					continue // drain: the dispatcher must not block
+				}
+				t := time.Now()
+				a, err := c.Do()
+				lat[i], steps[i], forked[i] = time.Since(t), a.Phases, a.Forked
+				first = err
+			}
+			errs <- first
+		}()
+	}
+	for i := range n {
+		if i > 0 && gap > 0 {
+			time.Sleep(gap)
+		}
+		next <- i
+	}
+	close(next)
+	for range conc {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
+	wall = time.Since(t0) - time.Duration(max(n-1, 0))*gap
+	return lat, steps, forked, wall, err
+}
