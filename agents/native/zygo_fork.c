@@ -311,16 +311,15 @@ int zygo_fork_loop(struct zygo_loop *z)
 }
 
 /*
- * zygo_landlock_add_rule adds one LANDLOCK_RULE_PATH_BENEATH rule to the ruleset descriptor
- * ruleset granting access beneath path (a directory when directory is not 0: opened
- * O_DIRECTORY, so a file put there fails with ENOTDIR), as landlock_allow in
- * zygo_agent/libc.py did with a ctypes call, an open and a close: path is opened O_PATH |
- * O_CLOEXEC, a missing one (ENOENT) is skipped, and the descriptor is closed after the rule.
- * Returns 0; or -errno with *stage 0 when the open failed, 1 when landlock_add_rule did.
- * zygo_landlock_add_rules adds n such rules (paths[i], access[i], directory[i]) in order:
- * the rules of a request's Landlock domain the agent packed once in the zygote (child.py
- * prepare_own_domain); on a failure *failed is the index of the rule (the rules before it
- * are in the ruleset).
+ * zygo_landlock_add_rules adds n LANDLOCK_RULE_PATH_BENEATH rules to the ruleset descriptor
+ * ruleset: rule i grants access[i] beneath paths[i] (a directory when directory[i] is not
+ * 0: opened O_DIRECTORY, so a file put there fails with ENOTDIR), as landlock_allow in
+ * zygo_agent/libc.py does one at a time: each path is opened O_PATH | O_CLOEXEC, a missing
+ * one (ENOENT) is skipped, and the descriptor is closed after its rule. The agent calls it
+ * with the rules of a request's Landlock domain it packed once in the zygote (child.py
+ * prepare_own_domain): one call instead of a ctypes call, an open and a close per rule.
+ * Returns 0; or -errno, with *failed the index of the rule and *stage 0 when its open
+ * failed, 1 when landlock_add_rule did (the rules before it are in the ruleset).
  */
 #ifndef SYS_landlock_add_rule
 #define SYS_landlock_add_rule 445
@@ -330,36 +329,28 @@ struct zygo_path_beneath {
 	int parent_fd;
 } __attribute__((packed)); /* struct landlock_path_beneath_attr (linux/landlock.h) */
 
-int zygo_landlock_add_rule(int ruleset, const char *path, unsigned long long access,
-			   int directory, int *stage)
-{
-	int fd = open(path, O_PATH | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-	if (fd < 0) {
-		if (errno == ENOENT)
-			return 0;
-		*stage = 0;
-		return -errno;
-	}
-	struct zygo_path_beneath rule = {.allowed_access = access, .parent_fd = fd};
-	long r = syscall(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &rule, 0);
-	int err = errno;
-	close(fd);
-	if (r != 0) {
-		*stage = 1;
-		return -err;
-	}
-	return 0;
-}
-
 int zygo_landlock_add_rules(int ruleset, int n, const char *const *paths,
 			    const unsigned long long *access, const unsigned char *directory,
 			    int *failed, int *stage)
 {
 	for (int i = 0; i < n; i++) {
-		int rc = zygo_landlock_add_rule(ruleset, paths[i], access[i], directory[i], stage);
-		if (rc != 0) {
+		int fd = open(paths[i], O_PATH | O_CLOEXEC | (directory[i] ? O_DIRECTORY : 0));
+		if (fd < 0) {
+			if (errno == ENOENT)
+				continue;
 			*failed = i;
-			return rc;
+			*stage = 0;
+			return -errno;
+		}
+		struct zygo_path_beneath rule = {.allowed_access = access[i], .parent_fd = fd};
+		long r = syscall(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */,
+				 &rule, 0);
+		int err = errno;
+		close(fd);
+		if (r != 0) {
+			*failed = i;
+			*stage = 1;
+			return -err;
 		}
 	}
 	return 0;

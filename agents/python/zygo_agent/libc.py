@@ -7,7 +7,6 @@ runs the dynamic loader after ``fork()``.
 import ctypes
 import errno
 import os
-from typing import NoReturn, Optional
 
 _PR_GET_DUMPABLE = 3
 _PR_SET_DUMPABLE = 4  # Python 3.11 has no constant for it.
@@ -161,14 +160,7 @@ def landlock_ruleset(handled_fs: int, handled_net: int = 0, scoped: int = 0) -> 
 def landlock_allow(ruleset: int, path: str, access: int, directory: bool = True) -> None:
     """Add a ``LANDLOCK_RULE_PATH_BENEATH`` rule granting ``access`` beneath ``path`` (a
     directory, or with ``directory`` false also a single file) to the ruleset descriptor
-    ``ruleset``; a missing ``path`` is skipped. One call into the preloaded guard when the
-    process has it (:data:`_native`). Raises ``OSError``."""
-    if _native is not None:
-        rc = _native.add_rule(ruleset, os.fsencode(path), access, 1 if directory else 0,
-                              _native.stage_ref)
-        if rc != 0:
-            _native_failure(rc, path)
-        return
+    ``ruleset``; a missing ``path`` is skipped. Raises ``OSError``."""
     flags = os.O_PATH | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
     try:
         target = os.open(path, flags)
@@ -199,57 +191,40 @@ class LandlockRules:
         self.directory = (ctypes.c_ubyte * n)(*[1 if d else 0 for _, _, d in self.rules])
 
 
+def bind_add_rules(lib):
+    """``zygo_landlock_add_rules`` of the loaded library ``lib`` (a ``ctypes.CDLL``) with its
+    signature set, or None when ``lib`` has no such symbol."""
+    func = getattr(lib, "zygo_landlock_add_rules", None)
+    if func is not None:
+        func.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+                         ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_ubyte),
+                         ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
+        func.restype = ctypes.c_int
+    return func
+
+
+# zygo_landlock_add_rules (agents/native/zygo_fork.c, in the zygo_rand.so the supervisor
+# preloads into a fork-mode zygote), or None outside it: then each rule is its own call.
+_add_rules = bind_add_rules(_libc)
+
+
 def landlock_allow_all(ruleset: int, packed: LandlockRules) -> None:
     """Add every rule of ``packed`` to the ruleset descriptor ``ruleset``, as
     :func:`landlock_allow` does each (a missing path is skipped): one call into the
-    preloaded guard when the process has it. Raises ``OSError`` naming the path of the
-    first rule that failed (the rules before it are in the ruleset)."""
-    if _native is None:
+    preloaded native library when the process has it. Raises ``OSError`` naming the path of
+    the first rule that failed (the rules before it are in the ruleset)."""
+    if _add_rules is None:
         for path, access, directory in packed.rules:
             landlock_allow(ruleset, path, access, directory)
         return
-    rc = _native.add_rules(ruleset, len(packed.rules), packed.paths, packed.access,
-                           packed.directory, _native.failed_ref, _native.stage_ref)
+    failed, stage = ctypes.c_int(-1), ctypes.c_int(-1)
+    rc = _add_rules(ruleset, len(packed.rules), packed.paths, packed.access, packed.directory,
+                    ctypes.byref(failed), ctypes.byref(stage))
     if rc != 0:
-        _native_failure(rc, packed.rules[_native.failed.value][0])
-
-
-def _native_failure(rc: int, path: str) -> NoReturn:
-    """Raise what the guard's Landlock calls reported: ``rc`` is ``-errno``, the stage is
-    in ``_native.stage`` (0: opening ``path``, reported as ``os.open`` does; 1: the rule)."""
-    if _native.stage.value == 0:
-        raise OSError(-rc, os.strerror(-rc), path)
-    raise OSError(-rc, f"landlock_add_rule({path}): " + os.strerror(-rc))
-
-
-class _Native:
-    """The guard's Landlock calls (agents/native/zygo_fork.c) with their signatures, and the
-    out-parameters they write, made once: a child makes no ctypes object for them."""
-
-    def __init__(self, lib):
-        self.add_rule, self.add_rules = lib.zygo_landlock_add_rule, lib.zygo_landlock_add_rules
-        self.add_rule.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_int,
-                                  ctypes.POINTER(ctypes.c_int)]
-        self.add_rules.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
-                                   ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_ubyte),
-                                   ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
-        self.add_rule.restype = self.add_rules.restype = ctypes.c_int
-        self.stage, self.failed = ctypes.c_int(-1), ctypes.c_int(-1)
-        self.stage_ref, self.failed_ref = ctypes.byref(self.stage), ctypes.byref(self.failed)
-
-
-def bind_native(lib) -> Optional[_Native]:
-    """The Landlock calls of the loaded library ``lib`` (a ``ctypes.CDLL``), or None when it
-    has none (a process without the guard)."""
-    try:
-        return _Native(lib)
-    except AttributeError:
-        return None
-
-
-# The guard's calls: zygo_rand.so, which the supervisor preloads into a fork-mode zygote;
-# None outside it (then each rule is an open, a ctypes call and a close, as before).
-_native = bind_native(_libc)
+        path = packed.rules[failed.value][0]
+        if stage.value == 0:  # the open, as os.open reports it
+            raise OSError(-rc, os.strerror(-rc), path)
+        raise OSError(-rc, f"landlock_add_rule({path}): " + os.strerror(-rc))
 
 
 def landlock_restrict(ruleset: int) -> None:
