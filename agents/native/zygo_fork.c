@@ -24,9 +24,6 @@
  *
  * Children forked here or by zygo_fork_one are tracked in a static table (pid -> seq) for
  * their "exited"; the agent must not reap.
- *
- * At the end, zygo_landlock_add_rules: a child's rules of its request's Landlock domain,
- * added in one call (child.py, libc.py landlock_allow_all).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,7 +32,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <fcntl.h>
@@ -308,50 +304,4 @@ int zygo_fork_loop(struct zygo_loop *z)
 		if (rc != 0)
 			return rc; /* the child's socket, or something for the agent */
 	}
-}
-
-/*
- * zygo_landlock_add_rules adds n LANDLOCK_RULE_PATH_BENEATH rules to the ruleset descriptor
- * ruleset: rule i grants access[i] beneath paths[i] (a directory when directory[i] is not
- * 0: opened O_DIRECTORY, so a file put there fails with ENOTDIR), as landlock_allow in
- * zygo_agent/libc.py does one at a time: each path is opened O_PATH | O_CLOEXEC, a missing
- * one (ENOENT) is skipped, and the descriptor is closed after its rule. The agent calls it
- * with the rules of a request's Landlock domain it packed once in the zygote (child.py
- * prepare_own_domain): one call instead of a ctypes call, an open and a close per rule.
- * Returns 0; or -errno, with *failed the index of the rule and *stage 0 when its open
- * failed, 1 when landlock_add_rule did (the rules before it are in the ruleset).
- */
-#ifndef SYS_landlock_add_rule
-#define SYS_landlock_add_rule 445
-#endif
-struct zygo_path_beneath {
-	unsigned long long allowed_access;
-	int parent_fd;
-} __attribute__((packed)); /* struct landlock_path_beneath_attr (linux/landlock.h) */
-
-int zygo_landlock_add_rules(int ruleset, int n, const char *const *paths,
-			    const unsigned long long *access, const unsigned char *directory,
-			    int *failed, int *stage)
-{
-	for (int i = 0; i < n; i++) {
-		int fd = open(paths[i], O_PATH | O_CLOEXEC | (directory[i] ? O_DIRECTORY : 0));
-		if (fd < 0) {
-			if (errno == ENOENT)
-				continue;
-			*failed = i;
-			*stage = 0;
-			return -errno;
-		}
-		struct zygo_path_beneath rule = {.allowed_access = access[i], .parent_fd = fd};
-		long r = syscall(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */,
-				 &rule, 0);
-		int err = errno;
-		close(fd);
-		if (r != 0) {
-			*failed = i;
-			*stage = 1;
-			return -err;
-		}
-	}
-	return 0;
 }

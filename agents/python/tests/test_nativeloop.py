@@ -6,8 +6,6 @@ The other test modules start the agent without the guard and send JSON with spac
 run the Python loop's full decoding path."""
 
 import array
-import ctypes
-import errno
 import json
 import os
 import shutil
@@ -19,8 +17,6 @@ import unittest
 import harness
 import test_cases
 import test_protocol
-import test_units
-from zygo_agent import libc
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -102,37 +98,6 @@ class PythonFastPathRulesTest(PythonFastPathMixin, test_protocol.RulesTest):
 
 class PythonFastPathControlTest(PythonFastPathMixin, test_protocol.ControlTest):
     pass
-
-
-class NativeLandlockTest(test_units.LandlockTest):
-    """The request's Landlock domain with its rules added by zygo_landlock_add_rules (one call,
-    as in a zygote the supervisor preloads the guard into), and the errors it reports."""
-
-    def setUp(self):
-        bound = libc.bind_add_rules(ctypes.CDLL(_guard["path"], use_errno=True))
-        self.assertIsNotNone(bound, "zygo_landlock_add_rules missing from zygo_rand.so")
-        saved, libc._add_rules = libc._add_rules, bound
-        self.addCleanup(setattr, libc, "_add_rules", saved)
-
-    def test_add_rules_names_the_rule_that_failed(self):
-        tmp = tempfile.mkdtemp(prefix="zygo-ll-rules-")
-        self.addCleanup(shutil.rmtree, tmp)
-        fds = sorted(os.listdir("/proc/self/fd"))
-        afile = os.path.join(tmp, "file")
-        open(afile, "w").close()
-        read = libc.LANDLOCK_ACCESS_FS_READ_FILE
-        # A missing path is skipped; a file given as a directory fails at its open.
-        rules = libc.LandlockRules([(os.path.join(tmp, "missing"), read, True),
-                                    (afile, read, True)])
-        with self.assertRaises(OSError) as cm:
-            libc.landlock_allow_all(-1, rules)
-        self.assertEqual((cm.exception.errno, cm.exception.filename), (errno.ENOTDIR, afile))
-        # The open worked, the rule did not (no ruleset): the message names the path.
-        with self.assertRaises(OSError) as cm:
-            libc.landlock_allow_all(-1, libc.LandlockRules([(tmp, read, True)]))
-        self.assertIn(cm.exception.errno, (errno.EBADF, errno.ENOSYS, errno.EOPNOTSUPP))
-        self.assertIn(f"landlock_add_rule({tmp})", str(cm.exception))
-        self.assertEqual(sorted(os.listdir("/proc/self/fd")), fds, "a rule's descriptor leaked")
 
 
 class NativeLoopTest(NativeMixin, test_protocol.AgentTest):

@@ -121,7 +121,7 @@ def _prepare_for_forks(report: warmup.Report, mode: str) -> None:
     _init_openssl_random()
     if mode == "fork" and libc.landlock_abi() >= libc.LANDLOCK_SCOPED_ABI:
         try:
-            child.packed_domain_plan()  # the rules every request's domain holds, listed once
+            child.domain_plan()  # the rules every request's domain holds, listed once
         except OSError as exc:
             log(f"listing what a request may read (each child lists it again): {exc}")
     gc.collect()

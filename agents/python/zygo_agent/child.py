@@ -267,7 +267,7 @@ REQUEST_ROOT = "/run/zygo/req"
 # what a directory holds is named as its mode allows.
 _READ = libc.LANDLOCK_ACCESS_FS_EXECUTE | libc.LANDLOCK_ACCESS_FS_READ_FILE
 _HANDLED = _READ | libc.LANDLOCK_CHANGE
-_plan = [("", (), None)]  # (REQUEST_ROOT it was made for, rules, packed): domain_plan's cache
+_plan = [("", ())]  # (REQUEST_ROOT it was made for, rules): domain_plan's cache
 
 
 def domain_plan() -> Tuple[Tuple[str, int, bool], ...]:
@@ -281,28 +281,14 @@ def domain_plan() -> Tuple[Tuple[str, int, bool], ...]:
     for the value ``REQUEST_ROOT`` has; when it is not a directory (the agent outside its
     sandbox) nothing is left out. Raises ``OSError`` when a directory on the way cannot be
     listed."""
-    return _plan_of(REQUEST_ROOT)[1]
-
-
-def packed_domain_plan() -> "libc.LandlockRules":
-    """:func:`domain_plan`'s rules packed for :func:`libc.landlock_allow_all` (a rule on a
-    file holding the rights a file may hold), made once with the plan: the zygote makes it
-    before its first fork, so a child only reads it. Raises ``OSError`` as domain_plan."""
-    return _plan_of(REQUEST_ROOT)[2]
-
-
-def _plan_of(root: str):
-    cached = _plan[0]
-    if cached[0] != root or not cached[1]:
-        rules = tuple((path, _READ, directory) for path, directory in _beside(root, "/"))
+    root, rules = _plan[0]
+    if root != REQUEST_ROOT or not rules:
+        rules = tuple((path, _READ, directory) for path, directory in _beside(REQUEST_ROOT, "/"))
         for top in _FIXED_WRITABLE:
             rules += tuple((path, libc.LANDLOCK_CHANGE, directory)
-                           for path, directory in _beside(root, top))
-        packed = libc.LandlockRules(
-            (path, rights if directory else rights & libc.LANDLOCK_FILE_RIGHTS, directory)
-            for path, rights, directory in rules)
-        cached = _plan[0] = (root, rules, packed)
-    return cached
+                           for path, directory in _beside(REQUEST_ROOT, top))
+        _plan[0] = (REQUEST_ROOT, rules)
+    return rules
 
 
 def _beside(root: str, top: str) -> Tuple[Tuple[str, bool], ...]:
@@ -335,7 +321,9 @@ def prepare_own_domain() -> None:
         return
     fd = libc.landlock_ruleset(_HANDLED, 0, REQUEST_SCOPES)
     try:
-        libc.landlock_allow_all(fd, packed_domain_plan())
+        for path, rights, directory in domain_plan():
+            libc.landlock_allow(fd, path, rights if directory else rights & libc.LANDLOCK_FILE_RIGHTS,
+                                directory=directory)
     except BaseException:
         os.close(fd)
         raise

@@ -177,56 +177,6 @@ def landlock_allow(ruleset: int, path: str, access: int, directory: bool = True)
         os.close(target)
 
 
-class LandlockRules:
-    """Rules ``(path, access, directory)`` packed for :func:`landlock_allow_all`: made once
-    (the zygote packs the rules every request's domain holds), added to each child's ruleset
-    in one call. ``access`` must already suit the kind (a rule on a file holds
-    ``LANDLOCK_FILE_RIGHTS`` at most)."""
-
-    def __init__(self, rules):
-        self.rules = tuple(rules)
-        n = len(self.rules)
-        self.paths = (ctypes.c_char_p * n)(*[os.fsencode(path) for path, _, _ in self.rules])
-        self.access = (ctypes.c_uint64 * n)(*[access for _, access, _ in self.rules])
-        self.directory = (ctypes.c_ubyte * n)(*[1 if d else 0 for _, _, d in self.rules])
-
-
-def bind_add_rules(lib):
-    """``zygo_landlock_add_rules`` of the loaded library ``lib`` (a ``ctypes.CDLL``) with its
-    signature set, or None when ``lib`` has no such symbol."""
-    func = getattr(lib, "zygo_landlock_add_rules", None)
-    if func is not None:
-        func.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
-                         ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_ubyte),
-                         ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
-        func.restype = ctypes.c_int
-    return func
-
-
-# zygo_landlock_add_rules (agents/native/zygo_fork.c, in the zygo_rand.so the supervisor
-# preloads into a fork-mode zygote), or None outside it: then each rule is its own call.
-_add_rules = bind_add_rules(_libc)
-
-
-def landlock_allow_all(ruleset: int, packed: LandlockRules) -> None:
-    """Add every rule of ``packed`` to the ruleset descriptor ``ruleset``, as
-    :func:`landlock_allow` does each (a missing path is skipped): one call into the
-    preloaded native library when the process has it. Raises ``OSError`` naming the path of
-    the first rule that failed (the rules before it are in the ruleset)."""
-    if _add_rules is None:
-        for path, access, directory in packed.rules:
-            landlock_allow(ruleset, path, access, directory)
-        return
-    failed, stage = ctypes.c_int(-1), ctypes.c_int(-1)
-    rc = _add_rules(ruleset, len(packed.rules), packed.paths, packed.access, packed.directory,
-                    ctypes.byref(failed), ctypes.byref(stage))
-    if rc != 0:
-        path = packed.rules[failed.value][0]
-        if stage.value == 0:  # the open, as os.open reports it
-            raise OSError(-rc, os.strerror(-rc), path)
-        raise OSError(-rc, f"landlock_add_rule({path}): " + os.strerror(-rc))
-
-
 def landlock_restrict(ruleset: int) -> None:
     """Set ``PR_SET_NO_NEW_PRIVS`` (``landlock_restrict_self`` requires it of a process
     without ``CAP_SYS_ADMIN``; bubblewrap has set it already in a sandbox) and enter the
