@@ -156,6 +156,15 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 				r, "AB"[i:i+1], ms(cpu["daemon"]), ms(cpu["zygote"]), ms(cpu["client"]), st.Throughput)
 		}
 	}
+	conns := make([]*invokeConn, len(sides)) // the 8-client rounds' client, one connection each
+	for i, s := range sides {
+		c, err := dialInvoke(ctx, s.d.sock, fn, `{"n": 100}`)
+		if err != nil {
+			return a, b, err
+		}
+		defer c.Close()
+		conns[i] = c
+	}
 	for n := 0; n < cfg.N1; n++ {
 		order := []int{0, 1}
 		if n%2 == 1 {
@@ -164,13 +173,13 @@ func RunAB(ctx context.Context, cfg ABConfig) (a, b ABSide, err error) {
 		for _, i := range order {
 			s := sides[i]
 			t := time.Now()
-			res, err := s.d.client.Invoke(ctx, fn, []byte(`{"n": 100}`))
+			res, err := conns[i].Do()
 			if err != nil {
 				return a, b, err
 			}
 			s.lat = append(s.lat, time.Since(t))
 			s.steps = append(s.steps, res.Phases)
-			s.forked = append(s.forked, res.Child == "forked")
+			s.forked = append(s.forked, res.Forked)
 			time.Sleep(cfg.Gap)
 		}
 	}

@@ -108,10 +108,14 @@ func (c *invokeConn) Do() (invokeAnswer, error) {
 // invokeOn runs n invokes of fn with event over conc connections to sock
 // (each connection one goroutine, a request at a time), starting one request
 // every gap when gap > 0 (traffic that leaves a pool time to refill; the
-// wall time excludes the gaps, as InvokePaced's always has). It returns
+// wall time excludes the gaps, as InvokePaced's always has, and includes
+// the dialling, as the SDK's connections made on first use did). It returns
 // each request's latency, steps and forked flag, in the order they started.
+// ctx ends the series: no request starts after it is done, the ones in
+// flight are cut off (their connections closed), and its error is returned.
 func invokeOn(ctx context.Context, sock, fn, event string, n, conc int, gap time.Duration) (lat []time.Duration, steps [][]wire.Timing, forked []bool, wall time.Duration, err error) {
 	lat, steps, forked = make([]time.Duration, n), make([][]wire.Timing, n), make([]bool, n)
+	t0 := time.Now()
 	conns := make([]*invokeConn, 0, conc)
 	defer func() {
 		for _, c := range conns {
@@ -125,9 +129,16 @@ func invokeOn(ctx context.Context, sock, fn, event string, n, conc int, gap time
 		}
 		conns = append(conns, c)
 	}
+	// A cancelled series closes its connections: a request waiting on one ends
+	// with an error at once instead of at doTimeout.
+	stop := context.AfterFunc(ctx, func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	defer stop()
 	next := make(chan int)
 	errs := make(chan error, conc)
-	t0 := time.Now()
 	for _, c := range conns {
 		go func() {
 			var first error
@@ -143,17 +154,29 @@ func invokeOn(ctx context.Context, sock, fn, event string, n, conc int, gap time
 			errs <- first
 		}()
 	}
+dispatch:
 	for i := range n {
 		if i > 0 && gap > 0 {
-			time.Sleep(gap)
+			select {
+			case <-time.After(gap):
+			case <-ctx.Done():
+				break dispatch
+			}
 		}
-		next <- i
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break dispatch
+		}
 	}
 	close(next)
 	for range conc {
 		if e := <-errs; e != nil && err == nil {
 			err = e
 		}
+	}
+	if ctx.Err() != nil {
+		err = ctx.Err() // what the requests cut off report is its consequence
 	}
 	wall = time.Since(t0) - time.Duration(max(n-1, 0))*gap
 	return lat, steps, forked, wall, err

@@ -266,10 +266,15 @@ func (b *runner) ideal() error {
 		return err
 	}
 	defer conn.Close()
+	zconn, err := dialInvoke(b.ctx, b.sock, "stats", event) // the warm series' client
+	if err != nil {
+		return err
+	}
+	defer zconn.Close()
 	var zl, il []time.Duration
 	zygo := func() error {
 		t := time.Now()
-		_, err := b.c.Invoke(b.ctx, "stats", []byte(event))
+		_, err := zconn.Do()
 		zl = append(zl, time.Since(t))
 		return err
 	}

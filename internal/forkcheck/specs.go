@@ -9,7 +9,7 @@ var PythonSpecs = map[string]Spec{
 	"os.urandom(16)":           {Expect: Differs, Why: "asks the kernel every call"},
 	"secrets.token_hex(16)":    {Expect: Differs, Why: "asks the kernel every call"},
 	"uuid.uuid1()":             {Expect: Differs, Why: "Zygo resets uuid1's state and uses a reseeded clock sequence (BH-09)"},
-	"ssl.RAND_bytes(16)":       {Expect: Differs, Why: "Zygo mixes fresh OS entropy into OpenSSL with ssl.RAND_add in every child (BH-04)"},
+	"ssl.RAND_bytes(16)":       {Expect: Differs, Why: "OpenSSL >= 1.1.1d reseeds from the OS after a fork (a child's pid differs from the zygote's); for an older one (or LibreSSL) Zygo mixes fresh OS entropy in with ssl.RAND_add in every child (BH-04)"},
 	"random.Random() made at import": {Expect: Differs,
 		Why: "generator objects made at import without a seed are found at warm-up and reseeded in every child"},
 	"tempfile name": {Expect: Differs, Why: "tempfile's name sequence is reset in every child (BH-19)"},

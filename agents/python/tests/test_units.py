@@ -101,6 +101,27 @@ class LibcryptoTest(unittest.TestCase):
                                  level == "info" and version.startswith("OpenSSL "))
 
 
+class ForkedReseedTest(unittest.TestCase):
+    """reseed_all(forked=True) leaves ssl.RAND_add out exactly when OpenSSL reseeds itself
+    after a fork (OPENSSL_RESEEDS_AFTER_FORK); otherwise, and when not forked, it runs."""
+
+    def test_openssl_hook_by_verdict(self):
+        calls = []
+        real = reseed.reseedcore.ssl.RAND_add
+        reseed.reseedcore.ssl.RAND_add = lambda data, entropy: calls.append(len(data))
+        self.addCleanup(setattr, reseed.reseedcore.ssl, "RAND_add", real)
+        saved = reseed.OPENSSL_RESEEDS_AFTER_FORK
+        self.addCleanup(setattr, reseed, "OPENSSL_RESEEDS_AFTER_FORK", saved)
+        for reseeds_itself, forked, expect in ((True, True, 0), (True, False, 1),
+                                               (False, True, 1), (False, False, 1)):
+            with self.subTest(reseeds_itself=reseeds_itself, forked=forked):
+                reseed.OPENSSL_RESEEDS_AFTER_FORK = reseeds_itself
+                del calls[:]
+                ran = reseed.reseed_all(forked=forked)
+                self.assertEqual(len(calls), expect)
+                self.assertEqual("openssl" in ran, expect == 1)
+
+
 class WireTest(unittest.TestCase):
     def setUp(self):
         self.a, self.b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -45,8 +45,8 @@ HANDLED = [
      "the interpreter: random, os.urandom, secrets, hash seeds and NumPy's SeedSequence are "
      "drawn here; the agent reseeds random, NumPy and import-time generators in every child"),
     (re.compile(r"^libcrypto\.so"),
-     "OpenSSL's DRBG: reseeded on fork by OpenSSL >= 1.1.1d, and children mix in fresh OS "
-     "entropy with ssl.RAND_add (the libcrypto check)"),
+     "OpenSSL's DRBG: reseeded on fork by OpenSSL >= 1.1.1d; children of an older one "
+     "(or of LibreSSL) mix in fresh OS entropy with ssl.RAND_add (the libcrypto check)"),
     (re.compile(r"^zygo_rand\.so$"), "the guard itself"),
 ]
 

@@ -56,7 +56,10 @@ def openssl_reseeds_after_fork(version: str, info) -> bool:
 # a forked child skips the ``openssl`` hook: OpenSSL renews its state from the kernel itself
 # at its first draw, and the hook's ssl.RAND_add cost every child about 0.17 ms and 34
 # copy-on-write faults on OpenSSL's DRBG state, used or not (BENCHMARKS, thirteenth round).
-# A sandbox restore keeps its process id, so the reseal (reseedcore in the SDK) still runs it.
+# What it relies on: a forked child's process id differs from the zygote's, which holds
+# while the zygote lives (it forks every child; the sandbox's filter refuses new pid
+# namespaces, so no process sees its pid again). A sandbox restore keeps its process id,
+# so the reseal (reseedcore in the SDK, the guest's interpreter) still runs the hook.
 OPENSSL_RESEEDS_AFTER_FORK = (reseedcore.ssl is not None and openssl_reseeds_after_fork(
     reseedcore.ssl.OPENSSL_VERSION, reseedcore.ssl.OPENSSL_VERSION_INFO))
 
@@ -71,10 +74,10 @@ def reseed_all(forked: bool = False) -> List[str]:
     """
     return reseedcore.reseed_all(generators=_import_time_generators, forget_tempdir=True,
                                  extra=[("native_known", nativerand.reseed_known)],
-                                 skip=_FORKED_SKIP if forked else ())
+                                 skip=_OPENSSL if forked and OPENSSL_RESEEDS_AFTER_FORK else ())
 
 
-_FORKED_SKIP = ("openssl",) if OPENSSL_RESEEDS_AFTER_FORK else ()
+_OPENSSL = ("openssl",)
 
 
 def reset_tempfile() -> None:
