@@ -2077,6 +2077,83 @@ one-client requests each):
   ~findRunnable~ 18%, the result's JSON decode 4%, the socket pair's creation and close 8%.
   None of these is a large share alone; point 3's 0.5 ms needs several of them cut, or fewer
   hand-offs between goroutines per request (each one a wake-up: ~epoll_pwait~, ~futex~).
+
+### Thirteenth round (lead): what a hurried child's steps cost, OpenSSL's own reseed, the bench's client
+
+- **Where the zygote side's CPU goes, beside the ideal server's** (~perf record -g~ of the
+  stats zygote and of the ideal server, each with every child it forks, over the same
+  ~-only ideal~ step: 1,200 requests each, one-client blocks and 8-client rounds alternating).
+  Zygo's tree took 1.88x the ideal's samples (38,508 against 20,467): its children's page
+  faults 17,349 against 9,064; its children's user space 9,701 against 3,705 (the
+  interpreter's own code, both trees: 7,640 against 3,152); the zygote's forks 6,505 against
+  the server's 4,295 (the zygote maps 224 areas and 19.4 MB of anonymous memory, the ideal
+  server 175 and 15.8 MB: the agent's modules, ~ssl~, ~ctypes~, ~uuid~); the children's
+  system calls about 2,600 against 470; the zygote's own faults 830 against the server's
+  1,412. The daemon's Go profile over the same run: 44% of its CPU in system calls, the
+  scheduler (~findRunnable~, ~park_m~, wake-ups) 23%, net/http outside the handler 11%, the
+  cgroup moves 7%, the result's read and JSON decode 7%.
+- **A hurried child, step by step** (a probe: the agent tests' harness outside bwrap with the
+  request directories on a tmpfs, the agent's step timer reading ~getrusage~ instead of the
+  clock; 200 hurried stats requests; CPU and minor faults a request): from the fork to the
+  child's first line 1.06 ms and 284 faults (the interpreter's after-fork work; the ideal
+  child pays it too), ~pre.fdreset~ 0.46 ms and 90 (the first Python code after the fork:
+  a build without the step moved its faults to the next one), ~hello~ and ~go~ 0.36 ms and
+  72, ~stdio~ 0.22 and 37, the reseed 0.70 and 130 (~random~ 0.08/17, NumPy 0.26/43,
+  OpenSSL 0.17/34, ~uuid1~ 0.03/7, generator objects 0.07/12), ~tmpdir~ 0.12 and 20,
+  ~dumpable~ 0.06 and 12, ~landlock~ 0.24 and 36, the event 0.09 and 10, the handler 0.94 and
+  157, the result's encode and flush 0.09 and 10, the result's write and the exit 1.9-2.0 ms:
+  893 faults and 6.4 ms in all. Upper bounds, the same harness in interleaved blocks with
+  steps removed (not a design, a measurement): without the descriptors, stdio, ~TMPDIR~,
+  ~dumpable~ and Landlock steps 875 -> 786 faults and 7.00 -> 5.94 ms (0.85x); Landlock
+  alone 0.94x, stdio with ~TMPDIR~ and ~dumpable~ 0.95x, the descriptors alone 1.00x.
+- **A forked child no longer adds OS bytes to OpenSSL** (ee87289; docs/protocol.md rule 7,
+  docs/fork-safety.md): OpenSSL 1.1.1d and later keeps the process id its generators were
+  seeded in and reseeds them from the kernel at their first use in a process with another
+  id (the fix of CVE-2019-1549), so the agent's ~ssl.RAND_add~ in every child only made it
+  reseed early, whether the request drew from OpenSSL or not. A forked child now skips the
+  hook for such an OpenSSL (not for older ones, the 3.0.0 development releases or LibreSSL;
+  the ~libcrypto~ warm-up check says which); a restore keeps its process id, so the
+  sandboxes' reseal still runs it. Tests: agent ~test_BH04_openssl_reseeds_itself_after_fork~
+  (a function counting ~ssl.RAND_add~: none in pre-warmed and hurried children, and
+  ~RAND_bytes~ distinct in every one; it fails when the hook runs), the verdict table in
+  ~test_units~, ~reseed_all(skip=)~ in ~test_reseedcore~. A/B against ee0c685 (4 rounds of
+  500 at 8 clients, 300 one-client requests): children's faults 902.8 -> 865.7 a request,
+  zygote side 0.97x, ~child.reseed~ 0.212 -> 0.176 ms, one-client p50 0.89x, throughput 1.09x
+  (the host sped up in the second half; read the zygote side).
+- **The bench's client** (ad70524): the warm series now send their invokes over persistent
+  HTTP/1.1 connections, one a client, with the request's bytes made once and the answer read
+  by net/http's ~ReadResponse~ (~invokeConn~, internal/bench/httpconn.go), as the ideal
+  server's series use one line-protocol connection a client; the SDK's client ran a
+  goroutine a request and two a connection. The pool row's function figure stays on the SDK,
+  like the pool's runs it is compared with. Two runs of each bench binary, alternating: the
+  client's CPU 0.39-0.42 -> 0.26-0.27 ms a request (0.16-0.26 ms in this round's later ~-ab~
+  runs, against 0.10-0.17 ms for the line protocol); the throughput ratio read 0.55 and 0.56
+  with the old client, 0.58 and 0.56 with the new one.
+- **Tried and not kept:**
+  - *The request's Landlock rules added in C* (a6162ed, 0e3767f, reverted): the rules every
+    domain holds packed once in the zygote and added by one call into the preloaded guard,
+    the request's own directory by another. Side by side (4 rounds of 500): children's
+    faults 868 -> 864, zygote side 1.01x, throughput 1.00x, p50 0.96x. The domain's cost is
+    the kernel's (the paths' opens and the rules), not the Python calls around it.
+  - *The zygote's stdio flushed once per entry into the C loop* (every later fork flushing
+    C's streams only, no Python run between forks): the zygote's own faults 45 -> 13.6 a
+    request, but its children's 896 -> 906 (the pages the zygote no longer writes stay
+    shared, and each child copies them instead), zygote side 1.00x, throughput 1.00x.
+  - *The child's text streams made once in the zygote* (over descriptors 1 and 2 while they
+    pointed at ~/dev/null~, so that they read as seekable; a child would only have pointed 1
+    and 2 at its files): the probe above, 16 interleaved blocks of 40 hurried requests,
+    children's faults 853.9 -> 853.8 and CPU 7.03 -> 7.00 ms a request. What ~stdio~ costs is
+    the files' opens and the first use of the pages, not the objects. Not made.
+  - *~GOMAXPROCS=1~ for the daemon*, a third time (4 rounds of 500, the guard beside both
+    builds): daemon CPU 0.85x, system calls 86.4 -> 75.7 and context switches 15.3 -> 7.5 a
+    request, zygote side 1.02x, throughput 1.00x, one-client p50 1.05x and p90 1.03x, as in
+    the ninth round: one P serialises the daemon's goroutines behind each other on the
+    request path. A first run of it had no guard beside either build (the zygotes' loop in
+    Python): 0.85x, 1.04x and 1.04x.
+- **Every warm figure is read through one client now**: the warm series, the one-client
+  blocks and 8-client rounds beside the ideal server, the cold step's cold and warm requests
+  and ~-ab~'s series all use ~invokeConn~; only the pool row's function figure uses the SDK,
+  as the pool's runs it is compared with do.
 `
 
 // boundsText explains, for the targets of the performance issue, what
