@@ -2161,28 +2161,29 @@ one-client requests each):
 const boundsText = `
 ## What bounds the targets
 
-- **This run's host.** This table (14:11 on 2026-12-03, the twelfth round's final tree:
-  ~hurry~, pools' events in go, the request socket made non-blocking; nothing else of ours
-  running) met a middling spell of the host (the fork floor 1.82 ms; 1.35 ms at the eleventh
-  round's fast 10:35, 1.66 ms at its slow 09:45). Since this round, targets 1, 2 and 4 are
-  read from series interleaved with what they are compared with (the ideal server; the cold
-  starts), so a change of the host's speed within minutes moves both sides. The round's
-  other full runs: 13:38 (floor 1.96 ms) read warm p50 / ideal 1.12x, throughput / ideal
-  0.54x, daemon CPU 0.81 ms, cold/warm 55.8x, Node 1.4x; 13:15 (floor 2.12 ms) 1.15x, 0.58x,
-  1.01 ms and 49.2x (the old back-to-back cold layout). Met in this table: **warm p50 /
-  ideal 1.15x**, **cold/warm 51.0x**, Node 1.2x. Not met: **8-client throughput, 0.56x**
-  (0.46-0.58x over this round's runs; 0.40-0.54x in the eleventh's): Zygo's daemon and
-  zygote side cost 1.79x the ideal server's CPU per request in the same rounds (0.79 + 6.12
-  against 3.87 ms), the zygote side mostly in the kernel (fork, copy-on-write faults, exit:
-  about 940 page faults a request against the ideal's 450; which writes copy a child's pages
-  is in the twelfth round), and the bench's own HTTP client 0.31 ms a request against
-  0.12 ms for the ideal's line protocol, on the same 2 cores; **the daemon's CPU, 0.72 ms**
-  here (0.61-1.01 ms over the last two rounds' runs, with the host's speed: it grows with
-  the time between requests, not with the zygote's size or the number of functions: the
-  tenth round). The changes of this round, side by side with the tree before each (~-ab~,
-  same minutes): ~hurry~ zygote side 0.95x and throughput 1.05x (8 rounds of 600); the
-  request socket made non-blocking, daemon system calls 90-92 -> 87.5-89.4 a request and
-  daemon CPU 0.96x (4 rounds of 500).
+- **This run's host.** This table (15:37 on 2026-12-03, the thirteenth round's final tree:
+  a forked child no longer ~ssl.RAND_add~s into an OpenSSL that reseeds itself after a fork;
+  the bench's warm series through its own persistent HTTP/1.1 connections; nothing else of
+  ours running) met a middling spell of the host (the fork floor 1.51 ms; 1.42 ms at 15:09,
+  2.83 ms at 15:29 right after a CI run, 1.82 ms at the twelfth round's 14:11). Targets 1,
+  2 and 4 are read from series interleaved with what they are compared with (the ideal
+  server; the cold starts), so a change of the host's speed within minutes moves both
+  sides. The round's other full runs: 15:09 read warm p50 / ideal 1.17x, throughput / ideal
+  0.53x, daemon CPU 0.63 ms, cold/warm 49.2x (the warm requests beside the cold ones still
+  through the SDK's client then), Node 1.2x; 15:29 (a slow spell) 1.08x, 0.57x, 0.93 ms,
+  42.7x, Node 1.1x. Met in this table: **warm p50 / ideal 1.19x**, **cold/warm 60.4x**,
+  Node 1.1x. Not met: **8-client throughput, 0.55x** (0.53-0.57x over this round's runs,
+  0.46-0.58x over the twelfth's): Zygo's daemon and zygote side cost 1.84x the ideal
+  server's CPU per request in the same rounds (0.75 + 5.84 against 3.58 ms), the zygote side
+  mostly in the kernel (fork, copy-on-write faults, exit: about 865 page faults a request
+  against the ideal's 450-570; what a hurried child's steps cost one by one is in the
+  thirteenth round), and the bench's own client 0.19 ms a request against 0.11 ms for the
+  ideal's line protocol (0.31 against 0.12 ms with the SDK's client in the twelfth round);
+  **the daemon's CPU, 0.77 ms** here (0.63-0.93 ms over this round's runs, with the host's
+  speed: it grows with the time between requests, not with the zygote's size or the number
+  of functions: the tenth round). The change of this round to the request path, side by
+  side with the tree before it (~-ab~, 4 rounds of 500): the OpenSSL hook skipped in forked
+  children, children's faults 903 -> 866 a request and zygote side 0.97x.
 - **The request's Landlock domain since the tenth round's security fix** (it now handles
   reading files and every change to the filesystem, and is entered after GO; docs/security.md):
   A/B against the tree before it (~-ab~, 2 rounds of 300 at 8 clients and 300 one-client
@@ -2191,8 +2192,9 @@ const boundsText = `
   17 rules made before ~hello~) and ~child.pre.landlock~ 0.151 -> 0 (nothing entered ahead);
   throughput 1.02x, one-client p50 0.91x, daemon CPU 1.02x, zygote side 0.97x: within noise.
 - **Pools on this host.** The pool row read 1.54x, 1.18x and 1.69x the function's p50 in the
-  tenth round's three runs, 1.41x and 1.73x in the eleventh's and 1.04x, 1.43x and 1.59x in
-  the twelfth's (target 1.3x; pools' events travel in go since the twelfth);
+  tenth round's three runs, 1.41x and 1.73x in the eleventh's, 1.04x, 1.43x and 1.59x in
+  the twelfth's and 1.19x, 1.39x and 1.45x in the thirteenth's (target 1.3x; pools' events
+  travel in go since the twelfth; both sides of the row use the SDK's client);
   the same step run twice with each binary, alternating, gave 1.48x and 1.50x for the tree
   before this round's security changes and 1.38x and 1.67x for this one: the pool's ratio on
   this host is 1.2-1.7x either way (1.09-1.39x in earlier runs on other hosts), not a cost of
