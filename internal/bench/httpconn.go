@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/zygo-run/zygo/sdk/go/wire"
@@ -21,10 +23,10 @@ import (
 // is the same preformatted bytes (POST /v1/functions/FN/invoke with the
 // event); the answer is parsed by net/http's ReadResponse. It exists so that
 // the bench's own client, which shares the 2 cores with what it measures,
-// costs per request about what the ideal's line protocol costs: the SDK's
-// client (a Transport with a read and a write goroutine per connection and
-// a goroutine per request here) cost 0.3-0.5 ms of CPU a request against the
-// line protocol's 0.1-0.17 ms (BENCHMARKS, twelfth round). The daemon sees
+// costs less of them: the SDK's client (a Transport with a read and a write
+// goroutine per connection and a goroutine per request here) cost 0.3-0.5 ms
+// of CPU a request, this one 0.19-0.27 ms, the ideal's line protocol
+// 0.11-0.17 ms (BENCHMARKS, twelfth and thirteenth rounds). The daemon sees
 // the same requests as from any HTTP/1.1 client; the SDK's Invoke stays
 // covered by the e2e tests.
 type invokeConn struct {
@@ -33,10 +35,14 @@ type invokeConn struct {
 	req  []byte // the whole request, written once per Do
 	fn   string
 	body []byte // the last answer's body, reused
+	ctx  context.Context
+	stop func() bool // ends the context's hold on the connection (Close)
 }
 
 // dialInvoke connects to the daemon's socket sock for invokes of fn with
-// event (a JSON document). The caller owns the connection: Close it.
+// event (a JSON document). The caller owns the connection: Close it. When
+// ctx ends the connection is closed: a request in flight on it ends at once,
+// and every Do after it fails with ctx's error.
 func dialInvoke(ctx context.Context, sock, fn, event string) (*invokeConn, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", sock)
@@ -45,11 +51,16 @@ func dialInvoke(ctx context.Context, sock, fn, event string) (*invokeConn, error
 	}
 	req := "POST /v1/functions/" + url.PathEscape(fn) + "/invoke HTTP/1.1\r\nHost: zygo\r\n" +
 		"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(event)) + "\r\n\r\n" + event
-	return &invokeConn{conn: conn, r: bufio.NewReaderSize(conn, 4096), req: []byte(req), fn: fn}, nil
+	c := &invokeConn{conn: conn, r: bufio.NewReaderSize(conn, 4096), req: []byte(req), fn: fn, ctx: ctx}
+	c.stop = context.AfterFunc(ctx, func() { conn.Close() })
+	return c, nil
 }
 
 // Close closes the connection.
-func (c *invokeConn) Close() error { return c.conn.Close() }
+func (c *invokeConn) Close() error {
+	c.stop()
+	return c.conn.Close()
+}
 
 // invokeAnswer is what the bench reads from an answer: the daemon's timed
 // steps (Server-Timing) and whether the child was forked for the request
@@ -67,6 +78,17 @@ const doTimeout = 2 * time.Minute
 // 200, or one that closes the connection, is an error naming the status and
 // the body's first bytes.
 func (c *invokeConn) Do() (invokeAnswer, error) {
+	a, err := c.do()
+	if err != nil && c.ctx.Err() != nil {
+		err = fmt.Errorf("invoking %s: %w", c.fn, c.ctx.Err()) // what closed the connection
+	}
+	return a, err
+}
+
+func (c *invokeConn) do() (invokeAnswer, error) {
+	if err := c.ctx.Err(); err != nil {
+		return invokeAnswer{}, err
+	}
 	if err := c.conn.SetDeadline(time.Now().Add(doTimeout)); err != nil {
 		return invokeAnswer{}, err
 	}
@@ -109,10 +131,11 @@ func (c *invokeConn) Do() (invokeAnswer, error) {
 // (each connection one goroutine, a request at a time), starting one request
 // every gap when gap > 0 (traffic that leaves a pool time to refill; the
 // wall time excludes the gaps, as InvokePaced's always has, and includes
-// the dialling, as the SDK's connections made on first use did). It returns
-// each request's latency, steps and forked flag, in the order they started.
-// ctx ends the series: no request starts after it is done, the ones in
-// flight are cut off (their connections closed), and its error is returned.
+// dialling the conc connections). It returns each request's latency, steps
+// and forked flag, in the order they started. The first failed request ends
+// the series (no request starts after it) and is the error; so does ctx
+// ending (the requests in flight are cut off by their connections closing),
+// its error joined to the first request's when one failed before.
 func invokeOn(ctx context.Context, sock, fn, event string, n, conc int, gap time.Duration) (lat []time.Duration, steps [][]wire.Timing, forked []bool, wall time.Duration, err error) {
 	lat, steps, forked = make([]time.Duration, n), make([][]wire.Timing, n), make([]bool, n)
 	t0 := time.Now()
@@ -129,16 +152,10 @@ func invokeOn(ctx context.Context, sock, fn, event string, n, conc int, gap time
 		}
 		conns = append(conns, c)
 	}
-	// A cancelled series closes its connections: a request waiting on one ends
-	// with an error at once instead of at doTimeout.
-	stop := context.AfterFunc(ctx, func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	defer stop()
 	next := make(chan int)
 	errs := make(chan error, conc)
+	failed := make(chan struct{}) // closed by the first request that fails
+	var once sync.Once
 	for _, c := range conns {
 		go func() {
 			var first error
@@ -149,7 +166,9 @@ func invokeOn(ctx context.Context, sock, fn, event string, n, conc int, gap time
 				t := time.Now()
 				a, err := c.Do()
 				lat[i], steps[i], forked[i] = time.Since(t), a.Phases, a.Forked
-				first = err
+				if first = err; err != nil {
+					once.Do(func() { close(failed) })
+				}
 			}
 			errs <- first
 		}()
@@ -161,11 +180,15 @@ dispatch:
 			case <-time.After(gap):
 			case <-ctx.Done():
 				break dispatch
+			case <-failed:
+				break dispatch
 			}
 		}
 		select {
 		case next <- i:
 		case <-ctx.Done():
+			break dispatch
+		case <-failed:
 			break dispatch
 		}
 	}
@@ -175,8 +198,8 @@ dispatch:
 			err = e
 		}
 	}
-	if ctx.Err() != nil {
-		err = ctx.Err() // what the requests cut off report is its consequence
+	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		err = errors.Join(ctx.Err(), err) // a request that failed first stays in the report
 	}
 	wall = time.Since(t0) - time.Duration(max(n-1, 0))*gap
 	return lat, steps, forked, wall, err

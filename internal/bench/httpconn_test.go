@@ -98,3 +98,50 @@ func TestInvokeOnStopsWhenTheContextEnds(t *testing.T) {
 		t.Fatalf("paced: returned after %v with %v, want soon after 100ms with DeadlineExceeded", took, err)
 	}
 }
+
+func TestInvokeOnStopsAtTheFirstFailure(t *testing.T) {
+	var n atomic.Int64
+	sock := serveUnix(t, func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			http.Error(w, `{"code":"crashed"}`, http.StatusInternalServerError)
+			return
+		}
+		w.Write([]byte("{}\n"))
+	})
+	// Paced: the series must not go on pausing between requests it will not make.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	_, _, _, _, err := invokeOn(ctx, sock, "stats", `{}`, 40, 1, 25*time.Millisecond)
+	if took := time.Since(t0); took > 500*time.Millisecond {
+		t.Errorf("returned after %v; the first request failed at once", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "500") {
+		t.Fatalf("err = %v, want the first request's 500", err)
+	}
+	if n.Load() > 2 {
+		t.Errorf("%d requests served after the first failed", n.Load()-1)
+	}
+}
+
+func TestInvokeConnEndsWithItsContext(t *testing.T) {
+	sock := serveUnix(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Second)
+		w.Write([]byte("{}\n"))
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	c, err := dialInvoke(ctx, sock, "stats", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.AfterFunc(50*time.Millisecond, cancel)
+	t0 := time.Now()
+	_, err = c.Do() // in flight when the context ends
+	if took := time.Since(t0); took > 500*time.Millisecond || !errors.Is(err, context.Canceled) {
+		t.Fatalf("in flight: returned after %v with %v, want soon after 50ms with context.Canceled", took, err)
+	}
+	if _, err = c.Do(); !errors.Is(err, context.Canceled) { // and after it
+		t.Fatalf("after: %v, want context.Canceled", err)
+	}
+}

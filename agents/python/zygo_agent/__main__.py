@@ -139,9 +139,9 @@ def _init_openssl_random() -> None:
     built in a child, it was 1-3 ms of CPU per request, mostly copy-on-write faults on
     OpenSSL's tables. What every child still does is unchanged: OpenSSL (>= 1.1.1d) reseeds
     its DRBGs from the kernel at their first use after the fork (it tracks the process id),
-    and for an older one (or LibreSSL) the child's reseed mixes in fresh OS entropy with
-    ``ssl.RAND_add`` (rule 7, :data:`reseed.OPENSSL_RESEEDS_AFTER_FORK`); the byte drawn here
-    is discarded (after warm-up's native-randomness snapshot, so the
+    and for an older one (a 3.0.0 development release, LibreSSL) the child's reseed mixes in
+    fresh OS entropy with ``ssl.RAND_add`` (rule 7, :data:`reseed.OPENSSL_RESEEDS_AFTER_FORK`);
+    the byte drawn here is discarded (after warm-up's native-randomness snapshot, so the
     report is unchanged). Returns nothing."""
     ssl.RAND_bytes(1)
 

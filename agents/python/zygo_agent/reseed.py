@@ -43,11 +43,14 @@ def openssl_reseeds_after_fork(version: str, info) -> bool:
     (``ssl.OPENSSL_VERSION_INFO``) reseeds its DRBGs from the operating system at their first
     use after a fork: OpenSSL 1.1.1d and later (the fix of CVE-2019-1549: a DRBG keeps the
     process id it was seeded in and reseeds when it differs), but not the 3.0.0 development
-    releases (openssl/openssl#12377) nor LibreSSL (not checked here)."""
+    releases (openssl/openssl#12377), a 1.x development or beta build (``info[4]`` below 15:
+    a 1.1.1d-dev snapshot may predate the fix) nor LibreSSL (not checked here)."""
     if not version.startswith("OpenSSL "):
         return False
-    major, minor, fix, patch = tuple(info[:4])
+    major, minor, fix, patch, status = tuple(info[:5])
     if (major, minor, fix) < (1, 1, 1) or ((major, minor, fix) == (1, 1, 1) and patch < 4):
+        return False
+    if major < 3 and status != 15:  # 3.x's status is 0 for a release too
         return False
     return not ((major, minor, fix) == (3, 0, 0) and re.search(r"alpha|beta|dev", version))
 
@@ -56,9 +59,8 @@ def openssl_reseeds_after_fork(version: str, info) -> bool:
 # a forked child skips the ``openssl`` hook: OpenSSL renews its state from the kernel itself
 # at its first draw, and the hook's ssl.RAND_add cost every child about 0.17 ms and 34
 # copy-on-write faults on OpenSSL's DRBG state, used or not (BENCHMARKS, thirteenth round).
-# What it relies on: a forked child's process id differs from the zygote's, which holds
-# while the zygote lives (it forks every child; the sandbox's filter refuses new pid
-# namespaces, so no process sees its pid again). A sandbox restore keeps its process id,
+# What it relies on: a forked child's process id differs from the zygote's (no two live
+# processes share one, and the sandbox's filter refuses new pid namespaces). A sandbox restore keeps its process id,
 # so the reseal (reseedcore in the SDK, the guest's interpreter) still runs the hook.
 OPENSSL_RESEEDS_AFTER_FORK = (reseedcore.ssl is not None and openssl_reseeds_after_fork(
     reseedcore.ssl.OPENSSL_VERSION, reseedcore.ssl.OPENSSL_VERSION_INFO))
