@@ -2,10 +2,10 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -34,7 +34,7 @@ type invokeConn struct {
 	r    *bufio.Reader
 	req  []byte // the whole request, written once per Do
 	fn   string
-	body []byte // the last answer's body, reused
+	body bytes.Buffer // the last answer's body, reused
 	ctx  context.Context
 	stop func() bool // ends the context's hold on the connection (Close)
 }
@@ -99,24 +99,14 @@ func (c *invokeConn) do() (invokeAnswer, error) {
 	if err != nil {
 		return invokeAnswer{}, fmt.Errorf("invoking %s: reading the answer: %w", c.fn, err)
 	}
-	c.body = c.body[:0]
-	for {
-		if len(c.body) == cap(c.body) {
-			c.body = append(c.body, 0)[:len(c.body)]
-		}
-		n, err := resp.Body.Read(c.body[len(c.body):cap(c.body)])
-		c.body = c.body[:len(c.body)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			resp.Body.Close()
-			return invokeAnswer{}, fmt.Errorf("invoking %s: reading the answer: %w", c.fn, err)
-		}
+	c.body.Reset()
+	if _, err := c.body.ReadFrom(resp.Body); err != nil {
+		resp.Body.Close()
+		return invokeAnswer{}, fmt.Errorf("invoking %s: reading the answer: %w", c.fn, err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return invokeAnswer{}, fmt.Errorf("invoking %s: %s: %.300s", c.fn, resp.Status, strings.TrimSpace(string(c.body)))
+		return invokeAnswer{}, fmt.Errorf("invoking %s: %s: %.300s", c.fn, resp.Status, strings.TrimSpace(c.body.String()))
 	}
 	if resp.Close {
 		return invokeAnswer{}, fmt.Errorf("invoking %s: the daemon closed the connection after its answer", c.fn)

@@ -11,7 +11,6 @@ no state, except that :func:`run` returns the NumPy generators the children must
 import gc
 import os
 import random
-import re
 import socket
 import ssl
 import sys
@@ -281,23 +280,17 @@ def libcrypto_verdict(version: str, info: Tuple[int, ...]) -> Tuple[str, str]:
     """Return ``(level, detail)`` for an OpenSSL ``version`` string and its
     ``OPENSSL_VERSION_INFO`` tuple ``(major, minor, fix, patch, status)``.
 
-    Known bad: before 1.1.1d (CVE-2019-1549, fork protection off; 1.0.x has none) and the
-    3.0.0 development releases (openssl/openssl#12377, identical ``RAND_bytes`` in children).
-    Children of those, and of LibreSSL, mix fresh OS entropy in with ``ssl.RAND_add``; any
+    Known bad: :func:`reseed.openssl_fork_problem` (before 1.1.1d, the 3.0.0 development
+    releases). Children of those, and of LibreSSL, mix fresh OS entropy in with ``ssl.RAND_add``; any
     other OpenSSL reseeds itself from the OS at its first draw after the fork, and children
     skip it (:func:`reseed.openssl_reseeds_after_fork` decides).
     """
     if version.startswith("LibreSSL"):
         return "info", f"{version} (children also mix in OS entropy with ssl.RAND_add)"
-    major, minor, fix, patch = info[:4]
-    if (major, minor, fix) < (1, 1, 1) or ((major, minor, fix) == (1, 1, 1) and patch < 4):
-        return "warn", (f"{version} predates 1.1.1d: no reliable fork protection "
-                        "(CVE-2019-1549); children mix in OS entropy with ssl.RAND_add, "
+    problem = reseed.openssl_fork_problem(version, info)
+    if problem is not None:
+        return "warn", (f"{version} {problem}; children mix in OS entropy with ssl.RAND_add, "
                         "upgrade libcrypto")
-    if (major, minor, fix) == (3, 0, 0) and re.search(r"alpha|beta|dev", version):
-        return "warn", (f"{version} is a 3.0.0 development release whose children repeat "
-                        "RAND_bytes (openssl/openssl#12377); children mix in OS entropy "
-                        "with ssl.RAND_add, upgrade libcrypto")
     if reseed.openssl_reseeds_after_fork(version, info):
         return "info", (f"{version} (reseeds its generators from the OS at their first use "
                         "after a fork)")
