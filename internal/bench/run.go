@@ -2161,29 +2161,30 @@ one-client requests each):
 const boundsText = `
 ## What bounds the targets
 
-- **This run's host.** This table (15:37 on 2026-12-03, the thirteenth round's final tree:
+- **This run's host.** This table (16:11 on 2026-12-03, the thirteenth round's final tree:
   a forked child no longer ~ssl.RAND_add~s into an OpenSSL that reseeds itself after a fork;
   the bench's warm series through its own persistent HTTP/1.1 connections; nothing else of
-  ours running) met a middling spell of the host (the fork floor 1.51 ms; 1.42 ms at 15:09,
-  2.83 ms at 15:29 right after a CI run, 1.82 ms at the twelfth round's 14:11). Targets 1,
-  2 and 4 are read from series interleaved with what they are compared with (the ideal
-  server; the cold starts), so a change of the host's speed within minutes moves both
-  sides. The round's other full runs: 15:09 read warm p50 / ideal 1.17x, throughput / ideal
-  0.53x, daemon CPU 0.63 ms, cold/warm 49.2x (the warm requests beside the cold ones still
-  through the SDK's client then), Node 1.2x; 15:29 (a slow spell) 1.08x, 0.57x, 0.93 ms,
-  42.7x, Node 1.1x. Met in this table: **warm p50 / ideal 1.19x**, **cold/warm 60.4x**,
-  Node 1.1x. Not met: **8-client throughput, 0.55x** (0.53-0.57x over this round's runs,
-  0.46-0.58x over the twelfth's): Zygo's daemon and zygote side cost 1.84x the ideal
-  server's CPU per request in the same rounds (0.75 + 5.84 against 3.58 ms), the zygote side
-  mostly in the kernel (fork, copy-on-write faults, exit: about 865 page faults a request
-  against the ideal's 450-570; what a hurried child's steps cost one by one is in the
-  thirteenth round), and the bench's own client 0.19 ms a request against 0.11 ms for the
-  ideal's line protocol (0.31 against 0.12 ms with the SDK's client in the twelfth round);
-  **the daemon's CPU, 0.77 ms** here (0.63-0.93 ms over this round's runs, with the host's
-  speed: it grows with the time between requests, not with the zygote's size or the number
-  of functions: the tenth round). The change of this round to the request path, side by
-  side with the tree before it (~-ab~, 4 rounds of 500): the OpenSSL hook skipped in forked
-  children, children's faults 903 -> 866 a request and zygote side 0.97x.
+  ours running) met a middling spell of the host (the fork floor 1.62 ms; 1.42 ms at 15:09,
+  2.83 ms at 15:29 right after a CI run, 1.51 ms at 15:37). Targets 1, 2 and 4 are read
+  from series interleaved with what they are compared with (the ideal server; the cold
+  starts), so a change of the host's speed within minutes moves both sides. The round's
+  other full runs read warm p50 / ideal 1.17x, 1.08x and 1.19x; throughput / ideal 0.53x,
+  0.57x and 0.55x; daemon CPU 0.63, 0.93 and 0.77 ms; cold/warm 49.2x (the warm requests
+  beside the cold ones still through the SDK's client then), 42.7x (the slow spell) and
+  60.4x; Node 1.2x, 1.1x and 1.1x. Met in this table: **warm p50 / ideal 1.20x**,
+  **cold/warm 58.3x**, Node 0.9x. Not met: **8-client throughput, 0.51x** (0.51-0.57x over
+  this round's runs, 0.46-0.58x over the twelfth's): Zygo's daemon and zygote side cost
+  1.98x the ideal server's CPU per request in the same rounds (0.90 + 7.21 against 4.10 ms;
+  1.75-1.94x in the round's other runs), the zygote side mostly in the kernel (fork,
+  copy-on-write faults, exit: about 865 page faults a request against the ideal's 450-570;
+  what a hurried child's steps cost one by one is in the thirteenth round), and the bench's
+  own client 0.21 ms a request against 0.14 ms for the ideal's line protocol (0.31 against
+  0.12 ms with the SDK's client in the twelfth round); **the daemon's CPU, 0.86 ms** here
+  (0.63-0.93 ms over this round's runs, with the host's speed: it grows with the time
+  between requests, not with the zygote's size or the number of functions: the tenth
+  round). The change of this round to the request path, side by side with the tree before
+  it (~-ab~, 4 rounds of 500): the OpenSSL hook skipped in forked children, children's
+  faults 903 -> 866 a request and zygote side 0.97x.
 - **The request's Landlock domain since the tenth round's security fix** (it now handles
   reading files and every change to the filesystem, and is entered after GO; docs/security.md):
   A/B against the tree before it (~-ab~, 2 rounds of 300 at 8 clients and 300 one-client
@@ -2193,7 +2194,7 @@ const boundsText = `
   throughput 1.02x, one-client p50 0.91x, daemon CPU 1.02x, zygote side 0.97x: within noise.
 - **Pools on this host.** The pool row read 1.54x, 1.18x and 1.69x the function's p50 in the
   tenth round's three runs, 1.41x and 1.73x in the eleventh's, 1.04x, 1.43x and 1.59x in
-  the twelfth's and 1.19x, 1.39x and 1.45x in the thirteenth's (target 1.3x; pools' events
+  the twelfth's and 1.19x, 1.39x, 1.45x and 1.39x in the thirteenth's (target 1.3x; pools' events
   travel in go since the twelfth; both sides of the row use the SDK's client);
   the same step run twice with each binary, alternating, gave 1.48x and 1.50x for the tree
   before this round's security changes and 1.38x and 1.67x for this one: the pool's ratio on
