@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,11 @@ type Spec struct {
 	// caller) the Python agent puts on sys.path right after it, in order (zygo.toml's
 	// python_path). Python only.
 	PythonPath []string
+	// MemoryMiB is the memory limit of the sandbox's own cgroup (MiB; 0:
+	// none is enforced), passed to the Python agent as --memory-mib: a
+	// fork-mode zygote moves machine code onto huge pages only within half
+	// of it (agents/python/zygo_agent/hugetext.py).
+	MemoryMiB int
 	// RunDir is a host directory private to this zygote; Start creates
 	// RunDir/req (bound at /run/zygo/req), RunDir/scratch/tmp (bound at
 	// /tmp) and RunDir/scratch/shm (bound at /dev/shm).
@@ -410,6 +416,9 @@ func (z *Process) command(remote, statusW, blockR *os.File) (*exec.Cmd, error) {
 		box.Args = []string{"-I", "-c", bootstrap, "--code", nsbox.CodeDir, "--handler", z.spec.Handler, "--mode", string(z.spec.Mode)}
 		for _, p := range z.spec.PythonPath {
 			box.Args = append(box.Args, "--path", p)
+		}
+		if z.spec.MemoryMiB > 0 {
+			box.Args = append(box.Args, "--memory-mib", strconv.Itoa(z.spec.MemoryMiB))
 		}
 	}
 	box.Env = append([]string{

@@ -106,6 +106,7 @@ func (l *sandboxLauncher) spec(opts RunnerOptions, mode agentproc.Mode) agentpro
 	}
 	if l.cfg.Limiter != nil {
 		spec.Cgroup = l.sandboxCgroup(opts, id)
+		spec.MemoryMiB = man.Limits.ZygoteMemoryMiB
 	}
 	return spec
 }

@@ -246,3 +246,51 @@ func groupExists(ctrl, p string) bool {
 	st, err := os.Stat(groupDir(ctrl, p))
 	return err == nil && st.IsDir()
 }
+
+// The interpreter's code is on huge pages in a fork-mode zygote when half of
+// zygote_memory_mib leaves room for it (agents/python/zygo_agent/hugetext.py),
+// and not when the zygote's resident memory already takes half. A request's
+// child sees what its zygote has: read-only anonymous mappings on huge pages.
+func TestInterpreterCodeOnHugePagesWithinTheZygoteLimit(t *testing.T) {
+	if _, err := os.Stat("/sys/kernel/mm/transparent_hugepage"); err != nil {
+		t.Skip("this kernel has no transparent huge pages (CONFIG_TRANSPARENT_HUGEPAGE): nothing to move code onto")
+	}
+	d := startDaemon(t, "")
+	const handler = `
+import os
+HELD = bytearray(int(os.environ.get("HOLD_MIB", "0")) << 20)
+for i in range(0, len(HELD), 4096):
+    HELD[i] = 1
+
+def handler(event, ctx):
+    kib, current = 0, None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if "-" in fields[0] and not fields[0].endswith(":"):
+                current = fields[1] == "r-xp" and len(fields) == 5  # no path: anonymous
+            elif fields[0] == "AnonHugePages:" and current:
+                kib += int(fields[1])
+    return kib
+`
+	cases := []struct {
+		name, extra string
+		want        bool
+	}{
+		{"hugedefault", "", true},
+		// 40 MiB held and the interpreter's own: more than half of 96 MiB.
+		{"hugetight", "[limits]\nzygote_memory_mib = 96\n[env]\nHOLD_MIB = \"40\"\n", false},
+	}
+	for _, c := range cases {
+		dir := writeFunction(t, map[string]string{
+			"zygo.toml": "name = \"" + c.name + "\"\nruntime = \"python\"\nhandler = \"main:handler\"\n" + c.extra,
+			"main.py":   handler,
+		})
+		d.Up(dir)
+		var kib int
+		d.Invoke(c.name, map[string]any{}, &kib)
+		if got := kib >= 2048; got != c.want {
+			t.Errorf("%s: %d KiB of read-only anonymous code on huge pages in a request's child; want some: %v", c.name, kib, c.want)
+		}
+	}
+}

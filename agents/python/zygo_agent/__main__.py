@@ -34,14 +34,17 @@ _NATIVE_POOL_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    """Return the parsed ``--code``, ``--handler``, ``--mode`` and ``--path``s; exits with status 2 on a
-    usage error (argparse)."""
+    """Return the parsed ``--code``, ``--handler``, ``--mode``, ``--path``s and ``--memory-mib``;
+    exits with status 2 on a usage error (argparse)."""
     parser = argparse.ArgumentParser(prog="zygo_agent", description="Zygo Python agent")
     parser.add_argument("--code", required=True, help="directory holding the user's code")
     parser.add_argument("--handler", required=True, help="MODULE:FUNCTION")
     parser.add_argument("--mode", choices=("fork", "spawn"), default="fork")
     parser.add_argument("--path", action="append", default=[],
                         help="a directory of the code put on sys.path after it (python_path)")
+    parser.add_argument("--memory-mib", type=int, default=0,
+                        help="the zygote's memory limit, MiB (zygote_memory_mib; 0: none): "
+                             "what the code moved onto huge pages may use (hugetext)")
     return parser.parse_args(argv)
 
 
@@ -68,7 +71,7 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
         sys.exit(1)
     report = warmup.run(code_dir, agent_fds=(CONTROL_FD,), mode=args.mode,
                         handler=args.handler)  # step 4
-    _prepare_for_forks(report, args.mode)
+    _prepare_for_forks(report, args.mode, args.memory_mib)
     zygote.flush_stdio()  # step 5
     _send_or_exit(control, {"type": "ready", "pid": os.getpid(),
                             "python": sys.version.split()[0],
@@ -106,14 +109,14 @@ def _open_control_socket() -> socket.socket:
     return control
 
 
-def _prepare_for_forks(report: warmup.Report, mode: str) -> None:
+def _prepare_for_forks(report: warmup.Report, mode: str, memory_mib: int = 0) -> None:
     """Stop recording, register the NumPy generators to reseed, cache uuid's hardware
     address (so a child's pure-Python ``uuid1`` need not run ``ip``), set up OpenSSL's
     random generators (:func:`_init_openssl_random`), in fork mode list the rules every
     request's Landlock domain holds (:func:`child.domain_plan`), move every object into the GC's
     permanent generation (children neither touch their pages nor finalise the zygote's
-    garbage), and in fork mode put the interpreter's code on huge pages
-    (:mod:`hugetext`)."""
+    garbage), and in fork mode put the interpreter's code on huge pages within half of
+    ``memory_mib`` (:mod:`hugetext`)."""
     recorder.stop()
     for generator in report.numpy_generators:
         reseed.register_numpy_generator(generator)
@@ -127,10 +130,10 @@ def _prepare_for_forks(report: warmup.Report, mode: str) -> None:
     gc.collect()
     gc.freeze()
     if mode == "fork":
-        moved = hugetext.move_to_huge_pages()
+        moved = hugetext.move_to_huge_pages(memory_mib)
         if moved:
-            log(f"the interpreter's code is on {len(moved)} huge page(s) of "
-                f"{hugetext.HUGE >> 20} MiB (ZYGO_HUGE_TEXT=1 turned it on)")
+            log(f"the interpreter's code on {len(moved)} huge page(s) of {hugetext.HUGE >> 20} MiB, "
+                f"{len(moved) * hugetext.HUGE >> 20} MiB of the zygote's memory")
 
 
 def _init_openssl_random() -> None:

@@ -15,16 +15,22 @@ file mappings (the executable's, or ``libpython`` for a shared build: its code a
 read-only data around it) is copied into anonymous memory, collapsed into one transparent
 huge page (``MADV_COLLAPSE``), made read+execute and moved over the original range
 (``mremap`` with ``MREMAP_FIXED``): the same bytes at the same addresses, mapped by one
-page-table entry. Children share it copy-on-write and never write it.
+page-table entry. Children share it copy-on-write and never write it. Other libraries' code
+(NumPy's ``_multiarray_umath``, ``libcrypto``) moved too, where the zygote had used a
+range, measured 1.04x the zygote side's CPU of the interpreter's alone (docs/BENCHMARKS.md,
+fourteenth round): not done.
 
-Costs: 2 MiB of private memory per range in the zygote (its children share it), about 4 MiB
-for the ``python3.11`` of Debian 12; the read-only data in those ranges becomes executable; a
-profiler that maps samples to files through ``/proc/PID/maps`` (``perf``, ``py-spy``) sees
-these ranges as anonymous memory. It is off unless ``ZYGO_HUGE_TEXT=1`` is in the agent's
-environment (the 4 MiB count against the zygote's memory limit: a function sized to its
-``zygote_memory_mib`` no longer deployed), and nothing is done in spawn mode, or when the kernel refuses a step (transparent huge pages ``never``, no
-``MADV_COLLAPSE`` before Linux 6.1, no huge page free): a range is replaced only once its copy
-is a huge page, and a failure leaves it as it was.
+Costs: 2 MiB of private memory per range in the zygote (its children share it): 4 MiB for
+the interpreter of Debian 12's ``python3.11``; it counts against ``zygote_memory_mib``, so ranges are moved only while the zygote's resident
+memory (``VmRSS`` + ``VmPTE``, which over-counts: file pages shared with other processes are
+in it) stays at most half its limit (``--memory-mib``, :func:`move_to_huge_pages`): a
+function sized close to its limit is left as it was. The read-only data in those ranges
+becomes executable; a profiler that maps samples to files through ``/proc/PID/maps``
+(``perf``, ``py-spy``) sees these ranges as anonymous memory. ``ZYGO_HUGE_TEXT=0`` in the
+agent's environment turns it off, ``ZYGO_HUGE_TEXT=1`` moves every range whatever the limit
+(for tests: a manifest cannot set ``ZYGO_`` variables). Nothing is done in spawn mode, or when the kernel refuses a step (transparent
+huge pages ``never``, no ``MADV_COLLAPSE`` before Linux 6.1, no huge page free): a range is
+replaced only once its copy is a huge page, and a failure leaves it as it was.
 """
 
 import ctypes
@@ -111,18 +117,41 @@ def _covered(mappings: List[Mapping], lo: int, hi: int) -> bool:
     return False
 
 
-def move_to_huge_pages() -> List[int]:
-    """Put the interpreter's code on huge pages (module doc). Returns the starts of the ranges
-    replaced; never raises: a range the kernel refuses is left as it was."""
-    if os.environ.get("ZYGO_HUGE_TEXT") != "1":
-        return []  # opt-in: its 4 MiB count against zygote_memory_mib (TestZygoteKilledByLimitIsRestarted)
+def resident_bytes() -> int:
+    """This process's resident memory and page tables, bytes (``VmRSS`` + ``VmPTE`` of
+    ``/proc/self/status``); raises ``OSError`` when it cannot be read."""
+    total = 0
+    with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmPTE:")):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def move_to_huge_pages(limit_mib: int = 0) -> List[int]:
+    """Put the interpreter's code on huge pages (module doc). ``limit_mib``: the zygote's
+    memory limit (MiB; 0: none is enforced): ranges are moved, in address order, only while ``resident_bytes()`` plus 2 MiB per range moved stays at most half of it.
+    ``ZYGO_HUGE_TEXT=0`` moves nothing, ``=1`` moves every range. Returns the starts
+    of the ranges replaced; never raises: a range the kernel refuses is left as it was."""
+    setting = os.environ.get("ZYGO_HUGE_TEXT")
+    if setting == "0":
+        return []
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
             maps = read_maps(f.read())
         starts = candidate_ranges(maps, interpreter_files(os.readlink("/proc/self/exe"), maps))
+        budget = limit_mib << 19 if limit_mib > 0 and setting != "1" else None  # half, bytes
+        spent = resident_bytes() if budget is not None else 0
     except OSError:
         return []
-    return [start for start in starts if _replace(start)]
+    moved = []
+    for start in starts:
+        if budget is not None and spent + HUGE > budget:
+            break
+        if _replace(start):
+            moved.append(start)
+            spent += HUGE
+    return moved
 
 
 def _replace(start: int) -> bool:
