@@ -63,7 +63,7 @@ type Spec struct {
 	PythonPath []string
 	// MemoryMiB is the memory limit of the sandbox's own cgroup (MiB; 0:
 	// none is enforced), passed to the Python agent as --memory-mib: a
-	// fork-mode zygote moves machine code onto huge pages only within half
+	// fork-mode zygote puts its code and heap on huge pages only within half
 	// of it (agents/python/zygo_agent/hugetext.py).
 	MemoryMiB int
 	// RunDir is a host directory private to this zygote; Start creates

@@ -1,4 +1,4 @@
-"""zygo_agent.hugetext: machine code moved onto huge pages in a fork-mode zygote."""
+"""zygo_agent.hugetext: the interpreter's code and the heap on huge pages in a fork-mode zygote."""
 
 import ctypes
 import hashlib
@@ -71,8 +71,8 @@ class MoveTest(unittest.TestCase):
                 starts = hugetext.candidate_ranges(
                     maps, tuple({m.path for m in maps if m.path.startswith("/")}))
                 before = {s: hashlib.sha256(ctypes.string_at(s, H)).hexdigest() for s in starts}
-                os.environ.pop("ZYGO_HUGE_TEXT", None)  # on by default, no limit here
-                moved = hugetext.move_to_huge_pages()
+                os.environ.pop("ZYGO_HUGE_PAGES", None)  # on by default, no limit here
+                moved = hugetext.move_to_huge_pages().text
                 after = {s: hashlib.sha256(ctypes.string_at(s, H)).hexdigest() for s in starts}
                 import json
                 ok = json.loads(json.dumps({"a": [1, 2.5, None]})) == {"a": [1, 2.5, None]}
@@ -103,22 +103,62 @@ class MoveTest(unittest.TestCase):
         self.assertEqual(int(huge_kib), int(moved) * (H >> 10),
                          "each moved range is one anonymous huge page")
 
+    def test_the_heap_is_collapsed_in_place(self):
+        """In a child: a dense 8 MiB allocation (its own anonymous mapping) keeps its bytes,
+        and the ranges collapsed inside it are huge pages."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            code = 1
+            try:
+                block = bytearray(os.urandom(8 << 20))
+                before = hashlib.sha256(block).hexdigest()
+                at = ctypes.addressof((ctypes.c_char * len(block)).from_buffer(block))
+                os.environ.pop("ZYGO_HUGE_PAGES", None)
+                heap = [s for s in hugetext.move_to_huge_pages().heap
+                        if at <= s and s + H <= at + len(block)]
+                with open("/proc/self/smaps") as f:
+                    huge = _anon_huge_kib(f.read(), {_vma_start(at)})
+                same = hashlib.sha256(block).hexdigest() == before
+                os.write(w, f"{len(heap)} {huge} {same}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        ranges, huge_kib, same = os.read(r, 1000).decode().split()
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertEqual(same, "True")
+        self.assertGreaterEqual(int(ranges), 3, "8 MiB hold three aligned 2 MiB ranges at least")
+        self.assertEqual(int(huge_kib), int(ranges) * (H >> 10))
+
     def test_off_when_the_environment_says_0(self):
-        os.environ["ZYGO_HUGE_TEXT"] = "0"
+        os.environ["ZYGO_HUGE_PAGES"] = "0"
         try:
-            self.assertEqual(hugetext.move_to_huge_pages(), [])
+            self.assertEqual(hugetext.move_to_huge_pages(), ([], []))
         finally:
-            os.environ.pop("ZYGO_HUGE_TEXT", None)
+            os.environ.pop("ZYGO_HUGE_PAGES", None)
 
     def test_nothing_moved_past_half_the_memory_limit(self):
-        """A limit whose half the process's resident memory already exceeds moves nothing
-        (a function sized close to zygote_memory_mib deploys as before); ``=1`` overrides."""
+        """A limit whose half the process's resident memory already exceeds takes nothing
+        (a function sized close to zygote_memory_mib deploys as before)."""
         resident_mib = hugetext.resident_bytes() >> 20
         self.assertGreater(resident_mib, 4)
-        os.environ.pop("ZYGO_HUGE_TEXT", None)
-        self.assertEqual(hugetext.move_to_huge_pages(limit_mib=resident_mib), [])
-        self.assertEqual(hugetext.move_to_huge_pages(limit_mib=2 * resident_mib + 1), [],
+        os.environ.pop("ZYGO_HUGE_PAGES", None)
+        self.assertEqual(hugetext.move_to_huge_pages(limit_mib=resident_mib), ([], []))
+        self.assertEqual(hugetext.move_to_huge_pages(limit_mib=2 * resident_mib + 1), ([], []),
                          "2 MiB more would pass half the limit")
+
+
+def _vma_start(address):
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= address < hi:
+                return lo
+    return -1
 
 
 def _anon_huge_kib(smaps: str, starts) -> int:

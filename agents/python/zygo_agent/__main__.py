@@ -44,7 +44,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="a directory of the code put on sys.path after it (python_path)")
     parser.add_argument("--memory-mib", type=int, default=0,
                         help="the zygote's memory limit, MiB (zygote_memory_mib; 0: none): "
-                             "what the code moved onto huge pages may use (hugetext)")
+                             "what huge pages may add to it (hugetext)")
     return parser.parse_args(argv)
 
 
@@ -115,8 +115,8 @@ def _prepare_for_forks(report: warmup.Report, mode: str, memory_mib: int = 0) ->
     random generators (:func:`_init_openssl_random`), in fork mode list the rules every
     request's Landlock domain holds (:func:`child.domain_plan`), move every object into the GC's
     permanent generation (children neither touch their pages nor finalise the zygote's
-    garbage), and in fork mode put the interpreter's code on huge pages within half of
-    ``memory_mib`` (:mod:`hugetext`)."""
+    garbage), and in fork mode put the interpreter's code and the zygote's heap on huge
+    pages within half of ``memory_mib`` (:mod:`hugetext`)."""
     recorder.stop()
     for generator in report.numpy_generators:
         reseed.register_numpy_generator(generator)
@@ -131,9 +131,10 @@ def _prepare_for_forks(report: warmup.Report, mode: str, memory_mib: int = 0) ->
     gc.freeze()
     if mode == "fork":
         moved = hugetext.move_to_huge_pages(memory_mib)
-        if moved:
-            log(f"the interpreter's code on {len(moved)} huge page(s) of {hugetext.HUGE >> 20} MiB, "
-                f"{len(moved) * hugetext.HUGE >> 20} MiB of the zygote's memory")
+        if moved.text or moved.heap:
+            log(f"huge pages of {hugetext.HUGE >> 20} MiB: {len(moved.text)} of the interpreter's "
+                f"code, {len(moved.heap)} of the zygote's heap and arenas, "
+                f"{(len(moved.text) + len(moved.heap)) * hugetext.HUGE >> 20} MiB at most")
 
 
 def _init_openssl_random() -> None:

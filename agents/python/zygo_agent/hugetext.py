@@ -1,4 +1,5 @@
-"""The interpreter's machine code on huge pages, in a fork-mode zygote before ``ready``.
+"""The interpreter's machine code and the zygote's anonymous memory on huge pages, in a
+fork-mode zygote before ``ready``.
 
 Why: where the hypervisor shadows the guest's page tables (this project's dev host is a
 nested-virtualisation VM, a PVM guest), a freshly forked child pays for every page it touches
@@ -7,30 +8,40 @@ builds its own entry for it (invisible to the guest: no page fault is counted, t
 as the child's user time). Measured there (docs/BENCHMARKS.md, eighth round): a child reading
 4,000 pages it inherited took 6-8 us per page on 4 KiB pages and 0.45 us on 2 MiB pages; a
 warm request's child touches about 750 pages of machine code, 320 of them the interpreter's.
-Code is never written, so its huge pages stay whole in every child (a written huge page is
-split), and the child pays once per 2 MiB.
 
-What: each 2 MiB-aligned range that lies wholly within the interpreter's read-only private
+Code: each 2 MiB-aligned range that lies wholly within the interpreter's read-only private
 file mappings (the executable's, or ``libpython`` for a shared build: its code and the
 read-only data around it) is copied into anonymous memory, collapsed into one transparent
 huge page (``MADV_COLLAPSE``), made read+execute and moved over the original range
 (``mremap`` with ``MREMAP_FIXED``): the same bytes at the same addresses, mapped by one
-page-table entry. Children share it copy-on-write and never write it. Other libraries' code
-(NumPy's ``_multiarray_umath``, ``libcrypto``) moved too, where the zygote had used a
-range, measured 1.04x the zygote side's CPU of the interpreter's alone (docs/BENCHMARKS.md,
-fourteenth round): not done.
+page-table entry. Code is never written, so its huge pages stay whole in every child. Other
+libraries' code (NumPy's ``_multiarray_umath``, ``libcrypto``) moved too, where the zygote had
+used a range, measured 1.04x the zygote side's CPU of the interpreter's alone
+(docs/BENCHMARKS.md, fourteenth round): not done.
 
-Costs: 2 MiB of private memory per range in the zygote (its children share it): 4 MiB for
-the interpreter of Debian 12's ``python3.11``; it counts against ``zygote_memory_mib``, so ranges are moved only while the zygote's resident
-memory (``VmRSS`` + ``VmPTE``, which over-counts: file pages shared with other processes are
-in it) stays at most half its limit (``--memory-mib``, :func:`move_to_huge_pages`): a
-function sized close to its limit is left as it was. The read-only data in those ranges
-becomes executable; a profiler that maps samples to files through ``/proc/PID/maps``
-(``perf``, ``py-spy``) sees these ranges as anonymous memory. ``ZYGO_HUGE_TEXT=0`` in the
-agent's environment turns it off, ``ZYGO_HUGE_TEXT=1`` moves every range whatever the limit
-(for tests: a manifest cannot set ``ZYGO_`` variables). Nothing is done in spawn mode, or when the kernel refuses a step (transparent
-huge pages ``never``, no ``MADV_COLLAPSE`` before Linux 6.1, no huge page free): a range is
-replaced only once its copy is a huge page, and a failure leaves it as it was.
+Anonymous memory: then each 2 MiB-aligned range wholly inside one private writable anonymous
+mapping (the heap, the object allocator's arenas) is collapsed in place (``MADV_COLLAPSE``:
+the same bytes, the holes filled with zeros). ``fork`` then copies one entry for it, and a
+child reads it without the hypervisor's per-page cost; a child's first write to it splits
+the child's own mapping into 4 KiB entries (about what ``fork`` copied before) and copies the
+one page; the zygote's own writes after a fork split its mapping of that range for good.
+Measured side by side, 8 clients: the zygote side's CPU 0.95x and 0.97x, one-client p90
+0.87x and 0.72x.
+
+Costs: 2 MiB of memory per range in the zygote (its children share it; for a collapsed
+range, what its holes held no page for): 4 MiB for the interpreter of Debian 12's
+``python3.11``, 8 MiB for a NumPy zygote's heap and arenas. It counts against
+``zygote_memory_mib``, so ranges are taken only while the zygote's resident memory
+(``VmRSS`` + ``VmPTE``, which over-counts: file pages shared with other processes are in it)
+plus 2 MiB per range taken stays at most half its limit (``--memory-mib``,
+:func:`move_to_huge_pages`): a function sized close to its limit is left as it was. The
+read-only data in the code's ranges becomes executable; a profiler that maps samples to
+files through ``/proc/PID/maps`` (``perf``, ``py-spy``) sees them as anonymous memory.
+``ZYGO_HUGE_PAGES=0`` in the agent's environment turns both off, ``ZYGO_HUGE_PAGES=1`` takes
+every range whatever the limit (for tests: a manifest cannot set ``ZYGO_`` variables).
+Nothing is done in spawn mode, or when the kernel refuses a step (no transparent huge pages,
+no ``MADV_COLLAPSE`` before Linux 6.1, no huge page free): a code range is replaced only once
+its copy is a huge page, and a failure leaves a range as it was.
 """
 
 import ctypes
@@ -128,28 +139,57 @@ def resident_bytes() -> int:
     return total
 
 
-def move_to_huge_pages(limit_mib: int = 0) -> List[int]:
-    """Put the interpreter's code on huge pages (module doc). ``limit_mib``: the zygote's
-    memory limit (MiB; 0: none is enforced): ranges are moved, in address order, only while ``resident_bytes()`` plus 2 MiB per range moved stays at most half of it.
-    ``ZYGO_HUGE_TEXT=0`` moves nothing, ``=1`` moves every range. Returns the starts
-    of the ranges replaced; never raises: a range the kernel refuses is left as it was."""
-    setting = os.environ.get("ZYGO_HUGE_TEXT")
+def heap_ranges(maps: List[Mapping]) -> List[int]:
+    """Return the starts of the ``HUGE``-aligned ranges wholly inside one private writable
+    anonymous mapping (the ``[heap]``, the allocator's arenas, large allocations; not a
+    stack), in address order."""
+    starts = []
+    for m in maps:
+        if m.perms != "rw-p" or m.path not in ("", "[heap]"):
+            continue
+        start = (m.start + HUGE - 1) // HUGE * HUGE
+        while start + HUGE <= m.end:
+            starts.append(start)
+            start += HUGE
+    return starts
+
+
+class Moved(NamedTuple):
+    """What :func:`move_to_huge_pages` put on huge pages: the starts of the interpreter's
+    code ranges replaced, and of the anonymous ranges collapsed."""
+    text: List[int]
+    heap: List[int]
+
+
+def move_to_huge_pages(limit_mib: int = 0) -> Moved:
+    """Put the interpreter's code, then the zygote's anonymous memory, on huge pages (module
+    doc). ``limit_mib``: the zygote's memory limit (MiB; 0: none is enforced): ranges are
+    taken, code first, then in address order, only while ``resident_bytes()`` plus 2 MiB per
+    range taken stays at most half of it. ``ZYGO_HUGE_PAGES=0`` takes none, ``=1`` takes every
+    range whatever the limit. Never raises: a range the kernel refuses is left as it was."""
+    setting = os.environ.get("ZYGO_HUGE_PAGES")
+    moved = Moved([], [])
     if setting == "0":
-        return []
+        return moved
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
             maps = read_maps(f.read())
-        starts = candidate_ranges(maps, interpreter_files(os.readlink("/proc/self/exe"), maps))
+        text = candidate_ranges(maps, interpreter_files(os.readlink("/proc/self/exe"), maps))
         budget = limit_mib << 19 if limit_mib > 0 and setting != "1" else None  # half, bytes
         spent = resident_bytes() if budget is not None else 0
     except OSError:
-        return []
-    moved = []
-    for start in starts:
+        return moved
+    for start in text:
+        if budget is not None and spent + HUGE > budget:
+            return moved
+        if _replace(start):
+            moved.text.append(start)
+            spent += HUGE
+    for start in heap_ranges(maps):  # the maps read before: the text's moves changed no heap
         if budget is not None and spent + HUGE > budget:
             break
-        if _replace(start):
-            moved.append(start)
+        if _libc.madvise(start, HUGE, _MADV_COLLAPSE) == 0:
+            moved.heap.append(start)
             spent += HUGE
     return moved
 
