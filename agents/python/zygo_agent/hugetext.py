@@ -15,9 +15,12 @@ read-only data around it) is copied into anonymous memory, collapsed into one tr
 huge page (``MADV_COLLAPSE``), made read+execute and moved over the original range
 (``mremap`` with ``MREMAP_FIXED``): the same bytes at the same addresses, mapped by one
 page-table entry. Code is never written, so its huge pages stay whole in every child. Other
-libraries' code (NumPy's ``_multiarray_umath``, ``libcrypto``) moved too, where the zygote had
-used a range, measured 1.04x the zygote side's CPU of the interpreter's alone
-(docs/BENCHMARKS.md, fourteenth round): not done.
+libraries' code, measured side by side (docs/BENCHMARKS.md, fourteenth round), is not moved:
+NumPy's ``_multiarray_umath`` and ``libcrypto`` together 1.04x the zygote side's CPU of the
+interpreter's alone (``libcrypto`` is the agent's set-up's, seldom a request's, and a huge
+page costs every fork and exit a page table whether the child runs it or not, where a file
+mapping no child touches costs ``fork`` nothing); NumPy's alone 0.98x over 16 rounds (30
+page faults fewer a request, within the rounds' spread) for 4 MiB more per zygote.
 
 Anonymous memory: then each 2 MiB-aligned range wholly inside one private writable anonymous
 mapping (the heap, the object allocator's arenas) is collapsed in place (``MADV_COLLAPSE``:
@@ -25,8 +28,9 @@ the same bytes, the holes filled with zeros). ``fork`` then copies one entry for
 child reads it without the hypervisor's per-page cost; a child's first write to it splits
 the child's own mapping into 4 KiB entries (about what ``fork`` copied before) and copies the
 one page; the zygote's own writes after a fork split its mapping of that range for good.
-Measured side by side, 8 clients: the zygote side's CPU 0.95x and 0.97x, one-client p90
-0.87x and 0.72x.
+Measured side by side, 8 clients: the zygote side's CPU 0.95x and 0.97x (6 rounds each) and
+0.91x (16 rounds; the rounds' ratios 0.92 +- 0.09), although a child takes 10-17 page faults
+more (the splits).
 
 Costs: 2 MiB of memory per range in the zygote (its children share it; for a collapsed
 range, what its holes held no page for): 4 MiB for the interpreter of Debian 12's
