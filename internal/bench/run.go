@@ -1551,7 +1551,7 @@ Each change, A/B against the build before it (zygote side CPU; counts per reques
   at the same addresses, never written, so whole in every child, which then pays once per
   2 MiB instead of once per page of python3.11's code. Costs: about 4 MiB of private memory
   per zygote (children share it), the read-only data in those ranges becomes executable, and
-  ~perf~ or ~py-spy~ see those ranges as anonymous memory; **made opt-in after this round** (~ZYGO_HUGE_TEXT=1~ in the agent's environment: its 4 MiB counted against ~zygote_memory_mib~ and a function sized to its limit no longer deployed, TestZygoteKilledByLimitIsRestarted), and
+  ~perf~ or ~py-spy~ see those ranges as anonymous memory; **made opt-in after this round** (~ZYGO_HUGE_TEXT=1~ in the agent's environment: its 4 MiB counted against ~zygote_memory_mib~ and a function sized to its limit no longer deployed, TestZygoteKilledByLimitIsRestarted; on by default again since the fourteenth round, within half of ~zygote_memory_mib~), and
   a range the kernel refuses is left as it was. NumPy's code on huge pages too measured 0.96x
   more, not done: workload-specific, 4 MiB more per zygote.
 - **The child's steps in one function** (25ddc22) and **the fork-mode zygote's loop in C**
@@ -2154,6 +2154,64 @@ one-client requests each):
   blocks and 8-client rounds beside the ideal server, the cold step's cold and warm requests
   and ~-ab~'s series all use ~invokeConn~; only the pool row's function figure uses the SDK,
   as the pool's runs it is compared with do.
+
+### Fourteenth round (lead): the interpreter's code and the zygote's heap on huge pages
+
+- **Where the zygote side's time goes, a child at a time** (~perf record -a -g~, 6 s of each
+  server alone at 8 clients, the python3 processes' samples classified by call chain and
+  divided by the children seen; about 3,400 samples a second a CPU): Zygo's page faults
+  14.1, exit 8.4, user space 7.0, fork 4.3, other system calls 2.3 (36.2 a child); the ideal
+  server's 8.2, 4.2, 2.7, 2.4 and 0.6 (18.1). The exit is ~exit_mmap~'s unmapping; the fork
+  is ~copy_page_range~, 2.2x the ideal's a child for about as many entries copied
+  (~vm_normal_page~, called once an entry, 0.22 against 0.23 samples a child). A child at its
+  handler holds 2.96 MB of pages it copied against the ideal child's 1.9 MB (about 740
+  against 475 pages; ~smaps_rollup~ from inside the handler); the interpreter's own code
+  runs 5.2 samples a Zygo child against 2.0 an ideal one.
+- **The interpreter's code on huge pages by default** (f4570aa; agents/python/zygo_agent/
+  hugetext.py): the eighth round's move, opt-in since then, now runs in every fork-mode
+  Python zygote whose resident memory (~VmRSS~ + ~VmPTE~) plus 2 MiB a range stays within
+  half of its ~zygote_memory_mib~ (the daemon passes it as ~--memory-mib~); a function sized
+  close to its limit (~TestZygoteKilledByLimitIsRestarted~: 40 MiB held under 64) is left as
+  it was. Side by side with the tree before it (~-ab~, 4 rounds of 500 at 8 clients, 300
+  one-client requests): zygote side 0.88x, throughput 1.11x, children's faults 880 -> 818 a
+  request, one-client p50 0.94x. Test: ~TestInterpreterCodeOnHugePagesWithinTheZygoteLimit~
+  (test/e2e: a request's child sees its zygote's code on huge pages, and not when the zygote
+  holds more than half its limit), the agent's ~test_hugetext~.
+- **The zygote's heap and arenas on huge pages** (01908a0): after the code, each 2 MiB-aligned
+  range wholly inside a private writable anonymous mapping is collapsed in place
+  (~MADV_COLLAPSE~), within the same budget: 5 ranges (10 MiB) of a NumPy zygote; ~fork~
+  copies one entry for each, and a child reads them without the hypervisor's per-page cost;
+  a child's first write splits its own mapping of the range, and the zygote's writes after a
+  fork split its own for good (3 of the 5 still whole at rest). Side by side: zygote side
+  0.95x (4 rounds of 500), 0.97x (6 rounds of 500) and 0.91x (16 rounds of 300: the rounds'
+  ratios 0.92 +- 0.09), one-client p90 0.87x and 0.72x, children's faults 808-815 -> 819-832
+  (the splits), the zygote's resident memory +0.4 MiB.
+- **How much a side-by-side run can tell.** Two builds that did the same thing (a bug left
+  B's extra step without effect) read zygote side 0.93x and throughput 1.09x over 6 rounds of
+  500; single rounds move by 10-15%. The figures above say how many rounds each comes from;
+  the 16-round runs give the mean of the rounds' ratios and its spread.
+- **Tried and not kept:**
+  - *More code on huge pages*: NumPy's ~_multiarray_umath~ and ~libcrypto~ too (the ranges the
+    zygote had used): 1.04x the zygote side of the interpreter's alone (~libcrypto~ is the
+    agent's set-up's, seldom a request's; a huge page costs every fork and exit a page table
+    whether the child runs it or not, where a file mapping no child touches costs ~fork~
+    nothing). NumPy's alone: 0.90x and 0.94x in 6-round runs, 0.98x (0.99 +- 0.03) in a
+    16-round one, children's faults 821 -> 789, for 4 MiB more a zygote. (Which ranges a
+    zygote used is read from its own ~smaps~: a non-dumpable process may not open its
+    ~pagemap~.)
+  - *The request's Landlock ruleset made by the zygote* (in C, right before each fork, for
+    that child alone, from O_PATH handles the zygote keeps in a block the child closes first;
+    the zygote closing its copy after the fork): system calls 87.8 -> 71.9 a request,
+    children's faults 836 -> 816, but zygote side 1.01x and throughput 0.99x: the pre-warmed
+    child's ~child.landlock~ went 0.10 -> 0.17 ms (its first use of the Landlock calls moved
+    after GO), as in the eleventh and thirteenth rounds.
+  - *The object allocator's arenas in one region* (~PyObject_SetArenaAllocator~ from the
+    preloaded guard's constructor, 1 MiB arenas carved in address order out of a reserved
+    2 MiB-aligned region, so that they too lie in collapsible ranges): 7 ranges collapsed
+    instead of 5, zygote side 0.96x (0.96 +- 0.02) and 0.99x (0.99 +- 0.03) in two 16-round
+    runs: not worth an allocator of our own in every zygote.
+  - *The child's text streams made in the zygote*: already measured in the thirteenth round;
+    not made again.
 `
 
 // boundsText explains, for the targets of the performance issue, what
