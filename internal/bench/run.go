@@ -2186,6 +2186,13 @@ one-client requests each):
   0.95x (4 rounds of 500), 0.97x (6 rounds of 500) and 0.91x (16 rounds of 300: the rounds'
   ratios 0.92 +- 0.09), one-client p90 0.87x and 0.72x, children's faults 808-815 -> 819-832
   (the splits), the zygote's resident memory +0.4 MiB.
+- **What the huge pages cost in memory** (~make bench~'s PSS rows, the thirteenth round's
+  final run against this one): a NumPy zygote at rest 11.5 -> 11.9 MiB, an idle pool of two
+  children 17.4 -> 19.1 MiB, a child mid-request 7.4 -> 8.0 MiB, and 100 function zygotes
+  2323 -> 2756 MiB (+4.3 MiB each: the interpreter's 4 MiB of code are now private to each
+  zygote, where the file's pages were shared by every process that maps them). The
+  half-of-~zygote_memory_mib~ rule bounds it per zygote; nothing bounds it per host but the
+  number of functions.
 - **How much a side-by-side run can tell.** Two builds that did the same thing (a bug left
   B's extra step without effect) read zygote side 0.93x and throughput 1.09x over 6 rounds of
   500; single rounds move by 10-15%. The figures above say how many rounds each comes from;
@@ -2219,30 +2226,28 @@ one-client requests each):
 const boundsText = `
 ## What bounds the targets
 
-- **This run's host.** This table (16:11 on 2026-12-03, the thirteenth round's final tree:
-  a forked child no longer ~ssl.RAND_add~s into an OpenSSL that reseeds itself after a fork;
-  the bench's warm series through its own persistent HTTP/1.1 connections; nothing else of
-  ours running) met a middling spell of the host (the fork floor 1.62 ms; 1.42 ms at 15:09,
-  2.83 ms at 15:29 right after a CI run, 1.51 ms at 15:37). Targets 1, 2 and 4 are read
-  from series interleaved with what they are compared with (the ideal server; the cold
-  starts), so a change of the host's speed within minutes moves both sides. The round's
-  other full runs read warm p50 / ideal 1.17x, 1.08x and 1.19x; throughput / ideal 0.53x,
-  0.57x and 0.55x; daemon CPU 0.63, 0.93 and 0.77 ms; cold/warm 49.2x (the warm requests
-  beside the cold ones still through the SDK's client then), 42.7x (the slow spell) and
-  60.4x; Node 1.2x, 1.1x and 1.1x. Met in this table: **warm p50 / ideal 1.20x**,
-  **cold/warm 58.3x**, Node 0.9x. Not met: **8-client throughput, 0.51x** (0.51-0.57x over
-  this round's runs, 0.46-0.58x over the twelfth's): Zygo's daemon and zygote side cost
-  1.98x the ideal server's CPU per request in the same rounds (0.90 + 7.21 against 4.10 ms;
-  1.75-1.94x in the round's other runs), the zygote side mostly in the kernel (fork,
-  copy-on-write faults, exit: about 865 page faults a request against the ideal's 450-570;
-  what a hurried child's steps cost one by one is in the thirteenth round), and the bench's
-  own client 0.21 ms a request against 0.14 ms for the ideal's line protocol (0.31 against
-  0.12 ms with the SDK's client in the twelfth round); **the daemon's CPU, 0.86 ms** here
-  (0.63-0.93 ms over this round's runs, with the host's speed: it grows with the time
-  between requests, not with the zygote's size or the number of functions: the tenth
-  round). The change of this round to the request path, side by side with the tree before
-  it (~-ab~, 4 rounds of 500): the OpenSSL hook skipped in forked children, children's
-  faults 903 -> 866 a request and zygote side 0.97x.
+- **This run's host.** This table (17:22 on 2026-12-03, the fourteenth round's final code:
+  the interpreter's code and the zygote's heap and arenas on huge pages by default, within
+  half of ~zygote_memory_mib~; nothing else of ours running) met a middling spell of the host
+  for Zygo (fork floor 1.64 ms) and a slow one for the ideal server in the 8-client rounds
+  (5.01 ms of CPU a request against 3.8-4.2 ms in the round's other runs). Targets 1, 2 and 4
+  are read from series interleaved with what they are compared with (the ideal server; the
+  cold starts), so a change of the host's speed within minutes moves both sides. Met in this
+  table: **warm p50 / ideal 1.04x**, **8-client throughput / ideal 0.67x**, **cold/warm
+  62.3x**, Node 0.9x. Not met: **the daemon's CPU, 0.90 ms** (0.87-0.98 ms over the round's
+  runs). The throughput ratio over the round's runs of the ideal step on this code: 0.59x
+  (the interpreter's code alone on huge pages), 0.55x (a slow spell), 0.67x (this table),
+  0.65x and 0.62x; Zygo's daemon and zygote side against the ideal's CPU 1.52-1.86x (1.98x in
+  the thirteenth round's final run), the zygote side mostly in the kernel (page faults, the
+  children's exit, fork) and in the interpreter's run of the agent's steps (the fourteenth
+  round has a child's samples by kind), the bench's own client 0.21-0.24 ms a request against
+  0.14-0.17 ms for the ideal's line protocol. Read against the thirteenth round's 0.51-0.57x,
+  target 2 is met in three of the five runs and missed in two: met on average, not with a
+  margin. The daemon's CPU grows with the time between requests, not with the zygote's size
+  or the number of functions (the tenth round); what it is made of is in the seventh,
+  twelfth and thirteenth rounds. The changes of this round to the request path, side by side
+  with the tree before each: the interpreter's code on huge pages, zygote side 0.88x; the heap
+  and arenas, 0.95x, 0.97x and 0.91x.
 - **The request's Landlock domain since the tenth round's security fix** (it now handles
   reading files and every change to the filesystem, and is entered after GO; docs/security.md):
   A/B against the tree before it (~-ab~, 2 rounds of 300 at 8 clients and 300 one-client
@@ -2252,7 +2257,10 @@ const boundsText = `
   throughput 1.02x, one-client p50 0.91x, daemon CPU 1.02x, zygote side 0.97x: within noise.
 - **Pools on this host.** The pool row read 1.54x, 1.18x and 1.69x the function's p50 in the
   tenth round's three runs, 1.41x and 1.73x in the eleventh's, 1.04x, 1.43x and 1.59x in
-  the twelfth's and 1.19x, 1.39x, 1.45x and 1.39x in the thirteenth's (target 1.3x; pools' events
+  the twelfth's, 1.19x, 1.39x, 1.45x and 1.39x in the thirteenth's and 1.62x in the
+  fourteenth's final run (two ~-only pools~ runs of each tree, alternating: 1.42x and 1.47x
+  before the huge pages, 1.49x and 1.13x after, the pool's p50 5.18 and 5.10 against 4.55
+  and 4.28 ms) (target 1.3x; pools' events
   travel in go since the twelfth; both sides of the row use the SDK's client);
   the same step run twice with each binary, alternating, gave 1.48x and 1.50x for the tree
   before this round's security changes and 1.38x and 1.67x for this one: the pool's ratio on
