@@ -61,11 +61,14 @@ type Spec struct {
 	// caller) the Python agent puts on sys.path right after it, in order (zygo.toml's
 	// python_path). Python only.
 	PythonPath []string
-	// MemoryMiB is the memory limit of the sandbox's own cgroup (MiB; 0:
-	// none is enforced), passed to the Python agent as --memory-mib: a
-	// fork-mode zygote puts its code and heap on huge pages only within half
-	// of it (agents/python/zygo_agent/hugetext.py).
-	MemoryMiB int
+	// MemoryMiB is the function's zygote_memory_mib (MiB; 0: none), the
+	// limit of the sandbox's own cgroup where cgroups are managed, passed to
+	// the Python agent as --memory-mib: a fork-mode zygote puts its code and
+	// heap on huge pages only while what the sandbox holds stays within half
+	// of it (agents/python/zygo_agent/hugetext.py), a bound without cgroups
+	// too. NoHugePages passes --no-huge-pages: none at all.
+	MemoryMiB   int
+	NoHugePages bool
 	// RunDir is a host directory private to this zygote; Start creates
 	// RunDir/req (bound at /run/zygo/req), RunDir/scratch/tmp (bound at
 	// /tmp) and RunDir/scratch/shm (bound at /dev/shm).
@@ -419,6 +422,9 @@ func (z *Process) command(remote, statusW, blockR *os.File) (*exec.Cmd, error) {
 		}
 		if z.spec.MemoryMiB > 0 {
 			box.Args = append(box.Args, "--memory-mib", strconv.Itoa(z.spec.MemoryMiB))
+		}
+		if z.spec.NoHugePages {
+			box.Args = append(box.Args, "--no-huge-pages")
 		}
 	}
 	box.Env = append([]string{

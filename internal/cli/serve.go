@@ -25,6 +25,7 @@ import (
 
 func newServeCmd(g *globals) *cobra.Command {
 	var listen, tlsCert, tlsKey, bwrap, uidRange, randGuard, cpuProfile, configPath string
+	var noHugePages bool
 	var tmpfsMiB, logRetention, keepVersions int
 	var readyTimeout time.Duration
 	var debug bool
@@ -75,7 +76,7 @@ func newServeCmd(g *globals) *cobra.Command {
 			return daemon.Run(cmd.Context(), daemon.Config{
 				StateDir: g.resolveStateDir(), Listen: listen, TLSCert: tlsCert, TLSKey: tlsKey, Bwrap: bwrap,
 				UIDRange: uidRange, RunTmpfsMiB: tmpfsMiB, ReadyTimeout: readyTimeout, KeepVersions: keepVersions, Sandbox: sbx, Network: nc, Log: log,
-				RandGuard: randGuard, LogRetentionLines: logRetention, MetricsListen: metricsListen, E2B: e2bListen,
+				RandGuard: randGuard, NoHugePages: noHugePages, LogRetentionLines: logRetention, MetricsListen: metricsListen, E2B: e2bListen,
 			}, nil)
 		},
 	}
@@ -106,6 +107,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&sbx.Runsc, "runsc", "", "runsc binary (default /usr/local/bin/runsc, then PATH)")
 	cmd.Flags().IntVar(&sbx.SecretImagesMiB, "secret-images-mib", 2048, "size cap of the tmpfs holding the checkpoint images of sandboxes with secrets (MiB)")
 	cmd.Flags().IntVar(&sbx.CheckpointImportMaxMiB, "checkpoint-import-max-mib", 8192, "largest checkpoint image an import (zygo sandbox checkpoints import) accepts (MiB of its tar)")
+	cmd.Flags().BoolVar(&noHugePages, "no-huge-pages", false, "keep fork-mode Python zygotes' code and heap on small pages (for perf or py-spy, or to save about 4 MiB a zygote; they take more CPU a request)")
 	cmd.Flags().BoolVar(&sbx.Disabled, "no-sandboxes", false, "serve functions only; sandbox calls answer 503")
 	cmd.Flags().BoolVar(&sbx.Network.Disabled, "no-sandbox-network", false, "run every sandbox without network (loopback only)")
 	cmd.Flags().BoolVar(&nc.Disabled, "no-network", false, "run without networking: functions with [network] egress = \"allow\" are refused")

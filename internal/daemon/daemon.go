@@ -91,6 +91,9 @@ type Config struct {
 	// RandGuard is the native-randomness guard (bin/zygo_rand.so, built by
 	// `make build`); "" looks for RandGuardName next to the zygo binary.
 	RandGuard string
+	// NoHugePages keeps fork-mode Python zygotes' code and heap on small
+	// pages (function.Config.NoHugePages).
+	NoHugePages bool
 	// Sandbox configures the gVisor sandboxes (sandboxes.go).
 	Sandbox SandboxConfig
 	// Network configures networking (network.go).
@@ -422,6 +425,7 @@ func functionConfig(cfg Config, st *store.Store, agentDir string) function.Confi
 	fcfg := function.Config{
 		StateDir: cfg.StateDir, AgentDir: agentDir, Bwrap: cfg.Bwrap,
 		ReadyTimeout: cfg.ReadyTimeout, RunTmpfsMiB: cfg.RunTmpfsMiB, Log: cfg.Log, KeepVersions: cfg.KeepVersions,
+		NoHugePages: cfg.NoHugePages,
 	}
 	if os.Geteuid() == 0 {
 		fcfg.HostIDs = hostid.NewAllocator(st, cfg.uidRange)

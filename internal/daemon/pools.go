@@ -20,7 +20,7 @@ func openPools(ctx context.Context, cfg Config, fcfg function.Config, st *store.
 	}
 	launcher := function.NewSandboxLauncher(function.SandboxConfig{StateDir: fcfg.StateDir, AgentDir: fcfg.AgentDir,
 		Bwrap: fcfg.Bwrap, RunTmpfsMiB: fcfg.RunTmpfsMiB, ReadyTimeout: fcfg.ReadyTimeout, RandGuard: fcfg.RandGuard,
-		StrictFilter: strict, Limiter: fcfg.Limiter})
+		NoHugePages: fcfg.NoHugePages, StrictFilter: strict, Limiter: fcfg.Limiter})
 	m := pool.NewManager(pool.Config{StateDir: cfg.StateDir, Launcher: launcher, HostIDs: fcfg.HostIDs,
 		Limiter: fcfg.Limiter, Secrets: secrets, ReadyTimeout: fcfg.ReadyTimeout, Log: cfg.Log.With("component", "pools")}, st)
 	if err := m.Restore(ctx); err != nil {

@@ -68,6 +68,9 @@ type Config struct {
 	// (nsbox.RandGuardPath); fork-mode Python zygotes then preload it. False
 	// when it was not built (the warm-up check native_random says so).
 	RandGuard bool
+	// NoHugePages keeps fork-mode Python zygotes' code and heap on small
+	// pages (the agent's --no-huge-pages; agents/python/zygo_agent/hugetext.py).
+	NoHugePages bool
 	// Limiter places each request in a cgroup (memory_mib, pids, cpu_ms);
 	// nil when the daemon cannot manage cgroups (not root): those limits are
 	// then not enforced, and the daemon says so at start.
@@ -161,7 +164,7 @@ func NewManager(cfg Config, reg Registry, secrets Secrets) (*Manager, error) {
 	if cfg.Runtimes == nil {
 		cfg.Runtimes = NewSandboxLauncher(SandboxConfig{StateDir: cfg.StateDir, AgentDir: cfg.AgentDir, Bwrap: cfg.Bwrap,
 			RunTmpfsMiB: cfg.RunTmpfsMiB, ReadyTimeout: cfg.ReadyTimeout, RandGuard: cfg.RandGuard,
-			StrictFilter: strict, Limiter: cfg.Limiter})
+			NoHugePages: cfg.NoHugePages, StrictFilter: strict, Limiter: cfg.Limiter})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, reg: reg, secrets: secrets, limiter: cfg.Limiter, log: cfg.Log,

@@ -27,6 +27,9 @@ type SandboxConfig struct {
 	// RandGuard says AgentDir holds the native-randomness guard; fork
 	// zygotes then preload it.
 	RandGuard bool
+	// NoHugePages: fork zygotes keep their code and heap on small pages
+	// (agentproc.Spec.NoHugePages).
+	NoHugePages bool
 	// StrictFilter is the strict seccomp program (internal/seccomp.Strict).
 	StrictFilter []byte
 	// Limiter gives each sandbox a cgroup with the manifest's
@@ -94,6 +97,8 @@ func (l *sandboxLauncher) spec(opts RunnerOptions, mode agentproc.Mode) agentpro
 		Mode:         mode,
 		Env:          man.SortedEnv(),
 		PythonPath:   man.PythonPath,
+		MemoryMiB:    man.Limits.ZygoteMemoryMiB,
+		NoHugePages:  l.cfg.NoHugePages,
 		RunDir:       filepath.Join(l.cfg.StateDir, "run", id),
 		RunTmpfsMiB:  l.cfg.RunTmpfsMiB,
 		ReadyTimeout: l.readyTimeout(man),
@@ -106,7 +111,6 @@ func (l *sandboxLauncher) spec(opts RunnerOptions, mode agentproc.Mode) agentpro
 	}
 	if l.cfg.Limiter != nil {
 		spec.Cgroup = l.sandboxCgroup(opts, id)
-		spec.MemoryMiB = man.Limits.ZygoteMemoryMiB
 	}
 	return spec
 }

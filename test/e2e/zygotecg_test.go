@@ -249,18 +249,34 @@ func groupExists(ctrl, p string) bool {
 
 // The interpreter's code is on huge pages in a fork-mode zygote when half of
 // zygote_memory_mib leaves room for it (agents/python/zygo_agent/hugetext.py),
-// and not when the zygote's resident memory already takes half. A request's
-// child sees what its zygote has: read-only anonymous mappings on huge pages.
+// and not when the sandbox already holds half: the zygote itself, or a helper
+// its import started. A sparse table is never collapsed (it would become
+// memory), and `zygo serve --no-huge-pages` turns it all off. A request's
+// child sees what its zygote has: read-only anonymous mappings on huge pages,
+// and the anonymous memory it maps.
 func TestInterpreterCodeOnHugePagesWithinTheZygoteLimit(t *testing.T) {
 	if _, err := os.Stat("/sys/kernel/mm/transparent_hugepage"); err != nil {
 		t.Skip("this kernel has no transparent huge pages (CONFIG_TRANSPARENT_HUGEPAGE): nothing to move code onto")
 	}
-	d := startDaemon(t, "")
 	const handler = `
-import os
+import os, time
 HELD = bytearray(int(os.environ.get("HOLD_MIB", "0")) << 20)
 for i in range(0, len(HELD), 4096):
     HELD[i] = 1
+if os.environ.get("HELPER_MIB") and os.fork() == 0:
+    more = bytearray(int(os.environ["HELPER_MIB"]) << 20)
+    for i in range(0, len(more), 4096):
+        more[i] = 1
+    open("/tmp/helper-ready", "w").close()
+    time.sleep(600)
+    os._exit(0)
+while os.environ.get("HELPER_MIB") and not os.path.exists("/tmp/helper-ready"):
+    time.sleep(0.01)
+if os.environ.get("SPARSE_MIB"):  # private, untouched until written, as np.zeros's calloc
+    import mmap
+    SPARSE = mmap.mmap(-1, int(os.environ["SPARSE_MIB"]) << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for i in range(0, len(SPARSE), 1 << 21):
+        SPARSE[i] = 1
 
 def handler(event, ctx):
     kib, current = 0, None
@@ -271,8 +287,14 @@ def handler(event, ctx):
                 current = fields[1] == "r-xp" and len(fields) == 5  # no path: anonymous
             elif fields[0] == "AnonHugePages:" and current:
                 kib += int(fields[1])
-    return kib
+    with open("/proc/self/status") as f:
+        anon = [int(l.split()[1]) for l in f if l.startswith("RssAnon:")][0]
+    return {"code_kib": kib, "anon_kib": anon}
 `
+	type result struct {
+		CodeKiB int `json:"code_kib"`
+		AnonKiB int `json:"anon_kib"`
+	}
 	cases := []struct {
 		name, extra string
 		want        bool
@@ -280,17 +302,35 @@ def handler(event, ctx):
 		{"hugedefault", "", true},
 		// 40 MiB held and the interpreter's own: more than half of 96 MiB.
 		{"hugetight", "[limits]\nzygote_memory_mib = 96\n[env]\nHOLD_MIB = \"40\"\n", false},
+		// A helper holding 40 MiB, the zygote little: the sandbox holds more than half.
+		{"hugehelper", "[limits]\nzygote_memory_mib = 96\n[env]\nHELPER_MIB = \"40\"\n", false},
+		// 256 MiB of anonymous memory with one page in memory every 2 MiB.
+		{"hugesparse", "[env]\nSPARSE_MIB = \"256\"\n", true},
 	}
-	for _, c := range cases {
+	deploy := func(d *Daemon, name, extra string) result {
 		dir := writeFunction(t, map[string]string{
-			"zygo.toml": "name = \"" + c.name + "\"\nruntime = \"python\"\nhandler = \"main:handler\"\n" + c.extra,
+			"zygo.toml": "name = \"" + name + "\"\nruntime = \"python\"\nhandler = \"main:handler\"\n" + extra,
 			"main.py":   handler,
 		})
 		d.Up(dir)
-		var kib int
-		d.Invoke(c.name, map[string]any{}, &kib)
-		if got := kib >= 2048; got != c.want {
-			t.Errorf("%s: %d KiB of read-only anonymous code on huge pages in a request's child; want some: %v", c.name, kib, c.want)
+		var r result
+		for range 3 {
+			d.Invoke(name, map[string]any{}, &r) // the zygote keeps serving
 		}
+		return r
+	}
+	d := startDaemon(t, "")
+	for _, c := range cases {
+		r := deploy(d, c.name, c.extra)
+		if got := r.CodeKiB >= 2048; got != c.want {
+			t.Errorf("%s: %d KiB of read-only anonymous code on huge pages in a request's child; want some: %v", c.name, r.CodeKiB, c.want)
+		}
+		if c.name == "hugesparse" && r.AnonKiB > 128<<10 {
+			t.Errorf("hugesparse: a request's child maps %d KiB of anonymous memory: the sparse table was filled", r.AnonKiB)
+		}
+	}
+	off := startDaemonArgs(t, "--no-huge-pages")
+	if r := deploy(off, "hugeoff", ""); r.CodeKiB != 0 {
+		t.Errorf("zygo serve --no-huge-pages: %d KiB of code on huge pages in a request's child", r.CodeKiB)
 	}
 }

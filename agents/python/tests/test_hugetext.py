@@ -4,6 +4,7 @@ import ctypes
 import hashlib
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -11,6 +12,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from zygo_agent import hugetext  # noqa: E402
 
 H = hugetext.HUGE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long)
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 EXE = "/usr/bin/python3.11"
 
 
@@ -71,8 +77,7 @@ class MoveTest(unittest.TestCase):
                 starts = hugetext.candidate_ranges(
                     maps, tuple({m.path for m in maps if m.path.startswith("/")}))
                 before = {s: hashlib.sha256(ctypes.string_at(s, H)).hexdigest() for s in starts}
-                os.environ.pop("ZYGO_HUGE_PAGES", None)  # on by default, no limit here
-                moved = hugetext.move_to_huge_pages().text
+                moved = hugetext.move_to_huge_pages().text  # no limit
                 after = {s: hashlib.sha256(ctypes.string_at(s, H)).hexdigest() for s in starts}
                 import json
                 ok = json.loads(json.dumps({"a": [1, 2.5, None]})) == {"a": [1, 2.5, None]}
@@ -100,6 +105,8 @@ class MoveTest(unittest.TestCase):
         candidates, moved, same, ok, grandchild, huge_kib = out
         self.assertEqual((same, ok, grandchild), ("True", "True", "0"))
         self.assertLessEqual(int(moved), int(candidates))
+        if os.path.exists("/sys/kernel/mm/transparent_hugepage") and int(candidates):
+            self.assertGreater(int(moved), 0, "the kernel has huge pages: a range is moved")
         self.assertEqual(int(huge_kib), int(moved) * (H >> 10),
                          "each moved range is one anonymous huge page")
 
@@ -115,7 +122,6 @@ class MoveTest(unittest.TestCase):
                 block = bytearray(os.urandom(8 << 20))
                 before = hashlib.sha256(block).hexdigest()
                 at = ctypes.addressof((ctypes.c_char * len(block)).from_buffer(block))
-                os.environ.pop("ZYGO_HUGE_PAGES", None)
                 heap = [s for s in hugetext.move_to_huge_pages().heap
                         if at <= s and s + H <= at + len(block)]
                 with open("/proc/self/smaps") as f:
@@ -134,22 +140,107 @@ class MoveTest(unittest.TestCase):
         self.assertGreaterEqual(int(ranges), 3, "8 MiB hold three aligned 2 MiB ranges at least")
         self.assertEqual(int(huge_kib), int(ranges) * (H >> 10))
 
-    def test_off_when_the_environment_says_0(self):
-        os.environ["ZYGO_HUGE_PAGES"] = "0"
-        try:
-            self.assertEqual(hugetext.move_to_huge_pages(), ([], []))
-        finally:
-            os.environ.pop("ZYGO_HUGE_PAGES", None)
+    def test_a_sparse_mapping_is_left_alone(self):
+        """In a child: an 8 MiB mapping with one byte written every 2 MiB (a large np.zeros
+        with a few entries set) is not collapsed: that would make all of it memory."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            code = 1
+            try:
+                size = 8 << 20
+                addr = ctypes.c_void_p(_libc.mmap(None, size, 3, 0x22, -1, 0)).value
+                for at in range(addr, addr + size, H):
+                    ctypes.memset(at, 1, 1)
+                inside = [s for s in hugetext.heap_ranges(_own_maps())
+                          if addr <= s and s + H <= addr + size]
+                taken = [s for s in hugetext.move_to_huge_pages().heap if s in inside]
+                os.write(w, f"{len(inside)} {len(taken)} {hugetext.resident_pages(inside[0])}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        inside, taken, resident = (int(x) for x in os.read(r, 1000).decode().split())
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertGreaterEqual(inside, 3)
+        self.assertEqual(taken, 0)
+        self.assertLessEqual(resident, 2, "still sparse")
 
-    def test_nothing_moved_past_half_the_memory_limit(self):
-        """A limit whose half the process's resident memory already exceeds takes nothing
-        (a function sized close to zygote_memory_mib deploys as before)."""
-        resident_mib = hugetext.resident_bytes() >> 20
-        self.assertGreater(resident_mib, 4)
-        os.environ.pop("ZYGO_HUGE_PAGES", None)
-        self.assertEqual(hugetext.move_to_huge_pages(limit_mib=resident_mib), ([], []))
-        self.assertEqual(hugetext.move_to_huge_pages(limit_mib=2 * resident_mib + 1), ([], []),
-                         "2 MiB more would pass half the limit")
+
+class ChooseTest(unittest.TestCase):
+    """choose: what move_to_huge_pages takes, against half of the limit."""
+    DENSE = hugetext.HUGE // hugetext.PAGE  # 512: a range wholly in memory adds nothing
+
+    def test_code_then_dense_heap_within_half_the_limit(self):
+        heap = [(10 * H, self.DENSE), (11 * H, 448), (12 * H, 100)]  # the last is sparse
+        text, taken, added, budget, skipped = hugetext.choose([0, H], heap, 0, 64)
+        self.assertEqual((text, taken, skipped), ([0, H], [10 * H, 11 * H], 0))
+        self.assertEqual(added, 2 * H + (self.DENSE - 448) * hugetext.PAGE)
+        self.assertEqual(budget, 32 << 20)
+
+    def test_what_the_sandbox_holds_counts(self):
+        # 28 MiB held of a 64 MiB limit: 4 MiB of room under half, the code's 4 MiB fit,
+        # a heap range adding 256 KiB does not.
+        text, taken, added, budget, skipped = hugetext.choose(
+            [0, H], [(10 * H, 448)], 28 << 20, 64)
+        self.assertEqual((text, taken, skipped), ([0, H], [], 1))
+        # Held past half: nothing, not even a dense range that would add nothing.
+        text, taken, _, budget, skipped = hugetext.choose([0], [(10 * H, self.DENSE)], 33 << 20, 64)
+        self.assertEqual((text, taken, skipped), ([], [], 2))
+        self.assertLess(budget, 0)
+
+    def test_no_limit_takes_every_dense_range(self):
+        text, taken, _, budget, skipped = hugetext.choose(
+            [0], [(10 * H, 500), (11 * H, 447)], 1 << 40, 0)
+        self.assertEqual((text, taken, budget, skipped), ([0], [10 * H], None, 0))
+
+
+class HeapRangesTest(unittest.TestCase):
+    def test_private_writable_anonymous_only(self):
+        maps = _maps(
+            "7f0000100000-7f0000900000 rw-p 00000000 00:00 0",  # unaligned start and end
+            "7f0001000000-7f0001400000 rw-p 00000000 00:00 0 [heap]",
+            "7f0002000000-7f0002400000 rw-p 00000000 00:00 0 [stack]",
+            "7f0003000000-7f0003400000 rw-s 00000000 00:01 9 /dev/zero (deleted)",
+            "7f0004000000-7f0004400000 rw-p 00000000 00:00 0 [anon:arena]",
+            "7f0005000000-7f0005400000 rw-p 00000000 00:01 7 /memfd:x (deleted)",
+            "7f0006000000-7f0006400000 rw-p 00001000 fe:00 3 /usr/lib/libfoo.so",
+            "7f0007000000-7f0007400000 ---p 00000000 00:00 0",
+            "7f0008000000-7f00081fffff rw-p 00000000 00:00 0",  # one page short of a range
+        )
+        self.assertEqual(hugetext.heap_ranges(maps),
+                         [0x7f0000200000, 0x7f0000400000, 0x7f0000600000,
+                          0x7f0001000000, 0x7f0001200000])
+
+    def test_resident_pages_counts_pages_in_memory(self):
+        size = 4 * H
+        addr = ctypes.c_void_p(_libc.mmap(None, size, 3, 0x22, -1, 0)).value
+        self.addCleanup(_libc.munmap, ctypes.c_void_p(addr), size)
+        start = (addr + H - 1) // H * H
+        self.assertEqual(hugetext.resident_pages(start), 0)
+        for i in range(10):
+            ctypes.memset(start + i * hugetext.PAGE, 1, 1)
+        self.assertEqual(hugetext.resident_pages(start), 10)
+
+    def test_sandbox_bytes_adds_every_process_and_the_tmpfs(self):
+        with tempfile.TemporaryDirectory() as proc:
+            for name, rss, pte in (("self", 1000, 10), ("1", 2000, 20), ("22", 30, 0)):
+                os.makedirs(os.path.join(proc, name))
+                with open(os.path.join(proc, name, "status"), "w") as f:
+                    f.write(f"Name:\tx\nVmRSS:\t{rss} kB\nVmPTE:\t{pte} kB\n")
+            os.makedirs(os.path.join(proc, "notapid"))
+            self.assertEqual(hugetext.sandbox_bytes(proc, mounts=()), (1000 + 10 + 2000 + 20 + 30) * 1024)
+            st = os.statvfs(proc)
+            self.assertEqual(hugetext.sandbox_bytes(proc, mounts=(proc,)),
+                             (3060 << 10) + (st.f_blocks - st.f_bfree) * st.f_frsize)
+
+
+def _own_maps():
+    with open("/proc/self/maps") as f:
+        return hugetext.read_maps(f.read())
 
 
 def _vma_start(address):

@@ -34,8 +34,8 @@ _NATIVE_POOL_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    """Return the parsed ``--code``, ``--handler``, ``--mode``, ``--path``s and ``--memory-mib``;
-    exits with status 2 on a usage error (argparse)."""
+    """Return the parsed ``--code``, ``--handler``, ``--mode``, ``--path``s, ``--memory-mib`` and
+    ``--no-huge-pages``; exits with status 2 on a usage error (argparse)."""
     parser = argparse.ArgumentParser(prog="zygo_agent", description="Zygo Python agent")
     parser.add_argument("--code", required=True, help="directory holding the user's code")
     parser.add_argument("--handler", required=True, help="MODULE:FUNCTION")
@@ -44,7 +44,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="a directory of the code put on sys.path after it (python_path)")
     parser.add_argument("--memory-mib", type=int, default=0,
                         help="the zygote's memory limit, MiB (zygote_memory_mib; 0: none): "
-                             "what huge pages may add to it (hugetext)")
+                             "huge pages take at most half of it (hugetext)")
+    parser.add_argument("--no-huge-pages", action="store_true",
+                        help="keep the interpreter's code and the heap on small pages (hugetext)")
     return parser.parse_args(argv)
 
 
@@ -71,7 +73,7 @@ def main(argv: Optional[List[str]] = None) -> NoReturn:
         sys.exit(1)
     report = warmup.run(code_dir, agent_fds=(CONTROL_FD,), mode=args.mode,
                         handler=args.handler)  # step 4
-    _prepare_for_forks(report, args.mode, args.memory_mib)
+    _prepare_for_forks(report, args.mode, None if args.no_huge_pages else args.memory_mib)
     zygote.flush_stdio()  # step 5
     _send_or_exit(control, {"type": "ready", "pid": os.getpid(),
                             "python": sys.version.split()[0],
@@ -109,14 +111,14 @@ def _open_control_socket() -> socket.socket:
     return control
 
 
-def _prepare_for_forks(report: warmup.Report, mode: str, memory_mib: int = 0) -> None:
+def _prepare_for_forks(report: warmup.Report, mode: str, memory_mib: Optional[int] = 0) -> None:
     """Stop recording, register the NumPy generators to reseed, cache uuid's hardware
     address (so a child's pure-Python ``uuid1`` need not run ``ip``), set up OpenSSL's
     random generators (:func:`_init_openssl_random`), in fork mode list the rules every
     request's Landlock domain holds (:func:`child.domain_plan`), move every object into the GC's
     permanent generation (children neither touch their pages nor finalise the zygote's
     garbage), and in fork mode put the interpreter's code and the zygote's heap on huge
-    pages within half of ``memory_mib`` (:mod:`hugetext`)."""
+    pages within half of ``memory_mib`` (:mod:`hugetext`; ``None``: not at all)."""
     recorder.stop()
     for generator in report.numpy_generators:
         reseed.register_numpy_generator(generator)
@@ -129,12 +131,18 @@ def _prepare_for_forks(report: warmup.Report, mode: str, memory_mib: int = 0) ->
             log(f"listing what a request may read (each child lists it again): {exc}")
     gc.collect()
     gc.freeze()
-    if mode == "fork":
-        moved = hugetext.move_to_huge_pages(memory_mib)
-        if moved.text or moved.heap:
-            log(f"huge pages of {hugetext.HUGE >> 20} MiB: {len(moved.text)} of the interpreter's "
-                f"code, {len(moved.heap)} of the zygote's heap and arenas, "
-                f"{(len(moved.text) + len(moved.heap)) * hugetext.HUGE >> 20} MiB at most")
+    if mode == "fork" and memory_mib is not None:
+        log(huge_pages_line(hugetext.move_to_huge_pages(memory_mib)))
+
+
+def huge_pages_line(moved: hugetext.Moved) -> str:
+    """The zygote's log line saying what :func:`hugetext.move_to_huge_pages` did."""
+    half = ("" if moved.budget is None else
+            f"; room left under half of zygote_memory_mib: {max(moved.budget, 0) >> 20} MiB")
+    skipped = f", {moved.skipped} left out for the limit" if moved.skipped else ""
+    return (f"huge pages: {len(moved.text)} range(s) of the interpreter's code and "
+            f"{len(moved.heap)} of the heap and arenas{skipped}, about "
+            f"{moved.added + (1 << 19) >> 20} MiB more memory{half}")
 
 
 def _init_openssl_random() -> None:

@@ -23,8 +23,10 @@ mapping no child touches costs ``fork`` nothing); NumPy's alone 0.98x over 16 ro
 page faults fewer a request, within the rounds' spread) for 4 MiB more per zygote.
 
 Anonymous memory: then each 2 MiB-aligned range wholly inside one private writable anonymous
-mapping (the heap, the object allocator's arenas) is collapsed in place (``MADV_COLLAPSE``:
-the same bytes, the holes filled with zeros). ``fork`` then copies one entry for it, and a
+mapping (the heap, the object allocator's arenas) with at least ``DENSE_PAGES`` of its 512
+pages in memory (``mincore``) is collapsed in place (``MADV_COLLAPSE``: the same bytes, the
+few holes filled with zeros; a sparse range, such as most of a large ``np.zeros`` table, is
+left alone: collapsing would make it all real memory). ``fork`` then copies one entry for it, and a
 child reads it without the hypervisor's per-page cost; a child's first write to it splits
 the child's own mapping into 4 KiB entries (about what ``fork`` copied before) and copies the
 one page; the zygote's own writes after a fork split its mapping of that range for good.
@@ -32,17 +34,18 @@ Measured side by side, 8 clients: the zygote side's CPU 0.95x and 0.97x (6 round
 0.91x (16 rounds; the rounds' ratios 0.92 +- 0.09), although a child takes 10-17 page faults
 more (the splits).
 
-Costs: 2 MiB of memory per range in the zygote (its children share it; for a collapsed
-range, what its holes held no page for): 4 MiB for the interpreter of Debian 12's
-``python3.11``, 8 MiB for a NumPy zygote's heap and arenas. It counts against
-``zygote_memory_mib``, so ranges are taken only while the zygote's resident memory
-(``VmRSS`` + ``VmPTE``, which over-counts: file pages shared with other processes are in it)
-plus 2 MiB per range taken stays at most half its limit (``--memory-mib``,
-:func:`move_to_huge_pages`): a function sized close to its limit is left as it was. The
-read-only data in the code's ranges becomes executable; a profiler that maps samples to
-files through ``/proc/PID/maps`` (``perf``, ``py-spy``) sees them as anonymous memory.
-``ZYGO_HUGE_PAGES=0`` in the agent's environment turns both off, ``ZYGO_HUGE_PAGES=1`` takes
-every range whatever the limit (for tests: a manifest cannot set ``ZYGO_`` variables).
+Costs: 2 MiB of memory per code range in the zygote (its children share it), 4 MiB for the
+interpreter of Debian 12's ``python3.11`` (private to each zygote, where the file's pages
+were shared by every process mapping them), and for a collapsed range what its holes held
+no page for (at most 256 KiB each): about 4-5 MiB more charged to a NumPy zygote's cgroup.
+Ranges are taken only while what the sandbox holds (:func:`sandbox_bytes`: every process of
+it and its tmpfs mounts) plus what they add stays at most half of ``zygote_memory_mib``
+(``--memory-mib``, :func:`choose`): a function sized close to its limit, or whose import
+started helpers that take most of it, is left as it was. Page cache is not counted (the
+kernel reclaims it before the OOM killer acts). The read-only data in the code's ranges
+becomes executable; a profiler that maps samples to files through ``/proc/PID/maps``
+(``perf``, ``py-spy``) sees them as anonymous memory: ``zygo serve --no-huge-pages`` turns
+both steps off (the agent's ``--no-huge-pages``).
 Nothing is done in spawn mode, or when the kernel refuses a step (no transparent huge pages,
 no ``MADV_COLLAPSE`` before Linux 6.1, no huge page free): a code range is replaced only once
 its copy is a huge page, and a failure leaves a range as it was.
@@ -50,7 +53,7 @@ its copy is a huge page, and a failure leaves a range as it was.
 
 import ctypes
 import os
-from typing import List, NamedTuple, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 HUGE = 2 << 20  # x86-64 and arm64 (4 KiB base pages): a PMD maps 2 MiB
 _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
@@ -69,6 +72,7 @@ _libc.mremap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctyp
                          ctypes.c_void_p)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
 
 
 class Mapping(NamedTuple):
@@ -132,21 +136,50 @@ def _covered(mappings: List[Mapping], lo: int, hi: int) -> bool:
     return False
 
 
-def resident_bytes() -> int:
-    """This process's resident memory and page tables, bytes (``VmRSS`` + ``VmPTE`` of
-    ``/proc/self/status``); raises ``OSError`` when it cannot be read."""
+def sandbox_bytes(proc: str = "/proc", mounts: Tuple[str, ...] = ("/tmp", "/dev/shm")) -> int:
+    """What the sandbox holds in memory, bytes, as far as it can see: ``VmRSS`` + ``VmPTE`` of
+    every process in ``proc`` (the agent is PID 1 of the sandbox's pid namespace, so helpers
+    its import started count too; pages two of them share count twice) and what its tmpfs
+    ``mounts`` hold (files there are memory charged to the sandbox's cgroup). Page cache is not counted: the kernel reclaims it before it kills. Raises
+    ``OSError`` when this process's own status cannot be read."""
+    total = _status_bytes(f"{proc}/self/status")
+    me = os.getpid()
+    for name in os.listdir(proc):
+        if name.isdigit() and int(name) != me:
+            try:
+                total += _status_bytes(f"{proc}/{name}/status")
+            except OSError:
+                continue  # gone, or not ours to read
+    for mount in mounts:
+        try:
+            st = os.statvfs(mount)
+        except OSError:
+            continue
+        total += (st.f_blocks - st.f_bfree) * st.f_frsize
+    return total
+
+
+def _status_bytes(path: str) -> int:
     total = 0
-    with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+    with open(path, encoding="ascii", errors="replace") as f:
         for line in f:
             if line.startswith(("VmRSS:", "VmPTE:")):
                 total += int(line.split()[1]) * 1024
     return total
 
 
+# A heap range is collapsed only when at least this many of its 512 pages are in memory:
+# collapsing fills the rest, and a sparse table (np.zeros of a few hundred MiB with a few
+# entries set) would become real memory.
+DENSE_PAGES = 448
+PAGE = 4096
+
+
 def heap_ranges(maps: List[Mapping]) -> List[int]:
     """Return the starts of the ``HUGE``-aligned ranges wholly inside one private writable
-    anonymous mapping (the ``[heap]``, the allocator's arenas, large allocations; not a
-    stack), in address order."""
+    anonymous mapping (the ``[heap]``, the allocator's arenas, large allocations; not
+    ``[stack]``, named ``[anon:...]`` mappings, shared or file-backed ones), in address
+    order."""
     starts = []
     for m in maps:
         if m.perms != "rw-p" or m.path not in ("", "[heap]"):
@@ -158,44 +191,75 @@ def heap_ranges(maps: List[Mapping]) -> List[int]:
     return starts
 
 
+def resident_pages(start: int) -> int:
+    """How many of the 512 pages of ``[start, start + HUGE)`` are in memory (``mincore``;
+    an anonymous page never touched is not); 0 when ``mincore`` refuses."""
+    vec = (ctypes.c_ubyte * (HUGE // PAGE))()
+    if _libc.mincore(ctypes.c_void_p(start), HUGE, vec) != 0:
+        return 0
+    return sum(b & 1 for b in vec)
+
+
 class Moved(NamedTuple):
     """What :func:`move_to_huge_pages` put on huge pages: the starts of the interpreter's
-    code ranges replaced, and of the anonymous ranges collapsed."""
+    code ranges replaced and of the anonymous ranges collapsed; ``added``, about how many
+    bytes that made the zygote hold; ``budget``, what it was allowed to add (None: no limit);
+    ``skipped``, ranges left out for the budget."""
     text: List[int]
     heap: List[int]
+    added: int = 0
+    budget: Optional[int] = None
+    skipped: int = 0
+
+
+def choose(text: List[int], heap: List[Tuple[int, int]], held: int, limit_mib: int):
+    """The plan of :func:`move_to_huge_pages`, without touching memory: which of ``text`` (code
+    ranges, each costing ``HUGE`` bytes: a copy) and of ``heap`` (``(start, resident pages)``,
+    each costing the pages collapsing adds) to take, in that order, so that ``held`` (bytes
+    the sandbox holds, :func:`sandbox_bytes`) plus what they cost stays at most half of
+    ``limit_mib`` (MiB; 0: no limit). A heap range with fewer than ``DENSE_PAGES`` resident is
+    never taken. Returns ``(text starts, heap starts, bytes added, budget or None, ranges
+    skipped for the budget)``."""
+    budget = (limit_mib << 19) - held if limit_mib > 0 else None  # half the limit, bytes
+    took_text, took_heap, added, skipped = [], [], 0, 0
+    items = [(start, HUGE, True) for start in text]
+    items += [(start, (HUGE // PAGE - pages) * PAGE, False) for start, pages in heap
+              if pages >= DENSE_PAGES]
+    for start, cost, is_text in items:
+        if budget is not None and added + cost > budget:
+            skipped += 1
+            continue
+        (took_text if is_text else took_heap).append(start)
+        added += cost
+    return took_text, took_heap, added, budget, skipped
 
 
 def move_to_huge_pages(limit_mib: int = 0) -> Moved:
-    """Put the interpreter's code, then the zygote's anonymous memory, on huge pages (module
-    doc). ``limit_mib``: the zygote's memory limit (MiB; 0: none is enforced): ranges are
-    taken, code first, then in address order, only while ``resident_bytes()`` plus 2 MiB per
-    range taken stays at most half of it. ``ZYGO_HUGE_PAGES=0`` takes none, ``=1`` takes every
-    range whatever the limit. Never raises: a range the kernel refuses is left as it was."""
-    setting = os.environ.get("ZYGO_HUGE_PAGES")
-    moved = Moved([], [])
-    if setting == "0":
-        return moved
+    """Put the interpreter's code, then the dense ranges of the zygote's anonymous memory, on
+    huge pages (module doc), as :func:`choose` plans them against ``limit_mib`` (the zygote's
+    ``zygote_memory_mib``; 0: no limit) and what the sandbox holds. Call it before any
+    pre-forked child exists. Never raises: a range the kernel refuses is left as it was."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
             maps = read_maps(f.read())
         text = candidate_ranges(maps, interpreter_files(os.readlink("/proc/self/exe"), maps))
-        budget = limit_mib << 19 if limit_mib > 0 and setting != "1" else None  # half, bytes
-        spent = resident_bytes() if budget is not None else 0
+        held = sandbox_bytes() if limit_mib > 0 else 0
     except OSError:
-        return moved
-    for start in text:
-        if budget is not None and spent + HUGE > budget:
-            return moved
+        return Moved([], [])
+    heap = [(start, resident_pages(start)) for start in heap_ranges(maps)]
+    text, heap_starts, _, budget, skipped = choose(text, heap, held, limit_mib)
+    moved = Moved([], [], 0, budget, skipped)
+    added = 0
+    for start in text:  # the maps read before: moving code changes no heap
         if _replace(start):
             moved.text.append(start)
-            spent += HUGE
-    for start in heap_ranges(maps):  # the maps read before: the text's moves changed no heap
-        if budget is not None and spent + HUGE > budget:
-            break
+            added += HUGE
+    resident = dict(heap)
+    for start in heap_starts:
         if _libc.madvise(start, HUGE, _MADV_COLLAPSE) == 0:
             moved.heap.append(start)
-            spent += HUGE
-    return moved
+            added += HUGE - resident[start] * PAGE
+    return moved._replace(added=added)
 
 
 def _replace(start: int) -> bool:
