@@ -107,7 +107,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&sbx.Runsc, "runsc", "", "runsc binary (default /usr/local/bin/runsc, then PATH)")
 	cmd.Flags().IntVar(&sbx.SecretImagesMiB, "secret-images-mib", 2048, "size cap of the tmpfs holding the checkpoint images of sandboxes with secrets (MiB)")
 	cmd.Flags().IntVar(&sbx.CheckpointImportMaxMiB, "checkpoint-import-max-mib", 8192, "largest checkpoint image an import (zygo sandbox checkpoints import) accepts (MiB of its tar)")
-	cmd.Flags().BoolVar(&noHugePages, "no-huge-pages", false, "keep fork-mode Python zygotes' code and heap on small pages (for perf or py-spy, or to save about 4 MiB a zygote; they take more CPU a request)")
+	cmd.Flags().BoolVar(&noHugePages, "no-huge-pages", false, "keep fork-mode Python zygotes' code and heap on small pages (for perf or py-spy, or to save the memory: about 4 MiB a zygote, more with a large heap; requests then take more CPU)")
 	cmd.Flags().BoolVar(&sbx.Disabled, "no-sandboxes", false, "serve functions only; sandbox calls answer 503")
 	cmd.Flags().BoolVar(&sbx.Network.Disabled, "no-sandbox-network", false, "run every sandbox without network (loopback only)")
 	cmd.Flags().BoolVar(&nc.Disabled, "no-network", false, "run without networking: functions with [network] egress = \"allow\" are refused")

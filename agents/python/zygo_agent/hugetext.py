@@ -24,9 +24,12 @@ page faults fewer a request, within the rounds' spread) for 4 MiB more per zygot
 
 Anonymous memory: then each 2 MiB-aligned range wholly inside one private writable anonymous
 mapping (the heap, the object allocator's arenas) with at least ``DENSE_PAGES`` of its 512
-pages in memory (``mincore``) is collapsed in place (``MADV_COLLAPSE``: the same bytes, the
-few holes filled with zeros; a sparse range, such as most of a large ``np.zeros`` table, is
-left alone: collapsing would make it all real memory). ``fork`` then copies one entry for it, and a
+pages holding memory of the zygote's own (:func:`dense_pages`: ``mincore``, and the
+mapping's private pages from ``smaps``, since a page read but never written maps the
+kernel's shared zero page, which ``mincore`` counts) is collapsed in place
+(``MADV_COLLAPSE``: the same bytes, the few holes filled with zeros); a sparse range, such as
+most of a large ``np.zeros`` table even after it was read, is left alone: collapsing would
+make it all real memory. ``fork`` then copies one entry for it, and a
 child reads it without the hypervisor's per-page cost; a child's first write to it splits
 the child's own mapping into 4 KiB entries (about what ``fork`` copied before) and copies the
 one page; the zygote's own writes after a fork split its mapping of that range for good.
@@ -37,11 +40,15 @@ more (the splits).
 Costs: 2 MiB of memory per code range in the zygote (its children share it), 4 MiB for the
 interpreter of Debian 12's ``python3.11`` (private to each zygote, where the file's pages
 were shared by every process mapping them), and for a collapsed range what its holes held
-no page for (at most 256 KiB each): about 4-5 MiB more charged to a NumPy zygote's cgroup.
-Ranges are taken only while what the sandbox holds (:func:`sandbox_bytes`: every process of
-it and its tmpfs mounts) plus what they add stays at most half of ``zygote_memory_mib``
-(``--memory-mib``, :func:`choose`): a function sized close to its limit, or whose import
-started helpers that take most of it, is left as it was. Page cache is not counted (the
+no page for (about 256 KiB at most, as planned): about 4-5 MiB more charged to a NumPy
+zygote's cgroup. Ranges are taken only while what the sandbox holds (:func:`sandbox_bytes`:
+every process of it, its tmpfs mounts, its memfds and System V segments) plus what they add
+stays at most half of ``zygote_memory_mib`` (``--memory-mib``, :func:`choose`), and the heap's
+collapses stop once the zygote's ``RssAnon`` has grown by that much: a function sized close
+to its limit, or whose import started helpers that take most of it, is left as it was. Not
+foreseen: memory the sandbox cannot see (a helper's own memfds) and what a helper allocates
+after ``ready``; a function that runs within a few MiB of its limit needs more
+``zygote_memory_mib`` or ``zygo serve --no-huge-pages``. Page cache is not counted (the
 kernel reclaims it before the OOM killer acts). The read-only data in the code's ranges
 becomes executable; a profiler that maps samples to files through ``/proc/PID/maps``
 (``perf``, ``py-spy``) sees them as anonymous memory: ``zygo serve --no-huge-pages`` turns
@@ -139,9 +146,12 @@ def _covered(mappings: List[Mapping], lo: int, hi: int) -> bool:
 def sandbox_bytes(proc: str = "/proc", mounts: Tuple[str, ...] = ("/tmp", "/dev/shm")) -> int:
     """What the sandbox holds in memory, bytes, as far as it can see: ``VmRSS`` + ``VmPTE`` of
     every process in ``proc`` (the agent is PID 1 of the sandbox's pid namespace, so helpers
-    its import started count too; pages two of them share count twice) and what its tmpfs
-    ``mounts`` hold (files there are memory charged to the sandbox's cgroup). Page cache is not counted: the kernel reclaims it before it kills. Raises
-    ``OSError`` when this process's own status cannot be read."""
+    its import started count too; pages two of them share count twice), what its tmpfs
+    ``mounts`` hold, this process's memfds and the sandbox's System V shared memory
+    (``proc/sysvipc/shm``: its own IPC namespace), all memory charged to the sandbox's cgroup
+    that no ``VmRSS`` may show. Not seen: a helper's own memfds (a non-dumpable process's
+    descriptors are not this one's to list), and page cache, which the kernel reclaims
+    before it kills. Raises ``OSError`` when this process's own status cannot be read."""
     total = _status_bytes(f"{proc}/self/status")
     me = os.getpid()
     for name in os.listdir(proc):
@@ -156,7 +166,35 @@ def sandbox_bytes(proc: str = "/proc", mounts: Tuple[str, ...] = ("/tmp", "/dev/
         except OSError:
             continue
         total += (st.f_blocks - st.f_bfree) * st.f_frsize
+    return total + memfd_bytes(f"{proc}/self/fd") + sysv_shm_bytes(f"{proc}/sysvipc/shm")
+
+
+def memfd_bytes(fd_dir: str) -> int:
+    """The sizes of the memfds among the descriptors of ``fd_dir`` (``/proc/self/fd``), bytes;
+    0 when it cannot be listed."""
+    total = 0
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            if os.readlink(f"{fd_dir}/{name}").startswith("/memfd:"):
+                total += os.stat(f"{fd_dir}/{name}").st_size
+        except OSError:
+            continue
     return total
+
+
+def sysv_shm_bytes(path: str) -> int:
+    """The sizes of the System V shared memory segments ``path`` (``/proc/sysvipc/shm``)
+    lists, bytes; 0 when it cannot be read."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            next(f, None)  # the header: key shmid perms size ...
+            return sum(int(line.split()[3]) for line in f if len(line.split()) > 3)
+    except (OSError, ValueError):
+        return 0
 
 
 def _status_bytes(path: str) -> int:
@@ -191,6 +229,52 @@ def heap_ranges(maps: List[Mapping]) -> List[int]:
     return starts
 
 
+def private_by_mapping() -> dict:
+    """``{(start, end): pages}``: the pages of each mapping of ``/proc/self/smaps`` that are
+    this process's alone (``Private_Clean`` + ``Private_Dirty``): not the kernel's shared zero
+    page (what a read of an untouched anonymous page maps), nor a page shared copy-on-write
+    with another process (collapsing copies both into new memory). ``{}`` when it cannot be
+    read (a non-dumpable process may read its own ``smaps``)."""
+    out, current = {}, None
+    try:
+        with open("/proc/self/smaps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                head = line.split(None, 1)[0]
+                if not head.endswith(":"):
+                    lo, _, end = head.partition("-")
+                    current = (int(lo, 16), int(end, 16))
+                    out[current] = 0
+                elif head in ("Private_Clean:", "Private_Dirty:") and current is not None:
+                    out[current] += int(line.split()[1]) * 1024 // PAGE
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def dense_pages(start: int, private: dict) -> int:
+    """About how many of the 512 pages of ``[start, start + HUGE)`` hold memory of this
+    process's own: the fewer of what ``mincore`` finds in memory (:func:`resident_pages`) and
+    the range's share of its mapping's private pages (``private``, :func:`private_by_mapping`;
+    a mapping is counted evenly over its size). ``mincore`` alone counts an untouched page
+    that was read (the shared zero page) as in memory: a large ``np.zeros`` table read once
+    looks full to it and empty to ``smaps``."""
+    share = 0
+    for (lo, end), pages in private.items():
+        if lo <= start and start + HUGE <= end:
+            share = pages * HUGE // (end - lo)
+            break
+    return min(resident_pages(start), share)
+
+
+def _rss_anon() -> int:
+    """This process's ``RssAnon``, bytes (what a collapse really adds shows here)."""
+    with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def resident_pages(start: int) -> int:
     """How many of the 512 pages of ``[start, start + HUGE)`` are in memory (``mincore``;
     an anonymous page never touched is not); 0 when ``mincore`` refuses."""
@@ -202,8 +286,8 @@ def resident_pages(start: int) -> int:
 
 class Moved(NamedTuple):
     """What :func:`move_to_huge_pages` put on huge pages: the starts of the interpreter's
-    code ranges replaced and of the anonymous ranges collapsed; ``added``, about how many
-    bytes that made the zygote hold; ``budget``, what it was allowed to add (None: no limit);
+    code ranges replaced and of the anonymous ranges collapsed; ``added``, how much the
+    zygote's ``RssAnon`` grew; ``budget``, what it was allowed to add (None: no limit);
     ``skipped``, ranges left out for the budget."""
     text: List[int]
     heap: List[int]
@@ -246,20 +330,33 @@ def move_to_huge_pages(limit_mib: int = 0) -> Moved:
         held = sandbox_bytes() if limit_mib > 0 else 0
     except OSError:
         return Moved([], [])
-    heap = [(start, resident_pages(start)) for start in heap_ranges(maps)]
+    private = private_by_mapping()
+    heap = [(start, dense_pages(start, private)) for start in heap_ranges(maps)]
     text, heap_starts, _, budget, skipped = choose(text, heap, held, limit_mib)
     moved = Moved([], [], 0, budget, skipped)
+    try:
+        before = _rss_anon()
+    except OSError:
+        return moved
     added = 0
     for start in text:  # the maps read before: moving code changes no heap
         if _replace(start):
             moved.text.append(start)
-            added += HUGE
-    resident = dict(heap)
     for start in heap_starts:
+        try:  # what the plan could not see (a page shared with a helper) shows here: stop
+            added = _rss_anon() - before
+        except OSError:
+            break
+        if budget is not None and added + HUGE > budget:
+            moved = moved._replace(skipped=moved.skipped + len(heap_starts) - len(moved.heap))
+            break
         if _libc.madvise(start, HUGE, _MADV_COLLAPSE) == 0:
             moved.heap.append(start)
-            added += HUGE - resident[start] * PAGE
-    return moved._replace(added=added)
+    try:
+        added = _rss_anon() - before
+    except OSError:
+        pass
+    return moved._replace(added=max(added, 0))
 
 
 def _replace(start: int) -> bool:
