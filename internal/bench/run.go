@@ -2209,9 +2209,9 @@ one-client requests each):
   Not foreseen, and documented: a helper's own memfds, and what a helper allocates after
   ~ready~ (a function running within a few MiB of its limit needs ~--no-huge-pages~).
 - **What the huge pages cost in memory** (~make bench~'s PSS rows, the thirteenth round's
-  final run against this round's 17:22 and 17:57 ones): a NumPy zygote at rest 11.5 -> 11.9
-  and 12.0 MiB, an idle pool of two children 17.4 -> 19.1 and 19.2 MiB, a child mid-request
-  7.4 -> 8.0 MiB, and 100 function zygotes 2323 -> 2756 and 2739 MiB (+4.2 MiB each: the interpreter's 4 MiB of code are now private to each
+  final run against this round's 17:22, 17:57 and 18:18 ones): a NumPy zygote at rest 11.5
+  -> 11.9-12.0 MiB, an idle pool of two children 17.4 -> 19.1-19.2 MiB, a child mid-request
+  7.4 -> 8.0 MiB, and 100 function zygotes 2323 -> 2738-2756 MiB (+4.2 MiB each: the interpreter's 4 MiB of code are now private to each
   zygote, where the file's pages were shared by every process that maps them). The
   half-of-~zygote_memory_mib~ rule bounds it per zygote; nothing bounds it per host but the
   number of functions.
@@ -2248,29 +2248,30 @@ one-client requests each):
 const boundsText = `
 ## What bounds the targets
 
-- **This run's host.** This table (17:57 on 2026-12-03, the fourteenth round's final code:
+- **This run's host.** This table (18:18 on 2026-12-03, the fourteenth round's final code:
   the interpreter's code and the dense ranges of the zygote's heap and arenas on huge pages
   by default, within half of ~zygote_memory_mib~ counted over the whole sandbox; nothing else
-  of ours running) met a fast spell of the host (fork floor 1.35 ms; the ideal server 3.38 ms
-  of CPU a request, 556 req/s). Targets 1, 2 and 4 are read from series interleaved with what
-  they are compared with (the ideal server; the cold starts), so a change of the host's speed
-  within minutes moves both sides. Met in this table: **warm p50 / ideal 1.26x**,
-  **cold/warm 56.5x**, Node 1.0x. Not met: **8-client throughput / ideal 0.56x** and **the
-  daemon's CPU, 0.67 ms** (0.67-0.98 ms over the round's runs). The throughput ratio over
-  the round's runs of the ideal step: 0.59x (the interpreter's code alone on huge pages),
-  then with the heap too 0.55x (a slow spell), 0.67x (~make bench~ at 17:22, the ideal server
-  on a slow spell: 5.01 ms a request), 0.65x and 0.62x (before the review's fixes, which
-  change nothing for this function: the same three dense heap ranges), and 0.56x here: met in
-  three of six runs, a ratio that moves by 0.1 with the host's spells. Zygo's daemon and
-  zygote side against the ideal's CPU: 1.78x here, 1.52-1.86x over the round (1.98x in the
-  thirteenth round's final run), the zygote side mostly in the kernel (page faults, the
-  children's exit, fork) and in the interpreter's run of the agent's steps (the fourteenth
-  round has a child's samples by kind); the bench's own client 0.18-0.24 ms a request against
-  0.10-0.17 ms for the ideal's line protocol. The daemon's CPU grows with the time between
-  requests, not with the zygote's size or the number of functions (the tenth round); what it
-  is made of is in the seventh, twelfth and thirteenth rounds. The changes of this round to
-  the request path, side by side with the tree before each: the interpreter's code on huge
-  pages, zygote side 0.88x; the heap and arenas, 0.95x, 0.97x and 0.91x.
+  of ours running) met a middling spell of the host (fork floor 1.89 ms; the ideal server
+  4.40 ms of CPU a request, 419 req/s). Targets 1, 2 and 4 are read from series interleaved
+  with what they are compared with (the ideal server; the cold starts), so a change of the
+  host's speed within minutes moves both sides. Met in this table: **warm p50 / ideal
+  1.06x**, **8-client throughput / ideal 0.66x**, **cold/warm 57.1x**, Node 0.9x. Not met:
+  **the daemon's CPU, 0.90 ms** (0.67-0.98 ms over the round's runs). The throughput ratio
+  over the round's runs of the ideal step: 0.59x (the interpreter's code alone on huge
+  pages), then with the heap too 0.55x (a slow spell), 0.67x (~make bench~ at 17:22, the
+  ideal server on a slow spell: 5.01 ms a request), 0.65x, 0.62x, 0.56x (~make bench~ at
+  17:57, a fast spell: the ideal server 3.38 ms a request) and 0.66x here: met in four of
+  six, a ratio that moves by 0.1 with the host's spells (the reviews' fixes change nothing
+  for this function: the same three dense heap ranges). Zygo's daemon and zygote side
+  against the ideal's CPU: 1.54x here, 1.52-1.86x over the round (1.98x in the thirteenth
+  round's final run), the zygote side mostly in the kernel (page faults, the children's
+  exit, fork) and in the interpreter's run of the agent's steps (the fourteenth round has a
+  child's samples by kind); the bench's own client 0.18-0.24 ms a request against 0.10-0.17
+  ms for the ideal's line protocol. The daemon's CPU grows with the time between requests,
+  not with the zygote's size or the number of functions (the tenth round); what it is made of
+  is in the seventh, twelfth and thirteenth rounds. The changes of this round to the request
+  path, side by side with the tree before each: the interpreter's code on huge pages, zygote
+  side 0.88x; the heap and arenas, 0.95x, 0.97x and 0.91x.
 - **The request's Landlock domain since the tenth round's security fix** (it now handles
   reading files and every change to the filesystem, and is entered after GO; docs/security.md):
   A/B against the tree before it (~-ab~, 2 rounds of 300 at 8 clients and 300 one-client
@@ -2281,7 +2282,7 @@ const boundsText = `
 - **Pools on this host.** The pool row read 1.54x, 1.18x and 1.69x the function's p50 in the
   tenth round's three runs, 1.41x and 1.73x in the eleventh's, 1.04x, 1.43x and 1.59x in
   the twelfth's, 1.19x, 1.39x, 1.45x and 1.39x in the thirteenth's and 1.62x in the
-  fourteenth's run at 17:22, 1.43x in its final one (two ~-only pools~ runs of each tree, alternating: 1.42x and 1.47x
+  fourteenth's runs at 17:22 and 17:57, 1.53x in its final one (two ~-only pools~ runs of each tree, alternating: 1.42x and 1.47x
   before the huge pages, 1.49x and 1.13x after, the pool's p50 5.18 and 5.10 against 4.55
   and 4.28 ms) (target 1.3x; pools' events
   travel in go since the twelfth; both sides of the row use the SDK's client);
