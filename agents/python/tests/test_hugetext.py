@@ -61,48 +61,36 @@ class CandidateRangesTest(unittest.TestCase):
 
 
 class MoveTest(unittest.TestCase):
+    """Each in a child (_in_child): the test process keeps its mappings."""
+
     def test_same_bytes_same_addresses_and_the_interpreter_runs_on(self):
-        """In a child (the test process keeps its mappings): every range that could be chosen
-        keeps its bytes, and each range moved is anonymous memory on a huge page; code still runs
-        (a JSON round trip, a class, an exception) and a forked grandchild sees the same."""
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            code = 1
+        """Every range that could be chosen keeps its bytes, and each range moved is
+        anonymous memory on a huge page; code still runs (a JSON round trip, an exception)
+        and a forked grandchild sees the same."""
+        def work():
+            maps = _own_maps()
+            # Every range that could be chosen (hashing them makes libcrypto's hot).
+            starts = hugetext.candidate_ranges(
+                maps, tuple({m.path for m in maps if m.path.startswith("/")}))
+            before = {s: hashlib.sha256(ctypes.string_at(s, H)).hexdigest() for s in starts}
+            moved = hugetext.move_to_huge_pages().text  # no limit
+            after = {s: hashlib.sha256(ctypes.string_at(s, H)).hexdigest() for s in starts}
+            import json
+            ok = json.loads(json.dumps({"a": [1, 2.5, None]})) == {"a": [1, 2.5, None]}
             try:
-                with open("/proc/self/maps") as f:
-                    maps = hugetext.read_maps(f.read())
-                # Every range that could be chosen (hashing them makes libcrypto's hot).
-                starts = hugetext.candidate_ranges(
-                    maps, tuple({m.path for m in maps if m.path.startswith("/")}))
-                before = {s: hashlib.sha256(ctypes.string_at(s, H)).hexdigest() for s in starts}
-                moved = hugetext.move_to_huge_pages().text  # no limit
-                after = {s: hashlib.sha256(ctypes.string_at(s, H)).hexdigest() for s in starts}
-                import json
-                ok = json.loads(json.dumps({"a": [1, 2.5, None]})) == {"a": [1, 2.5, None]}
-                try:
-                    raise KeyError("x")
-                except KeyError:
-                    pass
-                gpid = os.fork()
-                if gpid == 0:
-                    os._exit(0 if sum(range(10)) == 45 else 1)
-                _, status = os.waitpid(gpid, 0)
-                with open("/proc/self/smaps") as f:
-                    huge = _anon_huge_kib(f.read(), moved)
-                report = (f"{len(starts)} {len(moved)} {before == after and set(moved) <= set(starts)} {ok} "
-                          f"{os.waitstatus_to_exitcode(status)} {huge}")
-                os.write(w, report.encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        out = os.read(r, 1000).decode().split()
-        os.close(r)
-        _, status = os.waitpid(pid, 0)
-        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
-        candidates, moved, same, ok, grandchild, huge_kib = out
+                raise KeyError("x")
+            except KeyError:
+                pass
+            gpid = os.fork()
+            if gpid == 0:
+                os._exit(0 if sum(range(10)) == 45 else 1)
+            _, status = os.waitpid(gpid, 0)
+            with open("/proc/self/smaps") as f:
+                huge = _anon_huge_kib(f.read(), moved)
+            return (f"{len(starts)} {len(moved)} {before == after and set(moved) <= set(starts)} "
+                    f"{ok} {os.waitstatus_to_exitcode(status)} {huge}")
+
+        candidates, moved, same, ok, grandchild, huge_kib = _in_child(work).split()
         self.assertEqual((same, ok, grandchild), ("True", "True", "0"))
         self.assertLessEqual(int(moved), int(candidates))
         if os.path.exists("/sys/kernel/mm/transparent_hugepage") and int(candidates):
@@ -111,66 +99,42 @@ class MoveTest(unittest.TestCase):
                          "each moved range is one anonymous huge page")
 
     def test_the_heap_is_collapsed_in_place(self):
-        """In a child: a dense 8 MiB allocation (its own anonymous mapping) keeps its bytes,
-        and the ranges collapsed inside it are huge pages."""
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            code = 1
-            try:
-                block = bytearray(os.urandom(8 << 20))
-                before = hashlib.sha256(block).hexdigest()
-                at = ctypes.addressof((ctypes.c_char * len(block)).from_buffer(block))
-                heap = [s for s in hugetext.move_to_huge_pages().heap
-                        if at <= s and s + H <= at + len(block)]
-                with open("/proc/self/smaps") as f:
-                    huge = _anon_huge_kib(f.read(), {_vma_start(at)})
-                same = hashlib.sha256(block).hexdigest() == before
-                os.write(w, f"{len(heap)} {huge} {same}".encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        ranges, huge_kib, same = os.read(r, 1000).decode().split()
-        os.close(r)
-        _, status = os.waitpid(pid, 0)
-        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        """A dense 8 MiB allocation (its own anonymous mapping) keeps its bytes, and the
+        ranges collapsed inside it are huge pages."""
+        def work():
+            block = bytearray(os.urandom(8 << 20))
+            before = hashlib.sha256(block).hexdigest()
+            at = ctypes.addressof((ctypes.c_char * len(block)).from_buffer(block))
+            heap = [s for s in hugetext.move_to_huge_pages().heap
+                    if at <= s and s + H <= at + len(block)]
+            with open("/proc/self/smaps") as f:
+                huge = _anon_huge_kib(f.read(), {_vma_start(at)})
+            return f"{len(heap)} {huge} {hashlib.sha256(block).hexdigest() == before}"
+
+        ranges, huge_kib, same = _in_child(work).split()
         self.assertEqual(same, "True")
         self.assertGreaterEqual(int(ranges), 3, "8 MiB hold three aligned 2 MiB ranges at least")
         self.assertEqual(int(huge_kib), int(ranges) * (H >> 10))
 
     def test_a_sparse_mapping_is_left_alone(self):
-        """In a child: an 8 MiB mapping with one byte written every 2 MiB (a large np.zeros
-        with a few entries set), then read whole, is not collapsed: that would make all of it
-        memory."""
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            code = 1
-            try:
-                size = 8 << 20
-                addr = ctypes.c_void_p(_libc.mmap(None, size, 3, 0x22, -1, 0)).value
-                for at in range(addr, addr + size, H):
-                    ctypes.memset(at, 1, 1)
-                # Then read every page (np.count_nonzero of the table): the untouched ones now
-                # map the kernel's zero page, which mincore reports as in memory.
-                total = sum(ctypes.c_ubyte.from_address(at).value
-                            for at in range(addr, addr + size, hugetext.PAGE))
-                assert total == size // H
-                inside = [s for s in hugetext.heap_ranges(_own_maps())
-                          if addr <= s and s + H <= addr + size]
-                taken = [s for s in hugetext.move_to_huge_pages().heap if s in inside]
-                os.write(w, f"{len(inside)} {len(taken)} {hugetext.resident_pages(inside[0])}".encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        inside, taken, resident = (int(x) for x in os.read(r, 1000).decode().split())
-        os.close(r)
-        _, status = os.waitpid(pid, 0)
-        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        """An 8 MiB mapping with one byte written every 2 MiB (a large np.zeros with a few
+        entries set), then read whole, is not collapsed: that would make all of it memory."""
+        def work():
+            size = 8 << 20
+            addr = ctypes.c_void_p(_libc.mmap(None, size, 3, 0x22, -1, 0)).value
+            for at in range(addr, addr + size, H):
+                ctypes.memset(at, 1, 1)
+            # Then read every page (np.count_nonzero of the table): the untouched ones now
+            # map the kernel's zero page, which mincore reports as in memory.
+            total = sum(ctypes.c_ubyte.from_address(at).value
+                        for at in range(addr, addr + size, hugetext.PAGE))
+            assert total == size // H
+            inside = [s for s in hugetext.heap_ranges(_own_maps())
+                      if addr <= s and s + H <= addr + size]
+            taken = [s for s in hugetext.move_to_huge_pages().heap if s in inside]
+            return f"{len(inside)} {len(taken)} {hugetext.resident_pages(inside[0])}"
+
+        inside, taken, resident = (int(x) for x in _in_child(work).split())
         self.assertGreaterEqual(inside, 3)
         self.assertEqual(taken, 0)
         self.assertEqual(resident, H // hugetext.PAGE, "read whole: mincore sees every page")
@@ -261,6 +225,27 @@ class HeapRangesTest(unittest.TestCase):
 def _own_maps():
     with open("/proc/self/maps") as f:
         return hugetext.read_maps(f.read())
+
+
+def _in_child(work) -> str:
+    """Run ``work()`` (returning a str) in a forked child, which keeps the test process's
+    mappings but changes none of them, and return what it returned; fails when it raised."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 1
+        try:
+            os.write(w, work().encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, f"the child failed: {out!r}"
+    return out
 
 
 def _vma_start(address):
