@@ -197,16 +197,19 @@ def sysv_shm_bytes(path: str) -> int:
         return 0
 
 
-def _status_bytes(path: str) -> int:
+def _status_bytes(path: str, fields: Tuple[str, ...] = ("VmRSS:", "VmPTE:")) -> int:
+    """The sum of ``fields`` (kB lines) of the status file ``path``, bytes. Raises
+    ``OSError``."""
     total = 0
     with open(path, encoding="ascii", errors="replace") as f:
         for line in f:
-            if line.startswith(("VmRSS:", "VmPTE:")):
+            if line.startswith(fields):
                 total += int(line.split()[1]) * 1024
     return total
 
 
-# A heap range is collapsed only when at least this many of its 512 pages are in memory:
+# A heap range is collapsed only when at least this many of its 512 pages hold memory of the
+# zygote's own (dense_pages):
 # collapsing fills the rest, and a sparse table (np.zeros of a few hundred MiB with a few
 # entries set) would become real memory.
 DENSE_PAGES = 448
@@ -268,11 +271,7 @@ def dense_pages(start: int, private: dict) -> int:
 
 def _rss_anon() -> int:
     """This process's ``RssAnon``, bytes (what a collapse really adds shows here)."""
-    with open("/proc/self/status", encoding="ascii", errors="replace") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return _status_bytes("/proc/self/status", ("RssAnon:",))
 
 
 def resident_pages(start: int) -> int:
@@ -298,11 +297,12 @@ class Moved(NamedTuple):
 
 def choose(text: List[int], heap: List[Tuple[int, int]], held: int, limit_mib: int):
     """The plan of :func:`move_to_huge_pages`, without touching memory: which of ``text`` (code
-    ranges, each costing ``HUGE`` bytes: a copy) and of ``heap`` (``(start, resident pages)``,
+    ranges, each costing ``HUGE`` bytes: a copy) and of ``heap`` (``(start, dense pages)``,
+    :func:`dense_pages`),
     each costing the pages collapsing adds) to take, in that order, so that ``held`` (bytes
     the sandbox holds, :func:`sandbox_bytes`) plus what they cost stays at most half of
-    ``limit_mib`` (MiB; 0: no limit). A heap range with fewer than ``DENSE_PAGES`` resident is
-    never taken. Returns ``(text starts, heap starts, bytes added, budget or None, ranges
+    ``limit_mib`` (MiB; 0: no limit). A heap range with fewer than ``DENSE_PAGES`` is never
+    taken. Returns ``(text starts, heap starts, bytes added, budget or None, ranges
     skipped for the budget)``."""
     budget = (limit_mib << 19) - held if limit_mib > 0 else None  # half the limit, bytes
     took_text, took_heap, added, skipped = [], [], 0, 0
