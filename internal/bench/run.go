@@ -2248,25 +2248,25 @@ one-client requests each):
 const boundsText = `
 ## What bounds the targets
 
-- **This run's host.** This table (18:18 on 2026-12-03, the fourteenth round's final code:
+- **This run's host.** This table (18:44 on 2026-12-03, the fourteenth round's final code:
   the interpreter's code and the dense ranges of the zygote's heap and arenas on huge pages
   by default, within half of ~zygote_memory_mib~ counted over the whole sandbox; nothing else
-  of ours running) met a middling spell of the host (fork floor 1.89 ms; the ideal server
-  4.40 ms of CPU a request, 419 req/s). Targets 1, 2 and 4 are read from series interleaved
-  with what they are compared with (the ideal server; the cold starts), so a change of the
-  host's speed within minutes moves both sides. Met in this table: **warm p50 / ideal
-  1.06x**, **8-client throughput / ideal 0.66x**, **cold/warm 57.1x**, Node 0.9x. Not met:
-  **the daemon's CPU, 0.90 ms** (0.67-0.98 ms over the round's runs). The throughput ratio
-  over the round's runs of the ideal step: 0.59x (the interpreter's code alone on huge
-  pages), then with the heap too 0.55x (a slow spell), 0.67x (~make bench~ at 17:22, the
-  ideal server on a slow spell: 5.01 ms a request), 0.65x, 0.62x, 0.56x (~make bench~ at
-  17:57, a fast spell: the ideal server 3.38 ms a request) and 0.66x here: met in four of
-  six, a ratio that moves by 0.1 with the host's spells (the reviews' fixes change nothing
+  of ours running) met a slow spell of the host (fork floor 2.48 ms; the ideal server 5.22 ms
+  of CPU a request, 340 req/s). Targets 1, 2 and 4 are read from series interleaved with what
+  they are compared with (the ideal server; the cold starts), so a change of the host's speed
+  within minutes moves both sides. Met in this table: **warm p50 / ideal 0.99x**, **8-client
+  throughput / ideal 0.66x**, **cold/warm 55.1x**, Node 1.1x. Not met: **the daemon's CPU,
+  0.99 ms** (0.67-0.99 ms over the round's runs). The throughput ratio over the round's runs
+  of the ideal step: 0.59x (the interpreter's code alone on huge pages), then with the heap
+  too 0.55x (a slow spell), 0.67x (~make bench~ at 17:22, the ideal server on a slow spell:
+  5.01 ms a request), 0.65x, 0.62x, 0.56x (~make bench~ at 17:57, a fast spell: the ideal
+  server 3.38 ms a request), 0.66x (~make bench~ at 18:18) and 0.66x here: met in five of
+  seven, a ratio that moves by 0.1 with the host's spells (the reviews' fixes change nothing
   for this function: the same three dense heap ranges). Zygo's daemon and zygote side
-  against the ideal's CPU: 1.54x here, 1.52-1.86x over the round (1.98x in the thirteenth
+  against the ideal's CPU: 1.56x here, 1.52-1.86x over the round (1.98x in the thirteenth
   round's final run), the zygote side mostly in the kernel (page faults, the children's
   exit, fork) and in the interpreter's run of the agent's steps (the fourteenth round has a
-  child's samples by kind); the bench's own client 0.18-0.24 ms a request against 0.10-0.17
+  child's samples by kind); the bench's own client 0.18-0.25 ms a request against 0.10-0.17
   ms for the ideal's line protocol. The daemon's CPU grows with the time between requests,
   not with the zygote's size or the number of functions (the tenth round); what it is made of
   is in the seventh, twelfth and thirteenth rounds. The changes of this round to the request
@@ -2282,7 +2282,7 @@ const boundsText = `
 - **Pools on this host.** The pool row read 1.54x, 1.18x and 1.69x the function's p50 in the
   tenth round's three runs, 1.41x and 1.73x in the eleventh's, 1.04x, 1.43x and 1.59x in
   the twelfth's, 1.19x, 1.39x, 1.45x and 1.39x in the thirteenth's and 1.62x in the
-  fourteenth's runs at 17:22 and 17:57, 1.53x in its final one (two ~-only pools~ runs of each tree, alternating: 1.42x and 1.47x
+  fourteenth's runs at 17:22, 17:57 and 18:18, 1.51x in its final one (two ~-only pools~ runs of each tree, alternating: 1.42x and 1.47x
   before the huge pages, 1.49x and 1.13x after, the pool's p50 5.18 and 5.10 against 4.55
   and 4.28 ms) (target 1.3x; pools' events
   travel in go since the twelfth; both sides of the row use the SDK's client);
