@@ -11,6 +11,7 @@ import (
 
 	"github.com/zygo-run/zygo/sdk/go/zygo"
 	"github.com/zygo-run/zygo/test/e2eutil"
+	"golang.org/x/sys/unix"
 )
 
 // scratchTmpfsMiB is the --run-tmpfs-mib of TestScratchIsBounded's daemon:
@@ -128,7 +129,8 @@ func TestScratchIsBounded(t *testing.T) {
 // event.json, or, when the pool's refill freed one inode after the holder
 // filled the rest (a directory made ahead that found no room for its tmp/),
 // from the child that then found no room for its own files (Run: no result
-// and the tmpfs full).
+// and the tmpfs full). The holder keeps taking inodes freed after its fill,
+// and the request is sent once the host has seen none free for 200 ms.
 func checkRequestTmpfsFull(t *testing.T, d *Daemon) {
 	// The directories of the requests before are removed after their answers: one removed
 	// after the holder filled the tmpfs would give the next request room. Wait until every
@@ -167,6 +169,26 @@ func checkRequestTmpfsFull(t *testing.T, d *Daemon) {
 	}
 	if len(filled) != 1 {
 		t.Fatalf("the holding request did not fill the request tmpfs: %v", <-held)
+	}
+	// A directory whose removal was under way during the fill frees inodes after it (a
+	// kernel that lists a directory newest first leaves tmp/ for last, which looks like a
+	// directory made ahead); the holder takes each one back within 10 ms. Wait until the
+	// host sees no free inode on the request tmpfs for 200 ms.
+	reqTmpfs := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(filled[0]))), "req")
+	var st unix.Statfs_t
+	for zero, i := 0, 0; zero < 10; i++ {
+		if err := unix.Statfs(reqTmpfs, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Ffree == 0 {
+			zero++
+		} else {
+			zero = 0
+		}
+		if i == 250 {
+			t.Fatalf("the request tmpfs still has %d free inodes 5 s after the holder filled it", st.Ffree)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	_, err := d.TryInvoke("scratch", map[string]any{})
 	var ae *zygo.Error

@@ -4,7 +4,7 @@ Actions: ``mounts`` (every mount of the sandbox, from /proc/self/mountinfo, and 
 to /dev does), ``shm`` (POSIX shared memory and semaphores, as multiprocessing uses them),
 ``fill`` (``path``: mkdir there until it fails, then write 1 MiB until that fails; keeps what
 it made; /tmp and /dev/shm share one tmpfs, so after one is full the other fails at once), ``hold_full`` (fill the request's own TMPDIR to its last inode, say so in
-/tmp/filled and wait for /tmp/release, then free it), ``statvfs`` (``path``'s size and inodes)
+/tmp/filled, keep taking any inode freed until /tmp/release, then free them), ``statvfs`` (``path``'s size and inodes)
 and ``ok``.
 """
 import errno
@@ -91,9 +91,17 @@ def hold_full():
     except OSError as e:
         err = _err(e)
     open("/tmp/filled", "w").close()
+    # Keep taking any inode freed after the fill (a directory of an earlier request whose
+    # removal was still under way), so that the tmpfs stays full until released.
     end = time.monotonic() + 20
     while not os.path.exists("/tmp/release") and time.monotonic() < end:
-        time.sleep(0.05)
+        try:
+            while True:
+                os.mkdir(os.path.join(tmp, "d%d" % n))
+                n += 1
+        except OSError:
+            pass
+        time.sleep(0.01)
     for i in range(n):
         os.rmdir(os.path.join(tmp, "d%d" % i))
     os.unlink("/tmp/filled")
