@@ -241,11 +241,12 @@ class LandlockTest(unittest.TestCase):
         else:
             self.assertEqual(out, "False", "no scoping: the request must carry on")
 
-    def _landlock_dirs(self, prefix):
+    def _landlock_dirs(self, prefix, under=None):
         """Makes (base, other, reqdir, sub) for a Landlock probe: base a new directory under
-        the temp dir holding reqdir (base/req-1), other one under /var/tmp (outside every
-        writable dir), sub a running `sleep` of the same uid; all removed at cleanup."""
-        base = tempfile.mkdtemp(prefix=prefix)
+        ``under`` (default: the temp dir) holding reqdir (base/req-1), other one under
+        /var/tmp (outside every writable dir), sub a running `sleep` of the same uid; all
+        removed at cleanup."""
+        base = tempfile.mkdtemp(prefix=prefix, dir=under)
         other = tempfile.mkdtemp(prefix="zygo-ll-other-", dir="/var/tmp")
         self.addCleanup(lambda: subprocess.run(["rm", "-rf", base, other]))
         reqdir = os.path.join(base, "req-1")
@@ -257,10 +258,16 @@ class LandlockTest(unittest.TestCase):
 
     def test_writes_only_beneath_writable_dirs(self):
         """Writes under /proc (here: an exec'd subprocess's oom_score_adj, of the same uid,
-        dumpable) are refused; writes beneath the writable dirs, to /dev/null and through
-        pipes and descriptors already open, still work; a file beside the request's
-        directory in the request root is not writable."""
-        base, other, reqdir, sub = self._landlock_dirs("zygo-ll-")
+        dumpable) are refused; writes beneath the writable dirs (a new file in /tmp too), to
+        /dev/null and through pipes and descriptors already open, still work; a file beside
+        the request's directory in the request root is not writable. The request root is
+        outside /tmp, as /run/zygo/req is in a sandbox (one beneath /tmp splits /tmp's rule
+        into its entries: test_plan_leaves_out_only_the_request_root)."""
+        base, other, reqdir, sub = self._landlock_dirs("zygo-ll-", under="/var/tmp")
+        in_tmp = os.path.join("/tmp", "zygo-ll-tmp-%d" % os.getpid())
+        self.addCleanup(lambda: os.path.exists(in_tmp) and os.unlink(in_tmp))
+        if os.path.exists(in_tmp):
+            os.unlink(in_tmp)
         kept = os.open(os.path.join(other, "kept"), os.O_WRONLY | os.O_CREAT, 0o600)
         self.addCleanup(os.close, kept)
 
@@ -280,7 +287,7 @@ class LandlockTest(unittest.TestCase):
                              write(os.path.join(other, "kept")),
                              write(os.path.join(reqdir, "result.json")),
                              write(os.path.join(base, "req-2")), write("/dev/null"),
-                             write(os.path.join(tempfile.gettempdir(), "zygo-ll-tmp")),
+                             write(in_tmp),
                              _errno_of(lambda: os.write(kept, b"x")),
                              _errno_of(lambda: os.close(os.open(f"/proc/self/fd/{w}", os.O_WRONLY))),
                              str(child._domain_ahead[0])])
