@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,11 +225,23 @@ func TestProtocolRule4_NoRequestDataInZygote(t *testing.T) {
 func TestProtocolRule12_NoCrossProcessMemory(t *testing.T) {
 	d := startDaemon(t, "")
 	d.Up(fixture("probe"))
-	// Keep siblings (and pre-forked children) around while the attacker runs.
+	// Keep siblings (and pre-forked children) around while the attacker runs. How they end
+	// is not what this test checks (a slow host has timed one out at timeout_ms=3000 under
+	// CI's load): it checks that the attacker saw at least one of them and reached none.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		d.InvokeMany("probe", 4, 4, func(int) any { return map[string]any{"action": "sleep", "seconds": 1} })
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := d.TryInvoke("probe", map[string]any{"action": "sleep", "seconds": 1}); err != nil {
+					t.Logf("a sibling request: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
 	}()
 	time.Sleep(300 * time.Millisecond)
 	var r struct {
