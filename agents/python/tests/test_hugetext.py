@@ -8,8 +8,16 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from zygo_agent import hugetext  # noqa: E402
+from inchild import in_child  # noqa: E402
+
+
+def _in_child(work) -> str:
+    """``work()`` in a forked child (inchild.in_child); fails when it raised."""
+    return in_child(work, check=True)
+
 
 H = hugetext.HUGE
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -274,27 +282,6 @@ class HeapRangesTest(unittest.TestCase):
 def _own_maps():
     with open("/proc/self/maps") as f:
         return hugetext.read_maps(f.read())
-
-
-def _in_child(work) -> str:
-    """Run ``work()`` (returning a str) in a forked child, which keeps the test process's
-    mappings but changes none of them, and return what it returned; fails when it raised."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        code = 1
-        try:
-            os.write(w, work().encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        out = f.read().decode()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, f"the child failed: {out!r}"
-    return out
 
 
 def _vma_bounds(address):

@@ -15,6 +15,7 @@ import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 try:
     import numpy as np
@@ -23,6 +24,7 @@ except ImportError as exc:  # fail loudly, never skip
         from exc
 
 from zygo_agent import child, errors, libc, loader, recorder, reseed, warmup, wire  # noqa: E402
+from inchild import in_child as _in_child  # noqa: E402
 
 
 class ReseedTest(unittest.TestCase):
@@ -153,26 +155,6 @@ class WireTest(unittest.TestCase):
     def test_oversized_message_refused(self):
         with self.assertRaises(ValueError):
             wire.send(self.a, {"type": "x", "pad": "a" * wire.MAX_DATAGRAM})
-
-
-def _in_child(fn) -> str:
-    """Run ``fn()`` in a forked child and return the text it returned (its exception's
-    repr if it raised); the test process itself is never restricted."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            out = str(fn())
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            out = repr(exc)
-        os.write(w, out.encode())
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        out = f.read().decode()
-    os.waitpid(pid, 0)
-    return out
 
 
 def _errno_of(fn) -> str:
