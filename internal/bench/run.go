@@ -2317,20 +2317,21 @@ anonymous page gets a page of its own, not the shared zero page (an 8 MiB mappin
 const boundsText = `
 ## What bounds the targets
 
-- **This run's host.** This table (20:29 on 2026-12-03, the fourteenth round's code with the
-  fifteenth round's test fixes; nothing else of ours running) is from a new host of the kind
+- **This run's host.** This table (21:39 on 2026-12-03, the fourteenth round's code with the
+  fifteenth round's test fixes; the figures in this bullet are the 20:29 run's, and this
+  table's are in brackets; nothing else of ours running) is from a new host of the kind
   (Linux 6.18.44-fc-v1252) that forks and faults far more slowly than the fourteenth round's:
   the fork floor 8.75 ms (2.48 ms there), the ideal server 37.8 ms of CPU a request (5.2 ms)
   and 51 req/s at 8 clients (340), a warm hello 11.3 ms (2.9 ms). Its kernel runs DAMON on
   physical memory (~kdamond~, ~paddr~; set up by the host, not by us), and a read of an
   untouched anonymous page gets a page of its own rather than the zero page (fifteenth round).
-  Met in this table: **warm p50 / ideal 0.81x**, **8-client throughput / ideal 0.70x**, Node
-  0.3x, the pool row 1.30x. Not met: **the daemon's CPU, 2.17 ms** (1.4-2.2 ms on this host;
+  Met: **warm p50 / ideal 0.81x** [0.88x], **8-client throughput / ideal 0.70x** [0.65x], Node
+  0.3x [0.2x], the pool row 1.30x [1.32x: not met]. Not met: **the daemon's CPU, 2.17 ms** [2.00 ms] (1.4-2.2 ms on this host;
   5.7% of the ideal's CPU a request, where the fourteenth round's 0.99 ms was 19%), and
-  **cold/warm 18.9x**: a cold start costs about what it did (357 against 267 ms) while every
+  **cold/warm 18.9x** [15.4x]: a cold start costs about what it did (357 against 267 ms) while every
   warm request pays this host's fork, 4x the fourteenth round's (the ideal fork-per-request
   server's own p50, 22.1 ms, would read 16x). Zygo's daemon and zygote side against the
-  ideal's CPU: 1.43x (1.56x in the fourteenth round's final run). The targets stated in
+  ideal's CPU: 1.43x [1.41x] (1.56x in the fourteenth round's final run). The targets stated in
   milliseconds or against a cold start (3 and 4) move with the host's fork and system-call
   costs; those read side by side with the ideal server (1 and 2) held on both hosts. The
   daemon's CPU grows with the time between requests (2.92 ms paced to 25 req/s), not with
